@@ -1,0 +1,48 @@
+# The README's contract: `make run` serves, `make test` passes, both from a fresh clone.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+# The CPU wheel of torch keeps installs small where there is no GPU; with a GPU, pip
+# resolves the engine extra's plain `torch` requirement to a CUDA build instead.
+TORCH_CPU ?= torch==2.13.0
+HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 1)
+
+.PHONY: venv run test test-fast bench bench-engine lint format clean
+
+$(BIN)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+ifneq ($(HAS_GPU),1)
+	$(PY) -m pip install -q "$(TORCH_CPU)"
+endif
+	$(PY) -m pip install -q -e ".[engine,dev]"
+	touch $@
+
+venv: $(BIN)/.installed
+
+run: venv
+	$(BIN)/switchyard serve
+
+test: venv
+	$(PY) -m pytest -q -ra --durations=15
+
+test-fast: venv
+	$(PY) -m pytest -q -x -m "not slow"
+
+bench: venv
+	$(PY) -m gateway.bench
+
+bench-engine: venv
+	$(PY) -m engine.bench
+
+lint: venv
+	$(BIN)/ruff check gateway engine tests
+	$(BIN)/ruff format --check gateway engine tests
+
+format: venv
+	$(BIN)/ruff format gateway engine tests
+	$(BIN)/ruff check --fix gateway engine tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

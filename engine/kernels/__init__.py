@@ -1,0 +1,69 @@
+"""Kernel dispatch: the torch reference on the CPU, Triton on CUDA, or whichever is forced.
+
+Both backends share one signature per op (see ``reference.py`` for the contract).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from engine.kernels.reference import paged_attention_ref, store_kv_ref
+
+Backend = Literal["torch", "triton"]
+
+
+def resolve_backend(requested: str, device: torch.device) -> Backend:
+    """``auto`` picks Triton on CUDA and the torch reference elsewhere."""
+    if requested == "auto":
+        return "triton" if device.type == "cuda" else "torch"
+    if requested not in ("torch", "triton"):
+        raise ValueError(f"attention_backend must be auto, torch or triton, not {requested!r}")
+    return requested  # type: ignore[return-value]
+
+
+def store_kv(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    backend: Backend = "torch",
+) -> None:
+    if backend == "triton":
+        from engine.kernels.kv_store import store_kv_triton
+
+        store_kv_triton(key, value, k_cache, v_cache, slot_mapping)
+    else:
+        store_kv_ref(key, value, k_cache, v_cache, slot_mapping)
+
+
+def paged_attention(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    backend: Backend = "torch",
+    max_query_len: int | None = None,
+) -> torch.Tensor:
+    """``max_query_len`` lets the Triton path size its grid without a host sync."""
+    if backend == "triton":
+        from engine.kernels.paged_attention import paged_attention_triton
+
+        return paged_attention_triton(
+            query,
+            k_cache,
+            v_cache,
+            block_tables,
+            cu_seqlens_q,
+            context_lens,
+            scale,
+            max_query_len=max_query_len,
+        )
+    return paged_attention_ref(
+        query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale
+    )

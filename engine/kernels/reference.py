@@ -1,0 +1,73 @@
+"""Pure-PyTorch reference of every kernel: the CPU path, and the oracle for the Triton tests.
+
+KV cache layout (one pair per layer): ``[num_blocks, block_size, num_kv_heads, head_dim]``.
+A token's slot is ``block_id * block_size + offset``; slot ``-1`` marks padding.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def store_kv_ref(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Write ``key``/``value`` ``[num_tokens, num_kv_heads, head_dim]`` into their slots."""
+    num_blocks, block_size, num_kv_heads, head_dim = k_cache.shape
+    valid = slot_mapping >= 0
+    slots = slot_mapping[valid].long()
+    flat_k = k_cache.view(num_blocks * block_size, num_kv_heads, head_dim)
+    flat_v = v_cache.view(num_blocks * block_size, num_kv_heads, head_dim)
+    flat_k[slots] = key[valid].to(k_cache.dtype)
+    flat_v[slots] = value[valid].to(v_cache.dtype)
+
+
+def paged_attention_ref(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Causal attention of a ragged batch of new tokens over their paged KV history.
+
+    ``query`` is ``[num_tokens, num_heads, head_dim]``, the new tokens of every sequence laid
+    end to end; sequence ``b`` owns rows ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]``.
+    ``context_lens[b]`` counts every KV entry of ``b`` *including* the new tokens, which must
+    already be stored. New token ``i`` of a sequence with ``q_len`` new tokens sits at position
+    ``context_len - q_len + i`` and sees positions ``0..that`` (so decode, prefill and chunked
+    prefill over a cached prefix are one case). A row with ``context_len == 0`` is padding
+    and yields zeros. Softmax runs in fp32.
+    """
+    num_tokens, num_heads, head_dim = query.shape
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    group = num_heads // num_kv_heads
+    out = torch.zeros_like(query)
+    starts = cu_seqlens_q.tolist()
+    lens = context_lens.tolist()
+    for b, context_len in enumerate(lens):
+        q_start, q_end = starts[b], starts[b + 1]
+        q_len = q_end - q_start
+        if q_len == 0 or context_len == 0:
+            continue
+        num_ctx_blocks = (context_len + block_size - 1) // block_size
+        blocks = block_tables[b, :num_ctx_blocks].long()
+        keys = k_cache[blocks].reshape(-1, num_kv_heads, head_dim)[:context_len]
+        values = v_cache[blocks].reshape(-1, num_kv_heads, head_dim)[:context_len]
+        keys = keys.float().repeat_interleave(group, dim=1)  # [ctx, H, D]
+        values = values.float().repeat_interleave(group, dim=1)
+        q = query[q_start:q_end].float()  # [q_len, H, D]
+        scores = torch.einsum("qhd,khd->hqk", q, keys) * scale
+        q_pos = torch.arange(context_len - q_len, context_len, device=query.device)
+        k_pos = torch.arange(context_len, device=query.device)
+        mask = k_pos[None, :] > q_pos[:, None]
+        scores.masked_fill_(mask[None], float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        out[q_start:q_end] = torch.einsum("hqk,khd->qhd", probs, values).to(query.dtype)
+    return out

@@ -1,0 +1,48 @@
+"""Shared fixtures: a real Redis server process (embedded, or SWITCHYARD_REDIS_URL)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.redis_embedded import EmbeddedRedis, free_port
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One Redis for the session. TCP, so that subprocess gateways can share it."""
+    external = os.environ.get("SWITCHYARD_REDIS_URL")
+    if external:
+        yield external
+        return
+    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"), port=free_port(), appendonly=False)
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def clean_redis(redis_url: str) -> str:
+    """The session Redis, emptied before the test."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    client.flushall()
+    client.close()
+    return redis_url
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
+    """A private Redis that the test may kill and restart (outage tests)."""
+    server = EmbeddedRedis(tmp_path / "redis", port=free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
