@@ -1,0 +1,155 @@
+"""OpenAI's error envelope, one exception type per HTTP outcome.
+
+Every failure that reaches a client is one of these, rendered as
+``{"error": {"message", "type", "param", "code"}}`` with the matching status. Nothing else
+(no stack trace, no secret) is ever sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import orjson
+
+
+class GatewayError(Exception):
+    status: ClassVar[int] = 500
+    error_type: ClassVar[str] = "server_error"
+    default_code: ClassVar[str | None] = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        error_type: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else self.default_code
+        self.type = error_type or self.error_type
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def body_bytes(self) -> bytes:
+        return orjson.dumps(self.body())
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    error_type = "invalid_request_error"
+
+
+class AuthenticationFailed(GatewayError):
+    status = 401
+    error_type = "invalid_request_error"
+    default_code = "invalid_api_key"
+
+
+class PermissionDenied(GatewayError):
+    status = 403
+    error_type = "invalid_request_error"
+    default_code = "permission_denied"
+
+
+class NotFound(GatewayError):
+    status = 404
+    error_type = "invalid_request_error"
+    default_code = "not_found"
+
+
+class MethodNotAllowed(GatewayError):
+    status = 405
+    error_type = "invalid_request_error"
+    default_code = "method_not_allowed"
+
+
+class Conflict(GatewayError):
+    status = 409
+    error_type = "invalid_request_error"
+    default_code = "conflict"
+
+
+class PayloadTooLarge(GatewayError):
+    status = 413
+    error_type = "invalid_request_error"
+    default_code = "request_too_large"
+
+
+class RateLimited(GatewayError):
+    """Our own limits. ``error_type`` tells ``rate_limit_exceeded`` from ``insufficient_quota``."""
+
+    status = 429
+    error_type = "rate_limit_exceeded"
+    default_code = "rate_limit_exceeded"
+
+
+class ServiceUnavailable(GatewayError):
+    status = 503
+    error_type = "service_unavailable"
+    default_code = "service_unavailable"
+
+
+class UpstreamError(GatewayError):
+    """A provider failed. ``retryable`` drives retries and fallbacks before any byte is sent."""
+
+    status = 502
+    error_type = "upstream_error"
+    default_code = "upstream_unavailable"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = True,
+        retry_after_s: float | None = None,
+        kind: str = "connect",
+        provider: str | None = None,
+        upstream_body: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(message, **kwargs)
+        if status is not None:
+            self.status = status  # type: ignore[misc]
+        self.retryable = retryable
+        self.retry_after_s = retry_after_s
+        self.kind = kind  # connect | timeout | status | protocol
+        self.provider = provider
+        self.upstream_body = upstream_body
+
+    def body(self) -> dict[str, Any]:
+        # An upstream 4xx is passed through with its own message, type and code.
+        if self.upstream_body and isinstance(self.upstream_body.get("error"), dict):
+            upstream = self.upstream_body["error"]
+            return {
+                "error": {
+                    "message": upstream.get("message") or self.message,
+                    "type": upstream.get("type") or self.type,
+                    "param": upstream.get("param"),
+                    "code": upstream.get("code"),
+                }
+            }
+        return super().body()
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    error_type = "upstream_timeout"
+    default_code = "upstream_timeout"
+
+    def __init__(self, message: str, **kwargs: Any) -> None:
+        kwargs.setdefault("kind", "timeout")
+        super().__init__(message, **kwargs)
