@@ -76,9 +76,7 @@ class Policy(_Strict):
     def _references(self) -> Policy:
         for name, model in self.models.items():
             if model.provider not in self.providers:
-                raise PolicyError(
-                    f"models.{name}.provider", f"unknown provider {model.provider!r}"
-                )
+                raise PolicyError(f"models.{name}.provider", f"unknown provider {model.provider!r}")
         for alias, target in self.aliases.items():
             if target not in self.models:
                 raise PolicyError(f"aliases.{alias}", f"points to unknown model {target!r}")

@@ -105,7 +105,14 @@ class EmbeddedRedis:
         if self.port is not None:
             args += ["--port", str(self.port), "--bind", "127.0.0.1"]
         else:
-            args += ["--port", "0", "--unixsocket", str(self.socket_path), "--unixsocketperm", "700"]
+            args += [
+                "--port",
+                "0",
+                "--unixsocket",
+                str(self.socket_path),
+                "--unixsocketperm",
+                "700",
+            ]
         args += self.extra_args
         self.process = subprocess.Popen(
             args,
