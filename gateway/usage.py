@@ -1,0 +1,419 @@
+"""Usage events and the ledger that records them atomically in Redis.
+
+One request leaves one ``UsageEvent``. ``UsageLedger.add_record`` queues a single Lua call on a
+caller's pipeline (the limiter's settle goes into the same one, so both cost one round trip).
+The script, keyed by hash tag ``{key:<id>}`` so it stays in one cluster slot:
+
+* ``SET NX EX`` an idempotency marker for the request id; a second record of the same id stops
+  here and counts nothing;
+* appends the event to the key's stream (``XADD MINID ~`` keeps only the retention window);
+* ``HINCRBY``s the key's per-day aggregate hash, one group of fields per
+  model/provider/task/team (``m:<model>|p:<provider>|t:<task>|team:<team>:<metric>``).
+
+Reports find keys through two plain sets written in the same pipeline, before the script:
+``sy:usage:keys`` (every key that ever recorded) and ``sy:usage:active:<YYYYMMDD>`` (keys active
+that day). Adding to a set twice is harmless, so a failed pipeline never leaves a wrong index.
+
+When Redis cannot be reached the event goes to the local spool (``gateway.spool``) and the call
+still succeeds; ``replay_spool`` feeds it back later, and the marker makes replays idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+import time
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+from urllib.parse import quote, unquote
+
+import orjson
+import structlog
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+from redis.exceptions import RedisError
+
+from gateway.spool import Segment, Spool
+
+log = structlog.get_logger(__name__)
+
+USAGE_SOURCES = ("provider", "estimated")
+METRICS = ("req", "prompt", "completion", "cached", "cost", "err", "lat", "streamed", "est")
+KEY_INDEX = "sy:usage:keys"
+MAX_ID_LENGTH = 200
+MICROS_PER_USD = 1_000_000
+
+# KEYS: 1 idempotency marker, 2 event stream, 3 day aggregate hash
+# ARGV: 1 marker ttl s, 2 stream min id (ms), 3 event json, 4 day hash expire-at (epoch s),
+#       5 field prefix, 6.. metric increments in METRICS order
+RECORD_SCRIPT = """
+if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
+  return 0
+end
+redis.call('XADD', KEYS[2], 'MINID', '~', ARGV[2], '*', 'e', ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[1])
+local names = {'req', 'prompt', 'completion', 'cached', 'cost', 'err', 'lat', 'streamed', 'est'}
+for i, name in ipairs(names) do
+  local delta = tonumber(ARGV[5 + i])
+  if delta ~= 0 then
+    redis.call('HINCRBY', KEYS[3], ARGV[5] .. ':' .. name, delta)
+  end
+end
+redis.call('EXPIREAT', KEYS[3], ARGV[4])
+return 1
+"""
+
+
+class UsageError(ValueError):
+    """An event that cannot be recorded; ``field`` names the offending attribute."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+def usd_to_micros(cost_usd: float) -> int:
+    """Round half up on the decimal text of the float, so 0.0000025 is 3 µ$, not 2."""
+    return int(Decimal(repr(float(cost_usd))).scaleb(6).to_integral_value(ROUND_HALF_UP))
+
+
+def micros_to_usd(micros: int) -> float:
+    return micros / MICROS_PER_USD
+
+
+def day_of(epoch_s: float) -> date:
+    return datetime.fromtimestamp(epoch_s, UTC).date()
+
+
+def day_code(day: date) -> str:
+    return day.strftime("%Y%m%d")
+
+
+def key_prefix(key_id: str) -> str:
+    """All of one key's usage data shares this hash tag, hence one cluster slot."""
+    return f"sy:{{key:{key_id}}}:usage"
+
+
+def stream_key(key_id: str) -> str:
+    return f"{key_prefix(key_id)}:events"
+
+
+def day_hash_key(key_id: str, day: date) -> str:
+    return f"{key_prefix(key_id)}:day:{day_code(day)}"
+
+
+def marker_key(key_id: str, request_id: str) -> str:
+    return f"{key_prefix(key_id)}:seen:{request_id}"
+
+
+def active_day_key(day: date) -> str:
+    return f"sy:usage:active:{day_code(day)}"
+
+
+def _check_id(field: str, value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise UsageError(field, "must be a non-empty string")
+    if len(value) > MAX_ID_LENGTH:
+        raise UsageError(field, f"longer than {MAX_ID_LENGTH} characters")
+    # Braces would break the cluster hash tag; whitespace/control chars have no place in ids.
+    if any(ch in "{}" or not ch.isprintable() or ch.isspace() for ch in value):
+        raise UsageError(field, "contains braces, whitespace or control characters")
+
+
+def _check_count(field: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UsageError(field, "must be a non-negative integer")
+
+
+@dataclass(frozen=True, slots=True)
+class UsageEvent:
+    """One request's usage. ``cost_micros`` is exact; ``cost_usd`` is its float rendering."""
+
+    time: float
+    request_id: str
+    key_id: str
+    model: str
+    provider: str
+    team: str = ""
+    task: str = ""
+    route: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float = 0.0
+    cost_micros: int | None = None
+    policy_version: str = ""
+    latency_ms: int = 0
+    ttft_ms: int | None = None
+    status: int = 200
+    streamed: bool = False
+    usage_source: str = "provider"
+    attempts: int = 1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.time, bool) or not isinstance(self.time, int | float):
+            raise UsageError("time", "must be epoch seconds")
+        if not 0 < self.time < 1e11:
+            raise UsageError("time", "out of range")
+        _check_id("request_id", self.request_id)
+        _check_id("key_id", self.key_id)
+        for name in ("model", "provider", "team", "task", "route", "policy_version"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or len(value) > MAX_ID_LENGTH:
+                raise UsageError(name, f"must be a string of at most {MAX_ID_LENGTH} characters")
+        for name in ("prompt_tokens", "completion_tokens", "cached_tokens", "latency_ms"):
+            _check_count(name, getattr(self, name))
+        if self.ttft_ms is not None:
+            _check_count("ttft_ms", self.ttft_ms)
+        if self.cached_tokens > self.prompt_tokens:
+            raise UsageError("cached_tokens", "exceeds prompt_tokens")
+        if isinstance(self.status, bool) or not isinstance(self.status, int):
+            raise UsageError("status", "must be an HTTP status code")
+        if not 100 <= self.status <= 599:
+            raise UsageError("status", "must be an HTTP status code")
+        if not isinstance(self.streamed, bool):
+            raise UsageError("streamed", "must be a boolean")
+        if self.usage_source not in USAGE_SOURCES:
+            raise UsageError("usage_source", f"must be one of {', '.join(USAGE_SOURCES)}")
+        _check_count("attempts", self.attempts)
+        # The micro-dollar figure is authoritative; derive it once and make cost_usd agree.
+        if self.cost_micros is None:
+            if isinstance(self.cost_usd, bool) or not isinstance(self.cost_usd, int | float):
+                raise UsageError("cost_usd", "must be a number")
+            if not 0 <= self.cost_usd < 1e9:
+                raise UsageError("cost_usd", "must be a non-negative amount")
+            object.__setattr__(self, "cost_micros", usd_to_micros(self.cost_usd))
+        _check_count("cost_micros", self.cost_micros)
+        object.__setattr__(self, "cost_usd", micros_to_usd(self.cost_micros))  # type: ignore[arg-type]
+
+    @property
+    def day(self) -> date:
+        return day_of(self.time)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> UsageEvent:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise UsageError(sorted(unknown)[0], "unknown field")
+        try:
+            return cls(**data)
+        except TypeError as exc:  # a missing required field
+            raise UsageError("event", str(exc)) from exc
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> UsageEvent:
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise UsageError("event", f"invalid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise UsageError("event", "must be a JSON object")
+        return cls.from_dict(data)
+
+
+def group_field(model: str, provider: str, task: str, team: str) -> str:
+    """Components are percent-encoded so ``:`` and ``|`` in names (``qwen3:0.6b``) stay safe."""
+    return (
+        f"m:{quote(model, safe='')}|p:{quote(provider, safe='')}"
+        f"|t:{quote(task, safe='')}|team:{quote(team, safe='')}"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    model: str
+    provider: str
+    task: str
+    team: str
+
+
+def parse_field(field: str) -> tuple[Group, str]:
+    """Inverse of ``group_field(...) + ':' + metric``."""
+    prefix, metric = field.rsplit(":", 1)
+    parts = dict(part.split(":", 1) for part in prefix.split("|"))
+    group = Group(
+        model=unquote(parts["m"]),
+        provider=unquote(parts["p"]),
+        task=unquote(parts["t"]),
+        team=unquote(parts["team"]),
+    )
+    return group, metric
+
+
+class RecordOutcome(enum.StrEnum):
+    RECORDED = "recorded"
+    DUPLICATE = "duplicate"
+    SPOOLED = "spooled"
+
+
+class UsageLedger:
+    """Records usage events in Redis; falls back to a local spool when Redis is unreachable."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        spool: Spool,
+        retention_days: int = 400,
+        replay_interval_s: float = 5.0,
+        replay_batch: int = 200,
+    ) -> None:
+        if retention_days < 1:
+            raise ValueError("retention_days must be at least 1")
+        self.redis = redis
+        self.spool = spool
+        self.retention_days = retention_days
+        self.replay_interval_s = replay_interval_s
+        self.replay_batch = replay_batch
+        self._replay_task: asyncio.Task[None] | None = None
+        self._replay_lock = asyncio.Lock()
+
+    @property
+    def retention_s(self) -> int:
+        return self.retention_days * 86_400
+
+    def add_record(self, pipe: Pipeline, event: UsageEvent) -> None:
+        """Queue the record on ``pipe``: three index writes, then the one atomic script.
+
+        The script's reply is 1 when counted, 0 for a duplicate request id; it is the last
+        reply this call adds to the pipeline.
+        """
+        day = event.day
+        day_end = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()) + 86_400
+        # A marker must outlive the data it protects, plus a day of clock slack.
+        marker_ttl = self.retention_s + 86_400
+        min_id_ms = int((time.time() - self.retention_s) * 1000)
+        pipe.sadd(KEY_INDEX, event.key_id)
+        pipe.sadd(active_day_key(day), event.key_id)
+        pipe.expireat(active_day_key(day), day_end + self.retention_s)
+        increments = (
+            1,
+            event.prompt_tokens,
+            event.completion_tokens,
+            event.cached_tokens,
+            event.cost_micros,
+            1 if event.status >= 400 else 0,
+            event.latency_ms,
+            1 if event.streamed else 0,
+            1 if event.usage_source == "estimated" else 0,
+        )
+        pipe.eval(
+            RECORD_SCRIPT,
+            3,
+            marker_key(event.key_id, event.request_id),
+            stream_key(event.key_id),
+            day_hash_key(event.key_id, day),
+            marker_ttl,
+            max(min_id_ms, 0),
+            event.to_json(),
+            day_end + self.retention_s,
+            group_field(event.model, event.provider, event.task, event.team),
+            *increments,
+        )
+
+    async def commit(self, pipe: Pipeline, event: UsageEvent) -> tuple[RecordOutcome, list[Any]]:
+        """Execute a pipeline that ``add_record`` was called on; spool the event on failure.
+
+        Returns the outcome and the pipeline's replies (empty when spooled), so a caller that
+        also queued a limiter settle can read its reply.
+        """
+        try:
+            replies = await pipe.execute()
+        except RedisError as exc:
+            # The script may or may not have run; the idempotency marker settles it on replay.
+            await self.spool_event(event, reason=exc)
+            return RecordOutcome.SPOOLED, []
+        outcome = RecordOutcome.RECORDED if replies[-1] == 1 else RecordOutcome.DUPLICATE
+        return outcome, replies
+
+    async def record(self, event: UsageEvent) -> RecordOutcome:
+        """Record one event in its own round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        self.add_record(pipe, event)
+        outcome, _ = await self.commit(pipe, event)
+        return outcome
+
+    async def spool_event(self, event: UsageEvent, *, reason: BaseException | None = None) -> None:
+        await self.spool.append(event.to_json())
+        log.warning(
+            "usage_spooled",
+            request_id=event.request_id,
+            key_id=event.key_id,
+            reason=type(reason).__name__ if reason else None,
+        )
+
+    def spool_depth(self) -> int:
+        """Events waiting in the spool (for metrics)."""
+        return self.spool.depth()
+
+    async def replay_spool(self) -> int:
+        """Feed spooled events back in order; returns how many were newly counted.
+
+        Each spool segment is removed only after all its events were accepted by Redis. If the
+        replay is cut short, the next one starts the segment again and the markers turn the
+        already-counted events into no-ops. Raises ``RedisError`` when Redis is still away.
+        """
+        async with self._replay_lock:
+            counted = 0
+            async with self.spool.replaying() as segments:
+                for segment in segments:
+                    events = self._parse_segment(segment)
+                    for start in range(0, len(events), self.replay_batch):
+                        batch = events[start : start + self.replay_batch]
+                        pipe = self.redis.pipeline(transaction=False)
+                        for event in batch:
+                            self.add_record(pipe, event)
+                        replies = await pipe.execute()
+                        # Four replies per event; the script's is the fourth.
+                        counted += sum(1 for reply in replies[3::4] if reply == 1)
+                    segment.done()
+            if counted:
+                log.info("usage_spool_replayed", counted=counted)
+            return counted
+
+    def _parse_segment(self, segment: Segment) -> list[UsageEvent]:
+        events = []
+        for line in segment.lines():
+            try:
+                events.append(UsageEvent.from_json(line))
+            except UsageError as exc:
+                # A torn last line after a crash, or a hand-edited file: keep it, don't loop on it.
+                self.spool.reject(line)
+                log.error("usage_spool_line_rejected", path=str(segment.path), reason=str(exc))
+        return events
+
+    async def start(self) -> None:
+        """Start the background task that retries the spool every ``replay_interval_s``."""
+        if self._replay_task is None:
+            self._replay_task = asyncio.create_task(self._replay_forever(), name="usage-replay")
+
+    async def stop(self) -> None:
+        task, self._replay_task = self._replay_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _replay_forever(self) -> None:
+        while True:
+            if self.spool.depth():
+                try:
+                    await self.replay_spool()
+                except (RedisError, OSError) as exc:
+                    log.info("usage_replay_deferred", reason=type(exc).__name__)
+            await asyncio.sleep(self.replay_interval_s)
