@@ -1,0 +1,256 @@
+"""Triton paged attention against the torch reference (interpreter on CPU, native on CUDA)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.kernels import paged_attention
+from engine.kernels.paged_attention import paged_attention_triton
+from engine.kernels.reference import paged_attention_ref
+
+from .kernel_cases import KERNEL_DTYPES, AttentionBatch, make_batch, tolerance
+
+
+def run_both(batch: AttentionBatch, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
+    args = (
+        batch.query,
+        batch.k_cache,
+        batch.v_cache,
+        batch.block_tables,
+        batch.cu_seqlens_q,
+        batch.context_lens,
+        batch.scale,
+    )
+    expected = paged_attention_ref(*args)
+    actual = paged_attention_triton(*args, max_query_len=batch.max_query_len, **kwargs)
+    return actual, expected
+
+
+def assert_matches(batch: AttentionBatch, **kwargs: object) -> torch.Tensor:
+    actual, expected = run_both(batch, **kwargs)
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype
+    assert torch.isfinite(actual.float()).all()
+    torch.testing.assert_close(actual.float(), expected.float(), **tolerance(batch.query.dtype))
+    return actual
+
+
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
+@pytest.mark.parametrize("group", [1, 4, 8])
+@pytest.mark.parametrize("block_size", [16, 32])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_decode_matches_reference(dtype, group, block_size, head_dim, device):
+    batch = make_batch(
+        [(1, 37), (1, 5), (1, 64), (1, 1)],
+        num_heads=2 * group,
+        num_kv_heads=2,
+        head_dim=head_dim,
+        block_size=block_size,
+        dtype=dtype,
+        device=device,
+    )
+    assert_matches(batch, num_kv_splits=1)
+
+
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
+@pytest.mark.parametrize("group", [1, 4])
+@pytest.mark.parametrize("block_size", [16, 32])
+def test_prefill_matches_reference(dtype, group, block_size, device):
+    batch = make_batch(
+        [(19, 19), (40, 40), (1, 1)],
+        num_heads=group,
+        num_kv_heads=1,
+        head_dim=64,
+        block_size=block_size,
+        dtype=dtype,
+        device=device,
+    )
+    assert_matches(batch)
+
+
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
+@pytest.mark.parametrize("block_size", [16, 32])
+def test_chunked_prefill_over_cached_prefix_in_a_mixed_batch(dtype, block_size, device):
+    # A prefill chunk behind a 50-token cached prefix, a fresh prefill and a decode together.
+    batch = make_batch(
+        [(21, 71), (9, 9), (1, 45)],
+        num_heads=8,
+        num_kv_heads=2,
+        head_dim=64,
+        block_size=block_size,
+        dtype=dtype,
+        device=device,
+    )
+    assert_matches(batch)
+
+
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
+def test_head_dim_128_with_gqa_8(dtype, device):
+    batch = make_batch(
+        [(3, 40), (1, 17)],
+        num_heads=8,
+        num_kv_heads=1,
+        head_dim=128,
+        block_size=16,
+        dtype=dtype,
+        device=device,
+    )
+    assert_matches(batch)
+
+
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
+@pytest.mark.parametrize(("group", "num_splits"), [(1, 3), (4, 4), (8, 5)])
+def test_split_kv_decode_matches_reference(dtype, group, num_splits, device):
+    batch = make_batch(
+        [(1, 300), (1, 7), (1, 129)],
+        num_heads=group,
+        num_kv_heads=1,
+        head_dim=64,
+        block_size=32,
+        dtype=dtype,
+        device=device,
+    )
+    split = assert_matches(batch, num_kv_splits=num_splits)
+    single, _ = run_both(batch, num_kv_splits=1)
+    torch.testing.assert_close(split.float(), single.float(), **tolerance(dtype))
+
+
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
+def test_split_kv_with_several_new_tokens(dtype, device):
+    # Splits must respect the causal window of each new token, not just the context length.
+    batch = make_batch(
+        [(5, 150), (2, 2), (0, 0)],
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=64,
+        block_size=16,
+        dtype=dtype,
+        device=device,
+    )
+    assert_matches(batch, num_kv_splits=4)
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_padding_rows_and_trailing_tokens_are_zero(num_splits, device):
+    batch = make_batch(
+        [(0, 0), (3, 20), (0, 0), (1, 9)],
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=64,
+        block_size=16,
+        dtype=torch.float32,
+        device=device,
+        trailing_pad_tokens=2,
+    )
+    out = assert_matches(batch, num_kv_splits=num_splits)
+    assert out[-2:].abs().sum().item() == 0.0
+    assert out[:4].abs().sum().item() > 0.0
+
+
+def test_dispatcher_without_max_query_len_syncs_and_matches(device):
+    batch = make_batch(
+        [(6, 30), (1, 12)],
+        num_heads=4,
+        num_kv_heads=1,
+        head_dim=64,
+        block_size=16,
+        dtype=torch.float16,
+        device=device,
+    )
+    args = (
+        batch.query,
+        batch.k_cache,
+        batch.v_cache,
+        batch.block_tables,
+        batch.cu_seqlens_q,
+        batch.context_lens,
+        batch.scale,
+    )
+    expected = paged_attention(*args, backend="torch")
+    actual = paged_attention(*args, backend="triton")
+    torch.testing.assert_close(actual.float(), expected.float(), **tolerance(torch.float16))
+
+
+def test_strided_query_view_is_accepted(device):
+    # The model hands in q as a slice of a fused QKV projection.
+    batch = make_batch(
+        [(4, 20)],
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=64,
+        block_size=16,
+        dtype=torch.float32,
+        device=device,
+    )
+    fused = torch.cat([batch.query, torch.randn_like(batch.query)], dim=1)
+    batch.query = fused[:, :2]
+    assert not batch.query.is_contiguous()
+    assert_matches(batch)
+
+
+def test_bad_shapes_get_clear_errors(device):
+    batch = make_batch(
+        [(1, 10)],
+        num_heads=3,
+        num_kv_heads=2,
+        head_dim=64,
+        block_size=16,
+        dtype=torch.float32,
+        device=device,
+    )
+    with pytest.raises(ValueError, match="multiple"):
+        paged_attention_triton(
+            batch.query,
+            batch.k_cache,
+            batch.v_cache,
+            batch.block_tables,
+            batch.cu_seqlens_q,
+            batch.context_lens,
+            batch.scale,
+        )
+    good = make_batch(
+        [(1, 10)],
+        num_heads=2,
+        num_kv_heads=2,
+        head_dim=64,
+        block_size=16,
+        dtype=torch.float32,
+        device=device,
+    )
+    with pytest.raises(ValueError, match="cu_seqlens_q"):
+        paged_attention_triton(
+            good.query,
+            good.k_cache,
+            good.v_cache,
+            good.block_tables,
+            good.cu_seqlens_q[:1],
+            good.context_lens,
+            good.scale,
+        )
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("num_splits", [1, 2])
+def test_random_ragged_batches(seed, num_splits, device):
+    # Decodes, fresh prefills, chunks over a prefix and padding rows, shuffled together.
+    generator = torch.Generator().manual_seed(seed)
+    seqs = []
+    for _ in range(7):
+        kind = int(torch.randint(0, 4, (1,), generator=generator))
+        prefix = int(torch.randint(0, 90, (1,), generator=generator))
+        new = int(torch.randint(1, 40, (1,), generator=generator))
+        seqs.append([(1, prefix + 1), (new, new), (new, prefix + new), (0, 0)][kind])
+    dtype = KERNEL_DTYPES[seed % len(KERNEL_DTYPES)]
+    batch = make_batch(
+        seqs,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=128 if seed % 2 else 64,
+        block_size=[16, 32, 64][seed % 3],
+        dtype=dtype,
+        device=device,
+        seed=seed,
+    )
+    if batch.max_query_len == 0:
+        pytest.skip("the draw produced only padding rows")
+    assert_matches(batch, num_kv_splits=num_splits)
