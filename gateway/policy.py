@@ -1,17 +1,26 @@
 """The routing policy (``routing_rules.yaml``): pydantic schema, loading and validation.
 
-This is the foundation's minimal schema (providers, models with prices, aliases); the routing
-work extends it with tasks, strategies, fallbacks and canaries, keeping these names.
+Every invalid policy is rejected with a ``PolicyError`` naming the dotted field path
+(``models.gpt-4.1.price.input``), so an operator can find the line to fix. The JSON Schema in
+``docs/policy.schema.json`` is generated from these classes: ``python -m gateway.policy --schema``.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import json
+import sys
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+# The model value that asks for task routing instead of naming a model (an absent model too).
+AUTO_MODEL = "auto"
+
+Strategy = Literal["ordered", "cheapest", "lowest_latency", "weighted"]
 
 
 class PolicyError(ValueError):
@@ -24,22 +33,40 @@ class PolicyError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class SpillWhen(_Strict):
+    """When a local engine is this busy, requests spill to the next candidate (used later)."""
+
+    waiting: int | None = Field(default=None, ge=0, description="queued requests")
+    kv_usage: float | None = Field(default=None, ge=0, le=1, description="KV cache use, 0..1")
 
 
 class ProviderConfig(_Strict):
     kind: Literal["openai_compatible", "local"] = "openai_compatible"
     base_url: str | None = None
-    api_key_env: str | None = None
+    api_key_env: str | None = Field(
+        default=None, description="env var holding the key; unset at runtime = provider unusable"
+    )
     timeout_s: float = Field(default=60.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
-    max_concurrency: int | None = Field(default=None, gt=0)
+    max_concurrency: int | None = Field(
+        default=None, gt=0, description="in-flight requests; beyond it the provider is skipped"
+    )
     headers: dict[str, str] = Field(default_factory=dict)
+    engine: dict[str, Any] | None = Field(
+        default=None, description="local engine settings (kind: local only)"
+    )
+    spill_when: SpillWhen | None = None
 
     @model_validator(mode="after")
-    def _needs_url(self) -> ProviderConfig:
-        if self.kind == "openai_compatible" and not self.base_url:
-            raise ValueError("base_url is required for an openai_compatible provider")
+    def _kind_fields(self) -> ProviderConfig:
+        if self.kind == "openai_compatible":
+            if not self.base_url:
+                raise ValueError("base_url is required for an openai_compatible provider")
+            if self.engine is not None or self.spill_when is not None:
+                raise ValueError("engine and spill_when apply only to a local provider")
         return self
 
 
@@ -57,32 +84,138 @@ class Price(_Strict):
             uncached * self.input + cached_tokens * cached_rate + completion_tokens * self.output
         ) / 1_000_000
 
+    @property
+    def highest_per_mtok(self) -> float:
+        return max(self.input, self.output)
+
 
 class ModelConfig(_Strict):
     provider: str
     upstream_model: str | None = None
     price: Price = Field(default_factory=Price)
     context_window: int | None = Field(default=None, gt=0)
-    capabilities: list[str] = Field(default_factory=list)
+    capabilities: list[str] = Field(default_factory=list, description="tags: code, vision, fast…")
     description: str | None = None
+
+
+class TaskConfig(_Strict):
+    candidates: list[str] = Field(min_length=1, description="model names or aliases")
+    strategy: Strategy = "ordered"
+    weights: dict[str, float] | None = Field(
+        default=None, description="weighted only: candidate -> weight (>= 0, some > 0)"
+    )
+    max_price_per_mtok: float | None = Field(
+        default=None, ge=0, description="drop candidates whose input or output price exceeds it"
+    )
+    require_capabilities: list[str] = Field(default_factory=list)
+    fallbacks: list[str] = Field(default_factory=list, description="tried after the candidates")
+    expected_output_tokens: int = Field(
+        default=256,
+        gt=0,
+        description="cheapest: output estimate when the request has no max_tokens",
+    )
+
+
+class Canary(_Strict):
+    source: str = Field(alias="from")
+    target: str = Field(alias="to")
+    percent: float = Field(ge=0, le=100)
 
 
 class Policy(_Strict):
     providers: dict[str, ProviderConfig]
     models: dict[str, ModelConfig]
     aliases: dict[str, str] = Field(default_factory=dict)
+    tasks: dict[str, TaskConfig] = Field(default_factory=dict)
+    default_task: str | None = None
+    fallbacks: dict[str, list[str]] = Field(
+        default_factory=dict, description="model -> models tried after it fails"
+    )
+    canaries: list[Canary] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _references(self) -> Policy:
         for name, model in self.models.items():
             if model.provider not in self.providers:
                 raise PolicyError(f"models.{name}.provider", f"unknown provider {model.provider!r}")
+        if AUTO_MODEL in self.models or AUTO_MODEL in self.aliases:
+            raise PolicyError("models", f"{AUTO_MODEL!r} is reserved for task routing")
         for alias, target in self.aliases.items():
-            if target not in self.models:
-                raise PolicyError(f"aliases.{alias}", f"points to unknown model {target!r}")
             if alias in self.models:
                 raise PolicyError(f"aliases.{alias}", "an alias may not shadow a model name")
+            if target not in self.models:
+                raise PolicyError(f"aliases.{alias}", f"points to unknown model {target!r}")
+        for task_name, task in self.tasks.items():
+            self._check_task(f"tasks.{task_name}", task)
+        if self.default_task is not None and self.default_task not in self.tasks:
+            raise PolicyError("default_task", f"unknown task {self.default_task!r}")
+        for source, targets in self.fallbacks.items():
+            self._require_model(f"fallbacks.{source}", source)
+            for index, target in enumerate(targets):
+                self._require_model(f"fallbacks.{source}.{index}", target)
+        self._check_fallback_cycles()
+        seen_sources: set[str] = set()
+        for index, canary in enumerate(self.canaries):
+            path = f"canaries.{index}"
+            source = self._require_model(f"{path}.from", canary.source)
+            target = self._require_model(f"{path}.to", canary.target)
+            if source == target:
+                raise PolicyError(f"{path}.to", "a canary must go to a different model")
+            if source in seen_sources:
+                raise PolicyError(f"{path}.from", f"{source!r} already has a canary")
+            seen_sources.add(source)
         return self
+
+    def _require_model(self, path: str, name: str) -> str:
+        resolved = self.resolve_model(name)
+        if resolved is None:
+            raise PolicyError(path, f"unknown model or alias {name!r}")
+        return resolved
+
+    def _check_task(self, path: str, task: TaskConfig) -> None:
+        resolved = [
+            self._require_model(f"{path}.candidates.{i}", name)
+            for i, name in enumerate(task.candidates)
+        ]
+        for i, name in enumerate(task.fallbacks):
+            self._require_model(f"{path}.fallbacks.{i}", name)
+        if task.strategy == "weighted":
+            if not task.weights:
+                raise PolicyError(f"{path}.weights", "the weighted strategy needs weights")
+            for name, weight in task.weights.items():
+                if name not in task.candidates:
+                    raise PolicyError(f"{path}.weights.{name}", "not one of the task's candidates")
+                if weight < 0:
+                    raise PolicyError(f"{path}.weights.{name}", "a weight may not be negative")
+            if sum(task.weights.values()) <= 0:
+                raise PolicyError(f"{path}.weights", "at least one weight must be positive")
+        elif task.weights is not None:
+            raise PolicyError(f"{path}.weights", f"weights do not apply to {task.strategy!r}")
+        eligible = [name for name in resolved if not self.constraint_failure(task, name)]
+        if not eligible:
+            raise PolicyError(
+                f"{path}.candidates", "no candidate meets max_price_per_mtok/require_capabilities"
+            )
+
+    def _check_fallback_cycles(self) -> None:
+        graph = {
+            self.resolve_model(source): [self.resolve_model(t) for t in targets]
+            for source, targets in self.fallbacks.items()
+        }
+        done: set[str] = set()
+
+        def visit(node: str, trail: list[str]) -> None:
+            if node in trail:
+                cycle = " -> ".join([*trail[trail.index(node) :], node])
+                raise PolicyError(f"fallbacks.{trail[0]}", f"fallback cycle: {cycle}")
+            if node in done:
+                return
+            for nxt in graph.get(node, []):
+                visit(nxt, [*trail, node])
+            done.add(node)
+
+        for source in graph:
+            visit(source, [])
 
     def resolve_model(self, name: str) -> str | None:
         """Model name after alias resolution, or None when neither exists."""
@@ -93,19 +226,45 @@ class Policy(_Strict):
     def upstream_model(self, name: str) -> str:
         return self.models[name].upstream_model or name
 
+    def model_fallbacks(self, name: str) -> list[str]:
+        """Resolved fallback models of ``name``, in order (direct ones only)."""
+        targets = self.fallbacks.get(name)
+        if targets is None:
+            # Fallbacks may be declared under an alias of the model.
+            for key, value in self.fallbacks.items():
+                if self.resolve_model(key) == name:
+                    targets = value
+                    break
+        return [resolved for t in targets or [] if (resolved := self.resolve_model(t))]
+
+    def constraint_failure(self, task: TaskConfig, model: str) -> str | None:
+        """Why ``model`` breaks the task's constraints, or None when it meets them."""
+        config = self.models[model]
+        limit = task.max_price_per_mtok
+        if limit is not None and config.price.highest_per_mtok > limit:
+            return f"price ${config.price.highest_per_mtok}/Mtok over max ${limit}/Mtok"
+        missing = [c for c in task.require_capabilities if c not in config.capabilities]
+        if missing:
+            return f"lacks capabilities {', '.join(missing)}"
+        return None
+
+    def canary_for(self, model: str) -> Canary | None:
+        for canary in self.canaries:
+            if self.resolve_model(canary.source) == model:
+                return canary
+        return None
+
 
 def _error_path(error: dict) -> str:
-    return ".".join(str(part) for part in error["loc"] if part not in ("function-after",))
+    return ".".join(
+        str(part) for part in error["loc"] if not str(part).startswith("function-after")
+    )
 
 
-def parse_policy(text: str) -> Policy:
-    """Parse YAML text into a validated Policy, or raise PolicyError naming the field."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise PolicyError("", f"invalid YAML: {exc}") from exc
+def validate_policy_data(data: Any) -> Policy:
+    """Validate an already-parsed mapping (YAML or JSON) into a Policy, or raise PolicyError."""
     if not isinstance(data, dict):
-        raise PolicyError("", "the policy must be a YAML mapping")
+        raise PolicyError("", "the policy must be a mapping")
     try:
         return Policy.model_validate(data)
     except PolicyError:
@@ -115,7 +274,17 @@ def parse_policy(text: str) -> Policy:
         context_error = first.get("ctx", {}).get("error")
         if isinstance(context_error, PolicyError):
             raise context_error from exc
-        raise PolicyError(_error_path(first), first["msg"]) from exc
+        message = first["msg"].removeprefix("Value error, ")
+        raise PolicyError(_error_path(first), message) from exc
+
+
+def parse_policy(text: str) -> Policy:
+    """Parse YAML (or JSON, a subset of YAML) into a validated Policy, or raise PolicyError."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PolicyError("", f"invalid YAML: {exc}") from exc
+    return validate_policy_data(data)
 
 
 def load_policy_file(path: Path | str) -> Policy:
@@ -129,3 +298,33 @@ def load_policy_file(path: Path | str) -> Policy:
 def policy_version(text: str) -> str:
     """Content hash: the version recorded with each usage event."""
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def policy_json_schema() -> dict[str, Any]:
+    schema = Policy.model_json_schema(by_alias=True)
+    schema["title"] = "Switchyard routing policy (routing_rules.yaml)"
+    return schema
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gateway.policy")
+    parser.add_argument("--schema", action="store_true", help="print the JSON Schema")
+    parser.add_argument("--check", metavar="FILE", help="validate a policy file")
+    args = parser.parse_args(argv)
+    if args.schema:
+        print(json.dumps(policy_json_schema(), indent=2))
+        return 0
+    if args.check:
+        try:
+            load_policy_file(args.check)
+        except PolicyError as exc:
+            print(f"invalid policy: {exc}", file=sys.stderr)
+            return 1
+        print("ok")
+        return 0
+    parser.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

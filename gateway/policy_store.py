@@ -1,12 +1,28 @@
-"""Holds the policy in force, with its version, source and the last load error."""
+"""Holds the policy in force, with its version, source and the last load error.
+
+Requests take ``current`` once and keep that immutable snapshot to the end, so a reload never
+changes a request half way. The file is watched by polling (mtime, size, then content hash): an
+edit takes effect within a second; an invalid edit is logged with its field path, kept in
+``last_error``, and changes nothing.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import os
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from gateway.policy import Policy, PolicyError, parse_policy, policy_version
+import structlog
+import yaml
+
+from gateway.policy import Policy, PolicyError, parse_policy, policy_version, validate_policy_data
 
 
 @dataclass(frozen=True)
@@ -17,13 +33,44 @@ class LoadedPolicy:
     source: str
 
 
+@dataclass(frozen=True)
+class _FileSignature:
+    mtime_ns: int
+    size: int
+
+
+def policy_text_from_body(body: bytes, content_type: str | None) -> str:
+    """Turn a PUT/validate body (YAML or JSON) into the YAML text that will be stored.
+
+    YAML is kept verbatim (comments survive); JSON is re-emitted as YAML in key order.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyError("", "the policy body must be UTF-8 text") from exc
+    if "json" in (content_type or "").lower():
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PolicyError("", f"invalid JSON: {exc}") from exc
+        validate_policy_data(data)
+        return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    return text
+
+
 class PolicyStore:
     """The app builds one; request handlers read ``current`` (an immutable snapshot)."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, poll_interval_s: float = 0.5) -> None:
         self.path = Path(path)
+        self.poll_interval_s = poll_interval_s
         self.last_error: PolicyError | None = None
         self._current: LoadedPolicy | None = None
+        self._seen: _FileSignature | None = None
+        self._seen_hash: str | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._write_lock = threading.Lock()
+        self._log = structlog.get_logger("switchyard.policy")
 
     @property
     def current(self) -> LoadedPolicy:
@@ -42,10 +89,13 @@ class PolicyStore:
     def load(self) -> LoadedPolicy:
         """Load the file; on error keep the policy in force and raise."""
         try:
+            signature = self._signature()
             text = self.path.read_text()
         except OSError as exc:
             self.last_error = PolicyError("", f"cannot read {self.path}: {exc.strerror}")
             raise self.last_error from exc
+        self._seen = signature
+        self._seen_hash = policy_version(text)
         return self.apply_text(text, source=str(self.path))
 
     def apply_text(self, text: str, source: str) -> LoadedPolicy:
@@ -57,3 +107,114 @@ class PolicyStore:
         self._current = LoadedPolicy(policy, policy_version(text), time.time(), source)
         self.last_error = None
         return self._current
+
+    def write(self, text: str, *, source: str = "admin api") -> LoadedPolicy:
+        """Validate ``text``, replace the file atomically, then apply it.
+
+        Nothing is written when the text is invalid. Blocking file I/O: call it from a thread.
+        """
+        parse_policy(text)  # raises PolicyError; the policy in force and last_error stay
+        with self._write_lock:
+            self._atomic_write(text)
+            self._seen = self._signature()
+            self._seen_hash = policy_version(text)
+            return self.apply_text(text, source=source)
+
+    def _atomic_write(self, text: str) -> None:
+        directory = self.path.parent
+        fd, temp_name = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=directory)
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            if self.path.exists():
+                os.chmod(temp_name, self.path.stat().st_mode & 0o777)
+            os.replace(temp_name, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp_name)
+            raise
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def _signature(self) -> _FileSignature:
+        stat = self.path.stat()
+        return _FileSignature(stat.st_mtime_ns, stat.st_size)
+
+    def poll_once(self) -> bool:
+        """Reload when the file changed; True when a new policy was applied."""
+        with self._write_lock:
+            return self._poll_locked()
+
+    def _poll_locked(self) -> bool:
+        try:
+            signature = self._signature()
+        except OSError as exc:
+            self._note_error(PolicyError("", f"cannot stat {self.path}: {exc.strerror}"))
+            return False
+        if signature == self._seen:
+            return False
+        try:
+            text = self.path.read_text()
+        except OSError as exc:
+            self._note_error(PolicyError("", f"cannot read {self.path}: {exc.strerror}"))
+            return False
+        self._seen = signature
+        digest = policy_version(text)
+        if digest == self._seen_hash:
+            return False  # touched, not changed
+        self._seen_hash = digest
+        try:
+            loaded = self.apply_text(text, source=str(self.path))
+        except PolicyError as exc:
+            self._log.error(
+                "policy_reload_rejected", path=exc.path, error=exc.message, file=str(self.path)
+            )
+            return False
+        self._log.info("policy_reloaded", version=loaded.version, file=str(self.path))
+        return True
+
+    def _note_error(self, error: PolicyError) -> None:
+        if self.last_error is None or str(self.last_error) != str(error):
+            self._log.error("policy_reload_failed", error=str(error), file=str(self.path))
+        self.last_error = error
+
+    def start_watching(self) -> None:
+        """Poll the file in an asyncio task until ``stop()``."""
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval_s)
+            try:
+                await asyncio.to_thread(self.poll_once)
+            except Exception as exc:  # a watcher that dies silently would freeze the policy
+                self._log.error("policy_watch_error", error=repr(exc))
+
+    async def stop(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    def describe(self) -> dict[str, Any]:
+        """The state shown by ``GET /admin/policy``."""
+        loaded = self._current
+        return {
+            "version": loaded.version if loaded else None,
+            "loaded_at": loaded.loaded_at if loaded else None,
+            "source": loaded.source if loaded else None,
+            "path": str(self.path),
+            "last_error": (
+                {"path": self.last_error.path, "message": self.last_error.message}
+                if self.last_error
+                else None
+            ),
+            "policy": loaded.policy.model_dump(mode="json", by_alias=True) if loaded else None,
+        }

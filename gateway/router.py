@@ -1,13 +1,31 @@
-"""Request + policy -> ordered candidates, each with the reason it is there."""
+"""Request + policy + health -> ordered candidates, each with the reason it is there.
+
+Model selection:
+- ``model`` absent, empty or ``"auto"`` → task routing. The task comes from the ``X-Task-Type``
+  header, else ``metadata.task_type`` in the body, else the policy's ``default_task``.
+- any other ``model`` is pinned after alias resolution; its fallbacks follow it.
+Canaries then swap a model for its canary target for the users in the canary bucket (the source
+model stays right behind it as a fallback), and the key's allow-list drops what the key may not
+use. Dropped candidates stay in ``RoutePlan.skipped`` with the reason, for explain.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+import random
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from fnmatch import fnmatchcase
+from typing import Any, NoReturn
 
+from gateway.canary import canary_bucket, in_canary
 from gateway.errors import InvalidRequest, NotFound, PermissionDenied
+from gateway.policy import AUTO_MODEL, Policy, TaskConfig
 from gateway.policy_store import PolicyStore
+from gateway.routing_state import RoutingState
+
+TASK_HEADER = "x-task-type"
+REQUEST_ID_HEADER = "x-request-id"
 
 
 @dataclass(frozen=True)
@@ -25,15 +43,89 @@ class RoutePlan:
     candidates: list[Candidate]
     policy_version: str
     notes: list[str] = field(default_factory=list)
+    skipped: list[Candidate] = field(default_factory=list)
+    # The snapshot this request routes with, so a reload mid-request changes nothing for it.
+    policy: Policy | None = None
 
-    def header_value(self, served: Candidate) -> str:
+    def header_value(self, served: Candidate, *, spilled: bool = False) -> str:
         """The ``x-switchyard-route`` header: task, strategy and why this candidate."""
-        return f"task={self.task or '-'}; strategy={self.strategy}; reason={served.reason}"
+        value = f"task={self.task or '-'}; strategy={self.strategy}; reason={served.reason}"
+        return f"{value}; spilled" if spilled else value
+
+    def explain(self) -> dict[str, Any]:
+        def row(candidate: Candidate) -> dict[str, str]:
+            return {
+                "model": candidate.model,
+                "provider": candidate.provider,
+                "upstream_model": candidate.upstream_model,
+                "reason": candidate.reason,
+            }
+
+        return {
+            "task": self.task,
+            "strategy": self.strategy,
+            "policy_version": self.policy_version,
+            "candidates": [row(c) for c in self.candidates],
+            "skipped": [row(c) for c in self.skipped],
+            "notes": list(self.notes),
+        }
+
+
+def estimate_prompt_tokens(body: Mapping[str, Any]) -> int:
+    """A cheap estimate (~4 characters a token) used only to rank candidates by cost."""
+    chars = 0
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        for message in messages:
+            if isinstance(message, dict):
+                chars += _text_length(message.get("content")) + 16  # role + framing
+    for key in ("prompt", "input"):
+        chars += _text_length(body.get(key))
+    return max(1, chars // 4)
+
+
+def _text_length(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        return sum(_text_length(part) for part in value)
+    if isinstance(value, dict):
+        return _text_length(value.get("text"))
+    return 0
+
+
+def expected_output_tokens(body: Mapping[str, Any], default: int) -> int:
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return default
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    if value is None:
+        for key, item in headers.items():
+            if key.lower() == name:
+                return item
+    return value
+
+
+def _unit_draw(seed: str) -> float:
+    digest = hashlib.sha256(seed.encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
 
 
 class Router:
-    def __init__(self, policies: PolicyStore) -> None:
+    def __init__(
+        self,
+        policies: PolicyStore,
+        state: RoutingState | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
         self.policies = policies
+        self.state = state
+        self._rng = rng or random.Random()
 
     def plan(
         self,
@@ -46,8 +138,65 @@ class Router:
         loaded = self.policies.current
         policy = loaded.policy
         requested = body.get("model")
-        if not isinstance(requested, str) or not requested:
-            raise InvalidRequest("you must provide a model parameter", param="model")
+        if requested is not None and not isinstance(requested, str):
+            raise InvalidRequest("model must be a string", param="model")
+        explicit_task = self._explicit_task(policy, body, headers)
+        notes: list[str] = []
+        skipped: list[Candidate] = []
+        if requested and requested != AUTO_MODEL:
+            task_name = explicit_task  # recorded, but the model is pinned
+            strategy = "pinned"
+            models = self._pinned(policy, requested)
+        else:
+            task_name = explicit_task or policy.default_task
+            if task_name is None:
+                raise InvalidRequest(
+                    "you must provide a model parameter (or a task type: this policy has no "
+                    "default_task)",
+                    param="model",
+                )
+            task = policy.tasks[task_name]
+            strategy = task.strategy
+            models, dropped = self._task_candidates(policy, task, body, headers)
+            notes.extend(f"{model} skipped: {why}" for model, why in dropped)
+            skipped = [self._candidate(policy, m, f"skipped: {why}") for m, why in dropped]
+        models = self._with_fallbacks(policy, models)
+        models = self._apply_canaries(policy, models, body, key_id)
+        kept, denied = self._allowed(policy, models, allowed_models)
+        skipped.extend(denied)
+        if not kept:
+            self._raise_nothing_allowed(requested, task_name, strategy)
+        return RoutePlan(
+            task=task_name,
+            strategy=strategy,
+            candidates=[self._candidate(policy, m, why) for m, why in kept],
+            policy_version=loaded.version,
+            notes=notes,
+            skipped=skipped,
+            policy=policy,
+        )
+
+    # -- choosing -------------------------------------------------------------------------
+
+    def _explicit_task(
+        self, policy: Policy, body: Mapping[str, Any], headers: Mapping[str, str]
+    ) -> str | None:
+        from_header = _header(headers, TASK_HEADER)
+        metadata = body.get("metadata")
+        from_body = metadata.get("task_type") if isinstance(metadata, dict) else None
+        name, param = (
+            (from_header, TASK_HEADER) if from_header else (from_body, "metadata.task_type")
+        )
+        if name:
+            if not isinstance(name, str) or name not in policy.tasks:
+                known = ", ".join(sorted(policy.tasks)) or "none"
+                raise InvalidRequest(
+                    f"unknown task type {name!r} (known: {known})", param=param, code="unknown_task"
+                )
+            return name
+        return None
+
+    def _pinned(self, policy: Policy, requested: str) -> list[tuple[str, str]]:
         model = policy.resolve_model(requested)
         if model is None:
             raise NotFound(
@@ -55,13 +204,204 @@ class Router:
                 param="model",
                 code="model_not_found",
             )
-        if allowed_models is not None and model not in allowed_models:
+        reason = "pinned" if requested == model else f"pinned via alias {requested}"
+        return [(model, reason)]
+
+    def _task_candidates(
+        self,
+        policy: Policy,
+        task: TaskConfig,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+    ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        eligible: list[str] = []
+        dropped: list[tuple[str, str]] = []
+        for name in task.candidates:
+            model = policy.resolve_model(name)
+            if model is None or model in eligible:
+                continue
+            failure = policy.constraint_failure(task, model)
+            if failure:
+                dropped.append((model, failure))
+            else:
+                eligible.append(model)
+        if task.strategy == "cheapest":
+            ordered = self._cheapest(policy, task, eligible, body)
+        elif task.strategy == "lowest_latency":
+            ordered = self._lowest_latency(eligible)
+        elif task.strategy == "weighted":
+            ordered = self._weighted(policy, task, eligible, headers)
+        else:
+            ordered = [(m, f"ordered #{i + 1}") for i, m in enumerate(eligible)]
+        for name in task.fallbacks:
+            model = policy.resolve_model(name)
+            if model is not None:
+                ordered.append((model, "task fallback"))
+        return ordered, dropped
+
+    def _cheapest(
+        self, policy: Policy, task: TaskConfig, models: list[str], body: Mapping[str, Any]
+    ) -> list[tuple[str, str]]:
+        prompt = estimate_prompt_tokens(body)
+        completion = expected_output_tokens(body, task.expected_output_tokens)
+        costs = {m: policy.models[m].price.cost_usd(prompt, completion) for m in models}
+        ranked = sorted(models, key=lambda m: costs[m])  # stable: ties keep the listed order
+        return [(m, f"cheapest: est ${costs[m]:.6f}") for m in ranked]
+
+    def _lowest_latency(self, models: list[str]) -> list[tuple[str, str]]:
+        latency = self.state.latency if self.state else None
+        estimates = {m: latency.estimate(m) if latency else None for m in models}
+        # Models never measured go first (listed order) so that each gets a first sample.
+        ranked = sorted(models, key=lambda m: (estimates[m] is not None, estimates[m] or 0.0))
+        return [
+            (
+                m,
+                f"lowest_latency: ewma {estimates[m] * 1000:.0f} ms"
+                if estimates[m] is not None
+                else "lowest_latency: no samples yet",
+            )
+            for m in ranked
+        ]
+
+    def _weighted(
+        self,
+        policy: Policy,
+        task: TaskConfig,
+        models: list[str],
+        headers: Mapping[str, str],
+    ) -> list[tuple[str, str]]:
+        weights: dict[str, float] = {}
+        for name, weight in (task.weights or {}).items():
+            model = policy.resolve_model(name)
+            if model in models:
+                weights[model] = weights.get(model, 0.0) + weight
+        pool = [m for m in models if weights.get(m, 0.0) > 0]
+        total = sum(weights[m] for m in pool)
+        if not pool or total <= 0:
+            return [(m, "weighted: no weight left, listed order") for m in models]
+        # Deterministic per request id (a retried request lands on the same model), else random.
+        request_id = _header(headers, REQUEST_ID_HEADER)
+        draw = _unit_draw(request_id) if request_id else self._rng.random()
+        point = draw * total
+        chosen = pool[-1]
+        for model in pool:
+            point -= weights[model]
+            if point < 0:
+                chosen = model
+                break
+        rest = sorted((m for m in models if m != chosen), key=lambda m: -weights.get(m, 0.0))
+        share = weights[chosen] / total * 100
+        return [(chosen, f"weighted {share:.0f}% (draw {draw:.3f})")] + [
+            (m, f"weighted fallback ({weights.get(m, 0.0) / total * 100:.0f}%)") for m in rest
+        ]
+
+    # -- shaping the list ------------------------------------------------------------------
+
+    def _with_fallbacks(
+        self, policy: Policy, models: list[tuple[str, str]]
+    ) -> list[tuple[str, str]]:
+        """Dedupe, then append each model's fallbacks (transitively) in order."""
+        result: list[tuple[str, str]] = []
+        seen: set[str] = set()
+
+        def add(model: str, reason: str) -> None:
+            if model in seen:
+                return
+            seen.add(model)
+            result.append((model, reason))
+
+        for model, reason in models:
+            add(model, reason)
+        index = 0
+        while index < len(result):
+            source = result[index][0]
+            for fallback in policy.model_fallbacks(source):
+                add(fallback, f"fallback of {source}")
+            index += 1
+        return result
+
+    def _apply_canaries(
+        self,
+        policy: Policy,
+        models: list[tuple[str, str]],
+        body: Mapping[str, Any],
+        key_id: str,
+    ) -> list[tuple[str, str]]:
+        if not policy.canaries:
+            return models
+        user = body.get("user")
+        subject = user if isinstance(user, str) and user else key_id
+        result: list[tuple[str, str]] = []
+        for model, reason in models:
+            canary = policy.canary_for(model)
+            if canary is None:
+                result.append((model, reason))
+                continue
+            target = policy.resolve_model(canary.target) or model
+            bucket = canary_bucket(model, subject)
+            label = f"canary {canary.percent:g}% bucket {bucket / 100:.2f}"
+            if in_canary(bucket, canary.percent):
+                result.append((target, f"{label} ({reason})"))
+                result.append((model, f"canary source, after {target}"))
+            else:
+                result.append((model, f"{reason}; {label}: control"))
+        deduped: list[tuple[str, str]] = []
+        seen: set[str] = set()
+        for model, reason in result:
+            if model not in seen:
+                seen.add(model)
+                deduped.append((model, reason))
+        return deduped
+
+    def _allowed(
+        self,
+        policy: Policy,
+        models: list[tuple[str, str]],
+        allowed_models: frozenset[str] | None,
+    ) -> tuple[list[tuple[str, str]], list[Candidate]]:
+        if allowed_models is None:
+            return models, []
+        allowed = _AllowList(policy, allowed_models)
+        kept: list[tuple[str, str]] = []
+        denied: list[Candidate] = []
+        for model, reason in models:
+            if allowed.permits(model):
+                kept.append((model, reason))
+            else:
+                denied.append(self._candidate(policy, model, "skipped: not allowed for this key"))
+        return kept, denied
+
+    def _raise_nothing_allowed(
+        self, requested: str | None, task: str | None, strategy: str
+    ) -> NoReturn:
+        if strategy == "pinned":
             raise PermissionDenied(
                 f"this key may not use the model `{requested}`",
                 param="model",
                 code="model_not_allowed",
             )
-        config = policy.models[model]
-        reason = "pinned" if requested == model else f"pinned via alias {requested}"
-        candidate = Candidate(model, config.provider, policy.upstream_model(model), reason)
-        return RoutePlan(None, "pinned", [candidate], loaded.version)
+        raise PermissionDenied(
+            f"this key may not use any model of the task `{task}`",
+            param="model",
+            code="model_not_allowed",
+        )
+
+    @staticmethod
+    def _candidate(policy: Policy, model: str, reason: str) -> Candidate:
+        return Candidate(model, policy.models[model].provider, policy.upstream_model(model), reason)
+
+
+class _AllowList:
+    """A key's allowed models: model names, aliases of them, or glob patterns (``gpt-4.1*``)."""
+
+    def __init__(self, policy: Policy, entries: Iterable[str]) -> None:
+        self.names: set[str] = set()
+        self.patterns: list[str] = []
+        for entry in entries:
+            if any(ch in entry for ch in "*?["):
+                self.patterns.append(entry)
+            else:
+                self.names.add(policy.resolve_model(entry) or entry)
+
+    def permits(self, model: str) -> bool:
+        return model in self.names or any(fnmatchcase(model, p) for p in self.patterns)
