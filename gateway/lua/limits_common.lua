@@ -1,0 +1,112 @@
+-- Shared prelude of the limiter scripts (prepended to each one by gateway/limits.py).
+-- KEYS, all in one hash slot ({key:<id>}):
+--   1 rpm      hash  sub-bucket index -> requests
+--   2 tpm      hash  sub-bucket index -> tokens
+--   3 held     hash  request id -> "tokens micro bucket period window[ r]"
+--   4 leases   zset  request id -> lease deadline (ms); a crashed holder's budget comes back
+--   5..7       hash  budget:day / budget:month / budget:total -> window, spent, reserved (micro-USD)
+local BUDGET_KEY = {day = 5, month = 6, total = 7}
+
+-- Lua turns numbers into "%.14g" strings; large counters must go to Redis as integers.
+local function int(x)
+  return string.format('%d', x)
+end
+
+-- Server time, so that replicas with skewed clocks agree.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Sum the live sub-buckets of a window hash and drop the ones that slid out.
+-- Returns the total, the newest live bucket (or nil) and the live {bucket, amount} pairs.
+local function window_usage(key, oldest_live)
+  local flat = redis.call('HGETALL', key)
+  local total, newest, live, stale = 0, nil, {}, {}
+  for i = 1, #flat, 2 do
+    local bucket = tonumber(flat[i])
+    if bucket < oldest_live then
+      stale[#stale + 1] = flat[i]
+    else
+      local amount = tonumber(flat[i + 1])
+      total = total + amount
+      live[#live + 1] = {bucket, amount}
+      if newest == nil or bucket > newest then
+        newest = bucket
+      end
+    end
+  end
+  if #stale > 0 then
+    redis.call('HDEL', key, unpack(stale))
+  end
+  return total, newest, live
+end
+
+-- Days since 1970-01-01 <-> proleptic Gregorian date (H. Hinnant's civil algorithms).
+local function civil_from_days(z)
+  z = z + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then
+    y = y + 1
+  end
+  return y, m, d
+end
+
+local function days_from_civil(y, m, d)
+  if m <= 2 then
+    y = y - 1
+  end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local mp = m > 2 and m - 3 or m + 9
+  local doy = math.floor((153 * mp + 2) / 5) + d - 1
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+  return era * 146097 + doe - 719468
+end
+
+-- The UTC budget window holding `now` and when it ends (ms; -1 = never).
+local function budget_window(period, now)
+  if period == 'total' then
+    return 'total', -1
+  end
+  local day = math.floor(now / 86400000)
+  local y, m, d = civil_from_days(day)
+  if period == 'day' then
+    return string.format('%04d-%02d-%02d', y, m, d), (day + 1) * 86400000
+  end
+  if m == 12 then
+    return string.format('%04d-%02d', y, m), days_from_civil(y + 1, 1, 1) * 86400000
+  end
+  return string.format('%04d-%02d', y, m), days_from_civil(y, m + 1, 1) * 86400000
+end
+
+-- tokens, micro, bucket, period, window, reclaimed
+local function parse_hold(value)
+  local t, m, b, p, w, rest = string.match(value, '^(%d+) (%d+) (%-?%d+) (%S+) (%S+)(.*)$')
+  return tonumber(t), tonumber(m), tonumber(b), p, w, rest == ' r'
+end
+
+-- Give a budget hold back, unless the window it was taken in has rolled over since.
+local function unhold_budget(period, window, micro)
+  local index = BUDGET_KEY[period]
+  if index and redis.call('HGET', KEYS[index], 'window') == window then
+    redis.call('HINCRBY', KEYS[index], 'reserved', int(-micro))
+  end
+end
+
+-- Take up to `amount` back out of one sub-bucket (never below zero).
+local function refund_bucket(key, bucket, amount)
+  local have = tonumber(redis.call('HGET', key, int(bucket))) or 0
+  local take = math.min(have, amount)
+  if take > 0 then
+    redis.call('HINCRBY', key, int(bucket), int(-take))
+  end
+end
