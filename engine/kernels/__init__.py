@@ -9,7 +9,12 @@ from typing import Literal
 
 import torch
 
-from engine.kernels.reference import paged_attention_ref, store_kv_ref
+from engine.kernels.reference import (
+    paged_attention_ref,
+    rms_norm_ref,
+    silu_and_mul_ref,
+    store_kv_ref,
+)
 
 Backend = Literal["torch", "triton"]
 
@@ -67,3 +72,27 @@ def paged_attention(
     return paged_attention_ref(
         query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale
     )
+
+
+def rms_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor | None = None,
+    backend: Backend = "torch",
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """RMSNorm, fused with the residual add when ``residual`` is given (see ``rms_norm_ref``)."""
+    if backend == "triton":
+        from engine.kernels.rms_norm import rms_norm_triton
+
+        return rms_norm_triton(x, weight, eps, residual)
+    return rms_norm_ref(x, weight, eps, residual)
+
+
+def silu_and_mul(x: torch.Tensor, backend: Backend = "torch") -> torch.Tensor:
+    """SwiGLU on a fused gate/up projection (see ``silu_and_mul_ref``)."""
+    if backend == "triton":
+        from engine.kernels.silu_and_mul import silu_and_mul_triton
+
+        return silu_and_mul_triton(x)
+    return silu_and_mul_ref(x)

@@ -45,7 +45,7 @@ def paged_attention_ref(
     prefill over a cached prefix are one case). A row with ``context_len == 0`` is padding
     and yields zeros. Softmax runs in fp32.
     """
-    num_tokens, num_heads, head_dim = query.shape
+    _, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     group = num_heads // num_kv_heads
     out = torch.zeros_like(query)
@@ -71,3 +71,28 @@ def paged_attention_ref(
         probs = torch.softmax(scores, dim=-1)
         out[q_start:q_end] = torch.einsum("hqk,khd->qhd", probs, values).to(query.dtype)
     return out
+
+
+def rms_norm_ref(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """HF RMSNorm: fp32 statistics, rounded to ``x``'s dtype, then scaled by ``weight``.
+
+    With ``residual`` the input is ``x + residual`` (in ``x``'s dtype) and the sum is returned
+    as well, for the next block's residual.
+    """
+    if residual is not None:
+        x = x + residual
+    x32 = x.float()
+    normed = (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    out = weight * normed
+    return out if residual is None else (out, x)
+
+
+def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:
+    """SwiGLU on a fused gate/up projection ``[..., 2 * d]`` (gate first)."""
+    gate, up = x.chunk(2, dim=-1)
+    return torch.nn.functional.silu(gate) * up

@@ -1,0 +1,60 @@
+"""Fused RMSNorm(+residual) and SiLU·mul kernels against their torch references."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.kernels import rms_norm, silu_and_mul
+from engine.kernels.reference import rms_norm_ref, silu_and_mul_ref
+from engine.kernels.rms_norm import rms_norm_triton
+from engine.kernels.silu_and_mul import silu_and_mul_triton
+
+from .kernel_cases import KERNEL_DTYPES, tolerance
+
+
+def random(shape, dtype, device, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=generator).to(dtype).to(device)
+
+
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
+@pytest.mark.parametrize("hidden_size", [64, 96, 1024])
+def test_rms_norm_matches_reference(dtype, hidden_size, device):
+    x = random((5, 3, hidden_size), dtype, device)
+    weight = random((hidden_size,), dtype, device, seed=1)
+    actual = rms_norm_triton(x, weight, 1e-6)
+    expected = rms_norm_ref(x, weight, 1e-6)
+    assert actual.shape == x.shape and actual.dtype == expected.dtype
+    torch.testing.assert_close(actual, expected, **tolerance(dtype))
+
+
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
+def test_rms_norm_with_residual_returns_the_sum(dtype, device):
+    x = random((7, 256), dtype, device)
+    residual = random((7, 256), dtype, device, seed=2)
+    weight = random((256,), dtype, device, seed=3)
+    out, new_residual = rms_norm(x, weight, 1e-5, residual, backend="triton")
+    expected_out, expected_residual = rms_norm_ref(x, weight, 1e-5, residual)
+    torch.testing.assert_close(new_residual, expected_residual, atol=0, rtol=0)
+    torch.testing.assert_close(out, expected_out, **tolerance(dtype))
+
+
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
+@pytest.mark.parametrize("width", [48, 3072])
+def test_silu_and_mul_matches_reference(dtype, width, device):
+    x = random((4, 2, 2 * width), dtype, device)
+    actual = silu_and_mul(x, backend="triton")
+    expected = silu_and_mul_ref(x)
+    assert actual.shape == (4, 2, width)
+    torch.testing.assert_close(actual, expected, **tolerance(dtype))
+
+
+def test_fused_layers_reject_bad_shapes(device):
+    x = random((2, 10), torch.float32, device)
+    with pytest.raises(ValueError, match="even"):
+        silu_and_mul_triton(x[:, :9])
+    with pytest.raises(ValueError, match="weight"):
+        rms_norm_triton(x, torch.ones(9, device=device), 1e-6)
+    with pytest.raises(ValueError, match="residual"):
+        rms_norm_triton(x, torch.ones(10, device=device), 1e-6, residual=x[:1])
