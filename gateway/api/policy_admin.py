@@ -1,0 +1,129 @@
+"""Admin endpoints for the routing policy and route explanations.
+
+Each handler takes its dependencies as arguments; ``policy_admin_routes`` binds them into
+Starlette routes for the app to mount (behind the admin auth):
+
+- ``GET  /admin/policy``           version, loaded_at, source, last_error and the policy as JSON
+- ``PUT  /admin/policy``           YAML or JSON body: validate, write the file atomically, apply
+- ``POST /admin/policy/validate``  the same validation, a dry run
+- ``POST /admin/route/explain``    ``{"body": {...}, "headers": {...}, "key_id"?, "allowed_models"?}``
+                                    → the ordered candidates with reasons; calls no provider
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway.api.http import error_response, json_response, read_body, read_json_object
+from gateway.dispatch import Dispatcher
+from gateway.errors import GatewayError, InvalidRequest
+from gateway.policy import PolicyError, parse_policy
+from gateway.policy_store import PolicyStore, policy_text_from_body
+from gateway.router import Router
+
+MAX_POLICY_BYTES = 1 << 20
+MAX_EXPLAIN_BYTES = 1 << 20
+
+
+def _invalid_policy(error: PolicyError) -> InvalidRequest:
+    return InvalidRequest(
+        f"invalid policy: {error}", param=error.path or None, code="invalid_policy"
+    )
+
+
+async def get_policy(request: Request, store: PolicyStore) -> Response:
+    return json_response(store.describe())
+
+
+async def put_policy(request: Request, store: PolicyStore) -> Response:
+    try:
+        raw = await read_body(request, MAX_POLICY_BYTES)
+        text = policy_text_from_body(raw, request.headers.get("content-type"))
+        loaded = await asyncio.to_thread(store.write, text)
+    except PolicyError as error:
+        return error_response(_invalid_policy(error))
+    except GatewayError as error:
+        return error_response(error)
+    return json_response(
+        {"applied": True, "version": loaded.version, "loaded_at": loaded.loaded_at}
+    )
+
+
+async def validate_policy(request: Request, store: PolicyStore) -> Response:
+    try:
+        raw = await read_body(request, MAX_POLICY_BYTES)
+        text = policy_text_from_body(raw, request.headers.get("content-type"))
+        policy = parse_policy(text)
+    except PolicyError as error:
+        return error_response(_invalid_policy(error))
+    except GatewayError as error:
+        return error_response(error)
+    return json_response(
+        {
+            "valid": True,
+            "models": len(policy.models),
+            "tasks": sorted(policy.tasks),
+            "current_version": store.current.version if store.loaded else None,
+        }
+    )
+
+
+async def explain_route(request: Request, router: Router, dispatcher: Dispatcher) -> Response:
+    try:
+        payload = await read_json_object(request, MAX_EXPLAIN_BYTES)
+        body, headers, key_id, allowed = _explain_inputs(payload)
+        plan = router.plan(body=body, headers=headers, key_id=key_id, allowed_models=allowed)
+    except GatewayError as error:
+        return error_response(error)
+    explained = plan.explain()
+    explained["health"] = dispatcher.preview(plan)
+    explained["header"] = plan.header_value(plan.candidates[0])
+    return json_response(explained)
+
+
+def _explain_inputs(
+    payload: dict[str, Any],
+) -> tuple[dict[str, Any], dict[str, str], str, frozenset[str] | None]:
+    body = payload.get("body", {})
+    if not isinstance(body, dict):
+        raise InvalidRequest("body must be an object (the chat request)", param="body")
+    headers = payload.get("headers", {})
+    if not isinstance(headers, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        raise InvalidRequest("headers must be an object of strings", param="headers")
+    key_id = payload.get("key_id", "explain")
+    if not isinstance(key_id, str):
+        raise InvalidRequest("key_id must be a string", param="key_id")
+    allowed = payload.get("allowed_models")
+    if allowed is not None and (
+        not isinstance(allowed, list) or not all(isinstance(m, str) for m in allowed)
+    ):
+        raise InvalidRequest("allowed_models must be a list of strings", param="allowed_models")
+    return body, headers, key_id, frozenset(allowed) if allowed is not None else None
+
+
+def policy_admin_routes(store: PolicyStore, router: Router, dispatcher: Dispatcher) -> list[Route]:
+    """The four routes, bound to the app's objects."""
+
+    def bind(
+        handler: Callable[..., Awaitable[Response]], *deps: object
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            return await handler(request, *deps)
+
+        endpoint.__name__ = handler.__name__
+        return endpoint
+
+    return [
+        Route("/admin/policy", bind(get_policy, store), methods=["GET"]),
+        Route("/admin/policy", bind(put_policy, store), methods=["PUT"]),
+        Route("/admin/policy/validate", bind(validate_policy, store), methods=["POST"]),
+        Route("/admin/route/explain", bind(explain_route, router, dispatcher), methods=["POST"]),
+    ]

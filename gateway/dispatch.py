@@ -1,0 +1,405 @@
+"""Runs a route plan: retries, fallbacks, circuit breakers and per-provider concurrency.
+
+``Dispatcher.run(plan, attempt)`` calls ``attempt(candidate)`` (an async callable that does the
+upstream call up to the point where the first byte would go to the client, raising
+``UpstreamError``) for each candidate in order until one succeeds:
+
+- retryable errors (connect, timeout, 429, 5xx) are retried with exponential backoff and
+  jitter, or exactly the upstream's Retry-After, while the total time budget lasts; a
+  Retry-After longer than ``max_retry_after_s`` or the time left moves on at once;
+- an upstream 401/403/404 (our key or model is wrong there) and a missing API key are
+  configuration errors of that candidate: no retry, next candidate;
+- any other 4xx is the client's fault: it is raised at once (no retry, no fallback);
+- a candidate whose breaker is open, or whose provider is at ``max_concurrency``, is skipped.
+
+Every try and skip is recorded in ``attempts`` for usage, explain and logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import structlog
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential_jitter
+
+from gateway.breaker import CircuitBreaker
+from gateway.errors import UpstreamError
+from gateway.policy import ProviderConfig
+from gateway.router import Candidate, RoutePlan
+from gateway.routing_state import RoutingState
+
+T = TypeVar("T")
+
+CONFIG_STATUSES = frozenset({401, 403, 404})
+
+
+@dataclass(frozen=True)
+class RetrySettings:
+    max_tries_per_candidate: int = 3
+    initial_backoff_s: float = 0.25
+    max_backoff_s: float = 4.0
+    jitter_s: float = 0.25
+    max_retry_after_s: float = 10.0
+    total_budget_s: float = 30.0  # retries and backoff of the whole plan stop here
+
+
+@dataclass
+class AttemptRecord:
+    model: str
+    provider: str
+    outcome: str  # ok | failed | skipped
+    detail: str = ""
+    status: int | None = None
+    kind: str | None = None
+    duration_s: float = 0.0
+    retry_in_s: float | None = None  # the wait before the next try of this candidate
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "provider": self.provider,
+            "outcome": self.outcome,
+            "detail": self.detail,
+            "status": self.status,
+            "kind": self.kind,
+            "duration_s": round(self.duration_s, 6),
+            "retry_in_s": self.retry_in_s,
+        }
+
+
+@dataclass
+class DispatchResult(Generic[T]):
+    value: T
+    candidate: Candidate
+    attempts: list[AttemptRecord]
+    _release: Callable[[], None] | None = field(default=None, repr=False)
+
+    def release(self) -> None:
+        """Give the provider slot back (only needed with ``hold=True``); idempotent."""
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+
+
+class DispatchFailed(UpstreamError):
+    """No candidate served. Status, message and upstream body come from the deciding error."""
+
+    def __init__(self, message: str, attempts: list[AttemptRecord], **kwargs: Any) -> None:
+        kwargs.setdefault("retryable", False)
+        super().__init__(message, **kwargs)
+        self.attempts = attempts
+
+    @classmethod
+    def from_error(cls, error: UpstreamError, attempts: list[AttemptRecord]) -> DispatchFailed:
+        failed = cls(
+            error.message,
+            attempts,
+            status=error.status,
+            kind=error.kind,
+            provider=error.provider,
+            upstream_body=error.upstream_body,
+            retry_after_s=error.retry_after_s,
+            code=error.code,
+            error_type=error.type,
+            headers=error.headers,
+        )
+        failed.__cause__ = error
+        return failed
+
+
+class _Skipped(Exception):
+    """The candidate was not tried (breaker open, provider full); not retried."""
+
+
+def is_client_error(error: UpstreamError) -> bool:
+    return (
+        not error.retryable
+        and error.kind == "status"
+        and 400 <= error.status < 500
+        and error.status not in CONFIG_STATUSES
+    )
+
+
+def _counts_against_breaker(error: UpstreamError) -> bool:
+    return error.retryable or error.status in CONFIG_STATUSES or error.status >= 500
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        state: RoutingState,
+        settings: RetrySettings | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.state = state
+        self.settings = settings or RetrySettings()
+        self._env = env if env is not None else os.environ
+        self._sleep = sleep
+        self._clock = clock
+        self._log = structlog.get_logger("switchyard.dispatch")
+        self._backoff = wait_exponential_jitter(
+            initial=self.settings.initial_backoff_s,
+            max=self.settings.max_backoff_s,
+            jitter=self.settings.jitter_s,
+        )
+
+    async def run(
+        self,
+        plan: RoutePlan,
+        attempt: Callable[[Candidate], Awaitable[T]],
+        *,
+        hold: bool = False,
+    ) -> DispatchResult[T]:
+        """Serve ``plan`` with ``attempt``; raise ``DispatchFailed`` when nothing served.
+
+        With ``hold=True`` the provider slot stays taken after the return (a stream still
+        flowing); the caller must call ``result.release()`` when the response ends.
+        """
+        attempts: list[AttemptRecord] = []
+        deadline = self._clock() + self.settings.total_budget_s
+        last_error: UpstreamError | None = None
+        for candidate in plan.candidates:
+            provider = self._provider(plan, candidate)
+            missing_key = self._missing_key(provider)
+            if missing_key:
+                attempts.append(
+                    AttemptRecord(
+                        candidate.model,
+                        candidate.provider,
+                        "skipped",
+                        f"missing API key: {missing_key} is not set",
+                        kind="config",
+                    )
+                )
+                last_error = UpstreamError(
+                    f"provider {candidate.provider} has no API key ({missing_key} is not set)",
+                    status=503,
+                    retryable=False,
+                    kind="config",
+                    provider=candidate.provider,
+                    code="upstream_not_configured",
+                )
+                continue
+            if self._clock() >= deadline:
+                attempts.append(
+                    AttemptRecord(
+                        candidate.model, candidate.provider, "skipped", "time budget spent"
+                    )
+                )
+                continue
+            try:
+                value, release = await self._serve(
+                    candidate, provider, attempt, attempts, deadline, hold
+                )
+            except _Skipped:
+                continue
+            except UpstreamError as error:
+                if is_client_error(error):
+                    raise DispatchFailed.from_error(error, attempts) from error
+                last_error = error
+                continue
+            return DispatchResult(value, candidate, attempts, release)
+        if last_error is None:
+            raise DispatchFailed(
+                "no upstream can take this request now (all candidates skipped: "
+                + "; ".join(f"{a.model}: {a.detail}" for a in attempts)
+                + ")",
+                attempts,
+                status=503,
+                kind="unavailable",
+                code="no_healthy_upstream",
+            )
+        raise DispatchFailed.from_error(last_error, attempts) from last_error
+
+    async def dispatch(
+        self, plan: RoutePlan, attempt: Callable[[Candidate], Awaitable[T]]
+    ) -> tuple[Candidate, T]:
+        """``run`` in the shape of ``providers.first_candidate.Dispatch``: (served, value)."""
+        result = await self.run(plan, attempt)
+        return result.candidate, result.value
+
+    def preview(self, plan: RoutePlan) -> list[dict[str, Any]]:
+        """What ``run`` would do with each candidate right now, without calling anything."""
+        rows = []
+        for candidate in plan.candidates:
+            provider = self._provider(plan, candidate)
+            state = self.state.breakers.state_of(candidate.provider, candidate.model)
+            limit = provider.max_concurrency if provider else None
+            inflight = self.state.inflight.count(candidate.provider)
+            missing_key = self._missing_key(provider)
+            if missing_key:
+                verdict = f"skipped: missing API key ({missing_key} is not set)"
+            elif state == "open":
+                verdict = "skipped: breaker open"
+            elif limit is not None and inflight >= limit:
+                verdict = f"skipped: provider at max_concurrency ({limit})"
+            else:
+                verdict = "would try" if state == "closed" else "would try (half-open probe)"
+            rows.append(
+                {
+                    "model": candidate.model,
+                    "provider": candidate.provider,
+                    "breaker": state,
+                    "inflight": inflight,
+                    "max_concurrency": limit,
+                    "latency_ewma_s": self.state.latency.estimate(candidate.model),
+                    "verdict": verdict,
+                }
+            )
+        return rows
+
+    @staticmethod
+    def _provider(plan: RoutePlan, candidate: Candidate) -> ProviderConfig | None:
+        return plan.policy.providers.get(candidate.provider) if plan.policy else None
+
+    def _missing_key(self, provider: ProviderConfig | None) -> str | None:
+        if provider is None or not provider.api_key_env:
+            return None
+        return None if self._env.get(provider.api_key_env) else provider.api_key_env
+
+    async def _serve(
+        self,
+        candidate: Candidate,
+        provider: ProviderConfig | None,
+        attempt: Callable[[Candidate], Awaitable[T]],
+        attempts: list[AttemptRecord],
+        deadline: float,
+        hold: bool,
+    ) -> tuple[T, Callable[[], None] | None]:
+        breaker = self.state.breakers.get(candidate.provider, candidate.model)
+        limit = provider.max_concurrency if provider else None
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(lambda exc: isinstance(exc, UpstreamError) and exc.retryable),
+            wait=self._wait,
+            stop=self._stop(deadline, breaker),
+            sleep=self._sleep,
+            before_sleep=lambda rs: setattr(attempts[-1], "retry_in_s", rs.upcoming_sleep),
+            reraise=True,
+        )
+        async for try_ in retrying:
+            with try_:
+                return await self._try_once(candidate, limit, breaker, attempt, attempts, hold)
+        raise AssertionError("unreachable: tenacity either returns or raises")
+
+    async def _try_once(
+        self,
+        candidate: Candidate,
+        limit: int | None,
+        breaker: CircuitBreaker,
+        attempt: Callable[[Candidate], Awaitable[T]],
+        attempts: list[AttemptRecord],
+        hold: bool,
+    ) -> tuple[T, Callable[[], None] | None]:
+        def skip(detail: str) -> _Skipped:
+            attempts.append(AttemptRecord(candidate.model, candidate.provider, "skipped", detail))
+            return _Skipped(detail)
+
+        if not breaker.allow():
+            raise skip(f"breaker {breaker.state}")
+        inflight = self.state.inflight
+        if not inflight.try_acquire(candidate.provider, limit):
+            breaker.release_probe()
+            raise skip(f"provider at max_concurrency ({limit})")
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                inflight.release(candidate.provider)
+
+        started = self._clock()
+        try:
+            value = await attempt(candidate)
+        except UpstreamError as error:
+            release()
+            self._record_failure(candidate, breaker, error, attempts, self._clock() - started)
+            raise
+        except Exception as exc:
+            release()
+            # An attempt function that lets a non-UpstreamError escape: treat it as a broken
+            # upstream response so the next candidate still gets its chance.
+            error = UpstreamError(
+                f"upstream call failed: {type(exc).__name__}: {exc}",
+                retryable=False,
+                kind="protocol",
+                provider=candidate.provider,
+            )
+            self._record_failure(candidate, breaker, error, attempts, self._clock() - started)
+            raise error from exc
+        except BaseException:
+            release()
+            breaker.release_probe()
+            raise
+        elapsed = self._clock() - started
+        breaker.record_success()
+        self.state.latency.observe(candidate.model, elapsed)
+        attempts.append(
+            AttemptRecord(candidate.model, candidate.provider, "ok", "served", duration_s=elapsed)
+        )
+        if not hold:
+            release()
+            return value, None
+        return value, release
+
+    def _record_failure(
+        self,
+        candidate: Candidate,
+        breaker: CircuitBreaker,
+        error: UpstreamError,
+        attempts: list[AttemptRecord],
+        elapsed: float,
+    ) -> None:
+        if _counts_against_breaker(error):
+            breaker.record_failure()
+        else:
+            breaker.release_probe()
+        attempts.append(
+            AttemptRecord(
+                candidate.model,
+                candidate.provider,
+                "failed",
+                error.message,
+                status=error.status,
+                kind=error.kind,
+                duration_s=elapsed,
+            )
+        )
+        self._log.info(
+            "upstream_attempt_failed",
+            model=candidate.model,
+            provider=candidate.provider,
+            status=error.status,
+            kind=error.kind,
+            retryable=error.retryable,
+        )
+
+    def _wait(self, retry_state: RetryCallState) -> float:
+        error = retry_state.outcome.exception() if retry_state.outcome else None
+        if isinstance(error, UpstreamError) and error.retry_after_s is not None:
+            return max(0.0, error.retry_after_s)
+        return self._backoff(retry_state)
+
+    def _stop(self, deadline: float, breaker: CircuitBreaker) -> Callable[[RetryCallState], bool]:
+        settings = self.settings
+
+        def stop(retry_state: RetryCallState) -> bool:
+            if retry_state.attempt_number >= settings.max_tries_per_candidate:
+                return True
+            if breaker.state == "open":
+                return True
+            error = retry_state.outcome.exception() if retry_state.outcome else None
+            retry_after = error.retry_after_s if isinstance(error, UpstreamError) else None
+            if retry_after is not None and retry_after > settings.max_retry_after_s:
+                return True
+            return self._clock() + retry_state.upcoming_sleep > deadline
+
+        return stop

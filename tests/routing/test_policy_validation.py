@@ -1,0 +1,157 @@
+"""Invalid policies are refused with the dotted path of the offending field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gateway.policy import PolicyError, load_policy_file, main, parse_policy, policy_json_schema
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def error_of(data: object) -> PolicyError:
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(yaml.safe_dump(data) if not isinstance(data, str) else data)
+    return caught.value
+
+
+def test_base_policy_is_valid(policy_data) -> None:
+    policy = parse_policy(yaml.safe_dump(policy_data()))
+    assert policy.tasks["mix"].weights == {"big": 70, "small": 20, "other": 10}
+    assert policy.providers["home"].spill_when.kv_usage == 0.9
+    assert policy.resolve_model("best") == "big"
+    assert policy.models["big"].price.cost_usd(1_000_000, 0, 500_000) == pytest.approx(1.25)
+
+
+def test_shipped_policy_is_valid_and_realistic() -> None:
+    policy = load_policy_file(REPO / "routing_rules.yaml")
+    for name in ("gpt-4.1", "gpt-4o-mini", "o3", "deepseek-chat", "gemini-2.5-pro"):
+        assert name in policy.models
+    assert policy.models["gpt-4.1"].price.input == 2.0
+    assert {"chat", "code", "summarize", "extract", "reasoning", "embeddings"} <= set(policy.tasks)
+    assert policy.default_task in policy.tasks
+    assert policy.canaries and policy.canaries[0].percent <= 10
+    assert any(p.kind == "local" for p in policy.providers.values())
+    assert {"cheap", "best", "fast", "gpt4", "claude", "local"} <= set(policy.aliases)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "path", "words"),
+    [
+        (lambda d: d["models"]["big"].update(provider="nope"), "models.big.provider", "unknown"),
+        (
+            lambda d: d["models"]["big"]["price"].update(input=-1),
+            "models.big.price.input",
+            "greater than or equal to 0",
+        ),
+        (lambda d: d["aliases"].update(ghost="nothing"), "aliases.ghost", "unknown model"),
+        (lambda d: d["aliases"].update(big="small"), "aliases.big", "shadow"),
+        (lambda d: d.update(default_task="nap"), "default_task", "unknown task"),
+        (
+            lambda d: d["tasks"]["chat"]["candidates"].append("gpt-9"),
+            "tasks.chat.candidates.2",
+            "unknown model",
+        ),
+        (
+            lambda d: d["tasks"]["chat"].update(fallbacks=["zzz"]),
+            "tasks.chat.fallbacks.0",
+            "unknown",
+        ),
+        (lambda d: d["fallbacks"].update(other=["big"]), "fallbacks.", "cycle"),
+        (lambda d: d["fallbacks"].update(ghost=["big"]), "fallbacks.ghost", "unknown"),
+        (
+            lambda d: d.update(canaries=[{"from": "big", "to": "nobody", "percent": 5}]),
+            "canaries.0.to",
+            "unknown",
+        ),
+        (
+            lambda d: d.update(canaries=[{"from": "big", "to": "small", "percent": 150}]),
+            "canaries.0.percent",
+            "100",
+        ),
+        (
+            lambda d: d.update(canaries=[{"from": "best", "to": "big", "percent": 5}]),
+            "canaries.0.to",
+            "different",
+        ),
+        (lambda d: d["tasks"]["mix"].pop("weights"), "tasks.mix.weights", "needs weights"),
+        (
+            lambda d: d["tasks"]["mix"]["weights"].update(big=-3),
+            "tasks.mix.weights.big",
+            "negative",
+        ),
+        (
+            lambda d: d["tasks"]["mix"]["weights"].update(stranger=1),
+            "tasks.mix.weights.stranger",
+            "not one of",
+        ),
+        (
+            lambda d: d["tasks"]["mix"].update(weights={"big": 0, "small": 0}),
+            "tasks.mix.weights",
+            "positive",
+        ),
+        (
+            lambda d: d["tasks"]["chat"].update(weights={"big": 1}),
+            "tasks.chat.weights",
+            "do not apply",
+        ),
+        (
+            lambda d: d["tasks"]["chat"].update(strategy="fastest"),
+            "tasks.chat.strategy",
+            "ordered",
+        ),
+        (
+            lambda d: d["tasks"]["code"].update(max_price_per_mtok=0.1),
+            "tasks.code.candidates",
+            "no candidate",
+        ),
+        (lambda d: d["models"]["big"].update(colour="red"), "models.big.colour", "not permitted"),
+        (
+            lambda d: d["providers"]["alpha"].update(engine={"blocks": 4}),
+            "providers.alpha",
+            "local provider",
+        ),
+        (
+            lambda d: d["providers"]["home"].update(spill_when={"kv_usage": 1.5}),
+            "providers.home.spill_when.kv_usage",
+            "1",
+        ),
+        (lambda d: d["providers"]["beta"].pop("base_url"), "providers.beta", "base_url"),
+        (lambda d: d["models"].update(auto={"provider": "alpha"}), "models", "reserved"),
+    ],
+)
+def test_invalid_policy_names_the_field(policy_data, mutate, path, words) -> None:
+    data = policy_data()
+    mutate(data)
+    error = error_of(data)
+    assert error.path.startswith(path), (error.path, str(error))
+    assert words in error.message, error.message
+
+
+def test_fallback_cycle_message_shows_the_loop(policy_data) -> None:
+    data = policy_data()
+    data["fallbacks"]["other"] = ["best"]  # big -> small -> other -> big (via alias)
+    error = error_of(data)
+    assert "fallback cycle" in error.message
+    assert "big" in error.message and "other" in error.message
+
+
+def test_bad_yaml_and_non_mapping() -> None:
+    assert "invalid YAML" in error_of("providers: [unclosed").message
+    assert "mapping" in error_of("- just\n- a list\n").message
+
+
+def test_schema_export_matches_docs(capsys) -> None:
+    schema = policy_json_schema()
+    assert {"providers", "models", "tasks", "canaries"} <= set(schema["properties"])
+    canary = schema["$defs"]["Canary"]["properties"]
+    assert {"from", "to", "percent"} <= set(canary)
+    assert main(["--schema"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == schema
+    committed = json.loads((REPO / "docs" / "policy.schema.json").read_text())
+    assert committed == schema, "regenerate: python -m gateway.policy --schema > docs/..."
