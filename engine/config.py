@@ -1,0 +1,88 @@
+"""Engine settings, named and meant as in vLLM, validated up front with clear messages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class ConfigError(ValueError):
+    """A setting is out of range or inconsistent; the message names it."""
+
+
+@dataclass
+class EngineConfig:
+    model: str = ""
+    dtype: str = "auto"  # auto|float32|float16|bfloat16 (auto: checkpoint dtype, fp32 on CPU)
+    device: str = "auto"  # auto|cuda|cpu
+    gpu_memory_utilization: float = 0.9
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 256
+    max_model_len: int | None = None  # None: the model's max_position_embeddings
+    block_size: int = 16
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    enforce_eager: bool = False
+    kv_cache_bytes: int = 256 * 1024 * 1024  # CPU pool size
+    num_gpu_blocks: int | None = None  # explicit pool size; overrides both sizings
+    attention_backend: str = "auto"  # auto|torch|triton
+    seed: int = 0
+    tokenizer: str | None = None  # defaults to `model`
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        if self.dtype not in ("auto", *_DTYPES):
+            raise ConfigError(f"dtype must be auto, float32, float16 or bfloat16, not {self.dtype!r}")
+        if self.device not in ("auto", "cuda", "cpu"):
+            raise ConfigError(f"device must be auto, cuda or cpu, not {self.device!r}")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ConfigError(
+                f"gpu_memory_utilization must be in (0, 1], not {self.gpu_memory_utilization}"
+            )
+        if self.block_size <= 0 or self.block_size & (self.block_size - 1):
+            raise ConfigError(f"block_size must be a positive power of two, not {self.block_size}")
+        if self.max_num_seqs < 1:
+            raise ConfigError(f"max_num_seqs must be >= 1, not {self.max_num_seqs}")
+        if self.max_num_batched_tokens < 1:
+            raise ConfigError(
+                f"max_num_batched_tokens must be >= 1, not {self.max_num_batched_tokens}"
+            )
+        if self.max_model_len is not None and self.max_model_len < 1:
+            raise ConfigError(f"max_model_len must be >= 1, not {self.max_model_len}")
+        if (
+            not self.enable_chunked_prefill
+            and self.max_model_len is not None
+            and self.max_num_batched_tokens < self.max_model_len
+        ):
+            raise ConfigError(
+                f"without chunked prefill, max_num_batched_tokens ({self.max_num_batched_tokens})"
+                f" must be >= max_model_len ({self.max_model_len})"
+            )
+        if self.kv_cache_bytes <= 0:
+            raise ConfigError(f"kv_cache_bytes must be > 0, not {self.kv_cache_bytes}")
+        if self.num_gpu_blocks is not None and self.num_gpu_blocks < 1:
+            raise ConfigError(f"num_gpu_blocks must be >= 1, not {self.num_gpu_blocks}")
+        if self.attention_backend not in ("auto", "torch", "triton"):
+            raise ConfigError(
+                f"attention_backend must be auto, torch or triton, not {self.attention_backend!r}"
+            )
+
+    def resolve_device(self) -> torch.device:
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("device='cuda' was requested but no CUDA device is available")
+        return torch.device(self.device)
+
+    def resolve_dtype(self, checkpoint_dtype: str | None, device: torch.device) -> torch.dtype:
+        """`auto` keeps the checkpoint's dtype on CUDA and uses fp32 on the CPU."""
+        if self.dtype != "auto":
+            return _DTYPES[self.dtype]
+        if device.type != "cuda":
+            return torch.float32
+        return _DTYPES.get(checkpoint_dtype or "", torch.bfloat16)

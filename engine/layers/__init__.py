@@ -1,0 +1,1 @@
+"""Model building blocks: paged attention, sharding-ready linears, RoPE, norms, sampler."""

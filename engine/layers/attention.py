@@ -1,0 +1,74 @@
+"""Paged attention layer: store this step's K/V into the cache, then attend over it.
+
+Prefill, decode and chunked prefill over a cached prefix are one code path; the batch
+layout is described by `AttentionMetadata` (see `engine/kernels/reference.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine import kernels
+
+
+@dataclass
+class AttentionMetadata:
+    slot_mapping: torch.Tensor  # [num_tokens] int64, -1 = padding
+    cu_seqlens_q: torch.Tensor  # [B + 1] int32
+    context_lens: torch.Tensor  # [B] int32, KV entries including the new tokens
+    block_tables: torch.Tensor  # [B, max_blocks] int32
+    max_query_len: int | None = None
+
+
+class Attention(nn.Module):
+    def __init__(
+        self,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        scale: float,
+        backend: kernels.Backend = "torch",
+    ) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.scale = scale
+        self.backend = backend
+        # The runner binds this layer's slice of the KV pool; None until then.
+        self.k_cache: torch.Tensor | None = None
+        self.v_cache: torch.Tensor | None = None
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata | None
+    ) -> torch.Tensor:
+        """`q` `[T, heads, head_dim]`, `k`/`v` `[T, kv_heads, head_dim]` -> `[T, heads * head_dim]`."""
+        if self.k_cache is None or self.v_cache is None or meta is None:
+            return self._without_cache(q, k, v)
+        kernels.store_kv(
+            k.contiguous(), v.contiguous(), self.k_cache, self.v_cache, meta.slot_mapping, self.backend
+        )
+        out = kernels.paged_attention(
+            q.contiguous(),
+            self.k_cache,
+            self.v_cache,
+            meta.block_tables,
+            meta.cu_seqlens_q,
+            meta.context_lens,
+            self.scale,
+            backend=self.backend,
+            max_query_len=meta.max_query_len,
+        )
+        return out.reshape(out.shape[0], -1)
+
+    def _without_cache(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """One causal sequence, no cache: only for the memory-profiling forward."""
+        group = self.num_heads // self.num_kv_heads
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+        out = F.scaled_dot_product_attention(
+            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, scale=self.scale
+        )
+        return out.transpose(0, 1).reshape(q.shape[0], -1)

@@ -1,0 +1,90 @@
+"""Batched sampling on the device: penalties, temperature, top-k/top-p/min-p, per-row seeds.
+
+Random draws use the exponential-race trick (argmax of p / Exp(1) noise is a sample from p),
+with a row's own generator when the request has a seed, so a seeded request samples the same
+tokens whatever else shares its batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass
+class SamplingBatch:
+    """Per-row sampling settings for the rows being sampled this step, already on device."""
+
+    temperatures: torch.Tensor  # [S] float32; greedy rows hold 1.0
+    greedy: torch.Tensor  # [S] bool
+    all_greedy: bool
+    top_k: torch.Tensor | None  # [S] int64, vocab size where disabled
+    top_p: torch.Tensor | None  # [S] float32
+    min_p: torch.Tensor | None  # [S] float32
+    presence_penalty: torch.Tensor | None  # [S] float32
+    frequency_penalty: torch.Tensor | None  # [S] float32
+    output_counts: torch.Tensor | None  # [S, V] float32, tokens generated so far
+    banned: torch.Tensor | None  # [S, V] bool (EOS/stop ids before min_tokens)
+    generators: list[torch.Generator | None]  # a row's own generator, or None
+    default_generator: torch.Generator
+    num_logprobs: int  # top logprobs to return (0: none)
+
+
+@dataclass
+class SamplerOutput:
+    token_ids: torch.Tensor  # [S] int64
+    logprobs: torch.Tensor | None  # [S] sampled token's logprob
+    top_ids: torch.Tensor | None  # [S, k]
+    top_logprobs: torch.Tensor | None  # [S, k]
+
+
+class Sampler(nn.Module):
+    def forward(self, logits: torch.Tensor, batch: SamplingBatch) -> SamplerOutput:
+        logits = logits.float()
+        raw_logprobs = torch.log_softmax(logits, dim=-1) if batch.num_logprobs else None
+        if batch.output_counts is not None:
+            counts = batch.output_counts
+            if batch.presence_penalty is not None:
+                logits = logits - batch.presence_penalty[:, None] * (counts > 0)
+            if batch.frequency_penalty is not None:
+                logits = logits - batch.frequency_penalty[:, None] * counts
+        if batch.banned is not None:
+            logits = logits.masked_fill(batch.banned, float("-inf"))
+        tokens = logits.argmax(dim=-1)
+        if not batch.all_greedy:
+            sampled = self._sample(logits / batch.temperatures[:, None], batch)
+            tokens = torch.where(batch.greedy, tokens, sampled)
+        if raw_logprobs is None:
+            return SamplerOutput(tokens, None, None, None)
+        top_logprobs, top_ids = raw_logprobs.topk(batch.num_logprobs, dim=-1)
+        chosen = raw_logprobs.gather(1, tokens[:, None]).squeeze(1)
+        return SamplerOutput(tokens, chosen, top_ids, top_logprobs)
+
+    def _sample(self, logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+        if batch.top_k is not None or batch.top_p is not None:
+            logits = _top_k_top_p(logits, batch.top_k, batch.top_p)
+        probs = torch.softmax(logits, dim=-1)
+        if batch.min_p is not None:
+            threshold = batch.min_p[:, None] * probs.max(dim=-1, keepdim=True).values
+            probs = probs.masked_fill(probs < threshold, 0.0)
+        noise = torch.empty_like(probs)
+        for row, generator in enumerate(batch.generators):
+            noise[row].exponential_(generator=generator or batch.default_generator)
+        return (probs / noise).argmax(dim=-1)
+
+
+def _top_k_top_p(
+    logits: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None
+) -> torch.Tensor:
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    if top_k is not None:
+        ranks = torch.arange(logits.shape[-1], device=logits.device)[None, :]
+        sorted_logits = sorted_logits.masked_fill(ranks >= top_k[:, None], float("-inf"))
+    if top_p is not None:
+        probs = torch.softmax(sorted_logits, dim=-1)
+        mass_before = probs.cumsum(dim=-1) - probs
+        # the top token always survives: its mass_before is 0 < top_p
+        sorted_logits = sorted_logits.masked_fill(mass_before >= top_p[:, None], float("-inf"))
+    return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)

@@ -1,0 +1,169 @@
+"""Load an HF-format checkpoint directory (or hub id) into an engine model.
+
+`config.json` picks the architecture; `*.safetensors` (single file, or shards listed in
+`model.safetensors.index.json`) supply the weights. Every failure is a `LoaderError` that
+names the file or tensor at fault.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.kernels import Backend
+from engine.layers.linear import WeightShapeError, default_weight_loader
+from engine.models.llama import LlamaForCausalLM, ModelArgs, UnsupportedModelError
+
+INDEX_FILE = "model.safetensors.index.json"
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+class LoaderError(ValueError):
+    """The checkpoint cannot be loaded; the message names what is wrong."""
+
+
+def resolve_model_path(model: str | Path) -> Path:
+    """A local directory as is; otherwise a hub id fetched with `huggingface_hub`."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise LoaderError(f"model path {str(path)!r} is a file, expected a checkpoint directory")
+    name = str(model)
+    if name.count("/") != 1 or name.startswith((".", "/", "~")):
+        raise LoaderError(f"model directory {name!r} does not exist (and is not a hub id)")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as exc:
+        raise LoaderError(f"{name!r} is not a local directory and huggingface_hub is missing") from exc
+    try:
+        local = snapshot_download(
+            name, allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model"]
+        )
+    except Exception as exc:  # offline, unknown repo, gated: all mean "cannot fetch"
+        raise LoaderError(
+            f"could not download {name!r} from the Hugging Face hub (offline or not found): {exc}"
+        ) from exc
+    return Path(local)
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise LoaderError(f"missing config.json in {path}")
+    try:
+        return json.loads(config_file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise LoaderError(f"config.json in {path} is not valid JSON: {exc}") from exc
+
+
+def load_model_args(path: Path) -> ModelArgs:
+    try:
+        return ModelArgs.from_hf_config(read_config(path))
+    except UnsupportedModelError as exc:
+        raise LoaderError(str(exc)) from exc
+    except KeyError as exc:
+        raise LoaderError(f"config.json in {path} lacks required field {exc}") from exc
+
+
+def safetensors_files(path: Path) -> list[Path]:
+    index = path / INDEX_FILE
+    if index.is_file():
+        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
+        files = sorted({path / name for name in weight_map.values()})
+        for file in files:
+            if not file.is_file():
+                raise LoaderError(f"missing weight shard {file.name} (listed in {INDEX_FILE})")
+        return files
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise LoaderError(f"missing weights: no *.safetensors file in {path}")
+    return files
+
+
+def _iter_tensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
+    from safetensors import safe_open
+
+    for file in files:
+        with safe_open(str(file), framework="pt", device="cpu") as handle:
+            for name in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
+                yield name, handle.get_tensor(name)
+
+
+def _count_tensors(files: list[Path]) -> int:
+    from safetensors import safe_open
+
+    total = 0
+    for file in files:
+        with safe_open(str(file), framework="pt", device="cpu") as handle:
+            total += len(list(handle.keys()))
+    return total
+
+
+def load_weights(model: LlamaForCausalLM, path: Path, progress: bool = True) -> None:
+    from tqdm import tqdm
+
+    files = safetensors_files(path)
+    params = dict(model.named_parameters())
+    shards_needed = {name: 1 for name in params}
+    for fused, _ in model.packed_modules_mapping.values():
+        for name in params:
+            if f".{fused}." in name:
+                shards_needed[name] = sum(
+                    1 for f, _ in model.packed_modules_mapping.values() if f == fused
+                )
+    shards_loaded = dict.fromkeys(params, 0)
+    tied = model.args.tie_word_embeddings
+    bar = tqdm(total=_count_tensors(files), desc="Loading weights", unit="tensor", disable=not progress)
+    try:
+        for name, tensor in _iter_tensors(files):
+            bar.update(1)
+            if name.endswith(IGNORED_SUFFIXES) or (tied and name == "lm_head.weight"):
+                continue
+            target, shard_id = name, None
+            for original, (fused, shard) in model.packed_modules_mapping.items():
+                if f".{original}." in name:
+                    target, shard_id = name.replace(f".{original}.", f".{fused}."), shard
+                    break
+            param = params.get(target)
+            if param is None:
+                continue  # extra tensors (e.g. other heads) do not matter to generation
+            loader = getattr(param, "weight_loader", None)
+            try:
+                if loader is None:
+                    default_weight_loader(param, tensor)
+                elif shard_id is None:
+                    loader(param, tensor)
+                else:
+                    loader(param, tensor, shard_id)
+            except WeightShapeError as exc:
+                raise LoaderError(f"tensor {name!r}: {exc}") from exc
+            shards_loaded[target] += 1
+    finally:
+        bar.close()
+    missing = sorted(n for n, need in shards_needed.items() if shards_loaded[n] < need)
+    if missing:
+        raise LoaderError(f"checkpoint {path} lacks weights for: {', '.join(missing)}")
+
+
+def build_model(
+    path: Path,
+    args: ModelArgs,
+    device: torch.device,
+    dtype: torch.dtype,
+    backend: Backend,
+    progress: bool = True,
+) -> LlamaForCausalLM:
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # parameters are created in the target dtype directly
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(args, backend=backend)
+    finally:
+        torch.set_default_dtype(previous)
+    load_weights(model, path, progress=progress)
+    return model.eval()
