@@ -1,0 +1,98 @@
+"""Event generators and the reference arithmetic the ledger's reports are checked against."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import defaultdict
+from typing import Any
+
+from gateway.usage import UsageEvent, day_of
+
+MODELS = ("gpt-4.1-mini", "qwen3:0.6b", "llama|3.1-8b")
+PROVIDERS = {"gpt-4.1-mini": "openai", "qwen3:0.6b": "local", "llama|3.1-8b": "vllm-east"}
+TEAMS = ("search", "support", "=risk")
+TASKS = ("chat", "summarize", "")
+
+
+def make_events(count: int, *, seed: int, keys: int = 5, days: int = 3) -> list[UsageEvent]:
+    """Events spread over ``keys`` keys and the last ``days`` UTC days, with odd names."""
+    rng = random.Random(seed)
+    now = time.time()
+    events = []
+    for index in range(count):
+        model = rng.choice(MODELS)
+        prompt = rng.randint(0, 5000)
+        events.append(
+            UsageEvent(
+                time=now - rng.randint(0, days - 1) * 86_400 - rng.random() * 60,
+                request_id=f"req-{seed}-{index}",
+                key_id=f"key{rng.randrange(keys)}",
+                team=rng.choice(TEAMS),
+                task=rng.choice(TASKS),
+                model=model,
+                provider=PROVIDERS[model],
+                route="primary",
+                prompt_tokens=prompt,
+                completion_tokens=rng.randint(0, 2000),
+                cached_tokens=rng.randint(0, prompt),
+                cost_usd=rng.randint(0, 90_000) / 1_000_000 + rng.random() * 1e-7,
+                policy_version="v1",
+                latency_ms=rng.randint(5, 3000),
+                ttft_ms=rng.randint(1, 500),
+                status=rng.choice((200, 200, 200, 429, 502)),
+                streamed=rng.random() < 0.5,
+                usage_source=rng.choice(("provider", "estimated")),
+                attempts=rng.randint(1, 3),
+            )
+        )
+    return events
+
+
+def dimension(event: UsageEvent, by: str) -> str:
+    if by == "key":
+        return event.key_id
+    if by == "day":
+        return day_of(event.time).isoformat()
+    return str(getattr(event, by))
+
+
+def expected_groups(events: list[UsageEvent], by: str) -> dict[str, dict[str, Any]]:
+    """Sums per group, counting each request id once (first event wins, like the ledger)."""
+    seen: set[tuple[str, str]] = set()
+    groups: dict[str, dict[str, Any]] = defaultdict(
+        lambda: {
+            "requests": 0,
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "cached_tokens": 0,
+            "cost_micros": 0,
+            "errors": 0,
+        }
+    )
+    for event in events:
+        if (event.key_id, event.request_id) in seen:
+            continue
+        seen.add((event.key_id, event.request_id))
+        row = groups[dimension(event, by)]
+        row["requests"] += 1
+        row["prompt_tokens"] += event.prompt_tokens
+        row["completion_tokens"] += event.completion_tokens
+        row["cached_tokens"] += event.cached_tokens
+        row["cost_micros"] += event.cost_micros
+        row["errors"] += 1 if event.status >= 400 else 0
+    return dict(groups)
+
+
+def pick(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        name: row[name]
+        for name in (
+            "requests",
+            "prompt_tokens",
+            "completion_tokens",
+            "cached_tokens",
+            "cost_micros",
+            "errors",
+        )
+    }
