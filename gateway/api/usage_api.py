@@ -1,9 +1,13 @@
-"""HTTP handlers for usage reports. Each takes its dependencies as arguments; the app mounts
-them with the principal or admin check already done, e.g.::
+"""HTTP handlers for usage reports. Each takes its dependencies as keyword arguments; the app
+binds them (``functools.partial`` keeps them async for Starlette) after its own principal or
+admin check, e.g.::
 
-    Route("/v1/usage", lambda r: own_usage(r, reports=reports, key_id=principal(r).key_id))
-    Route("/admin/usage", lambda r: admin_usage(r, reports=reports))
-    Route("/admin/usage/events", lambda r: admin_usage_events(r, reports=reports))
+    async def usage_endpoint(request):
+        principal = await authenticate(request)
+        return await own_usage(request, reports=reports, key_id=principal.key_id)
+
+    Route("/admin/usage", partial(admin_usage, reports=reports))
+    Route("/admin/usage/events", partial(admin_usage_events, reports=reports))
 
 Bad parameters get a 400 in OpenAI's error envelope naming the parameter.
 """

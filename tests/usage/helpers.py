@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 import time
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from typing import Any
 
+import uvicorn
+
+from gateway.redis_embedded import free_port
 from gateway.usage import UsageEvent, day_of
 
 MODELS = ("gpt-4.1-mini", "qwen3:0.6b", "llama|3.1-8b")
@@ -96,3 +102,21 @@ def pick(row: dict[str, Any]) -> dict[str, Any]:
             "errors",
         )
     }
+
+
+@contextlib.asynccontextmanager
+async def serve(app: Any) -> AsyncIterator[str]:
+    """Run ``app`` under uvicorn on 127.0.0.1 in this event loop; yields its base URL."""
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="warning")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
