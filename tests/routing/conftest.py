@@ -218,7 +218,8 @@ class AiohttpAttempt:
 
 
 @pytest.fixture
-async def http_session() -> AsyncIterator[aiohttp.ClientSession]:
+async def attempt_for() -> AsyncIterator[Callable[[RoutePlan], AiohttpAttempt]]:
+    """``attempt_for(plan)``: an aiohttp attempt function on one shared pooled session."""
     session = aiohttp.ClientSession()
-    yield session
+    yield lambda plan: AiohttpAttempt(session, plan)
     await session.close()
