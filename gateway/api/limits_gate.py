@@ -1,0 +1,127 @@
+"""Reserve a key's limits before the upstream call and settle them after, with the Redis policy.
+
+``SWITCHYARD_LIMITS_ON_REDIS_FAILURE=closed`` turns a Redis outage into 503; ``open`` serves keys
+verified within ``fail_open_window_s`` without limits, counted in a metric and logged (once a
+second at most). Recovery needs no restart: the next request simply finds Redis again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.api.services import Services
+from gateway.auth import Principal
+from gateway.limits import KeyLimits, LimiterUnavailable, Reservation
+from gateway.policy import Policy
+from gateway.router import RoutePlan, estimate_prompt_tokens, expected_output_tokens
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+def usage_from(data: Any) -> Usage | None:
+    """The ``usage`` object of an OpenAI response or chunk, if it has one."""
+    if not isinstance(data, Mapping):
+        return None
+    usage = data.get("usage")
+    if not isinstance(usage, Mapping):
+        return None
+    prompt = usage.get("prompt_tokens")
+    completion = usage.get("completion_tokens") or 0
+    if not isinstance(prompt, int) or not isinstance(completion, int):
+        return None
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, Mapping) else 0
+    return Usage(prompt, completion, cached if isinstance(cached, int) else 0)
+
+
+def key_limits(principal: Principal) -> KeyLimits | None:
+    record = principal.record
+    if record.rpm is None and record.tpm is None and record.budget_usd is None:
+        return None
+    return KeyLimits(record.rpm, record.tpm, record.budget_usd, record.budget_period or "month")
+
+
+def cost_of(policy: Policy, model: str, usage: Usage) -> float:
+    config = policy.models.get(model)
+    if config is None:
+        return 0.0
+    return config.price.cost_usd(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+
+
+def _fail_open(services: Services, principal: Principal, why: str) -> None:
+    services.metrics.fail_open.inc()
+    now = time.monotonic()
+    if now - services.last_fail_open_warning >= 1.0:
+        services.last_fail_open_warning = now
+        services.log.warning("limits_fail_open", key_id=principal.key_id, reason=why)
+
+
+async def reserve(
+    services: Services,
+    principal: Principal,
+    plan: RoutePlan,
+    body: Mapping[str, Any],
+    policy: Policy,
+    reservation_id: str,
+) -> tuple[Reservation | None, Usage]:
+    """One Redis round trip; returns the reservation (None when unlimited) and the estimate."""
+    prompt = estimate_prompt_tokens(body)
+    completion = expected_output_tokens(body, services.settings.default_max_tokens)
+    estimate = Usage(prompt, completion)
+    limits = key_limits(principal)
+    if limits is None:
+        return None, estimate
+    if principal.degraded:  # Redis was already unreachable at authentication
+        _fail_open(services, principal, "redis unreachable at authentication")
+        return None, estimate
+    cost = cost_of(policy, plan.candidates[0].model, estimate)
+    try:
+        reservation = await services.limiter.reserve(
+            principal.key_id,
+            limits,
+            tokens=estimate.total,
+            cost_usd=cost,
+            request_id=reservation_id,
+        )
+    except LimiterUnavailable:
+        if services.settings.limits_on_redis_failure != "open":
+            raise
+        _fail_open(services, principal, "limiter unavailable")
+        return None, estimate
+    return reservation, estimate
+
+
+async def settle(
+    services: Services,
+    reservation: Reservation | None,
+    policy: Policy,
+    model: str | None,
+    usage: Usage | None,
+) -> None:
+    """Charge what was used; with no model (nothing served) give the reservation back."""
+    if reservation is None:
+        return
+    with contextlib.suppress(LimiterUnavailable):  # the lease expiry gives it back later
+        if model is None:
+            await services.limiter.release(reservation)
+        elif usage is None:
+            await services.limiter.settle(
+                reservation, tokens=reservation.tokens, cost_usd=reservation.cost_usd
+            )
+        else:
+            await services.limiter.settle(
+                reservation, tokens=usage.total, cost_usd=cost_of(policy, model, usage)
+            )

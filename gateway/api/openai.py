@@ -1,0 +1,323 @@
+"""The OpenAI-compatible API: /v1/chat/completions, completions, embeddings, images, models.
+
+One request flows one way: read the body → authenticate → validate → plan the route → reserve
+limits (the one Redis round trip) → dispatcher tries candidates → relay the answer → settle and
+log. Streams are relayed event by event as they arrive; a failure after the first byte ends the
+stream with an SSE ``error`` event, never a clean ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from gateway.api import limits_gate
+from gateway.api.http import (
+    JSON,
+    error_response,
+    json_response,
+    read_json_object,
+    request_id_of,
+)
+from gateway.api.services import Services
+from gateway.api.validation import (
+    validate_chat,
+    validate_completion,
+    validate_embedding,
+    validate_image,
+)
+from gateway.auth import Principal
+from gateway.errors import GatewayError, ServiceUnavailable, UpstreamError
+from gateway.limits import Reservation
+from gateway.policy import Policy
+from gateway.providers.openai_compat import UpstreamResponse, UpstreamStream
+from gateway.router import Candidate, RoutePlan
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+DONE = b"data: [DONE]\n\n"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    route: str
+    upstream_path: str
+    validate: Callable[[dict[str, Any]], None]
+    streamable: bool
+
+
+CHAT = Endpoint("chat.completions", "/chat/completions", validate_chat, True)
+COMPLETIONS = Endpoint("completions", "/completions", validate_completion, True)
+EMBEDDINGS = Endpoint("embeddings", "/embeddings", validate_embedding, False)
+IMAGES = Endpoint("images.generations", "/images/generations", validate_image, False)
+
+
+class Outcome:
+    """What the access log line and the metrics say about one request."""
+
+    __slots__ = (
+        "key_id",
+        "model",
+        "provider",
+        "request_id",
+        "started",
+        "status",
+        "stream",
+        "usage",
+    )
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        self.started = time.perf_counter()
+        self.key_id: str | None = None
+        self.model: str | None = None
+        self.provider: str | None = None
+        self.status = 200
+        self.stream = False
+        self.usage: limits_gate.Usage | None = None
+
+    def finish(self, services: Services, route: str, error: str | None = None) -> None:
+        elapsed = time.perf_counter() - self.started
+        metrics = services.metrics
+        metrics.requests.labels(
+            route, self.model or "-", self.provider or "-", str(self.status)
+        ).inc()
+        metrics.latency.labels(route).observe(elapsed)
+        if self.usage is not None and self.model:
+            metrics.tokens.labels(self.model, "prompt").inc(self.usage.prompt_tokens)
+            metrics.tokens.labels(self.model, "completion").inc(self.usage.completion_tokens)
+        if services.settings.access_log:
+            services.log.info(
+                "request",
+                request_id=self.request_id,
+                route=route,
+                key_id=self.key_id,
+                model=self.model,
+                provider=self.provider,
+                status=self.status,
+                stream=self.stream,
+                latency_ms=round(elapsed * 1000, 3),
+                prompt_tokens=self.usage.prompt_tokens if self.usage else None,
+                completion_tokens=self.usage.completion_tokens if self.usage else None,
+                error=error,
+            )
+
+
+def allowed_models(principal: Principal, policy: Policy) -> frozenset[str] | None:
+    """The key's allow-list in canonical model names (aliases resolved); None = all."""
+    models = principal.record.models
+    if models is None:
+        return None
+    return frozenset(policy.resolve_model(name) or name for name in models)
+
+
+def route_headers(plan: RoutePlan, served: Candidate) -> dict[str, str]:
+    return {
+        "x-switchyard-model": served.model,
+        "x-switchyard-provider": served.provider,
+        "x-switchyard-route": plan.header_value(served),
+    }
+
+
+def sse_error(error: GatewayError) -> bytes:
+    return b"event: error\ndata: " + error.body_bytes() + b"\n\n"
+
+
+def _services(request: Request) -> Services:
+    return request.app.state.services
+
+
+async def _handle(request: Request, endpoint: Endpoint) -> Response:
+    services = _services(request)
+    outcome = Outcome(request_id_of(request))
+    headers = {"x-request-id": outcome.request_id}
+    reservation: Reservation | None = None
+    policy: Policy | None = None
+    served_model: str | None = None
+    streaming_started = False
+    try:
+        raw = await read_json_object(request, services.settings.max_body_bytes)
+        principal = await services.auth.authenticate(request.headers.get("authorization"))
+        outcome.key_id = principal.key_id
+        endpoint.validate(raw)
+        if not services.policies.loaded:
+            raise ServiceUnavailable("no routing policy is loaded", code="policy_not_loaded")
+        plan = services.router.plan(
+            body=raw,
+            headers=request.headers,
+            key_id=principal.key_id,
+            allowed_models=allowed_models(principal, services.policies.current.policy),
+        )
+        policy = plan.policy or services.policies.current.policy
+        reservation, _estimate = await limits_gate.reserve(
+            services, principal, plan, raw, policy, uuid.uuid4().hex
+        )
+        if reservation is not None:
+            headers.update(reservation.headers)
+        if endpoint.streamable and raw.get("stream") is True:
+            outcome.stream = True
+            response = await _stream(
+                services, endpoint, raw, plan, policy, reservation, headers, outcome
+            )
+            streaming_started = True
+            return response
+        result = await services.dispatcher.run(plan, _json_attempt(services, endpoint, raw, policy))
+        served: Candidate = result.candidate
+        upstream: UpstreamResponse = result.value
+        served_model = served.model
+        outcome.model, outcome.provider = served.model, served.provider
+        outcome.usage = limits_gate.usage_from(upstream.data)
+        headers.update(route_headers(plan, served))
+        return Response(upstream.body, status_code=200, headers=headers, media_type=JSON)
+    except GatewayError as exc:
+        outcome.status = exc.status
+        if isinstance(exc, UpstreamError) and exc.provider and outcome.provider is None:
+            outcome.provider = exc.provider
+            services.metrics.upstream_errors.labels(exc.provider, exc.kind).inc()
+        return error_response(exc, headers)
+    finally:
+        if not streaming_started:
+            if policy is not None:
+                services.spawn(
+                    limits_gate.settle(services, reservation, policy, served_model, outcome.usage)
+                )
+            error = None if outcome.status < 400 else "failed"
+            outcome.finish(services, endpoint.route, error)
+
+
+def _json_attempt(
+    services: Services, endpoint: Endpoint, body: dict[str, Any], policy: Policy
+) -> Callable[[Candidate], Any]:
+    async def attempt(candidate: Candidate) -> UpstreamResponse:
+        provider = services.providers.get(candidate.provider, policy.providers[candidate.provider])
+        return await provider.post_json(
+            endpoint.upstream_path, {**body, "model": candidate.upstream_model}
+        )
+
+    return attempt
+
+
+async def _stream(
+    services: Services,
+    endpoint: Endpoint,
+    body: dict[str, Any],
+    plan: RoutePlan,
+    policy: Policy,
+    reservation: Reservation | None,
+    headers: dict[str, str],
+    outcome: Outcome,
+) -> Response:
+    options = body.get("stream_options") or {}
+    client_wants_usage = options.get("include_usage") is True
+    # Upstream always reports usage so that limits and usage records are exact.
+    upstream_options = {**options, "include_usage": True}
+
+    async def attempt(candidate: Candidate) -> UpstreamStream:
+        provider = services.providers.get(candidate.provider, policy.providers[candidate.provider])
+        upstream_body = {
+            **body,
+            "model": candidate.upstream_model,
+            "stream": True,
+            "stream_options": upstream_options,
+        }
+        return await provider.open_stream(endpoint.upstream_path, upstream_body)
+
+    result = await services.dispatcher.run(plan, attempt, hold=True)
+    served: Candidate = result.candidate
+    outcome.model, outcome.provider = served.model, served.provider
+    headers.update(route_headers(plan, served))
+    headers.update(SSE_HEADERS)
+    upstream: UpstreamStream = result.value
+
+    async def relay() -> AsyncIterator[bytes]:
+        error: str | None = None
+        outcome.status = 499  # until the stream completes: the client went away
+        try:
+            async for data in upstream.events():
+                if data == b"[DONE]":
+                    outcome.status = 200
+                    yield DONE
+                    return
+                chunk: Any = None
+                with contextlib.suppress(orjson.JSONDecodeError):
+                    chunk = orjson.loads(data)
+                usage = limits_gate.usage_from(chunk)
+                if usage is not None:
+                    outcome.usage = usage
+                    if not client_wants_usage and not chunk.get("choices"):
+                        continue  # the usage-only chunk the client did not ask for
+                yield b"data: " + data + b"\n\n"
+        except UpstreamError as exc:
+            outcome.status = exc.status
+            error = exc.message
+            services.metrics.upstream_errors.labels(served.provider, exc.kind).inc()
+            yield sse_error(exc)
+        finally:
+            upstream.close()
+            result.release()
+            services.spawn(
+                limits_gate.settle(services, reservation, policy, served.model, outcome.usage)
+            )
+            outcome.finish(services, endpoint.route, error)
+
+    return StreamingResponse(
+        relay(), status_code=200, headers=headers, media_type="text/event-stream"
+    )
+
+
+async def chat_completions(request: Request) -> Response:
+    return await _handle(request, CHAT)
+
+
+async def completions(request: Request) -> Response:
+    return await _handle(request, COMPLETIONS)
+
+
+async def embeddings(request: Request) -> Response:
+    return await _handle(request, EMBEDDINGS)
+
+
+async def image_generations(request: Request) -> Response:
+    return await _handle(request, IMAGES)
+
+
+async def list_models(request: Request) -> Response:
+    services = _services(request)
+    request_id = request_id_of(request)
+    headers = {"x-request-id": request_id}
+    try:
+        principal = await services.auth.authenticate(request.headers.get("authorization"))
+        if not services.policies.loaded:
+            raise ServiceUnavailable("no routing policy is loaded", code="policy_not_loaded")
+        policy = services.policies.current.policy
+        allowed = allowed_models(principal, policy)
+        data = []
+        for name, config in policy.models.items():
+            if allowed is None or name in allowed:
+                data.append(
+                    {"id": name, "object": "model", "created": 0, "owned_by": config.provider}
+                )
+        for alias, target in policy.aliases.items():
+            if allowed is None or target in allowed:
+                owner = policy.models[target].provider
+                data.append({"id": alias, "object": "model", "created": 0, "owned_by": owner})
+        return json_response({"object": "list", "data": data}, headers=headers)
+    except GatewayError as exc:
+        return error_response(exc, headers)
+
+
+routes = [
+    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+    Route("/v1/completions", completions, methods=["POST"]),
+    Route("/v1/embeddings", embeddings, methods=["POST"]),
+    Route("/v1/images/generations", image_generations, methods=["POST"]),
+    Route("/v1/models", list_models, methods=["GET"]),
+]

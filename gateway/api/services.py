@@ -1,0 +1,48 @@
+"""The parts a request handler needs, built once by the app factory and handed to handlers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+
+from gateway.auth import Authenticator
+from gateway.dispatch import Dispatcher
+from gateway.keys import KeyStore
+from gateway.limits import Limiter
+from gateway.metrics import Metrics
+from gateway.policy_store import PolicyStore
+from gateway.providers.registry import ProviderRegistry
+from gateway.redis_embedded import EmbeddedRedis
+from gateway.router import Router
+from gateway.settings import Settings
+
+
+@dataclass
+class Services:
+    settings: Settings
+    admin_key: str
+    redis: Redis
+    keys: KeyStore
+    auth: Authenticator
+    policies: PolicyStore
+    router: Router
+    providers: ProviderRegistry
+    # The one place a plan's candidates are tried (retries, fallbacks, breakers).
+    dispatcher: Dispatcher
+    limiter: Limiter
+    metrics: Metrics
+    log: Any
+    embedded_redis: EmbeddedRedis | None = None
+    background: set[asyncio.Task[Any]] = field(default_factory=set)
+    # Last time a fail-open warning was logged (monotonic), so an outage logs once a second.
+    last_fail_open_warning: float = 0.0
+
+    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> None:
+        """Run work that must finish even if the client has gone (settling, recording)."""
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)

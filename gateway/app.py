@@ -1,0 +1,189 @@
+"""The app factory: ``create_app(settings)`` builds a Starlette app whose lifespan owns every part.
+
+Nothing lives in module globals: the lifespan starts (or connects to) Redis, loads the policy,
+builds the key store, authenticator, limiter, router, dispatcher and provider clients, hands
+them to handlers as ``app.state.services``, and takes them down again in reverse order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import IO, Any
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.api import admin, openai, ops
+from gateway.api.http import error_response, request_id_of
+from gateway.api.services import Services
+from gateway.auth import Authenticator
+from gateway.dispatch import Dispatcher, RetrySettings
+from gateway.errors import GatewayError, MethodNotAllowed, NotFound
+from gateway.keys import KeyStore
+from gateway.limits import Limiter
+from gateway.logs import build_logger
+from gateway.metrics import Metrics
+from gateway.policy import PolicyError
+from gateway.policy_store import PolicyStore
+from gateway.providers.openai_compat import Timeouts
+from gateway.providers.registry import ProviderRegistry
+from gateway.redis_embedded import EmbeddedRedis
+from gateway.router import Router
+from gateway.routing_state import RoutingState
+from gateway.settings import Secrets, Settings, ensure_secrets, load_settings
+
+
+def redis_client(url: str, timeout_s: float) -> Redis:
+    # One immediate retry (a pooled connection may be stale after a Redis restart), no backoff:
+    # an outage must surface within the timeout so that closed/open mode can act on it.
+    return Redis.from_url(
+        url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        retry=Retry(NoBackoff(), 1),
+        max_connections=1024,
+    )
+
+
+async def _supervise(server: EmbeddedRedis, services: Services) -> None:
+    """Restart the embedded Redis if it dies; AOF brings its data back."""
+    while True:
+        await asyncio.sleep(services.settings.redis_supervise_interval_s)
+        if server.is_running():
+            continue
+        try:
+            await asyncio.to_thread(server.ensure_running)
+            services.metrics.redis_restarts.inc()
+            services.log.warning("embedded_redis_restarted", data_dir=str(server.data_dir))
+        except Exception as exc:  # keep supervising; the next tick tries again
+            services.log.error("embedded_redis_restart_failed", error=str(exc))
+
+
+@contextlib.asynccontextmanager
+async def running_services(
+    settings: Settings, secrets: Secrets, log: Any
+) -> AsyncIterator[Services]:
+    embedded: EmbeddedRedis | None = None
+    url = settings.redis_url
+    if settings.embedded_redis:
+        embedded = EmbeddedRedis(settings.redis_dir)
+        url = await asyncio.to_thread(embedded.start)
+        log.info("embedded_redis_started", data_dir=str(settings.redis_dir))
+    redis = redis_client(url, settings.redis_timeout_s)
+    policies = PolicyStore(settings.policy_file)
+    try:
+        loaded = policies.load()
+        log.info("policy_loaded", version=loaded.version, file=str(settings.policy_file))
+    except PolicyError as exc:
+        log.error("policy_load_failed", path=exc.path, error=exc.message)
+    keys = KeyStore(redis, secrets.key_pepper)
+    state = RoutingState.build()
+    services = Services(
+        settings=settings,
+        admin_key=secrets.admin_key,
+        redis=redis,
+        keys=keys,
+        auth=Authenticator(
+            keys,
+            cache_ttl_s=settings.auth_cache_ttl_s,
+            fail_open=settings.limits_on_redis_failure == "open",
+            fail_open_window_s=settings.fail_open_window_s,
+        ),
+        policies=policies,
+        router=Router(policies, state),
+        providers=ProviderRegistry(
+            Timeouts(
+                settings.upstream_connect_timeout_s,
+                settings.upstream_read_timeout_s,
+                settings.upstream_total_timeout_s,
+            ),
+            settings.upstream_pool_size,
+        ),
+        dispatcher=Dispatcher(
+            state,
+            RetrySettings(
+                max_tries_per_candidate=settings.upstream_max_tries,
+                total_budget_s=settings.upstream_retry_budget_s,
+            ),
+        ),
+        limiter=Limiter(redis),
+        metrics=Metrics(),
+        log=log,
+        embedded_redis=embedded,
+    )
+    tasks = [asyncio.create_task(services.auth.watch_changes(redis, log))]
+    if embedded is not None:
+        tasks.append(asyncio.create_task(_supervise(embedded, services)))
+    policies.start_watching()
+    try:
+        yield services
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if services.background:  # settles and records still in flight
+            await asyncio.wait(list(services.background), timeout=5)
+        await policies.stop()
+        await services.providers.close()
+        await redis.aclose()
+        if embedded is not None:
+            await asyncio.to_thread(embedded.stop)
+            log.info("embedded_redis_stopped")
+
+
+def _render_http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    error: GatewayError
+    if exc.status_code == 404:
+        error = NotFound(f"no such endpoint: {request.method} {request.url.path}", code=None)
+    elif exc.status_code == 405:
+        error = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
+    else:
+        error = GatewayError(str(exc.detail))
+        error.status = exc.status_code  # type: ignore[misc]
+    return error_response(error, {"x-request-id": request_id_of(request)})
+
+
+def _render_unexpected(request: Request, exc: Exception) -> Response:
+    """The catch-all: log the failure, answer with the envelope and no stack trace."""
+    services: Services | None = getattr(request.app.state, "services", None)
+    request_id = request_id_of(request)
+    if services is not None:
+        services.log.error(
+            "unhandled_error", request_id=request_id, path=request.url.path, error=repr(exc)
+        )
+    error = GatewayError("The server had an error while processing your request.")
+    return error_response(error, {"x-request-id": request_id})
+
+
+def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None = None) -> Starlette:
+    settings = settings if settings is not None else load_settings()
+    secrets = ensure_secrets(settings)
+    log = build_logger(settings.log_level, settings.log_format, log_stream)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with running_services(settings, secrets, log) as services:
+            app.state.services = services
+            yield
+
+    app = Starlette(
+        routes=[*openai.routes, *admin.routes, *ops.routes],
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _render_http_exception, Exception: _render_unexpected},
+    )
+    app.state.settings = settings
+    app.state.secrets = secrets
+    return app
+
+
+def create_app_from_env() -> Starlette:
+    """Factory for ``uvicorn --factory gateway.app:create_app_from_env`` (several workers)."""
+    return create_app()

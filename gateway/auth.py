@@ -1,0 +1,143 @@
+"""Bearer authentication: API keys for /v1, the admin key for /admin.
+
+Verified key records are kept in-process for ``auth_cache_ttl_s`` (≤ 1 s) so that the hot path
+rarely asks Redis; changes published by the KeyStore evict entries at once on every replica,
+and the short TTL bounds staleness even if a change message is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from gateway.errors import AuthenticationFailed, PermissionDenied, ServiceUnavailable
+from gateway.keys import CHANGES_CHANNEL, KeyRecord, KeyStore, parse_key
+
+MAX_CACHED_KEYS = 100_000
+
+
+@dataclass(frozen=True)
+class Principal:
+    key_id: str
+    record: KeyRecord
+    # True when Redis was unreachable and the key was trusted from a recent verification.
+    degraded: bool = False
+
+
+@dataclass
+class _Cached:
+    record: KeyRecord
+    fetched_monotonic: float
+    verified_wall: float  # last time Redis confirmed this record
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+class Authenticator:
+    def __init__(
+        self,
+        keys: KeyStore,
+        *,
+        cache_ttl_s: float,
+        fail_open: bool,
+        fail_open_window_s: float,
+    ) -> None:
+        self.keys = keys
+        self.cache_ttl_s = cache_ttl_s
+        self.fail_open = fail_open
+        self.fail_open_window_s = fail_open_window_s
+        self._cache: dict[str, _Cached] = {}
+
+    def invalidate(self, key_id: str) -> None:
+        self._cache.pop(key_id, None)
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        token = bearer_token(authorization)
+        if token is None:
+            raise AuthenticationFailed(
+                "You didn't provide an API key. Send it as 'Authorization: Bearer sk-sy-...'.",
+                code="missing_api_key",
+            )
+        parsed = parse_key(token)
+        if parsed is None:
+            raise AuthenticationFailed("Incorrect API key provided.")
+        key_id, secret = parsed
+        record, degraded = await self._record(key_id)
+        now = time.time()
+        if record is None or not self.keys.verify_secret(record, secret, now):
+            raise AuthenticationFailed("Incorrect API key provided.")
+        status = record.effective_status(now)
+        if status == "revoked":
+            raise AuthenticationFailed("This API key has been revoked.", code="key_revoked")
+        if status == "expired":
+            raise AuthenticationFailed("This API key has expired.", code="key_expired")
+        return Principal(key_id, record, degraded)
+
+    async def _record(self, key_id: str) -> tuple[KeyRecord | None, bool]:
+        cached = self._cache.get(key_id)
+        now = time.monotonic()
+        if cached is not None and now - cached.fetched_monotonic < self.cache_ttl_s:
+            return cached.record, False
+        try:
+            record = await self.keys.get(key_id)
+        except (RedisError, OSError) as exc:
+            recent = (
+                cached is not None and time.time() - cached.verified_wall < self.fail_open_window_s
+            )
+            if self.fail_open and recent and cached is not None:
+                return cached.record, True
+            raise ServiceUnavailable(
+                "The key store is unavailable; try again shortly.", code="redis_unavailable"
+            ) from exc
+        if record is None:
+            self._cache.pop(key_id, None)
+            return None, False
+        if len(self._cache) >= MAX_CACHED_KEYS:
+            self._cache.clear()
+        self._cache[key_id] = _Cached(record, now, time.time())
+        return record, False
+
+    async def watch_changes(self, redis: Redis, log: Any) -> None:
+        """Evict keys named on the changes channel; reconnect after Redis outages."""
+        while True:
+            pubsub = redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(CHANGES_CHANNEL)
+                # Entries cached while unsubscribed may have missed a change.
+                self._cache.clear()
+                async for message in pubsub.listen():
+                    if message.get("type") == "message":
+                        self.invalidate(message["data"].decode())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any disconnect: retry, the TTL covers the gap
+                log.debug("key change feed lost", error=type(exc).__name__)
+                await asyncio.sleep(0.5)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+
+
+def check_admin(authorization: str | None, admin_key: str) -> None:
+    """Missing credentials -> 401; anything but the admin key -> 403."""
+    token = bearer_token(authorization)
+    if token is None:
+        raise AuthenticationFailed(
+            "Admin endpoints need 'Authorization: Bearer <admin key>'.", code="missing_api_key"
+        )
+    if not hmac.compare_digest(token.encode(), admin_key.encode()):
+        raise PermissionDenied("This endpoint needs the admin key.", code="admin_key_required")

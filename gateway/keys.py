@@ -1,0 +1,381 @@
+"""API keys on Redis: format, HMAC hashing, and the KeyStore (create, update, rotate, revoke, list).
+
+A key reads ``sk-sy-<public id>-<secret>``. Redis holds only HMAC-SHA256(pepper, secret) under the
+public id, in a hash named ``sy:{key:<id>}``; the braces are a hash tag, so the record and its
+rotation idempotency records share one slot and the Lua scripts work on a Redis Cluster.
+Every change is published on ``sy:keys:changed`` so other replicas drop their cached copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import string
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+
+KEY_PREFIX = "sk-sy-"
+ID_LENGTH = 16
+SECRET_LENGTH = 40
+INDEX_KEY = "sy:keys:index"
+CHANGES_CHANNEL = "sy:keys:changed"
+IDEMPOTENCY_TTL_S = 24 * 3600
+_ALPHABET = string.ascii_letters + string.digits
+_ID_ALPHABET = string.ascii_lowercase + string.digits
+
+
+def record_key(key_id: str) -> str:
+    return f"sy:{{key:{key_id}}}"
+
+
+def _random(alphabet: str, length: int) -> str:
+    return "".join(secrets.choice(alphabet) for _ in range(length))
+
+
+def hash_secret(pepper: bytes, secret: str) -> str:
+    return hmac.new(pepper, secret.encode(), hashlib.sha256).hexdigest()
+
+
+def format_key(key_id: str, secret: str) -> str:
+    return f"{KEY_PREFIX}{key_id}-{secret}"
+
+
+def parse_key(token: str) -> tuple[str, str] | None:
+    """``(id, secret)`` of a well-formed key, else None."""
+    if not token.startswith(KEY_PREFIX):
+        return None
+    key_id, sep, secret = token[len(KEY_PREFIX) :].partition("-")
+    if not sep or len(key_id) != ID_LENGTH or len(secret) != SECRET_LENGTH:
+        return None
+    if not (key_id.isascii() and key_id.isalnum() and secret.isascii() and secret.isalnum()):
+        return None
+    return key_id, secret
+
+
+def _derived_secret(pepper: bytes, key_id: str, salt: str, idempotency_key: str) -> str:
+    """The rotation secret for an Idempotency-Key: a replay recomputes it, nothing is stored."""
+    digest = hmac.new(
+        pepper, f"rotate|{key_id}|{salt}|{idempotency_key}".encode(), hashlib.sha512
+    ).digest()
+    return "".join(_ALPHABET[byte % len(_ALPHABET)] for byte in digest[:SECRET_LENGTH])
+
+
+# Hash fields: scalars stored as text, lists/dicts as JSON; a missing field means None.
+_INT_FIELDS = ("rpm", "tpm")
+_FLOAT_FIELDS = (
+    "budget_usd",
+    "expires_at",
+    "created_at",
+    "updated_at",
+    "rotated_at",
+    "revoked_at",
+    "previous_valid_until",
+)
+_JSON_FIELDS = ("models", "metadata")
+EDITABLE_FIELDS = (
+    "name",
+    "team",
+    "models",
+    "rpm",
+    "tpm",
+    "budget_usd",
+    "budget_period",
+    "expires_at",
+    "metadata",
+)
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    id: str
+    secret_hash: str
+    rotation_salt: str
+    created_at: float
+    updated_at: float
+    status: str = "active"  # active | revoked ("expired" is derived from expires_at)
+    name: str | None = None
+    team: str | None = None
+    models: tuple[str, ...] | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    budget_usd: float | None = None
+    budget_period: str | None = None
+    expires_at: float | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    previous_hash: str | None = None
+    previous_valid_until: float | None = None
+    rotated_at: float | None = None
+    revoked_at: float | None = None
+
+    def effective_status(self, now: float) -> str:
+        if self.status == "revoked":
+            return "revoked"
+        if self.expires_at is not None and now >= self.expires_at:
+            return "expired"
+        return "active"
+
+    def public_view(self, now: float | None = None) -> dict[str, Any]:
+        """What the admin API shows: never a hash or salt."""
+        now = time.time() if now is None else now
+        return {
+            "id": self.id,
+            "object": "api_key",
+            "name": self.name,
+            "team": self.team,
+            "models": list(self.models) if self.models is not None else None,
+            "rpm": self.rpm,
+            "tpm": self.tpm,
+            "budget_usd": self.budget_usd,
+            "budget_period": self.budget_period,
+            "expires_at": self.expires_at,
+            "metadata": self.metadata,
+            "status": self.effective_status(now),
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "rotated_at": self.rotated_at,
+            "revoked_at": self.revoked_at,
+            "previous_secret_valid_until": (
+                self.previous_valid_until
+                if self.previous_valid_until and self.previous_valid_until > now
+                else None
+            ),
+        }
+
+
+def _decode(raw: dict[bytes, bytes]) -> KeyRecord:
+    values: dict[str, Any] = {}
+    for name_bytes, value_bytes in raw.items():
+        name = name_bytes.decode()
+        if name in _INT_FIELDS:
+            values[name] = int(value_bytes)
+        elif name in _FLOAT_FIELDS:
+            values[name] = float(value_bytes)
+        elif name in _JSON_FIELDS:
+            decoded = orjson.loads(value_bytes)
+            values[name] = tuple(decoded) if name == "models" and decoded is not None else decoded
+        elif name in KeyRecord.__dataclass_fields__:
+            values[name] = value_bytes.decode()
+    return KeyRecord(**values)
+
+
+def _encode(name: str, value: Any) -> str | bytes:
+    if name in _JSON_FIELDS:
+        return orjson.dumps(list(value) if isinstance(value, tuple) else value)
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True)
+class CreatedKey:
+    record: KeyRecord
+    key: str  # the full secret key, shown once
+
+
+@dataclass(frozen=True)
+class RotateOutcome:
+    status: str  # ok | replay | missing | revoked
+    created: CreatedKey | None = None
+
+
+@dataclass(frozen=True)
+class KeyPage:
+    records: list[KeyRecord]
+    has_more: bool
+
+
+_ROTATE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
+if redis.call('HGET', KEYS[1], 'status') == 'revoked' then return {'revoked'} end
+if ARGV[5] == '1' then
+  local prior = redis.call('GET', KEYS[2])
+  if prior then return {'replay', prior} end
+end
+local current = redis.call('HGET', KEYS[1], 'secret_hash')
+redis.call('HSET', KEYS[1], 'secret_hash', ARGV[1], 'previous_hash', current,
+  'previous_valid_until', ARGV[3], 'rotated_at', ARGV[2], 'updated_at', ARGV[2])
+if ARGV[5] == '1' then redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[4]) end
+return {'ok'}
+"""
+
+_REVOKE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('HGET', KEYS[1], 'status') ~= 'revoked' then
+  redis.call('HSET', KEYS[1], 'status', 'revoked', 'revoked_at', ARGV[1], 'updated_at', ARGV[1])
+end
+return 1
+"""
+
+# ARGV: count of field/value pairs to set, the pairs, then the fields to delete.
+_UPDATE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local pairs_count = tonumber(ARGV[1])
+for i = 0, pairs_count - 1 do
+  redis.call('HSET', KEYS[1], ARGV[2 + 2 * i], ARGV[3 + 2 * i])
+end
+for i = 2 + 2 * pairs_count, #ARGV do
+  redis.call('HDEL', KEYS[1], ARGV[i])
+end
+return 1
+"""
+
+
+class KeyStore:
+    """All key reads and writes; the same class serves the admin API, auth and the CLI."""
+
+    def __init__(self, redis: Redis, pepper: bytes) -> None:
+        self.redis = redis
+        self.pepper = pepper
+        self._rotate = redis.register_script(_ROTATE)
+        self._revoke = redis.register_script(_REVOKE)
+        self._update = redis.register_script(_UPDATE)
+
+    def verify_secret(self, record: KeyRecord, secret: str, now: float) -> bool:
+        """Constant-time check against the current secret, or the previous one during grace."""
+        presented = hash_secret(self.pepper, secret)
+        if hmac.compare_digest(presented, record.secret_hash):
+            return True
+        return bool(
+            record.previous_hash
+            and record.previous_valid_until is not None
+            and now < record.previous_valid_until
+            and hmac.compare_digest(presented, record.previous_hash)
+        )
+
+    async def get(self, key_id: str) -> KeyRecord | None:
+        raw = await self.redis.hgetall(record_key(key_id))
+        return _decode(raw) if raw else None
+
+    async def create(self, fields: dict[str, Any]) -> CreatedKey:
+        now = time.time()
+        key_id = _random(_ID_ALPHABET, ID_LENGTH)
+        secret = _random(_ALPHABET, SECRET_LENGTH)
+        values = {name: value for name, value in fields.items() if value is not None}
+        record = KeyRecord(
+            id=key_id,
+            secret_hash=hash_secret(self.pepper, secret),
+            rotation_salt=secrets.token_hex(8),
+            created_at=now,
+            updated_at=now,
+            **{name: tuple(value) if name == "models" else value for name, value in values.items()},
+        )
+        mapping = {
+            name: _encode(name, getattr(record, name))
+            for name in KeyRecord.__dataclass_fields__
+            if getattr(record, name) is not None
+        }
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(record_key(key_id), mapping=mapping)
+            pipe.zadd(INDEX_KEY, {key_id: now})
+            await pipe.execute()
+        return CreatedKey(record, format_key(key_id, secret))
+
+    async def update(self, key_id: str, changes: dict[str, Any]) -> KeyRecord | None:
+        """Set the given editable fields; a None value clears the field."""
+        now = time.time()
+        to_set: list[str | bytes] = []
+        to_delete: list[str] = []
+        for name, value in changes.items():
+            if name not in EDITABLE_FIELDS:
+                raise ValueError(f"{name} is not editable")
+            if value is None:
+                to_delete.append(name)
+            else:
+                to_set += [name, _encode(name, value)]
+        to_set += ["updated_at", _encode("updated_at", now)]
+        found = await self._update(
+            keys=[record_key(key_id)], args=[len(to_set) // 2, *to_set, *to_delete]
+        )
+        if not found:
+            return None
+        await self._publish(key_id)
+        return await self.get(key_id)
+
+    async def rotate(
+        self, key_id: str, grace_seconds: float, idempotency_key: str | None = None
+    ) -> RotateOutcome:
+        record = await self.get(key_id)
+        if record is None:
+            return RotateOutcome("missing")
+        if idempotency_key:
+            secret = _derived_secret(self.pepper, key_id, record.rotation_salt, idempotency_key)
+            idem_digest = hashlib.sha256(idempotency_key.encode()).hexdigest()
+            idem_key = f"{record_key(key_id)}:rotate:{idem_digest}"
+        else:
+            secret = _random(_ALPHABET, SECRET_LENGTH)
+            idem_key = f"{record_key(key_id)}:rotate:-"
+        now = time.time()
+        new_hash = hash_secret(self.pepper, secret)
+        result = await self._rotate(
+            keys=[record_key(key_id), idem_key],
+            args=[
+                new_hash,
+                repr(now),
+                repr(now + grace_seconds),
+                IDEMPOTENCY_TTL_S,
+                "1" if idempotency_key else "0",
+            ],
+        )
+        status = result[0].decode()
+        if status == "replay" and not hmac.compare_digest(result[1].decode(), new_hash):
+            # The stored outcome belongs to another secret (the salt changed): refuse to guess.
+            return RotateOutcome("conflict")
+        if status not in ("ok", "replay"):
+            return RotateOutcome(status)
+        if status == "ok":
+            await self._publish(key_id)
+        rotated = await self.get(key_id)
+        assert rotated is not None
+        return RotateOutcome(status, CreatedKey(rotated, format_key(key_id, secret)))
+
+    async def revoke(self, key_id: str) -> KeyRecord | None:
+        found = await self._revoke(keys=[record_key(key_id)], args=[repr(time.time())])
+        if not found:
+            return None
+        await self._publish(key_id)
+        return await self.get(key_id)
+
+    async def list(
+        self,
+        *,
+        limit: int = 50,
+        after: str | None = None,
+        team: str | None = None,
+        status: str | None = None,
+    ) -> KeyPage:
+        """Keys in creation order, ``limit`` at a time from after the id ``after``."""
+        start = 0
+        if after is not None:
+            rank = await self.redis.zrank(INDEX_KEY, after)
+            if rank is None:
+                raise KeyError(after)
+            start = rank + 1
+        now = time.time()
+        found: list[KeyRecord] = []
+        batch = max(limit * 2, 100)
+        while True:
+            ids = await self.redis.zrange(INDEX_KEY, start, start + batch - 1)
+            if not ids:
+                return KeyPage(found, False)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for key_id in ids:
+                    pipe.hgetall(record_key(key_id.decode()))
+                raws = await pipe.execute()
+            for raw in raws:
+                if not raw:
+                    continue
+                record = _decode(raw)
+                if team is not None and record.team != team:
+                    continue
+                if status is not None and record.effective_status(now) != status:
+                    continue
+                if len(found) == limit:
+                    return KeyPage(found, True)
+                found.append(record)
+            start += len(ids)
+
+    async def _publish(self, key_id: str) -> None:
+        await self.redis.publish(CHANGES_CHANNEL, key_id)

@@ -1,0 +1,41 @@
+"""One provider client per policy provider, rebuilt only when that provider's config changes."""
+
+from __future__ import annotations
+
+import contextlib
+
+from gateway.errors import ServiceUnavailable
+from gateway.policy import ProviderConfig
+from gateway.providers.openai_compat import OpenAICompatProvider, Timeouts
+
+
+class ProviderRegistry:
+    def __init__(self, timeouts: Timeouts, pool_size: int) -> None:
+        self.timeouts = timeouts
+        self.pool_size = pool_size
+        self._clients: dict[str, OpenAICompatProvider] = {}
+        self._retired: list[OpenAICompatProvider] = []
+
+    def get(self, name: str, config: ProviderConfig) -> OpenAICompatProvider:
+        client = self._clients.get(name)
+        # Identity first: the policy object only changes on reload.
+        if client is not None and (client.config is config or client.config == config):
+            return client
+        if config.kind != "openai_compatible":
+            raise ServiceUnavailable(
+                f"provider {name} of kind {config.kind} is not available in this gateway",
+                code="provider_unavailable",
+            )
+        if client is not None:
+            # In-flight requests may still use the old session; close it at shutdown.
+            self._retired.append(client)
+        client = OpenAICompatProvider(name, config, self.timeouts, self.pool_size)
+        self._clients[name] = client
+        return client
+
+    async def close(self) -> None:
+        for client in [*self._clients.values(), *self._retired]:
+            with contextlib.suppress(Exception):
+                await client.close()
+        self._clients.clear()
+        self._retired.clear()
