@@ -147,8 +147,10 @@ class Router:
             task_name = explicit_task  # recorded, but the model is pinned
             strategy = "pinned"
             models = self._pinned(policy, requested)
+            pinned: str | None = models[0][0]
         else:
             task_name = explicit_task or policy.default_task
+            pinned = None
             if task_name is None:
                 raise InvalidRequest(
                     "you must provide a model parameter (or a task type: this policy has no "
@@ -164,7 +166,9 @@ class Router:
         models = self._apply_canaries(policy, models, body, key_id)
         kept, denied = self._allowed(policy, models, allowed_models)
         skipped.extend(denied)
-        if not kept:
+        pinned_denied = pinned is not None and any(c.model == pinned for c in denied)
+        if not kept or pinned_denied:
+            # A model the key may not use is refused, not quietly swapped for a fallback.
             self._raise_nothing_allowed(requested, task_name, strategy)
         return RoutePlan(
             task=task_name,

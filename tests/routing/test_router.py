@@ -183,3 +183,13 @@ def test_prompt_estimate_counts_text_parts() -> None:
         ]
     }
     assert 200 <= estimate_prompt_tokens(body) <= 220
+
+
+def test_pinned_model_not_allowed_is_refused_even_with_allowed_fallbacks(make_router) -> None:
+    router = make_router(canaries=[{"from": "big", "to": "other", "percent": 100}])
+    with pytest.raises(PermissionDenied):
+        plan(router, {"model": "big"}, allowed=frozenset({"other", "small"}))
+    # The canary target is not allowed for this key: the user stays on the pinned model.
+    route = plan(router, {"model": "big", "user": "u"}, allowed=frozenset({"big", "small"}))
+    assert models(route) == ["big", "small"]
+    assert {c.model for c in route.skipped} == {"other"}

@@ -1,0 +1,121 @@
+"""The policy admin handlers, mounted on a real Starlette app."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+import yaml
+from starlette.applications import Starlette
+
+from gateway.api.policy_admin import policy_admin_routes
+from gateway.dispatch import Dispatcher
+from gateway.policy_store import PolicyStore
+from gateway.router import Router
+from gateway.routing_state import RoutingState
+
+
+@pytest.fixture
+async def admin(policy_data, policy_file):
+    path = policy_file(policy_data())
+    store = PolicyStore(path)
+    store.load()
+    state = RoutingState.build()
+    app = Starlette(
+        routes=policy_admin_routes(store, Router(store, state), Dispatcher(state, env={}))
+    )
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://admin") as client:
+        client.store = store  # type: ignore[attr-defined]
+        client.path = path  # type: ignore[attr-defined]
+        yield client
+
+
+async def test_get_policy_shows_version_and_policy(admin) -> None:
+    response = await admin.get("/admin/policy")
+    assert response.status_code == 200
+    data = response.json()
+    assert data["version"] == admin.store.current.version
+    assert data["last_error"] is None and data["source"] == str(admin.path)
+    assert data["policy"]["canaries"] == []
+    assert data["policy"]["models"]["big"]["price"]["output"] == 8.0
+
+
+async def test_put_yaml_applies_and_writes_the_file(admin, policy_data) -> None:
+    text = "# new\n" + yaml.safe_dump(policy_data(default_task="save"))
+    response = await admin.put(
+        "/admin/policy", content=text, headers={"content-type": "application/yaml"}
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["version"] == admin.store.current.version
+    assert admin.store.policy.default_task == "save" and admin.path.read_text() == text
+
+
+async def test_put_json_applies(admin, policy_data) -> None:
+    data = policy_data(canaries=[{"from": "big", "to": "other", "percent": 5}])
+    response = await admin.put("/admin/policy", json=data)
+    assert response.status_code == 200
+    assert admin.store.policy.canaries[0].percent == 5
+    assert yaml.safe_load(admin.path.read_text())["canaries"][0]["from"] == "big"
+
+
+async def test_put_invalid_is_refused_with_the_path(admin, policy_data) -> None:
+    before = admin.path.read_text()
+    version = admin.store.current.version
+    data = policy_data()
+    data["fallbacks"]["other"] = ["big"]
+    response = await admin.put("/admin/policy", json=data)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "invalid_policy" and error["type"] == "invalid_request_error"
+    assert error["param"].startswith("fallbacks.") and "cycle" in error["message"]
+    assert admin.path.read_text() == before and admin.store.current.version == version
+    bad_json = await admin.put(
+        "/admin/policy", content=b"{", headers={"content-type": "application/json"}
+    )
+    assert bad_json.status_code == 400 and "invalid JSON" in bad_json.json()["error"]["message"]
+
+
+async def test_validate_is_a_dry_run(admin, policy_data) -> None:
+    version = admin.store.current.version
+    ok = await admin.post("/admin/policy/validate", json=policy_data(default_task="mix"))
+    assert ok.status_code == 200 and ok.json()["valid"] is True
+    assert admin.store.current.version == version
+    bad = await admin.post("/admin/policy/validate", content=b"models: {x: {provider: nope}}")
+    assert bad.status_code == 400
+    assert bad.json()["error"]["param"] == "providers"
+
+
+async def test_explain_lists_candidates_with_reasons_and_health(admin) -> None:
+    response = await admin.post(
+        "/admin/route/explain",
+        json={
+            "body": {"messages": [{"role": "user", "content": "hi"}]},
+            "headers": {"X-Task-Type": "code"},
+            "allowed_models": ["small", "other", "wordy"],
+        },
+    )
+    assert response.status_code == 200, response.text
+    data = response.json()
+    assert data["task"] == "code" and data["strategy"] == "cheapest"
+    assert [c["model"] for c in data["candidates"]] == ["small", "other"]
+    assert data["candidates"][0]["reason"].startswith("cheapest: est $")
+    assert data["candidates"][1]["reason"] == "fallback of small"
+    skipped = {c["model"]: c["reason"] for c in data["skipped"]}
+    assert "over max" in skipped["big"]
+    assert data["health"][0]["verdict"] == "would try"
+    assert data["header"].startswith("task=code; strategy=cheapest; reason=cheapest")
+
+
+async def test_explain_errors_use_the_envelope(admin) -> None:
+    denied = await admin.post(
+        "/admin/route/explain", json={"body": {"model": "big"}, "allowed_models": ["other"]}
+    )
+    assert denied.status_code == 403 and denied.json()["error"]["code"] == "model_not_allowed"
+    unknown = await admin.post("/admin/route/explain", json={"body": {"model": "gpt-99"}})
+    assert unknown.status_code == 404
+    bad = await admin.post("/admin/route/explain", content=json.dumps({"body": [1]}))
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "body"
+    empty = await admin.post("/admin/route/explain", content=b"")
+    assert empty.status_code == 400
