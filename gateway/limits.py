@@ -23,7 +23,8 @@ BudgetPeriod = Literal["day", "month", "total"]
 _PERIODS = ("day", "month", "total")
 _MICRO = 1_000_000
 # A refusal that waiting cannot cure (rpm 0, a request bigger than the tpm, a spent total
-# budget) still needs an integer Retry-After; x-should-retry: false tells SDKs not to retry.
+# budget) still needs an integer Retry-After. Those, and waits longer than the window (a spent
+# day or month budget), add x-should-retry: false, which the OpenAI SDKs obey.
 _NEVER_RETRY_AFTER_S = 86_400
 
 # Redis unreachable, timed out, still loading its data, or a replica that cannot take writes.
@@ -176,10 +177,8 @@ class Limiter:
         """Take 1 request, ``tokens`` tokens and ``cost_usd`` of budget, or raise RateLimited."""
         micro = _to_micro(cost_usd)
         _check_tokens(tokens)
-        if not isinstance(request_id, str) or not request_id or " " in request_id:
-            raise ValueError(
-                f"request_id must be a non-empty string without spaces: {request_id!r}"
-            )
+        if not isinstance(request_id, str) or not request_id:
+            raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
         budget_micro = -1 if limits.budget_usd is None else _to_micro(limits.budget_usd, "budget")
         args = [
             request_id,
@@ -312,9 +311,10 @@ class Limiter:
         headers = self._headers(limits, rpm_used, tpm_used, reply[6], reply[7])
         if retry_ms < 0:
             headers["retry-after"] = str(_NEVER_RETRY_AFTER_S)
-            headers["x-should-retry"] = "false"
         else:
             headers["retry-after"] = str(max(1, math.ceil(retry_ms / 1000)))
+        if retry_ms < 0 or retry_ms > self._window_ms:
+            headers["x-should-retry"] = "false"
         wait = "" if retry_ms < 0 else f" Retry in {format_duration(retry_ms)}."
         if reason == "budget":
             message = (
