@@ -166,6 +166,8 @@ class PolicyStore:
         self._seen = signature
         digest = policy_version(text)
         if digest == self._seen_hash:
+            if self._current is not None and self._current.version == digest:
+                self.last_error = None  # e.g. the file came back unchanged after a removal
             return False  # touched, not changed
         self._seen_hash = digest
         try:

@@ -112,3 +112,16 @@ def test_json_bodies_become_yaml(policy_data) -> None:
         policy_text_from_body(b"{nope", "application/json")
     with pytest.raises(PolicyError, match="UTF-8"):
         policy_text_from_body(b"\xff\xfe", "application/yaml")
+
+
+def test_removed_file_keeps_the_policy_until_it_returns(policy_data, policy_file) -> None:
+    path = policy_file(policy_data())
+    store = PolicyStore(path)
+    loaded = store.load()
+    text = path.read_text()
+    path.unlink()
+    assert store.poll_once() is False
+    assert "cannot stat" in str(store.last_error) and store.current is loaded
+    path.write_text(text)
+    assert store.poll_once() is False  # same content: nothing to apply, error cleared
+    assert store.last_error is None and store.current is loaded
