@@ -19,8 +19,9 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY_DIR = REPO_ROOT / "deploy"
 K8S_DIR = DEPLOY_DIR / "k8s"
-OVERLAYS = ("dev", "gpu", "gpu-tp2")
+OVERLAYS = ("dev", "gpu", "gpu-tp2", "external-redis")
 GPU_OVERLAYS = ("gpu", "gpu-tp2")
+IN_CLUSTER_REDIS_OVERLAYS = ("dev", "gpu", "gpu-tp2")
 # The oldest Kubernetes minor we promise to work on, and the newest the validator knows.
 KUBERNETES_VERSIONS = ("1.29.0", "1.37.0")
 

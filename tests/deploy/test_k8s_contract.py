@@ -13,6 +13,7 @@ from gateway.policy import Policy, parse_policy
 
 from .manifests import (
     GPU_OVERLAYS,
+    IN_CLUSTER_REDIS_OVERLAYS,
     K8S_DIR,
     OVERLAYS,
     Manifest,
@@ -176,7 +177,7 @@ def test_services_hpa_and_pdb_select_the_right_pods(rendered: Renders, overlay: 
         assert budget["spec"]["minAvailable"] < hpa["spec"]["minReplicas"]
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
+@pytest.mark.parametrize("overlay", IN_CLUSTER_REDIS_OVERLAYS)
 def test_redis_is_durable_and_reachable_only_by_switchyard(rendered: Renders, overlay: str) -> None:
     objects = rendered[overlay]
     redis = one(objects, "StatefulSet", "switchyard-redis")
@@ -270,6 +271,18 @@ def test_gateways_route_to_the_engine_replicas(rendered: Renders, overlay: str) 
         assert engine_policy.resolve_model(gateway_policy.upstream_model(model)) is not None, model
     used_by_tasks = {c for task in gateway_policy.tasks.values() for c in task.candidates}
     assert used_by_tasks & set(routed), "no task routes to the engine"
+
+
+def test_external_redis_overlay_takes_the_url_from_the_secret(rendered: Renders) -> None:
+    objects = rendered["external-redis"]
+    assert not find(objects, "StatefulSet") and not find(objects, "NetworkPolicy")
+    assert not [s for s in find(objects, "Service") if "redis" in s["metadata"]["name"]]
+    gateway = container(one(objects, "Deployment", GATEWAY))
+    assert all(e["name"] != "SWITCHYARD_REDIS_URL" for e in gateway["env"])
+    secret_names = {source["secretRef"]["name"] for source in gateway["envFrom"]}
+    template = load_yaml(K8S_DIR / "secret.example.yaml")
+    assert template["metadata"]["name"] in secret_names
+    assert "SWITCHYARD_REDIS_URL" in template["stringData"]
 
 
 def test_dev_overlay_is_self_contained(rendered: Renders) -> None:
