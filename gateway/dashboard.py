@@ -1,0 +1,424 @@
+"""The ``/admin/ui`` dashboard: one server-rendered page, charts as inline SVG, no JavaScript.
+
+Login posts the admin key once; the answer is an HttpOnly, SameSite=Strict cookie holding a
+signed expiry (never the key itself). Every chart element carries its exact number in
+``data-value`` and a ``<title>`` tooltip, and the same numbers appear in tables below, so the
+page is readable without JavaScript and checkable by a test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import jinja2
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from gateway.reports import (
+    Cell,
+    ReportError,
+    Totals,
+    UsageReports,
+    days_between,
+    group_cells,
+    parse_day,
+    total_of,
+)
+
+DEFAULT_DAYS = 14
+MAX_LOGIN_BODY = 4096
+TOP_KEYS = 10
+KEY_SERIES = 8  # keys drawn individually in the spend-by-key chart; the rest is "other"
+PALETTE = (
+    "#4e79a7",
+    "#f28e2b",
+    "#e15759",
+    "#76b7b2",
+    "#59a14f",
+    "#edc948",
+    "#b07aa1",
+    "#ff9da7",
+    "#9c755f",
+    "#bab0ac",
+)
+
+KeyLister = Callable[[], Awaitable[Sequence[Mapping[str, Any]]] | Sequence[Mapping[str, Any]]]
+
+
+def format_usd(micros: int) -> str:
+    """Cents once they matter; below a cent show every micro-dollar."""
+    if micros == 0:
+        return "$0"
+    return f"${micros / 1_000_000:,.6f}" if micros < 10_000 else f"${micros / 1_000_000:,.2f}"
+
+
+def format_count(value: int) -> str:
+    return f"{value:,}"
+
+
+@dataclass(frozen=True)
+class DashboardAuth:
+    """Admin login for the page. ``verify_admin_key`` is the app's constant-time check."""
+
+    verify_admin_key: Callable[[str], bool]
+    session_secret: bytes
+    session_ttl_s: int = 8 * 3600
+    cookie_name: str = "sy_admin_session"
+    clock: Callable[[], float] = time.time
+
+    def _sign(self, expiry: str) -> str:
+        return hmac.new(
+            self.session_secret, f"dashboard|{expiry}".encode(), hashlib.sha256
+        ).hexdigest()
+
+    def issue(self) -> str:
+        expiry = str(int(self.clock()) + self.session_ttl_s)
+        return f"{expiry}.{self._sign(expiry)}"
+
+    def valid(self, token: str | None) -> bool:
+        if not token or "." not in token:
+            return False
+        expiry, signature = token.split(".", 1)
+        if not expiry.isdigit() or not hmac.compare_digest(signature, self._sign(expiry)):
+            return False
+        return int(expiry) > self.clock()
+
+
+@dataclass(frozen=True)
+class Bar:
+    x: float
+    y: float
+    width: float
+    height: float
+    color: str
+    series: str
+    day: str
+    value: int
+    label: str  # the value, formatted
+    tooltip: str
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A bar chart already laid out in SVG coordinates."""
+
+    chart_id: str
+    title: str
+    unit: str
+    width: int
+    height: int
+    bars: list[Bar]
+    x_labels: list[tuple[float, str]]
+    y_ticks: list[tuple[float, str]]
+    legend: list[tuple[str, str]] = field(default_factory=list)
+
+
+def stacked_day_chart(
+    chart_id: str,
+    title: str,
+    unit: str,
+    days: Sequence[date],
+    values: Mapping[str, Mapping[str, int]],
+    fmt: Callable[[int], str],
+) -> Chart:
+    """One stacked bar per day; ``values[series][iso_day]`` are integers (µ$ or tokens)."""
+    width, height, left, bottom, top = 760, 240, 80, 28, 10
+    plot_w, plot_h = width - left - 10, height - bottom - top
+    series = list(values)
+    colors = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(series)}
+    day_totals = [sum(values[s].get(d.isoformat(), 0) for s in series) for d in days]
+    peak = max(day_totals, default=0) or 1
+    slot = plot_w / max(len(days), 1)
+    bars: list[Bar] = []
+    for index, day in enumerate(days):
+        iso = day.isoformat()
+        y = top + plot_h
+        for name in series:
+            value = values[name].get(iso, 0)
+            if value <= 0:
+                continue
+            bar_h = plot_h * value / peak
+            y -= bar_h
+            bars.append(
+                Bar(
+                    x=round(left + index * slot + slot * 0.15, 2),
+                    y=round(y, 2),
+                    width=round(slot * 0.7, 2),
+                    height=round(bar_h, 2),
+                    color=colors[name],
+                    series=name,
+                    day=iso,
+                    value=value,
+                    label=fmt(value),
+                    tooltip=f"{name} on {iso}: {fmt(value)}",
+                )
+            )
+    label_every = max(1, len(days) // 10)
+    x_labels = [
+        (round(left + i * slot + slot / 2, 2), d.strftime("%m-%d"))
+        for i, d in enumerate(days)
+        if i % label_every == 0
+    ]
+    y_ticks = [(round(top + plot_h * (1 - f), 2), fmt(round(peak * f))) for f in (0, 0.5, 1)]
+    return Chart(
+        chart_id, title, unit, width, height, bars, x_labels, y_ticks,
+        [(colors[name], name) for name in series],
+    )  # fmt: skip
+
+
+def ranked_chart(
+    chart_id: str,
+    title: str,
+    unit: str,
+    ranked: Sequence[tuple[str, int]],
+    fmt: Callable[[int], str],
+) -> Chart:
+    """Horizontal bars, largest first (top keys by spend)."""
+    row_h, left, width = 26, 170, 760
+    height = max(row_h * len(ranked) + 10, 40)
+    peak = max((value for _, value in ranked), default=0) or 1
+    bars = [
+        Bar(
+            x=left,
+            y=5 + i * row_h,
+            width=round((width - left - 110) * value / peak, 2),
+            height=row_h - 8,
+            color=PALETTE[0],
+            series=name,
+            day="",
+            value=value,
+            label=fmt(value),
+            tooltip=f"{name}: {fmt(value)}",
+        )
+        for i, (name, value) in enumerate(ranked)
+    ]
+    return Chart(chart_id, title, unit, width, height, bars, [], [])
+
+
+def rate_chart(days: Sequence[date], by_day: Mapping[str, Totals]) -> Chart:
+    """Error rate per day in basis points of a percent (value = errors per 10,000 requests)."""
+    rates = {
+        "error rate": {
+            d.isoformat(): round(10_000 * t.errors / t.requests)
+            for d in days
+            if (t := by_day.get(d.isoformat())) and t.requests
+        }
+    }
+    chart = stacked_day_chart(
+        "error-rate", "Error rate per day", "errors per 10,000 requests", days, rates,
+        lambda v: f"{v / 100:.2f}%",
+    )  # fmt: skip
+    return chart
+
+
+@dataclass
+class DashboardView:
+    """Everything the template shows, computed from the report cells of one date range."""
+
+    start: date
+    end: date
+    total: Totals
+    charts: list[Chart]
+    by_model: list[tuple[str, Totals]]
+    by_day: list[tuple[str, Totals]]
+    keys: list[dict[str, Any]]
+
+
+def build_view(
+    start: date, end: date, cells: Sequence[Cell], key_list: Sequence[Mapping[str, Any]]
+) -> DashboardView:
+    days = days_between(start, end)
+    models = sorted(group_cells(cells, "model").items(), key=lambda kv: (-kv[1].cost_micros, kv[0]))
+    by_key = sorted(group_cells(cells, "key").items(), key=lambda kv: (-kv[1].cost_micros, kv[0]))
+    by_day = group_cells(cells, "day")
+
+    def per_day(dimension: str, metric: Callable[[Totals], int]) -> dict[str, dict[str, int]]:
+        series: dict[str, dict[str, int]] = {}
+        for cell in cells:
+            name = cell.dimension(dimension)
+            day_values = series.setdefault(name, {})
+            iso = cell.day.isoformat()
+            day_values[iso] = day_values.get(iso, 0) + metric(cell.totals)
+        return series
+
+    spend_by_model = per_day("model", lambda t: t.cost_micros)
+    tokens_by_model = per_day("model", lambda t: t.total_tokens)
+    spend_by_key_all = per_day("key", lambda t: t.cost_micros)
+    # Order series by total spend so colours and stacking match the tables.
+    spend_by_model = {m: spend_by_model[m] for m, _ in models}
+    tokens_by_model = {m: tokens_by_model[m] for m, _ in models}
+    spend_by_key: dict[str, dict[str, int]] = {}
+    for index, (key_id, _) in enumerate(by_key):
+        target = key_id if index < KEY_SERIES else "other keys"
+        merged = spend_by_key.setdefault(target, {})
+        for iso, value in spend_by_key_all[key_id].items():
+            merged[iso] = merged.get(iso, 0) + value
+
+    charts = [
+        stacked_day_chart("spend-by-model", "Spend per day by model", "µ$", days, spend_by_model, format_usd),
+        stacked_day_chart("tokens-by-model", "Tokens per day by model", "tokens", days, tokens_by_model, format_count),
+        stacked_day_chart("spend-by-key", "Spend per day by key", "µ$", days, spend_by_key, format_usd),
+        ranked_chart("top-keys", "Top keys by spend", "µ$", [(k, t.cost_micros) for k, t in by_key[:TOP_KEYS]], format_usd),
+        rate_chart(days, by_day),
+    ]  # fmt: skip
+    spend = dict(by_key)
+    listed = {str(entry.get("id")) for entry in key_list}
+    keys = [
+        {
+            "id": str(entry.get("id", "")),
+            "name": str(entry.get("name") or ""),
+            "team": str(entry.get("team") or ""),
+            "status": str(entry.get("status") or "unknown"),
+            "totals": spend.get(str(entry.get("id")), Totals()),
+        }
+        for entry in key_list
+    ]
+    # Keys with usage that the key store no longer lists (deleted) still show their spend.
+    keys += [
+        {"id": k, "name": "", "team": "", "status": "unlisted", "totals": t}
+        for k, t in by_key
+        if k not in listed
+    ]
+    keys.sort(key=lambda row: (-row["totals"].cost_micros, row["id"]))
+    return DashboardView(
+        start=start,
+        end=end,
+        total=total_of(cells),
+        charts=charts,
+        by_model=models,
+        by_day=[(d.isoformat(), by_day.get(d.isoformat(), Totals())) for d in days],
+        keys=keys,
+    )
+
+
+class DashboardRenderer:
+    """Owns the Jinja environment (autoescaping on) for the dashboard templates."""
+
+    def __init__(self, template_dir: Path | None = None) -> None:
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(template_dir or Path(__file__).parent / "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
+        self.env.filters["usd"] = format_usd
+        self.env.filters["count"] = format_count
+
+    def render(self, template: str, **context: Any) -> str:
+        return self.env.get_template(template).render(**context)
+
+
+def _security_headers(response: Response) -> Response:
+    response.headers["cache-control"] = "no-store"
+    response.headers["x-frame-options"] = "DENY"
+    response.headers["content-security-policy"] = (
+        "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
+        "form-action 'self'; frame-ancestors 'none'"
+    )
+    response.headers["referrer-policy"] = "no-referrer"
+    return response
+
+
+def _login_page(renderer: DashboardRenderer, message: str | None, status: int) -> Response:
+    html = renderer.render("login.html", message=message)
+    return _security_headers(HTMLResponse(html, status_code=status))
+
+
+async def _list_keys(list_keys: KeyLister) -> Sequence[Mapping[str, Any]]:
+    result = list_keys()
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+async def dashboard_page(
+    request: Request,
+    *,
+    reports: UsageReports,
+    auth: DashboardAuth,
+    list_keys: KeyLister,
+    renderer: DashboardRenderer,
+) -> Response:
+    """``GET /admin/ui?from=&to=``: the dashboard, or the login form without a session."""
+    if not auth.valid(request.cookies.get(auth.cookie_name)):
+        return _login_page(renderer, None, 401)
+    try:
+        end = parse_day(request.query_params.get("to"), "to", reports.today())
+        start = parse_day(
+            request.query_params.get("from"), "from", end - timedelta(days=DEFAULT_DAYS - 1)
+        )
+        reports.check_range(start, end)
+    except ReportError as exc:
+        html = renderer.render("error.html", message=exc.message, param=exc.param)
+        return _security_headers(HTMLResponse(html, status_code=400))
+    view = build_view(start, end, await reports.cells(start, end), await _list_keys(list_keys))
+    return _security_headers(HTMLResponse(renderer.render("dashboard.html", view=view)))
+
+
+async def dashboard_login(
+    request: Request, *, auth: DashboardAuth, renderer: DashboardRenderer
+) -> Response:
+    """``POST /admin/ui/login`` with form field ``key``: sets the session cookie."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip()
+    if content_type != "application/x-www-form-urlencoded":
+        return _login_page(renderer, "The login form must be posted as a form.", 400)
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_LOGIN_BODY:
+            return _login_page(renderer, "The login form is too large.", 413)
+    key = parse_qs(body.decode("utf-8", "replace")).get("key", [""])[0].strip()
+    if not key:
+        return _login_page(renderer, "Enter the admin key.", 400)
+    if not auth.verify_admin_key(key):
+        return _login_page(renderer, "That is not the admin key.", 401)
+    response = RedirectResponse("/admin/ui", status_code=303)
+    response.set_cookie(
+        auth.cookie_name,
+        auth.issue(),
+        max_age=auth.session_ttl_s,
+        path="/admin",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return _security_headers(response)
+
+
+async def dashboard_logout(request: Request, *, auth: DashboardAuth) -> Response:
+    """``POST /admin/ui/logout``: forgets the session cookie."""
+    response = RedirectResponse("/admin/ui", status_code=303)
+    response.delete_cookie(auth.cookie_name, path="/admin")
+    return _security_headers(response)
+
+
+def dashboard_routes(
+    *, reports: UsageReports, auth: DashboardAuth, list_keys: KeyLister
+) -> list[Route]:
+    """The three dashboard routes, dependencies bound; mount them at the app's root."""
+    renderer = DashboardRenderer()
+    return [
+        Route(
+            "/admin/ui",
+            partial(
+                dashboard_page, reports=reports, auth=auth, list_keys=list_keys, renderer=renderer
+            ),
+            methods=["GET"],
+        ),
+        Route(
+            "/admin/ui/login",
+            partial(dashboard_login, auth=auth, renderer=renderer),
+            methods=["POST"],
+        ),
+        Route("/admin/ui/logout", partial(dashboard_logout, auth=auth), methods=["POST"]),
+    ]
