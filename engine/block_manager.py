@@ -77,12 +77,12 @@ class BlockManager:
     def match_prefix(self, seq: Sequence, max_tokens: int) -> int:
         """Reuse cached full blocks of `seq.token_ids[:max_tokens]`; returns the tokens found.
 
-        Call at admission, with an empty block table. Counted in the hit statistics.
+        Call at admission, with an empty block table; `count_prefix_lookup` records it once
+        the admission goes through.
         """
         assert not seq.block_table
         if not self.enable_prefix_caching:
             return 0
-        self.prefix_cache_queries += max_tokens
         parent: int | None = None
         size = self.block_size
         for start in range(0, max_tokens - size + 1, size):
@@ -99,9 +99,13 @@ class BlockManager:
             seq.block_hashes.append(block_hash)
             parent = block_hash
         hit_tokens = len(seq.block_table) * size
-        self.prefix_cache_hits += hit_tokens
         seq.num_computed_tokens = seq.num_cached_tokens = hit_tokens
         return hit_tokens
+
+    def count_prefix_lookup(self, queried_tokens: int, hit_tokens: int) -> None:
+        if self.enable_prefix_caching:
+            self.prefix_cache_queries += queried_tokens
+            self.prefix_cache_hits += hit_tokens
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> list[tuple[int, int]] | None:
         """Make room for `num_new_tokens` more tokens of `seq`.

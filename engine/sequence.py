@@ -55,6 +55,7 @@ class Sequence:
         self.emitted_logprob_count = 0
         self.logprobs: list[TokenLogprobs] = []
         self.finish_reason: str | None = None
+        self.finish_emitted = False
         self.first_token_time: float | None = None
         self.last_token_time: float | None = None
         self.output_counts: Counter[int] = Counter()

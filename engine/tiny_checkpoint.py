@@ -38,10 +38,10 @@ _FAMILIES: dict[str, dict[str, Any]] = {
         "rope_theta": 500000.0,
         "rope_scaling": {
             "rope_type": "llama3",
-            "factor": 8.0,
+            "factor": 4.0,
             "low_freq_factor": 1.0,
             "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8192,
+            "original_max_position_embeddings": 512,
         },
         "rms_norm_eps": 1e-5,
         "tie_word_embeddings": False,

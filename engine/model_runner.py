@@ -1,0 +1,246 @@
+"""Owns the model and the KV pool; turns a scheduled step into sampled tokens.
+
+The flattened varlen batch (token ids, positions, slot mapping, block tables, context
+lengths, cu_seqlens) follows the kernel contract in `engine/kernels/reference.py`. The step
+reads results back to the host once (`_to_host`), after sampling on the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.config import ConfigError, EngineConfig
+from engine.kernels import resolve_backend
+from engine.layers.attention import AttentionMetadata
+from engine.layers.sampler import Sampler, SamplerOutput, SamplingBatch
+from engine.loader import build_model, load_model_args
+from engine.models.llama import ModelArgs
+from engine.scheduler import ScheduledSeq, SchedulerOutput
+from engine.sequence import Sequence, TokenLogprobs
+
+
+@dataclass
+class SampledToken:
+    token_id: int
+    logprobs: TokenLogprobs | None
+
+
+@dataclass
+class BatchInputs:
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    meta: AttentionMetadata
+    logits_indices: torch.Tensor
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        config: EngineConfig,
+        model_path: Path,
+        eos_token_ids: frozenset[int],
+        progress: bool = True,
+    ) -> None:
+        self.config = config
+        self.device = config.resolve_device()
+        self.args: ModelArgs = load_model_args(model_path)
+        self.dtype = config.resolve_dtype(self.args.torch_dtype, self.device)
+        self.backend = resolve_backend(config.attention_backend, self.device)
+        self.eos_token_ids = eos_token_ids
+        self.model = build_model(
+            model_path, self.args, self.device, self.dtype, self.backend, progress=progress
+        )
+        self.sampler = Sampler()
+        self.block_size = config.block_size
+        self.num_blocks = self._size_kv_pool()
+        a = self.args
+        self.kv_cache = torch.zeros(
+            2, a.num_layers, self.num_blocks, self.block_size, a.num_kv_heads, a.head_dim,
+            dtype=self.dtype, device=self.device,
+        )  # fmt: skip
+        for layer, attn in enumerate(self.model.attention_layers()):
+            attn.k_cache, attn.v_cache = self.kv_cache[0, layer], self.kv_cache[1, layer]
+        self.default_generator = torch.Generator(self.device).manual_seed(config.seed)
+
+    # --- KV pool sizing ----------------------------------------------------------------
+
+    @property
+    def kv_bytes_per_block(self) -> int:
+        a = self.args
+        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * a.num_layers * self.block_size * a.num_kv_heads * a.head_dim * itemsize
+
+    def _size_kv_pool(self) -> int:
+        if self.config.num_gpu_blocks is not None:
+            return self.config.num_gpu_blocks
+        if self.device.type == "cuda":
+            available = self._profile_cuda_free_bytes()
+        else:
+            available = self.config.kv_cache_bytes
+        num_blocks = available // self.kv_bytes_per_block
+        if num_blocks < 1:
+            raise ConfigError(
+                f"no room for a single KV block ({self.kv_bytes_per_block} bytes) in "
+                f"{available} bytes; raise kv_cache_bytes or gpu_memory_utilization"
+            )
+        return int(num_blocks)
+
+    @torch.inference_mode()
+    def _profile_cuda_free_bytes(self) -> int:
+        """Peak activation memory of a full-budget forward, subtracted from the allowance."""
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(self.device)
+        num_tokens = min(self.config.max_num_batched_tokens, self.args.max_position_embeddings)
+        ids = torch.zeros(num_tokens, dtype=torch.long, device=self.device)
+        positions = torch.arange(num_tokens, device=self.device)
+        hidden = self.model(ids, positions, None)
+        rows = min(self.config.max_num_seqs, num_tokens)
+        self.model.compute_logits(hidden[:rows]).float().softmax(-1)
+        torch.cuda.synchronize(self.device)
+        peak = torch.cuda.max_memory_allocated(self.device)
+        current = torch.cuda.memory_allocated(self.device)
+        del hidden
+        torch.cuda.empty_cache()
+        free, total = torch.cuda.mem_get_info(self.device)
+        in_use = total - free
+        return int(total * self.config.gpu_memory_utilization - in_use - (peak - current))
+
+    # --- one step ----------------------------------------------------------------------
+
+    def prepare_inputs(self, scheduled: list[ScheduledSeq]) -> BatchInputs:
+        size = self.block_size
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        cu_seqlens = [0]
+        context_lens: list[int] = []
+        logits_indices: list[int] = []
+        max_blocks = max(len(item.seq.block_table) for item in scheduled)
+        tables: list[list[int]] = []
+        for item in scheduled:
+            seq, start = item.seq, item.seq.num_computed_tokens
+            end = start + item.num_tokens
+            table = seq.block_table
+            input_ids.extend(seq.token_ids[start:end])
+            positions.extend(range(start, end))
+            slots.extend(table[pos // size] * size + pos % size for pos in range(start, end))
+            cu_seqlens.append(cu_seqlens[-1] + item.num_tokens)
+            context_lens.append(end)
+            tables.append(table + [0] * (max_blocks - len(table)))
+            if item.sample:
+                logits_indices.append(cu_seqlens[-1] - 1)
+
+        def on_device(values: list, dtype: torch.dtype) -> torch.Tensor:
+            return torch.tensor(values, dtype=dtype).to(self.device, non_blocking=True)
+
+        meta = AttentionMetadata(
+            slot_mapping=on_device(slots, torch.int64),
+            cu_seqlens_q=on_device(cu_seqlens, torch.int32),
+            context_lens=on_device(context_lens, torch.int32),
+            block_tables=on_device(tables, torch.int32),
+            max_query_len=max(item.num_tokens for item in scheduled),
+        )
+        return BatchInputs(
+            input_ids=on_device(input_ids, torch.int64),
+            positions=on_device(positions, torch.int64),
+            meta=meta,
+            logits_indices=on_device(logits_indices, torch.int64),
+        )
+
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy-on-write: duplicate whole blocks (all layers, K and V) before they are written."""
+        if not pairs:
+            return
+        src = torch.tensor([s for s, _ in pairs], device=self.device)
+        dst = torch.tensor([d for _, d in pairs], device=self.device)
+        self.kv_cache[:, :, dst] = self.kv_cache[:, :, src]
+
+    @torch.inference_mode()
+    def execute(self, step: SchedulerOutput) -> list[SampledToken]:
+        """Run one step; returns one token per scheduled entry with `sample` set, in order."""
+        self.copy_blocks(step.block_copies)
+        batch = self.prepare_inputs(step.scheduled)
+        hidden = self.model(batch.input_ids, batch.positions, batch.meta)
+        to_sample = [item.seq for item in step.scheduled if item.sample]
+        if not to_sample:
+            return []
+        logits = self.model.compute_logits(hidden[batch.logits_indices])
+        sampling = self.sampling_batch(to_sample, logits.shape[-1])
+        return self._to_host(self.sampler(logits, sampling), to_sample)
+
+    def sampling_batch(self, seqs: list[Sequence], vocab_size: int) -> SamplingBatch:
+        params = [seq.params for seq in seqs]
+        dev = self.device
+
+        def column(values: list, dtype: torch.dtype) -> torch.Tensor:
+            return torch.tensor(values, dtype=dtype).to(dev, non_blocking=True)
+
+        greedy = [p.greedy for p in params]
+        top_k = top_p = min_p = presence = frequency = counts = banned = None
+        if any(p.top_k > 0 for p in params):
+            top_k = column([p.top_k if p.top_k > 0 else vocab_size for p in params], torch.int64)
+        if any(p.top_p < 1.0 for p in params):
+            top_p = column([p.top_p for p in params], torch.float32)
+        if any(p.min_p > 0.0 for p in params):
+            min_p = column([p.min_p for p in params], torch.float32)
+        if any(p.has_penalties for p in params):
+            presence = column([p.presence_penalty for p in params], torch.float32)
+            frequency = column([p.frequency_penalty for p in params], torch.float32)
+            counts = torch.zeros(len(seqs), vocab_size, dtype=torch.float32)
+            for row, seq in enumerate(seqs):
+                for token, count in seq.output_counts.items():
+                    counts[row, token] = count
+            counts = counts.to(dev, non_blocking=True)
+        early = [seq.num_output_tokens < seq.params.min_tokens for seq in seqs]
+        if any(early):
+            banned = torch.zeros(len(seqs), vocab_size, dtype=torch.bool)
+            for row, seq in enumerate(seqs):
+                if early[row]:
+                    ids = [*self.eos_token_ids, *seq.params.stop_token_ids]
+                    banned[row, [t for t in ids if t < vocab_size]] = True
+            banned = banned.to(dev, non_blocking=True)
+        wanted = [p.logprobs for p in params if p.logprobs is not None]
+        return SamplingBatch(
+            temperatures=column([1.0 if g else p.temperature for g, p in zip(greedy, params, strict=True)], torch.float32),
+            greedy=column(greedy, torch.bool),
+            all_greedy=all(greedy),
+            top_k=top_k,
+            top_p=top_p,
+            min_p=min_p,
+            presence_penalty=presence,
+            frequency_penalty=frequency,
+            output_counts=counts,
+            banned=banned,
+            generators=[seq.generator for seq in seqs],
+            default_generator=self.default_generator,
+            num_logprobs=max(max(wanted), 1) if wanted else 0,
+        )
+
+    def _to_host(self, out: SamplerOutput, seqs: list[Sequence]) -> list[SampledToken]:
+        """The step's only device-to-host transfer: everything packed into one tensor."""
+        if out.logprobs is None:
+            return [SampledToken(t, None) for t in out.token_ids.cpu().tolist()]
+        assert out.top_ids is not None and out.top_logprobs is not None
+        k = out.top_ids.shape[1]
+        packed = torch.cat(
+            [
+                out.token_ids[:, None].double(),
+                out.logprobs[:, None].double(),
+                out.top_ids.double(),
+                out.top_logprobs.double(),
+            ],
+            dim=1,
+        ).cpu()
+        results = []
+        for row, seq in zip(packed.tolist(), seqs, strict=True):
+            token = int(row[0])
+            wanted = seq.params.logprobs
+            if wanted is None:
+                results.append(SampledToken(token, None))
+                continue
+            top = {int(row[2 + i]): row[2 + k + i] for i in range(wanted)}
+            results.append(SampledToken(token, TokenLogprobs(token, row[1], top)))
+        return results
