@@ -7,6 +7,7 @@ names it. Secrets appear only in the create and rotate responses, never in a log
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -56,6 +57,8 @@ def _timestamp(value: Any) -> float | None:
             raise ValueError("must be a positive unix timestamp")
         return float(value)
     if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return _timestamp(float(value))
         try:
             parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
@@ -122,7 +125,7 @@ def _field_path(location: tuple[Any, ...]) -> str:
     return path
 
 
-def _parse(model: type[BaseModel], data: dict[str, Any]) -> Any:
+def parse_payload(model: type[BaseModel], data: dict[str, Any]) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -194,7 +197,7 @@ def admin_endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]
 
 
 async def create_key(request: Request, services: Services) -> Response:
-    payload: KeyCreate = _parse(KeyCreate, await read_json_object(request, 65536))
+    payload: KeyCreate = parse_payload(KeyCreate, await read_json_object(request, 65536))
     check_models(_policy(services), payload.models)
     fields = payload.model_dump()
     if fields["expires_at"] is not None and fields["expires_at"] <= time.time():
@@ -248,7 +251,7 @@ async def get_key(request: Request, services: Services) -> Response:
 async def update_key(request: Request, services: Services) -> Response:
     key_id = _key_id(request)
     data = await read_json_object(request, 65536)
-    payload: KeyUpdate = _parse(KeyUpdate, data)
+    payload: KeyUpdate = parse_payload(KeyUpdate, data)
     check_models(_policy(services), payload.models)
     # Only the fields sent change; an explicit null clears a limit or expiry.
     changes = {name: getattr(payload, name) for name in data}
@@ -265,7 +268,7 @@ async def rotate_key(request: Request, services: Services) -> Response:
     key_id = _key_id(request)
     raw = await request.body()  # an empty body means the defaults
     data = await read_json_object(request, 65536) if raw.strip() else {}
-    payload: RotateRequest = _parse(RotateRequest, data)
+    payload: RotateRequest = parse_payload(RotateRequest, data)
     idempotency_key = request.headers.get("idempotency-key")
     if idempotency_key is not None and not 1 <= len(idempotency_key) <= 200:
         raise InvalidRequest("Idempotency-Key must be 1 to 200 characters", param="Idempotency-Key")

@@ -1,0 +1,286 @@
+"""The ``switchyard`` command (also ``python -m gateway``).
+
+- ``serve``: run the gateway (uvicorn, uvloop + httptools), printing the admin key.
+- ``keys create|list|show|update|rotate|revoke``: talk to Redis directly through the same
+  KeyStore the server uses (SWITCHYARD_REDIS_URL, or the embedded Redis under DATA_DIR, started
+  for the command if the gateway is not running). Output is JSON.
+- ``policy check FILE``: validate a routing policy; exit 0, or 1 naming the bad field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import orjson
+import redis
+
+from gateway.api.admin import KeyCreate, KeyUpdate, RotateRequest, check_models, parse_payload
+from gateway.errors import GatewayError
+from gateway.keys import KeyStore
+from gateway.policy import Policy, PolicyError, load_policy_file
+from gateway.redis_embedded import EmbeddedRedis
+from gateway.settings import Settings, SettingsError, ensure_secrets, load_settings
+
+LIMIT_FLAGS = ("rpm", "tpm", "budget_usd", "budget_period", "expires_at")
+
+
+def _print_json(data: Any) -> None:
+    print(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+
+
+def _fail(message: str, code: int = 1) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+# -- serve ---------------------------------------------------------------------------------
+
+
+def serve(settings: Settings, workers: int) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+
+    try:
+        load_policy_file(settings.policy_file)
+    except PolicyError as exc:
+        return _fail(f"policy {settings.policy_file}: {exc}")
+    secrets = ensure_secrets(settings)
+    if settings.admin_key is not None:
+        print("Admin key: (from SWITCHYARD_ADMIN_KEY)", flush=True)
+    else:
+        note = " (generated now)" if secrets.admin_key_generated else ""
+        print(f"Admin key{note}: {secrets.admin_key}", flush=True)
+        print(f"  stored in {settings.data_dir / 'admin_key'}", flush=True)
+    redis_note = settings.redis_url or f"embedded, data in {settings.redis_dir}"
+    print(f"Switchyard on http://{settings.host}:{settings.port} (Redis: {redis_note})", flush=True)
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "loop": "uvloop",
+        "http": "httptools",
+        "access_log": False,
+        "log_level": "warning",
+        "timeout_graceful_shutdown": 10,
+    }
+    if workers > 1:
+        if settings.embedded_redis:
+            return _fail("--workers > 1 needs SWITCHYARD_REDIS_URL (one shared Redis)")
+        uvicorn.run("gateway.app:create_app_from_env", factory=True, workers=workers, **options)
+    else:
+        uvicorn.run(create_app(settings), **options)
+    return 0
+
+
+# -- keys ----------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _key_store(settings: Settings) -> AsyncIterator[KeyStore]:
+    from gateway.app import redis_client
+
+    secrets = ensure_secrets(settings)
+    embedded: EmbeddedRedis | None = None
+    url = settings.redis_url
+    if not url:
+        server = EmbeddedRedis(settings.redis_dir)
+        url = server.url
+        if not _answers(server):
+            embedded = server  # the gateway is not running: start Redis for this command
+            await asyncio.to_thread(server.start)
+    client = redis_client(url, settings.redis_timeout_s)
+    try:
+        yield KeyStore(client, secrets.key_pepper)
+    finally:
+        await client.aclose()
+        if embedded is not None:
+            await asyncio.to_thread(embedded.stop)
+
+
+def _answers(server: EmbeddedRedis) -> bool:
+    if not server.socket_path.exists():
+        return False
+    try:
+        client = redis.Redis(unix_socket_path=str(server.socket_path), socket_timeout=1)
+        return bool(client.ping())
+    except (redis.RedisError, OSError):
+        return False
+
+
+def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for name in ("name", "team", *LIMIT_FLAGS):
+        value = getattr(args, name, None)
+        if value is not None:
+            fields[name] = value
+    if args.models is not None:
+        fields["models"] = [m.strip() for m in args.models.split(",") if m.strip()]
+    if args.metadata:
+        metadata: dict[str, str] = {}
+        for item in args.metadata:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise GatewayError(f"metadata: expected KEY=VALUE, got {item!r}", param="metadata")
+            metadata[key] = value
+        fields["metadata"] = metadata
+    for name in args.clear or []:
+        fields[name] = None
+    return fields
+
+
+def _policy_or_none(settings: Settings) -> Policy | None:
+    try:
+        return load_policy_file(settings.policy_file)
+    except PolicyError:
+        return None
+
+
+async def _keys_command(settings: Settings, args: argparse.Namespace) -> int:
+    async with _key_store(settings) as store:
+        command = args.keys_command
+        if command == "create":
+            payload = parse_payload(KeyCreate, _fields_from_args(args))
+            check_models(_policy_or_none(settings), payload.models)
+            fields = payload.model_dump()
+            if fields["budget_usd"] is not None and fields["budget_period"] is None:
+                fields["budget_period"] = "month"
+            fields["metadata"] = fields["metadata"] or {}
+            created = await store.create(fields)
+            _print_json({**created.record.public_view(), "key": created.key})
+            print("Store the key now: it is not shown again.", file=sys.stderr)
+            return 0
+        if command == "list":
+            page = await store.list(limit=args.limit, team=args.team, status=args.status)
+            _print_json([record.public_view() for record in page.records])
+            return 0
+        if command == "show":
+            record = await store.get(args.id)
+            if record is None:
+                return _fail(f"no key with id {args.id!r}")
+            _print_json(record.public_view())
+            return 0
+        if command == "update":
+            changes = _fields_from_args(args)
+            if not changes:
+                return _fail("nothing to update: pass at least one field flag or --clear")
+            payload = parse_payload(KeyUpdate, changes)
+            check_models(_policy_or_none(settings), payload.models)
+            updated = await store.update(args.id, {n: getattr(payload, n) for n in changes})
+            if updated is None:
+                return _fail(f"no key with id {args.id!r}")
+            _print_json(updated.public_view())
+            return 0
+        if command == "rotate":
+            request = parse_payload(RotateRequest, {"grace_seconds": args.grace_seconds})
+            outcome = await store.rotate(
+                args.id, float(request.grace_seconds), args.idempotency_key
+            )
+            if outcome.created is None:
+                return _fail(f"cannot rotate {args.id!r}: {outcome.status}")
+            _print_json({**outcome.created.record.public_view(), "key": outcome.created.key})
+            return 0
+        if command == "revoke":
+            record = await store.revoke(args.id)
+            if record is None:
+                return _fail(f"no key with id {args.id!r}")
+            _print_json(record.public_view())
+            return 0
+    return _fail(f"unknown keys command {args.keys_command!r}")
+
+
+# -- policy --------------------------------------------------------------------------------
+
+
+def policy_check(path: str) -> int:
+    try:
+        policy = load_policy_file(path)
+    except PolicyError as exc:
+        where = exc.path or "(file)"
+        return _fail(f"{path}: {where}: {exc.message}")
+    print(
+        f"ok: {path}: {len(policy.providers)} providers, {len(policy.models)} models, "
+        f"{len(policy.aliases)} aliases"
+    )
+    return 0
+
+
+# -- parser --------------------------------------------------------------------------------
+
+
+def _add_key_fields(parser: argparse.ArgumentParser, update: bool) -> None:
+    parser.add_argument("--name")
+    parser.add_argument("--team")
+    parser.add_argument("--models", help="comma-separated allow-list of models or aliases")
+    parser.add_argument("--rpm", type=int, help="requests per minute")
+    parser.add_argument("--tpm", type=int, help="tokens per minute")
+    parser.add_argument("--budget-usd", dest="budget_usd", type=float)
+    parser.add_argument("--budget-period", dest="budget_period", help="day | month | total")
+    parser.add_argument(
+        "--expires-at", dest="expires_at", help="ISO 8601 date-time or unix timestamp"
+    )
+    parser.add_argument("--metadata", action="append", metavar="KEY=VALUE")
+    if update:
+        parser.add_argument(
+            "--clear",
+            action="append",
+            choices=["name", "team", "models", *LIMIT_FLAGS],
+            help="remove a field (e.g. --clear rpm)",
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="switchyard", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve_parser = commands.add_parser("serve", help="run the gateway")
+    serve_parser.add_argument("--workers", type=int, default=1)
+
+    keys = commands.add_parser("keys", help="manage API keys (directly in Redis)")
+    key_commands = keys.add_subparsers(dest="keys_command", required=True)
+    _add_key_fields(key_commands.add_parser("create", help="create a key"), update=False)
+    list_parser = key_commands.add_parser("list", help="list keys")
+    list_parser.add_argument("--team")
+    list_parser.add_argument("--status", choices=["active", "revoked", "expired"])
+    list_parser.add_argument("--limit", type=int, default=100)
+    key_commands.add_parser("show", help="show one key").add_argument("id")
+    update_parser = key_commands.add_parser("update", help="change a key's fields")
+    update_parser.add_argument("id")
+    _add_key_fields(update_parser, update=True)
+    rotate_parser = key_commands.add_parser("rotate", help="issue a new secret")
+    rotate_parser.add_argument("id")
+    rotate_parser.add_argument("--grace-seconds", dest="grace_seconds", type=float, default=0)
+    rotate_parser.add_argument("--idempotency-key", dest="idempotency_key")
+    key_commands.add_parser("revoke", help="revoke a key").add_argument("id")
+
+    policy = commands.add_parser("policy", help="routing policy tools")
+    policy_commands = policy.add_subparsers(dest="policy_command", required=True)
+    policy_commands.add_parser("check", help="validate a policy file").add_argument("file")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "policy":
+        return policy_check(args.file)
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        return _fail(str(exc), 2)
+    try:
+        if args.command == "serve":
+            return serve(settings, args.workers)
+        return asyncio.run(_keys_command(settings, args))
+    except SettingsError as exc:
+        return _fail(str(exc), 2)
+    except GatewayError as exc:
+        return _fail(exc.message)
+    except (redis.RedisError, OSError) as exc:
+        return _fail(f"cannot reach Redis: {exc}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
