@@ -287,11 +287,12 @@ class UsageLedger:
     def retention_s(self) -> int:
         return self.retention_days * 86_400
 
-    def add_record(self, pipe: Pipeline, event: UsageEvent) -> None:
+    def add_record(self, pipe: Pipeline, event: UsageEvent) -> int:
         """Queue the record on ``pipe``: three index writes, then the one atomic script.
 
-        The script's reply is 1 when counted, 0 for a duplicate request id; it is the last
-        reply this call adds to the pipeline.
+        Returns the position of the script's reply in the pipeline's replies (1 when counted,
+        0 for a duplicate request id); pass it to ``commit``. Other commands (the limiter's
+        settle) may be queued before or after.
         """
         day = event.day
         day_end = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()) + 86_400
@@ -325,27 +326,31 @@ class UsageLedger:
             group_field(event.model, event.provider, event.task, event.team),
             *increments,
         )
+        return len(pipe.command_stack) - 1
 
-    async def commit(self, pipe: Pipeline, event: UsageEvent) -> tuple[RecordOutcome, list[Any]]:
+    async def commit(
+        self, pipe: Pipeline, event: UsageEvent, reply_index: int
+    ) -> tuple[RecordOutcome, list[Any]]:
         """Execute a pipeline that ``add_record`` was called on; spool the event on failure.
 
-        Returns the outcome and the pipeline's replies (empty when spooled), so a caller that
-        also queued a limiter settle can read its reply.
+        Any ``RedisError`` (connection lost, or another queued command failing) spools the
+        event: the script may or may not have run, and the idempotency marker decides on
+        replay. Returns the outcome and the pipeline's replies (empty when spooled), so a
+        caller that also queued a limiter settle can read its reply.
         """
         try:
             replies = await pipe.execute()
         except RedisError as exc:
-            # The script may or may not have run; the idempotency marker settles it on replay.
             await self.spool_event(event, reason=exc)
             return RecordOutcome.SPOOLED, []
-        outcome = RecordOutcome.RECORDED if replies[-1] == 1 else RecordOutcome.DUPLICATE
+        outcome = RecordOutcome.RECORDED if replies[reply_index] == 1 else RecordOutcome.DUPLICATE
         return outcome, replies
 
     async def record(self, event: UsageEvent) -> RecordOutcome:
         """Record one event in its own round trip."""
         pipe = self.redis.pipeline(transaction=False)
-        self.add_record(pipe, event)
-        outcome, _ = await self.commit(pipe, event)
+        reply_index = self.add_record(pipe, event)
+        outcome, _ = await self.commit(pipe, event, reply_index)
         return outcome
 
     async def spool_event(self, event: UsageEvent, *, reason: BaseException | None = None) -> None:
@@ -376,11 +381,9 @@ class UsageLedger:
                     for start in range(0, len(events), self.replay_batch):
                         batch = events[start : start + self.replay_batch]
                         pipe = self.redis.pipeline(transaction=False)
-                        for event in batch:
-                            self.add_record(pipe, event)
+                        positions = [self.add_record(pipe, event) for event in batch]
                         replies = await pipe.execute()
-                        # Four replies per event; the script's is the fourth.
-                        counted += sum(1 for reply in replies[3::4] if reply == 1)
+                        counted += sum(1 for position in positions if replies[position] == 1)
                     segment.done()
             if counted:
                 log.info("usage_spool_replayed", counted=counted)

@@ -62,10 +62,11 @@ async def test_add_record_shares_a_callers_pipeline(
     """The limiter's settle and the record go into one pipeline: one round trip."""
     pipe = redis_client.pipeline(transaction=False)
     pipe.incrby("sy:{key:key-a}:limits:tokens", 120)  # stands in for Limiter.add_settle
-    ledger.add_record(pipe, event("req-shared"))
-    outcome, replies = await ledger.commit(pipe, event("req-shared"))
+    position = ledger.add_record(pipe, event("req-shared"))
+    pipe.incrby("sy:{key:key-a}:limits:cost", 7)  # queued after the record: still fine
+    outcome, replies = await ledger.commit(pipe, event("req-shared"), position)
     assert outcome is RecordOutcome.RECORDED
-    assert replies[0] == 120
+    assert replies[0] == 120 and replies[-1] == 7
     assert (await reports.usage_for_key("key-a", days=1))["requests"] == 1
 
 
@@ -208,3 +209,20 @@ async def test_spool_shared_by_two_writers_loses_nothing(tmp_path: Path) -> None
             assert concurrent == []  # one replayer at a time
     assert got == sorted(lines)
     shutil.rmtree(tmp_path / "spool")
+
+
+async def test_failing_neighbour_command_spools_without_double_count(
+    ledger: UsageLedger, reports: UsageReports, redis_client: Redis
+) -> None:
+    """Another command in the shared pipeline fails: the event is spooled, and the replay
+    finds it already counted (the script ran) rather than counting it twice."""
+    await redis_client.hset("sy:{key:key-a}:limits:tokens", "x", 1)
+    pipe = redis_client.pipeline(transaction=False)
+    pipe.incrby("sy:{key:key-a}:limits:tokens", 5)  # WRONGTYPE
+    position = ledger.add_record(pipe, event("req-neighbour"))
+    outcome, _ = await ledger.commit(pipe, event("req-neighbour"), position)
+    assert outcome is RecordOutcome.SPOOLED
+    assert ledger.spool_depth() == 1
+    assert await ledger.replay_spool() == 0
+    assert ledger.spool_depth() == 0
+    assert (await reports.usage_for_key("key-a", days=1))["requests"] == 1
