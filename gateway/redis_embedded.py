@@ -18,8 +18,12 @@ import time
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 _PR_SET_PDEATHSIG = 1
+# Start-up probes must fail fast: redis-py's default backoff makes each miss cost seconds.
+_NO_RETRY = Retry(NoBackoff(), 0)
 
 
 def redis_server_binary() -> str:
@@ -76,8 +80,10 @@ class EmbeddedRedis:
 
     def _client(self) -> redis.Redis:
         if self.port is not None:
-            return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1)
-        return redis.Redis(unix_socket_path=str(self.socket_path), socket_timeout=1)
+            return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1, retry=_NO_RETRY)
+        return redis.Redis(
+            unix_socket_path=str(self.socket_path), socket_timeout=1, retry=_NO_RETRY
+        )
 
     def _stop_stale(self) -> None:
         """A server left by a killed gateway still holds the socket: ask it to shut down."""
