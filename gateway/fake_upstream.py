@@ -78,6 +78,7 @@ class FakeUpstream:
         self.requests: deque[SeenRequest] = deque(maxlen=keep)
         self.server: asyncio.Server | None = None
         self.port = 0
+        self._connections: set[asyncio.Task[Any]] = set()
 
     @property
     def base_url(self) -> str:
@@ -90,11 +91,19 @@ class FakeUpstream:
     async def stop(self) -> None:
         if self.server is not None:
             self.server.close()
+            # Keep-alive connections outlive close(): end them so no task is left pending.
+            for task in list(self._connections):
+                task.cancel()
+            await asyncio.gather(*self._connections, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.server.wait_closed(), 2)
             self.server = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._connections.add(task)
+            task.add_done_callback(self._connections.discard)
         try:
             while True:
                 try:
