@@ -9,12 +9,13 @@ import posixpath
 from importlib import resources
 from urllib.parse import urlsplit
 
-import jsonschema
 import pytest
 
 from gateway.policy import load_policy_file
 
 from .manifests import DEPLOY_DIR, REPO_ROOT, load_yaml, read_env_file
+
+jsonschema = pytest.importorskip("jsonschema", reason="pip install check-jsonschema")
 
 COMPOSE_FILE = DEPLOY_DIR / "docker-compose.yaml"
 GATEWAYS = ("gateway-1", "gateway-2")

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.policy import load_policy_file
+
 from .manifests import DEPLOY_DIR, REPO_ROOT, tool
 
 GATEWAY_DOCKERFILE = DEPLOY_DIR / "Dockerfile"
@@ -39,10 +41,19 @@ def instructions(dockerfile: Path) -> list[tuple[str, str]]:
     return [(text.split(None, 1)[0].upper(), text.split(None, 1)[1]) for text in joined]
 
 
+def stages(dockerfile: Path) -> list[list[tuple[str, str]]]:
+    """Instructions grouped by build stage (each starting at its FROM)."""
+    grouped: list[list[tuple[str, str]]] = []
+    for op, args in instructions(dockerfile):
+        if op == "FROM":
+            grouped.append([])
+        if grouped:
+            grouped[-1].append((op, args))
+    return grouped
+
+
 def final_stage(dockerfile: Path) -> list[tuple[str, str]]:
-    steps = instructions(dockerfile)
-    last_from = max(i for i, (op, _) in enumerate(steps) if op == "FROM")
-    return steps[last_from:]
+    return stages(dockerfile)[-1]
 
 
 def arg_defaults(dockerfile: Path) -> dict[str, str]:
@@ -66,9 +77,10 @@ def base_images(dockerfile: Path) -> list[str]:
     return images
 
 
-def copy_sources(dockerfile: Path) -> list[str]:
+def copy_sources(steps: list[tuple[str, str]]) -> list[str]:
+    """Build-context paths that COPY steps read (not copies from other stages)."""
     sources = []
-    for op, args in instructions(dockerfile):
+    for op, args in steps:
         if op == "COPY" and "--from=" not in args:
             sources.extend(shlex.split(args)[:-1])
     return sources
@@ -130,12 +142,21 @@ def test_runtime_stage_is_non_root_healthchecked_and_serves(dockerfile: Path) ->
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_copied_files_exist_and_pass_the_dockerignore(dockerfile: Path) -> None:
     dockerignore = dockerfile.with_name(dockerfile.name + ".dockerignore")
-    for source in copy_sources(dockerfile):
+    for source in copy_sources(instructions(dockerfile)):
         if "*" in source:
             continue  # optional files (README.md*) may be absent
         assert (REPO_ROOT / source).exists(), f"{dockerfile.name} copies missing {source}"
         assert not ignored_by(dockerignore, source), f"{source} is excluded from the context"
     assert ignored_by(dockerignore, ".venv") and ignored_by(dockerignore, "tests")
+
+
+def test_gateway_image_default_policy_needs_no_engine() -> None:
+    copies = [shlex.split(args) for op, args in final_stage(GATEWAY_DOCKERFILE) if op == "COPY"]
+    env_text = " ".join(args for op, args in final_stage(GATEWAY_DOCKERFILE) if op == "ENV")
+    (policy_copy,) = [c for c in copies if c[-1].endswith("routing_rules.yaml")]
+    assert f"SWITCHYARD_POLICY_FILE={policy_copy[-1]}" in env_text
+    policy = load_policy_file(REPO_ROOT / policy_copy[0])
+    assert all(p.kind == "openai_compatible" for p in policy.providers.values())
 
 
 def test_gateway_image_is_cpu_only() -> None:
@@ -157,7 +178,8 @@ def test_builder_stage_files_build_a_wheel_without_torch(tmp_path: Path) -> None
     """Replays the builder's COPY set and `pip wheel` (offline, no build isolation)."""
     context = tmp_path / "src"
     context.mkdir()
-    for source in copy_sources(GATEWAY_DOCKERFILE):
+    builder = stages(GATEWAY_DOCKERFILE)[0]
+    for source in copy_sources(builder):
         for path in REPO_ROOT.glob(source):
             target = context / path.relative_to(REPO_ROOT)
             if path.is_dir():

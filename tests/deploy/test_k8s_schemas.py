@@ -8,11 +8,11 @@ import copy
 import json
 from pathlib import Path
 
-import jsonschema
 import pytest
 
 from .manifests import K8S_DIR, KUBERNETES_VERSIONS, OVERLAYS, Manifest, find, load_yaml
 
+jsonschema = pytest.importorskip("jsonschema", reason="pip install kubernetes-validate")
 kubernetes_validate = pytest.importorskip(
     "kubernetes_validate", reason="pip install kubernetes-validate (ships schemas offline)"
 )
