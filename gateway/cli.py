@@ -128,7 +128,7 @@ def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
                 raise GatewayError(f"metadata: expected KEY=VALUE, got {item!r}", param="metadata")
             metadata[key] = value
         fields["metadata"] = metadata
-    for name in args.clear or []:
+    for name in getattr(args, "clear", None) or []:
         fields[name] = None
     return fields
 
