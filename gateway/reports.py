@@ -29,7 +29,7 @@ from gateway.usage import (
     day_hash_key,
     day_of,
     micros_to_usd,
-    parse_field,
+    parse_group,
     stream_key,
 )
 
@@ -278,28 +278,38 @@ class UsageReports:
             replies.extend(await pipe.execute())
         return replies
 
-    async def active_keys(self, start: date, end: date) -> list[str]:
+    async def active_pairs(self, start: date, end: date) -> list[tuple[str, date]]:
+        """(key id, day) pairs with usage, from the per-day active-key sets."""
         days = days_between(start, end)
         replies = await self._pipelined(
             [lambda p, d=d: p.smembers(active_day_key(d)) for d in days]
         )
-        return sorted({member.decode() for members in replies for member in members})
+        return [
+            (member.decode(), day)
+            for day, members in zip(days, replies, strict=True)
+            for member in sorted(members)
+        ]
 
     async def cells(
         self, start: date, end: date, key_ids: Sequence[str] | None = None
     ) -> list[Cell]:
         """All aggregate cells for days ``start..end`` (inclusive), for the given or all keys."""
         if key_ids is None:
-            key_ids = await self.active_keys(start, end)
-        pairs = [(key_id, day) for key_id in key_ids for day in days_between(start, end)]
+            pairs = await self.active_pairs(start, end)
+        else:
+            pairs = [(key_id, day) for key_id in key_ids for day in days_between(start, end)]
         replies = await self._pipelined(
             [lambda p, k=k, d=d: p.hgetall(day_hash_key(k, d)) for k, d in pairs]
         )
+        groups: dict[str, Group] = {}  # many fields share one group prefix: parse it once
         cells: list[Cell] = []
         for (key_id, day), fields in zip(pairs, replies, strict=True):
             by_group: dict[Group, Cell] = {}
             for raw_field, raw_value in fields.items():
-                group, metric = parse_field(raw_field.decode())
+                prefix, metric = raw_field.decode().rsplit(":", 1)
+                group = groups.get(prefix)
+                if group is None:
+                    group = groups[prefix] = parse_group(prefix)
                 cell = by_group.get(group)
                 if cell is None:
                     cell = by_group[group] = Cell(key_id, day, group)

@@ -242,17 +242,21 @@ class Group:
     team: str
 
 
-def parse_field(field: str) -> tuple[Group, str]:
-    """Inverse of ``group_field(...) + ':' + metric``."""
-    prefix, metric = field.rsplit(":", 1)
+def parse_group(prefix: str) -> Group:
+    """Inverse of ``group_field``."""
     parts = dict(part.split(":", 1) for part in prefix.split("|"))
-    group = Group(
+    return Group(
         model=unquote(parts["m"]),
         provider=unquote(parts["p"]),
         task=unquote(parts["t"]),
         team=unquote(parts["team"]),
     )
-    return group, metric
+
+
+def parse_field(field: str) -> tuple[Group, str]:
+    """Inverse of ``group_field(...) + ':' + metric``."""
+    prefix, metric = field.rsplit(":", 1)
+    return parse_group(prefix), metric
 
 
 class RecordOutcome(enum.StrEnum):
