@@ -1,0 +1,235 @@
+"""The online engine: the step loop runs in its own thread; asyncio callers stream deltas.
+
+Adds and aborts travel to the engine thread through a queue, and results come back with
+`loop.call_soon_threadsafe`, so nothing on the asyncio side waits on a model step. Only the
+engine thread touches the `LLMEngine`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import queue
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from engine.config import EngineConfig
+from engine.engine import LLMEngine, RequestDelta
+from engine.sampling import SamplingParams
+from engine.sequence import TokenLogprobs
+
+log = logging.getLogger(__name__)
+
+
+class EngineNotRunningError(RuntimeError):
+    """generate() was called before start() or after shutdown()."""
+
+
+class EngineStepError(RuntimeError):
+    """A model step failed; the requests in flight are aborted with this error."""
+
+
+@dataclass
+class StreamOutput:
+    request_id: str
+    index: int  # which of the n samples
+    text: str  # new text since the previous output of this index
+    token_ids: list[int]  # new token ids
+    logprobs: list[TokenLogprobs] | None
+    finish_reason: str | None  # set on the last output of this index
+    num_prompt_tokens: int
+    num_output_tokens: int  # cumulative for this index
+    finished: bool  # the whole request is done
+
+
+@dataclass
+class _Stream:
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue[RequestDelta | BaseException]
+
+
+@dataclass
+class _Add:
+    request_id: str
+    prompt: str | list[int]
+    params: SamplingParams
+
+
+@dataclass
+class _Abort:
+    request_id: str
+    done: concurrent.futures.Future[bool] | None
+
+
+class AsyncEngine:
+    def __init__(self, config: EngineConfig, progress: bool = False) -> None:
+        self.engine = LLMEngine(config, progress=progress)
+        self._commands: queue.SimpleQueue[_Add | _Abort | None] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._streams: dict[str, _Stream] = {}
+        self._streams_lock = threading.Lock()
+        self._pending_adds = 0
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def is_running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        if self.is_running:
+            return
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._run, name="engine-step-loop", daemon=True)
+        self._thread.start()
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        self._stopping.set()
+        self._commands.put(None)
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        with self._streams_lock:
+            streams = list(self._streams.items())
+        for _, stream in streams:
+            self._send(stream, EngineNotRunningError("the engine was shut down"))
+
+    # --- public API --------------------------------------------------------------------
+
+    async def generate(
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+    ) -> AsyncIterator[StreamOutput]:
+        """Stream the request's outputs; a request that can never fit raises at once."""
+        if not self.is_running:
+            raise EngineNotRunningError("the engine is not running: call start() first")
+        params = params or SamplingParams()
+        token_ids = self.engine.check_request(prompt, params)
+        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
+        with self._streams_lock:
+            if request_id in self._streams:
+                raise ValueError(f"request id {request_id!r} is already in use")
+            self._streams[request_id] = stream
+            self._pending_adds += 1
+        self._commands.put(_Add(request_id, token_ids, params))
+        self._wake.set()
+        finished = False
+        try:
+            while not finished:
+                item = await stream.queue.get()
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                finished = item.finished
+                for delta in item.deltas:
+                    yield StreamOutput(
+                        request_id=request_id,
+                        index=delta.index,
+                        text=delta.text,
+                        token_ids=delta.token_ids,
+                        logprobs=delta.logprobs,
+                        finish_reason=delta.finish_reason,
+                        num_prompt_tokens=item.num_prompt_tokens,
+                        num_output_tokens=delta.num_output_tokens,
+                        finished=item.finished and delta is item.deltas[-1],
+                    )
+        finally:
+            with self._streams_lock:
+                self._streams.pop(request_id, None)
+            if not finished:  # the consumer went away (cancelled, broke out): free at once
+                self._commands.put(_Abort(request_id, None))
+                self._wake.set()
+
+    async def abort(self, request_id: str) -> bool:
+        """Abort a request; returns once its blocks are free (False if it was unknown)."""
+        done: concurrent.futures.Future[bool] = concurrent.futures.Future()
+        self._commands.put(_Abort(request_id, done))
+        self._wake.set()
+        if not self.is_running:
+            return False
+        return await asyncio.wrap_future(done)
+
+    def load(self) -> dict[str, Any]:
+        """What a load-aware router needs: queue depth, running count, KV usage."""
+        snap = self.engine.stats.snapshot()
+        return {
+            "num_requests_waiting": snap["num_requests_waiting"] + self._pending_adds,
+            "num_requests_running": snap["num_requests_running"],
+            "kv_cache_usage_perc": snap["kv_cache_usage_perc"],
+        }
+
+    def stats(self) -> dict[str, Any]:
+        snap = self.engine.stats.snapshot()
+        snap["num_requests_waiting"] += self._pending_adds
+        return snap
+
+    # --- the engine thread -------------------------------------------------------------
+
+    def _run(self) -> None:
+        engine = self.engine
+        while not self._stopping.is_set():
+            self._wake.clear()
+            self._drain_commands()
+            if not engine.has_unfinished_requests():
+                self._wake.wait()
+                continue
+            try:
+                deltas = engine.step()
+            except Exception as exc:  # keep serving: fail what was in flight, carry on
+                log.exception("engine step failed")
+                self._fail_all(EngineStepError(f"engine step failed: {exc}"))
+                continue
+            for delta in deltas:
+                with self._streams_lock:
+                    stream = self._streams.get(delta.request_id)
+                if stream is None or not self._send(stream, delta):
+                    engine.abort_request(delta.request_id)
+        self._fail_all(EngineNotRunningError("the engine was shut down"))
+
+    def _drain_commands(self) -> None:
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(command, _Add):
+                self._add(command)
+            elif isinstance(command, _Abort):
+                found = self.engine.abort_request(command.request_id)
+                if command.done is not None:
+                    command.done.set_result(found)
+
+    def _add(self, command: _Add) -> None:
+        with self._streams_lock:
+            self._pending_adds -= 1
+            stream = self._streams.get(command.request_id)
+        if stream is None:
+            return  # cancelled before it reached the engine
+        try:
+            self.engine.add_request(command.request_id, command.prompt, command.params)
+        except ValueError as exc:
+            self._send(stream, exc)
+
+    def _fail_all(self, error: Exception) -> None:
+        for request_id in list(self.engine.requests):
+            self.engine.abort_request(request_id)
+        with self._streams_lock:
+            streams = list(self._streams.values())
+        for stream in streams:
+            self._send(stream, error)
+
+    @staticmethod
+    def _send(stream: _Stream, item: RequestDelta | BaseException) -> bool:
+        try:
+            stream.loop.call_soon_threadsafe(stream.queue.put_nowait, item)
+        except RuntimeError:  # the caller's event loop is closed
+            return False
+        return True
