@@ -258,17 +258,24 @@ def build_view(
     # Order series by total spend so colours and stacking match the tables.
     spend_by_model = {m: spend_by_model[m] for m, _ in models}
     tokens_by_model = {m: tokens_by_model[m] for m, _ in models}
-    spend_by_key: dict[str, dict[str, int]] = {}
-    for index, (key_id, _) in enumerate(by_key):
-        target = key_id if index < KEY_SERIES else "other keys"
-        merged = spend_by_key.setdefault(target, {})
-        for iso, value in spend_by_key_all[key_id].items():
-            merged[iso] = merged.get(iso, 0) + value
+    tokens_by_key_all = per_day("key", lambda t: t.total_tokens)
+
+    def top_keys_and_other(all_keys: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+        series: dict[str, dict[str, int]] = {}
+        for index, (key_id, _) in enumerate(by_key):
+            merged = series.setdefault(key_id if index < KEY_SERIES else "other keys", {})
+            for iso, value in all_keys[key_id].items():
+                merged[iso] = merged.get(iso, 0) + value
+        return series
+
+    spend_by_key = top_keys_and_other(spend_by_key_all)
+    tokens_by_key = top_keys_and_other(tokens_by_key_all)
 
     charts = [
         stacked_day_chart("spend-by-model", "Spend per day by model", "µ$", days, spend_by_model, format_usd),
         stacked_day_chart("tokens-by-model", "Tokens per day by model", "tokens", days, tokens_by_model, format_count),
         stacked_day_chart("spend-by-key", "Spend per day by key", "µ$", days, spend_by_key, format_usd),
+        stacked_day_chart("tokens-by-key", "Tokens per day by key", "tokens", days, tokens_by_key, format_count),
         ranked_chart("top-keys", "Top keys by spend", "µ$", [(k, t.cost_micros) for k, t in by_key[:TOP_KEYS]], format_usd),
         rate_chart(days, by_day),
     ]  # fmt: skip

@@ -263,6 +263,7 @@ class RecordOutcome(enum.StrEnum):
     RECORDED = "recorded"
     DUPLICATE = "duplicate"
     SPOOLED = "spooled"
+    LOST = "lost"  # Redis and the spool both failed; the event is in the error log only
 
 
 class UsageLedger:
@@ -345,8 +346,7 @@ class UsageLedger:
         try:
             replies = await pipe.execute()
         except RedisError as exc:
-            await self.spool_event(event, reason=exc)
-            return RecordOutcome.SPOOLED, []
+            return await self.spool_event(event, reason=exc), []
         outcome = RecordOutcome.RECORDED if replies[reply_index] == 1 else RecordOutcome.DUPLICATE
         return outcome, replies
 
@@ -357,14 +357,23 @@ class UsageLedger:
         outcome, _ = await self.commit(pipe, event, reply_index)
         return outcome
 
-    async def spool_event(self, event: UsageEvent, *, reason: BaseException | None = None) -> None:
-        await self.spool.append(event.to_json())
+    async def spool_event(
+        self, event: UsageEvent, *, reason: BaseException | None = None
+    ) -> RecordOutcome:
+        """Append to the spool; if even the disk fails, log the whole event as the last resort
+        (the response was already served, so raising would help nobody)."""
+        try:
+            await self.spool.append(event.to_json())
+        except OSError as exc:
+            log.error("usage_lost", event=event.to_json().decode(), reason=str(exc))
+            return RecordOutcome.LOST
         log.warning(
             "usage_spooled",
             request_id=event.request_id,
             key_id=event.key_id,
             reason=type(reason).__name__ if reason else None,
         )
+        return RecordOutcome.SPOOLED
 
     def spool_depth(self) -> int:
         """Events waiting in the spool (for metrics)."""

@@ -204,6 +204,10 @@ async def test_dashboard_in_headless_chromium(
     assert {k: per_key[k] for k in top} == {k: by_key[k]["cost_micros"] for k in top}
     assert per_key["other keys"] == sum(r["cost_micros"] for r in by_key_rows[KEY_SERIES:])
 
+    tokens_per_key = sums(numbers.bars["tokens-by-key"], "data-series")
+    assert {k: tokens_per_key[k] for k in top} == {k: by_key[k]["total_tokens"] for k in top}
+    assert tokens_per_key["other keys"] == sum(r["total_tokens"] for r in by_key_rows[KEY_SERIES:])
+
     ranked = [(b["data-series"], int(b["data-value"])) for b in numbers.bars["top-keys"]]
     assert ranked == [(r["key"], r["cost_micros"]) for r in by_key_rows[:TOP_KEYS]]
 

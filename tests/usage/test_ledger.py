@@ -226,3 +226,18 @@ async def test_failing_neighbour_command_spools_without_double_count(
     assert await ledger.replay_spool() == 0
     assert ledger.spool_depth() == 0
     assert (await reports.usage_for_key("key-a", days=1))["requests"] == 1
+
+
+async def test_redis_and_disk_both_failing_is_reported_not_raised(
+    own_redis: EmbeddedRedis, tmp_path: Path
+) -> None:
+    client = Redis.from_url(own_redis.url, socket_connect_timeout=1, socket_timeout=2)
+    spool_dir = tmp_path / "spool"
+    ledger = UsageLedger(client, spool=Spool(spool_dir), retention_days=30)
+    try:
+        own_redis.kill()
+        shutil.rmtree(spool_dir)
+        spool_dir.write_text("not a directory")  # the disk path is broken too
+        assert await ledger.record(event("req-lost")) is RecordOutcome.LOST
+    finally:
+        await client.aclose()
