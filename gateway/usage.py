@@ -365,7 +365,7 @@ class UsageLedger:
         try:
             await self.spool.append(event.to_json())
         except OSError as exc:
-            log.error("usage_lost", event=event.to_json().decode(), reason=str(exc))
+            log.error("usage_lost", usage_event=event.to_json().decode(), reason=str(exc))
             return RecordOutcome.LOST
         log.warning(
             "usage_spooled",
