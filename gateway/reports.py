@@ -13,6 +13,7 @@ import csv
 import heapq
 import io
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
@@ -229,26 +230,25 @@ class _KeyStream:
         self.redis = redis
         self.key_id = key_id
         self.upper = upper  # XREVRANGE max bound: "+", "<id>" or "(<id>"
-        self.chunk = chunk
-        self.buffer: list[tuple[bytes, dict[bytes, bytes]]] = []
+        self.chunk = chunk  # entries per refill
+        self.buffer: deque[tuple[bytes, dict[bytes, bytes]]] = deque()
         self.exhausted = False
 
-    def accept(self, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> None:
-        self.buffer = list(entries)
-        if len(entries) < self.chunk:
+    def accept(self, entries: list[tuple[bytes, dict[bytes, bytes]]], requested: int) -> None:
+        self.buffer = deque(entries)
+        if len(entries) < requested:
             self.exhausted = True
         elif entries:
             self.upper = "(" + entries[-1][0].decode()
 
     async def refill(self) -> None:
-        self.accept(
-            await self.redis.xrevrange(stream_key(self.key_id), self.upper, "-", self.chunk)
-        )
+        entries = await self.redis.xrevrange(stream_key(self.key_id), self.upper, "-", self.chunk)
+        self.accept(entries, self.chunk)
 
     def pop(self) -> _Head | None:
         if not self.buffer:
             return None
-        stream_id, fields = self.buffer.pop(0)
+        stream_id, fields = self.buffer.popleft()
         return _Head(_parse_stream_id(stream_id), self.key_id, stream_id, fields.get(b"e", b"{}"))
 
 
@@ -410,13 +410,16 @@ class UsageReports:
         else:
             key_ids = sorted(member.decode() for member in await self.redis.smembers(KEY_INDEX))
         chunk = min(limit + 1, MAX_EVENTS_LIMIT) if model is None else MAX_EVENTS_LIMIT
+        # Over many keys, a page needs only a few newest entries of each: start small and
+        # refill (with ``chunk``) only the streams the merge actually drains.
+        first = min(chunk, max(8, -(-2 * chunk // max(len(key_ids), 1))))
         streams = [_KeyStream(self.redis, k, self._upper_bound(k, after), chunk) for k in key_ids]
         replies = await self._pipelined(
-            [lambda p, s=s: p.xrevrange(stream_key(s.key_id), s.upper, "-", chunk) for s in streams]
+            [lambda p, s=s: p.xrevrange(stream_key(s.key_id), s.upper, "-", first) for s in streams]
         )
         heap: list[_Head] = []
         for stream, entries in zip(streams, replies, strict=True):
-            stream.accept(entries)
+            stream.accept(entries, first)
             self._push(heap, stream)
         by_key = {s.key_id: s for s in streams}
 
