@@ -115,9 +115,7 @@ class BlockManager:
         """
         table = seq.block_table
         first_written = seq.num_computed_tokens // self.block_size
-        needs_copy = (
-            first_written < len(table) and self.blocks[table[first_written]].ref_count > 1
-        )
+        needs_copy = first_written < len(table) and self.blocks[table[first_written]].ref_count > 1
         new_blocks = self.blocks_needed(seq.num_computed_tokens + num_new_tokens) - len(table)
         if max(new_blocks, 0) + needs_copy > self.num_free_blocks:
             return None

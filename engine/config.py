@@ -37,7 +37,9 @@ class EngineConfig:
 
     def validate(self) -> None:
         if self.dtype not in ("auto", *_DTYPES):
-            raise ConfigError(f"dtype must be auto, float32, float16 or bfloat16, not {self.dtype!r}")
+            raise ConfigError(
+                f"dtype must be auto, float32, float16 or bfloat16, not {self.dtype!r}"
+            )
         if self.device not in ("auto", "cuda", "cpu"):
             raise ConfigError(f"device must be auto, cuda or cpu, not {self.device!r}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:

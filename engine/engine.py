@@ -127,7 +127,9 @@ class LLMEngine:
         vocab = self.runner.args.vocab_size
         bad = next((t for t in token_ids if not isinstance(t, int) or not 0 <= t < vocab), None)
         if bad is not None:
-            raise InvalidPromptError(f"prompt token id {bad!r} is outside the vocabulary [0, {vocab})")
+            raise InvalidPromptError(
+                f"prompt token id {bad!r} is outside the vocabulary [0, {vocab})"
+            )
         return text, token_ids
 
     def check_request(self, prompt: str | list[int], params: SamplingParams) -> list[int]:
@@ -245,13 +247,13 @@ class LLMEngine:
         if seq.detokenizer is not None:
             seq.output_text += seq.detokenizer.push(token.token_id)
         reason = None
-        if seq.num_output_tokens >= params.min_tokens:
-            if token.token_id in params.stop_token_ids or (
-                not params.ignore_eos and token.token_id in self.eos_token_ids
-            ):
-                reason = "stop"
-            elif params.stop and self._cut_at_stop(seq, previous_len):
-                reason = "stop"
+        stop_token = token.token_id in params.stop_token_ids or (
+            not params.ignore_eos and token.token_id in self.eos_token_ids
+        )
+        if seq.num_output_tokens >= params.min_tokens and (
+            stop_token or (params.stop and self._cut_at_stop(seq, previous_len))
+        ):
+            reason = "stop"
         if reason is None and (
             seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len
         ):
@@ -342,8 +344,12 @@ class LLMEngine:
 class LLM:
     """Offline batch generation: `LLM(path).generate(prompts, params)`."""
 
-    def __init__(self, model: str | Path | EngineConfig, progress: bool = True, **settings: object) -> None:
-        config = model if isinstance(model, EngineConfig) else EngineConfig(model=str(model), **settings)  # type: ignore[arg-type]
+    def __init__(
+        self, model: str | Path | EngineConfig, progress: bool = True, **settings: object
+    ) -> None:
+        config = (
+            model if isinstance(model, EngineConfig) else EngineConfig(model=str(model), **settings)
+        )  # type: ignore[arg-type]
         self.engine = LLMEngine(config, progress=progress)
         self._batch_ids = itertools.count()
 

@@ -39,7 +39,9 @@ def resolve_model_path(model: str | Path) -> Path:
     try:
         from huggingface_hub import snapshot_download
     except ImportError as exc:
-        raise LoaderError(f"{name!r} is not a local directory and huggingface_hub is missing") from exc
+        raise LoaderError(
+            f"{name!r} is not a local directory and huggingface_hub is missing"
+        ) from exc
     try:
         local = snapshot_download(
             name, allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model"]
@@ -118,7 +120,9 @@ def load_weights(model: LlamaForCausalLM, path: Path, progress: bool = True) -> 
                 )
     shards_loaded = dict.fromkeys(params, 0)
     tied = model.args.tie_word_embeddings
-    bar = tqdm(total=_count_tensors(files), desc="Loading weights", unit="tensor", disable=not progress)
+    bar = tqdm(
+        total=_count_tensors(files), desc="Loading weights", unit="tensor", disable=not progress
+    )
     try:
         for name, tensor in _iter_tensors(files):
             bar.update(1)

@@ -204,7 +204,10 @@ class ModelRunner:
             banned = banned.to(dev, non_blocking=True)
         wanted = [p.logprobs for p in params if p.logprobs is not None]
         return SamplingBatch(
-            temperatures=column([1.0 if g else p.temperature for g, p in zip(greedy, params, strict=True)], torch.float32),
+            temperatures=column(
+                [1.0 if g else p.temperature for g, p in zip(greedy, params, strict=True)],
+                torch.float32,
+            ),
             greedy=column(greedy, torch.bool),
             all_greedy=all(greedy),
             top_k=top_k,

@@ -82,10 +82,7 @@ class Scheduler:
                 f"whole KV cache ({self.block_manager.num_blocks} blocks of "
                 f"{self.block_manager.block_size}); lower max_tokens or raise kv cache size"
             )
-        if (
-            not self.config.enable_chunked_prefill
-            and total > self.config.max_num_batched_tokens
-        ):
+        if not self.config.enable_chunked_prefill and total > self.config.max_num_batched_tokens:
             raise RequestTooLargeError(
                 f"without chunked prefill, prompt + max_tokens ({total}) must not exceed "
                 f"max_num_batched_tokens ({self.config.max_num_batched_tokens})"
@@ -144,7 +141,9 @@ class Scheduler:
     def _entry(self, seq: Sequence, chunk: int) -> ScheduledSeq:
         end = seq.num_computed_tokens + chunk
         sample = end == seq.num_tokens and end == seq.compute_target()
-        return ScheduledSeq(seq, chunk, sample, is_prefill=end <= seq.num_prompt_tokens or chunk > 1)
+        return ScheduledSeq(
+            seq, chunk, sample, is_prefill=end <= seq.num_prompt_tokens or chunk > 1
+        )
 
     def _allocate_or_preempt(
         self,
@@ -179,9 +178,10 @@ class Scheduler:
         size = bm.block_size
         slack = len(seq.block_table) * size - seq.num_computed_tokens
         first_written = seq.num_computed_tokens // size
-        shared = first_written < len(seq.block_table) and bm.ref_count(
-            seq.block_table[first_written]
-        ) > 1
+        shared = (
+            first_written < len(seq.block_table)
+            and bm.ref_count(seq.block_table[first_written]) > 1
+        )
         return slack + (bm.num_free_blocks - int(shared)) * size
 
     def _preempt(

@@ -112,13 +112,25 @@ _MISTRAL_TEMPLATE = (
 # family -> (special tokens, bos, eos for chat, all eos ids' tokens, chat template)
 _SPECIALS: dict[str, tuple[list[str], str | None, str, list[str], str]] = {
     "llama": (
-        ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+        [
+            "<|begin_of_text|>",
+            "<|end_of_text|>",
+            "<|start_header_id|>",
+            "<|end_header_id|>",
+            "<|eot_id|>",
+        ],
         "<|begin_of_text|>",
         "<|eot_id|>",
         ["<|end_of_text|>", "<|eot_id|>"],
         _LLAMA3_TEMPLATE,
     ),
-    "mistral": (["<unk>", "<s>", "</s>", "[INST]", "[/INST]"], "<s>", "</s>", ["</s>"], _MISTRAL_TEMPLATE),
+    "mistral": (
+        ["<unk>", "<s>", "</s>", "[INST]", "[/INST]"],
+        "<s>",
+        "</s>",
+        ["</s>"],
+        _MISTRAL_TEMPLATE,
+    ),
     "qwen": (
         ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
         None,

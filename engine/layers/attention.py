@@ -48,7 +48,12 @@ class Attention(nn.Module):
         if self.k_cache is None or self.v_cache is None or meta is None:
             return self._without_cache(q, k, v)
         kernels.store_kv(
-            k.contiguous(), v.contiguous(), self.k_cache, self.v_cache, meta.slot_mapping, self.backend
+            k.contiguous(),
+            v.contiguous(),
+            self.k_cache,
+            self.v_cache,
+            meta.slot_mapping,
+            self.backend,
         )
         out = kernels.paged_attention(
             q.contiguous(),
@@ -69,6 +74,10 @@ class Attention(nn.Module):
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
         out = F.scaled_dot_product_attention(
-            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, scale=self.scale
+            q.transpose(0, 1),
+            k.transpose(0, 1),
+            v.transpose(0, 1),
+            is_causal=True,
+            scale=self.scale,
         )
         return out.transpose(0, 1).reshape(q.shape[0], -1)

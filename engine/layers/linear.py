@@ -68,7 +68,12 @@ class ColumnParallelLinear(_ShardedLinear):
     """Splits the output dimension; each rank computes its slice of the outputs."""
 
     def __init__(
-        self, input_size: int, output_size: int, bias: bool = False, tp_size: int = 1, tp_rank: int = 0
+        self,
+        input_size: int,
+        output_size: int,
+        bias: bool = False,
+        tp_size: int = 1,
+        tp_rank: int = 0,
     ) -> None:
         if output_size % tp_size:
             raise ValueError(f"output size {output_size} is not divisible by tp_size {tp_size}")
@@ -152,7 +157,12 @@ class RowParallelLinear(_ShardedLinear):
     """Splits the input dimension; partial outputs are summed across ranks."""
 
     def __init__(
-        self, input_size: int, output_size: int, bias: bool = False, tp_size: int = 1, tp_rank: int = 0
+        self,
+        input_size: int,
+        output_size: int,
+        bias: bool = False,
+        tp_size: int = 1,
+        tp_rank: int = 0,
     ) -> None:
         if input_size % tp_size:
             raise ValueError(f"input size {input_size} is not divisible by tp_size {tp_size}")

@@ -8,7 +8,7 @@ and gate/up are fused (`packed_modules_mapping` tells the loader how).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -201,9 +201,7 @@ class LlamaModel(nn.Module):
         self.embed_tokens = VocabParallelEmbedding(
             args.vocab_size, args.hidden_size, tp.tp_size, tp.tp_rank
         )
-        self.layers = nn.ModuleList(
-            DecoderLayer(args, tp, backend) for _ in range(args.num_layers)
-        )
+        self.layers = nn.ModuleList(DecoderLayer(args, tp, backend) for _ in range(args.num_layers))
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
 
     def forward(
@@ -219,7 +217,7 @@ class LlamaModel(nn.Module):
 
 class LlamaForCausalLM(nn.Module):
     # checkpoint name -> (fused module name, shard id)
-    packed_modules_mapping = {
+    packed_modules_mapping: ClassVar[dict[str, tuple[str, str | int]]] = {
         "q_proj": ("qkv_proj", "q"),
         "k_proj": ("qkv_proj", "k"),
         "v_proj": ("qkv_proj", "v"),

@@ -9,9 +9,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from engine_helpers import INIT_STD, MAX_NEW_TOKENS, make_prompts  # noqa: E402
+
 from engine.tiny_checkpoint import write_tiny_checkpoint  # noqa: E402
 from engine.tokenizer import Tokenizer  # noqa: E402
-from engine_helpers import INIT_STD, MAX_NEW_TOKENS, make_prompts  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -59,4 +60,3 @@ def hf_reference(checkpoints: Callable[[str], Path]) -> Callable[[str], tuple[li
 @pytest.fixture(scope="session")
 def llama_path(checkpoints: Callable[[str], Path]) -> Path:
     return checkpoints("llama")
-

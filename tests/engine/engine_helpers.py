@@ -11,10 +11,42 @@ from engine.tokenizer import Tokenizer
 INIT_STD = 0.5
 MAX_NEW_TOKENS = 24
 
-_WORDS = (
-    "the quick brown fox jumps over the lazy dog while the cat sleeps in the warm sun "
-    "and a gateway sends each request to the model that fits the task and the budget best"
-).split()
+_WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "the",
+    "lazy",
+    "dog",
+    "while",
+    "the",
+    "cat",
+    "sleeps",
+    "in",
+    "the",
+    "warm",
+    "sun",
+    "and",
+    "a",
+    "gateway",
+    "sends",
+    "each",
+    "request",
+    "to",
+    "the",
+    "model",
+    "that",
+    "fits",
+    "the",
+    "task",
+    "and",
+    "the",
+    "budget",
+    "best",
+]
 SHARED_PREFIX = (
     "You are a helpful assistant. Answer briefly and accurately, and say when you do not know. "
     "Every block holds sixteen tokens; a full block can be shared by every request."

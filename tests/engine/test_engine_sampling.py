@@ -1,0 +1,131 @@
+"""Sampling: seeds, top-k, stop strings and ids, n > 1 sharing, logprobs, validation."""
+
+from __future__ import annotations
+
+import pytest
+from engine_helpers import assert_all_blocks_free, make_llm
+
+from engine.engine import LLMEngine
+from engine.sampling import SamplingParams, SamplingParamsError
+
+
+@pytest.fixture(scope="module")
+def llm(llama_path):
+    return make_llm(llama_path)
+
+
+PROMPTS = ["the quick brown fox", "a gateway sends each request", "numbers: 1 2 3", "café 🙂"]
+
+
+def test_seed_reproduces_alone_and_in_a_batch(llm):
+    seeded = SamplingParams(temperature=1.0, top_p=0.95, seed=1234, max_tokens=20)
+    alone = llm.generate([PROMPTS[0]], seeded)[0].token_ids
+    again = llm.generate([PROMPTS[0]], seeded)[0].token_ids
+    others = SamplingParams(temperature=1.3, max_tokens=12)  # unseeded neighbours
+    in_batch = llm.generate([*PROMPTS[1:], PROMPTS[0]], [others, others, others, seeded])
+    assert alone == again == in_batch[3].token_ids
+    different = llm.generate(
+        [PROMPTS[0]], SamplingParams(temperature=1.0, top_p=0.95, seed=99, max_tokens=20)
+    )
+    assert different[0].token_ids != alone
+    assert_all_blocks_free(llm)
+
+
+def test_top_k_one_equals_greedy(llm):
+    greedy = llm.generate(PROMPTS, SamplingParams(temperature=0.0, max_tokens=16))
+    top1 = llm.generate(PROMPTS, SamplingParams(temperature=1.5, top_k=1, max_tokens=16))
+    assert [o.token_ids for o in greedy] == [o.token_ids for o in top1]
+
+
+def test_stop_string_cuts_exactly_and_never_leaks(llm):
+    base = llm.generate([PROMPTS[1]], SamplingParams(temperature=0.0, max_tokens=24))[0]
+    text = base.text
+    assert len(text) > 6
+    stop = text[3:6]  # a string the greedy output is known to contain
+    cut = llm.generate([PROMPTS[1]], SamplingParams(temperature=0.0, max_tokens=24, stop=[stop]))[0]
+    assert cut.finish_reason == "stop"
+    assert cut.text == text[: text.index(stop)]
+    assert stop not in cut.text
+    assert base.token_ids[: len(cut.token_ids)] == cut.token_ids
+
+
+def test_stop_token_ids_min_tokens_and_length(llm):
+    base = llm.generate([PROMPTS[2]], SamplingParams(temperature=0.0, max_tokens=12))[0]
+    assert base.finish_reason == "length" and len(base.token_ids) == 12
+    target = base.token_ids[4]
+    first = base.token_ids.index(target)
+    stopped = llm.generate(
+        [PROMPTS[2]], SamplingParams(temperature=0.0, max_tokens=12, stop_token_ids=[target])
+    )[0]
+    assert stopped.finish_reason == "stop" and stopped.token_ids == base.token_ids[: first + 1]
+    held = llm.generate(
+        [PROMPTS[2]],
+        SamplingParams(temperature=0.0, max_tokens=12, stop_token_ids=[target], min_tokens=12),
+    )[0]
+    assert len(held.token_ids) == 12 and target not in held.token_ids
+
+
+def test_n_samples_share_prompt_blocks(llama_path):
+    llm = make_llm(llama_path, enable_prefix_caching=False)
+    engine: LLMEngine = llm.engine
+    prompt = engine.tokenizer.encode("the quick brown fox jumps over the lazy dog " * 3)
+    assert len(prompt) % 16 != 1  # the fork leaves a partially filled, shared last block
+    request = engine.add_request(
+        "n4", prompt, SamplingParams(n=4, temperature=1.0, seed=7, max_tokens=8)
+    )
+    while len(request.seqs) < 4:
+        engine.step()
+    tables = [seq.block_table for seq in request.seqs]
+    assert all(table == tables[0] for table in tables)
+    assert all(engine.block_manager.ref_count(b) == 4 for b in tables[0])
+    engine.step()  # each fork writes the last prompt token: the partial block is copied
+    full = (len(prompt) - 1) // 16
+    shared = request.seqs[0].block_table[:full]
+    assert all(seq.block_table[:full] == shared for seq in request.seqs)
+    assert all(engine.block_manager.ref_count(b) == 4 for b in shared)
+    assert len({seq.block_table[full] for seq in request.seqs}) == 4
+    while engine.has_unfinished_requests():
+        engine.step()
+    out = engine.request_output(request)
+    assert [o.index for o in out.outputs] == [0, 1, 2, 3]
+    assert all(len(o.token_ids) == 8 for o in out.outputs)
+    assert len({tuple(o.token_ids) for o in out.outputs}) > 1  # seeds differ per sample
+    assert_all_blocks_free(llm)
+
+
+def test_logprobs_are_returned_per_token(llm):
+    out = llm.generate([PROMPTS[0]], SamplingParams(temperature=0.0, max_tokens=5, logprobs=3))[0]
+    assert out.outputs[0].logprobs is not None and len(out.outputs[0].logprobs) == 5
+    for token, entry in zip(out.token_ids, out.outputs[0].logprobs, strict=True):
+        assert entry.token_id == token and len(entry.top) == 3
+        assert max(entry.top.values()) == pytest.approx(entry.logprob)  # greedy = top-1
+        assert all(v <= 0 for v in entry.top.values())
+
+
+def test_penalties_change_repetitive_output(llm):
+    plain = llm.generate([PROMPTS[0]], SamplingParams(temperature=0.0, max_tokens=24))[0]
+    penalised = llm.generate(
+        [PROMPTS[0]],
+        SamplingParams(temperature=0.0, max_tokens=24, frequency_penalty=2.0, presence_penalty=2.0),
+    )[0]
+    assert len(set(penalised.token_ids)) >= len(set(plain.token_ids))
+    assert penalised.token_ids != plain.token_ids
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("temperature", -0.1),
+        ("top_p", 0.0),
+        ("top_k", -5),
+        ("min_p", 1.5),
+        ("max_tokens", 0),
+        ("n", 0),
+        ("logprobs", 50),
+        ("presence_penalty", 3.0),
+        ("stop", [""]),
+    ],
+)
+def test_bad_sampling_params_name_the_field(field, value):
+    with pytest.raises(SamplingParamsError, match=field):
+        SamplingParams(**{field: value})
