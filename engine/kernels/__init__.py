@@ -57,7 +57,7 @@ def paged_attention(
 ) -> torch.Tensor:
     """``max_query_len`` lets the Triton path size its grid without a host sync."""
     if backend == "triton":
-        from engine.kernels.paged_attention import paged_attention_triton
+        from engine.kernels.triton_paged_attention import paged_attention_triton
 
         return paged_attention_triton(
             query,
@@ -83,7 +83,7 @@ def rms_norm(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """RMSNorm, fused with the residual add when ``residual`` is given (see ``rms_norm_ref``)."""
     if backend == "triton":
-        from engine.kernels.rms_norm import rms_norm_triton
+        from engine.kernels.triton_rms_norm import rms_norm_triton
 
         return rms_norm_triton(x, weight, eps, residual)
     return rms_norm_ref(x, weight, eps, residual)
@@ -92,7 +92,7 @@ def rms_norm(
 def silu_and_mul(x: torch.Tensor, backend: Backend = "torch") -> torch.Tensor:
     """SwiGLU on a fused gate/up projection (see ``silu_and_mul_ref``)."""
     if backend == "triton":
-        from engine.kernels.silu_and_mul import silu_and_mul_triton
+        from engine.kernels.triton_silu_and_mul import silu_and_mul_triton
 
         return silu_and_mul_triton(x)
     return silu_and_mul_ref(x)

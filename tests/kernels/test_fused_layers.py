@@ -7,8 +7,8 @@ import torch
 
 from engine.kernels import rms_norm, silu_and_mul
 from engine.kernels.reference import rms_norm_ref, silu_and_mul_ref
-from engine.kernels.rms_norm import rms_norm_triton
-from engine.kernels.silu_and_mul import silu_and_mul_triton
+from engine.kernels.triton_rms_norm import rms_norm_triton
+from engine.kernels.triton_silu_and_mul import silu_and_mul_triton
 
 from .kernel_cases import KERNEL_DTYPES, tolerance
 

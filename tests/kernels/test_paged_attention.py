@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from engine.kernels import paged_attention
-from engine.kernels.paged_attention import paged_attention_triton
 from engine.kernels.reference import paged_attention_ref
+from engine.kernels.triton_paged_attention import paged_attention_triton
 
 from .kernel_cases import KERNEL_DTYPES, AttentionBatch, make_batch, tolerance
 

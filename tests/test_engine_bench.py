@@ -1,0 +1,76 @@
+"""The engine benchmark harness and the GPU check script work end to end on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "engine.bench", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_tiny_w1_prints_one_json_line_with_the_figures():
+    result = run_bench("--workload", "W1", "--tiny", "--device", "cpu")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    assert record["workload"] == "W1"
+    assert record["model"] == "tiny-qwen3"
+    assert record["shape"]["num_kv_heads"] == 2
+    assert record["device"].startswith("cpu")
+    assert record["dtype"] == "float32"
+    # Every request made its full output: EOS is ignored.
+    assert record["requests"] == record["requests_completed"] == 8
+    assert record["output_tokens"] == 8 * record["output_len"]
+    assert 8 * 16 <= record["prompt_tokens"] <= 8 * 64
+    assert not record["truncated"]
+    assert record["output_tok_s"] > 0
+    assert record["total_tok_s"] > record["output_tok_s"]
+    assert 0 < record["ttft_p50_s"] <= record["ttft_p99_s"] <= record["wall_s"]
+    assert 0 < record["itl_p50_s"] <= record["itl_p99_s"]
+    assert 0 < record["kv_usage_peak"] <= 1
+    assert record["peak_memory_bytes"] > record["weight_bytes"] > 0
+    assert record["date"].startswith("20")
+
+
+def test_bad_arguments_get_a_clear_error():
+    result = run_bench("--workload", "W9", "--tiny")
+    assert result.returncode == 2
+    assert "invalid choice: 'W9'" in result.stderr
+    result = run_bench("--workload", "W1", "--tiny", "--max-seconds", "0")
+    assert result.returncode == 2
+    assert "--max-seconds must be > 0" in result.stderr
+
+
+def test_gpu_check_dry_run_plans_every_step(tmp_path):
+    result = subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu_check.sh"), "--dry-run"],
+        cwd=REPO,
+        env={**os.environ, "OUT": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    for step in ("kernel_tests", "engine_triton", "bench_W1", "bench_W2", "bench_W3", "bench_W4"):
+        assert f"[plan] {step}" in result.stdout
+    assert (tmp_path / "summary.txt").read_text() == result.stdout
