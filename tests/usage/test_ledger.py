@@ -241,3 +241,26 @@ async def test_redis_and_disk_both_failing_is_reported_not_raised(
         assert await ledger.record(event("req-lost")) is RecordOutcome.LOST
     finally:
         await client.aclose()
+
+
+async def test_settle_and_record_share_one_pipeline_with_the_real_limiter(
+    ledger: UsageLedger, reports: UsageReports, redis_client: Redis
+) -> None:
+    from gateway.limits import KeyLimits, Limiter
+
+    limiter = Limiter(redis_client)
+    limits = KeyLimits(rpm=100, tpm=100_000, budget_usd=10.0)
+    reservation = await limiter.reserve(
+        "key-a", limits, tokens=500, cost_usd=0.01, request_id="req-limited"
+    )
+    used = event("req-limited", prompt_tokens=100, completion_tokens=20, cost_usd=0.000123)
+    pipe = redis_client.pipeline(transaction=False)
+    limiter.add_settle(pipe, reservation, tokens=used.total_tokens, cost_usd=used.cost_usd)
+    position = ledger.add_record(pipe, used)
+    outcome, replies = await ledger.commit(pipe, used, position)
+    assert outcome is RecordOutcome.RECORDED
+    assert len(replies) == 5  # one settle, three index writes, one record: one round trip
+    status = await limiter.status("key-a", limits)
+    assert status["tokens"]["used"] == used.total_tokens  # the estimate of 500 was replaced
+    assert status["budget"]["spent_usd"] == used.cost_usd
+    assert (await reports.usage_for_key("key-a", days=1))["total_cost_micros"] == 123
