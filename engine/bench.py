@@ -339,12 +339,13 @@ class RunSettings:
     seed: int
 
 
-def build_engine(model_path: Path, workload: Workload, settings: RunSettings, prefix_caching: bool):
+def engine_config(
+    model_path: Path, workload: Workload, settings: RunSettings, prefix_caching: bool
+):
     from engine.config import EngineConfig
-    from engine.engine import LLMEngine
 
     longest = workload.shared_prefix_len + workload.prompt_len[1] + workload.output_len
-    config = EngineConfig(
+    return EngineConfig(
         model=str(model_path),
         dtype=str(settings.dtype).removeprefix("torch."),
         device=settings.device.type,
@@ -357,6 +358,17 @@ def build_engine(model_path: Path, workload: Workload, settings: RunSettings, pr
         attention_backend=settings.attention_backend,
         seed=settings.seed,
     )
+
+
+def build_engine(model_path: Path, workload: Workload, settings: RunSettings, prefix_caching: bool):
+    """An ``LLMEngine`` for the offline workloads, an ``AsyncEngine`` for W5 (online)."""
+    config = engine_config(model_path, workload, settings, prefix_caching)
+    if workload.arrival_rate is not None:
+        from engine.async_engine import AsyncEngine
+
+        return AsyncEngine(config, progress=False)
+    from engine.engine import LLMEngine
+
     return LLMEngine(config, progress=False)
 
 
@@ -394,25 +406,26 @@ def run_offline(engine, workload: Workload, prompts: list[list[int]], deadline: 
     return record
 
 
-async def _run_online(engine, workload: Workload, prompts: list[list[int]], deadline: float):
-    from engine.async_engine import AsyncEngine
-
+async def _run_online(
+    async_engine, workload: Workload, prompts: list[list[int]], deadline: float
+) -> RunRecord:
+    """Requests arrive as a Poisson process and stream through the engine thread."""
     record = RunRecord()
     params = sampling_params(workload)
     rng = random.Random(workload.num_requests)
     ids = [f"online-{i}" for i in range(len(prompts))]
     clock = TokenClock(record, {rid: len(p) for rid, p in zip(ids, prompts, strict=True)})
+    stats = async_engine.engine.stats
     start = time.perf_counter()
-    async_engine = AsyncEngine(engine)
-    await async_engine.start()
 
     async def one(rid: str, prompt: list[int]) -> None:
         clock.sent(rid, time.perf_counter() - start)
-        async for delta in async_engine.generate(prompt, params, request_id=rid):
-            count = sum(len(d.token_ids) for d in delta.deltas)
-            clock.tokens(rid, count, time.perf_counter() - start, delta.finished)
-            record.kv_usage_peak = max(record.kv_usage_peak, engine.stats.kv_cache_usage_perc)
+        async for output in async_engine.generate(rid, prompt, params):
+            now = time.perf_counter() - start
+            clock.tokens(rid, len(output.token_ids), now, output.finished)
+            record.kv_usage_peak = max(record.kv_usage_peak, stats.kv_cache_usage_perc)
 
+    async_engine.start()
     tasks = []
     try:
         for rid, prompt in zip(ids, prompts, strict=True):
@@ -422,30 +435,36 @@ async def _run_online(engine, workload: Workload, prompts: list[list[int]], dead
             tasks.append(asyncio.create_task(one(rid, prompt)))
             await asyncio.sleep(rng.expovariate(workload.arrival_rate or 1.0))
         remaining = max(0.0, deadline - time.perf_counter())
-        done, pending = await asyncio.wait(tasks, timeout=remaining) if tasks else (set(), set())
+        done, pending = await asyncio.wait(tasks, timeout=remaining)
         for task in pending:
             record.truncated = True
             task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
         for task in done:
             task.result()  # surface a failed request instead of hiding it in the figures
     finally:
-        await async_engine.stop()
+        async_engine.shutdown()
     record.wall_s = time.perf_counter() - start
     return record
 
 
-def run_online(engine, workload: Workload, prompts: list[list[int]], deadline: float) -> RunRecord:
-    return asyncio.run(_run_online(engine, workload, prompts, deadline))
+def run_online(async_engine, workload: Workload, prompts: list[list[int]], deadline: float):
+    return asyncio.run(_run_online(async_engine, workload, prompts, deadline))
 
 
 def release(engine) -> None:
     """Drop an engine and its KV pool before the next one claims the memory."""
-    device = engine.runner.device
+    device = sync_engine(engine).runner.device
     del engine
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
+
+
+def sync_engine(engine):
+    """The ``LLMEngine`` itself, or the one an ``AsyncEngine`` drives."""
+    return getattr(engine, "engine", engine)
 
 
 def log(message: str) -> None:
@@ -471,10 +490,12 @@ def run_workload(
 
     log(f"{workload.name}: building the engine ({workload.shape.name})")
     engine = build_engine(model_dir, workload, settings, prefix_caching=True)
-    kv_pool_blocks = engine.runner.num_blocks
-    kv_pool_bytes = kv_pool_blocks * engine.runner.kv_bytes_per_block
-    backend = engine.runner.backend
-    weight_bytes = sum(p.numel() * p.element_size() for p in engine.runner.model.parameters())
+    model_runner = sync_engine(engine).runner
+    kv_pool_blocks = model_runner.num_blocks
+    kv_pool_bytes = kv_pool_blocks * model_runner.kv_bytes_per_block
+    backend = model_runner.backend
+    weight_bytes = sum(p.numel() * p.element_size() for p in model_runner.model.parameters())
+    del model_runner
     runner: Callable = run_online if workload.name == "W5" else run_offline
     passes = 2 if workload.name == "W3" else 1
     deadline = time.perf_counter() + max_seconds / passes
