@@ -1,0 +1,142 @@
+"""Loader, tokenizer and tiny checkpoints: clear errors, sharded files, chat templates."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from engine_helpers import make_llm
+
+from engine.loader import LoaderError, build_model, load_model_args, resolve_model_path
+from engine.models.llama import SUPPORTED_ARCHITECTURES
+from engine.sampling import SamplingParams
+from engine.tiny_checkpoint import write_tiny_checkpoint
+from engine.tokenizer import Tokenizer, TokenizerError
+
+
+def _load(path):
+    args = load_model_args(path)
+    return build_model(path, args, torch.device("cpu"), torch.float32, "torch", progress=False)
+
+
+@pytest.fixture
+def copy_of(llama_path, tmp_path):
+    def make():
+        target = tmp_path / "model"
+        shutil.copytree(llama_path, target)
+        return target
+
+    return make
+
+
+def test_missing_config_and_weights_are_named(copy_of):
+    path = copy_of()
+    (path / "model.safetensors").unlink()
+    with pytest.raises(LoaderError, match=r"no \*\.safetensors"):
+        _load(path)
+    (path / "config.json").unlink()
+    with pytest.raises(LoaderError, match="missing config.json"):
+        _load(path)
+
+
+def test_missing_shard_is_named(tmp_path):
+    path = write_tiny_checkpoint(tmp_path / "sharded", arch="qwen2", shards=2)
+    shard = sorted(path.glob("model-*.safetensors"))[1]
+    shard.unlink()
+    with pytest.raises(LoaderError, match=shard.name):
+        _load(path)
+
+
+def test_unsupported_architecture_lists_supported(copy_of):
+    path = copy_of()
+    config = json.loads((path / "config.json").read_text())
+    config["architectures"] = ["GPT2LMHeadModel"]
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(LoaderError, match="GPT2LMHeadModel") as err:
+        _load(path)
+    assert all(name in str(err.value) for name in SUPPORTED_ARCHITECTURES)
+
+
+def test_shape_mismatch_names_tensor_expected_and_got(copy_of):
+    from safetensors.torch import load_file, save_file
+
+    path = copy_of()
+    weights = load_file(str(path / "model.safetensors"))
+    name = "model.layers.1.mlp.down_proj.weight"
+    weights[name] = weights[name][:, :-8].contiguous()
+    save_file(weights, str(path / "model.safetensors"))
+    with pytest.raises(LoaderError, match=name) as err:
+        _load(path)
+    assert "expected shape (64, 128)" in str(err.value) and "got (64, 120)" in str(err.value)
+
+
+def test_integer_tensor_is_a_dtype_error(copy_of):
+    from safetensors.torch import load_file, save_file
+
+    path = copy_of()
+    weights = load_file(str(path / "model.safetensors"))
+    name = "model.norm.weight"
+    weights[name] = weights[name].to(torch.int32)
+    save_file(weights, str(path / "model.safetensors"))
+    with pytest.raises(LoaderError, match=rf"{name}.*floating-point.*int32"):
+        _load(path)
+
+
+def test_missing_weight_is_reported(copy_of):
+    from safetensors.torch import load_file, save_file
+
+    path = copy_of()
+    weights = load_file(str(path / "model.safetensors"))
+    del weights["model.layers.0.self_attn.k_proj.weight"]
+    save_file(weights, str(path / "model.safetensors"))
+    with pytest.raises(LoaderError, match="qkv_proj"):
+        _load(path)
+
+
+def test_unknown_local_path_and_offline_hub_id(tmp_path, monkeypatch):
+    with pytest.raises(LoaderError, match="does not exist"):
+        resolve_model_path(str(tmp_path / "nope" / "deeper"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(LoaderError, match="could not download"):
+        resolve_model_path("switchyard-test/definitely-not-a-model")
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "mistral"])
+def test_other_families_sharded_load_and_match_hf(arch, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    path = write_tiny_checkpoint(tmp_path / arch, arch=arch, shards=2, init_std=0.5)
+    assert (path / "model.safetensors.index.json").is_file()
+    assert "random" in (path / "README.md").read_text().lower()
+    prompt = Tokenizer(path).encode("the quick brown fox")
+    llm = make_llm(path)
+    ours = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=12))[0].token_ids
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    ids = torch.tensor([prompt])
+    ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False)
+    assert ours == ref[0, len(prompt) :].tolist()
+
+
+def test_tokenizer_special_tokens_and_chat_templates(checkpoints):
+    llama = Tokenizer(checkpoints("llama"))
+    assert llama.bos_token == "<|begin_of_text|>"
+    assert {llama.token_to_id("<|eot_id|>"), llama.token_to_id("<|end_of_text|>")} <= set(
+        llama.eos_token_ids
+    )
+    chat = llama.apply_chat_template([{"role": "user", "content": "hi"}])
+    assert chat.startswith("<|begin_of_text|><|start_header_id|>user")
+    assert chat.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
+    ids = llama.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=True)
+    assert ids.count(llama.bos_token_id) == 1  # no second BOS added when tokenizing
+    with pytest.raises(TokenizerError, match="unknown role: wizard"):
+        llama.apply_chat_template([{"role": "wizard", "content": "x"}])
+    qwen = Tokenizer(checkpoints("qwen3"))
+    assert qwen.apply_chat_template(
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    ) == (
+        "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    )
+    text = "Hello wörld 🙂 日本語!"
+    assert qwen.decode(qwen.encode(text)) == text
