@@ -52,6 +52,15 @@ def test_tiny_w1_prints_one_json_line_with_the_figures():
     assert record["date"].startswith("20")
 
 
+def test_a_run_past_its_time_cap_still_reports_and_says_so():
+    result = run_bench("--workload", "W1", "--tiny", "--device", "cpu", "--max-seconds", "0.01")
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout.strip())
+    assert record["truncated"] is True
+    assert record["requests"] == 8
+    assert record["requests_completed"] < 8
+
+
 def test_bad_arguments_get_a_clear_error():
     result = run_bench("--workload", "W9", "--tiny")
     assert result.returncode == 2
