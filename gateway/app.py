@@ -23,6 +23,7 @@ from starlette.responses import Response
 from gateway.api import admin, openai, ops
 from gateway.api.http import error_response, request_id_of
 from gateway.api.services import Services
+from gateway.api.settler import SettleBatcher
 from gateway.auth import Authenticator
 from gateway.dispatch import Dispatcher, RetrySettings
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
@@ -84,6 +85,7 @@ async def running_services(
     except PolicyError as exc:
         log.error("policy_load_failed", path=exc.path, error=exc.message)
     keys = KeyStore(redis, secrets.key_pepper)
+    limiter = Limiter(redis)
     state = RoutingState.build()
     services = Services(
         settings=settings,
@@ -113,7 +115,8 @@ async def running_services(
                 total_budget_s=settings.upstream_retry_budget_s,
             ),
         ),
-        limiter=Limiter(redis),
+        limiter=limiter,
+        settler=SettleBatcher(redis, limiter, log),
         metrics=Metrics(),
         log=log,
         embedded_redis=embedded,
@@ -128,6 +131,7 @@ async def running_services(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await services.settler.drain()
         if services.background:  # settles and records still in flight
             await asyncio.wait(list(services.background), timeout=5)
         await policies.stop()

@@ -104,24 +104,24 @@ async def reserve(
     return reservation, estimate
 
 
-async def settle(
+def settle(
     services: Services,
     reservation: Reservation | None,
     policy: Policy,
     model: str | None,
     usage: Usage | None,
 ) -> None:
-    """Charge what was used; with no model (nothing served) give the reservation back."""
+    """Charge what was used (batched); with no model (nothing served) give it all back."""
     if reservation is None:
         return
+    if model is None:
+        services.spawn(_release(services, reservation))
+    elif usage is None:  # no usage reported: the estimate stands
+        services.settler.settle(reservation, reservation.tokens, reservation.cost_usd)
+    else:
+        services.settler.settle(reservation, usage.total, cost_of(policy, model, usage))
+
+
+async def _release(services: Services, reservation: Reservation) -> None:
     with contextlib.suppress(LimiterUnavailable):  # the lease expiry gives it back later
-        if model is None:
-            await services.limiter.release(reservation)
-        elif usage is None:
-            await services.limiter.settle(
-                reservation, tokens=reservation.tokens, cost_usd=reservation.cost_usd
-            )
-        else:
-            await services.limiter.settle(
-                reservation, tokens=usage.total, cost_usd=cost_of(policy, model, usage)
-            )
+        await services.limiter.release(reservation)

@@ -186,9 +186,7 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
     finally:
         if not streaming_started:
             if policy is not None:
-                services.spawn(
-                    limits_gate.settle(services, reservation, policy, served_model, outcome.usage)
-                )
+                limits_gate.settle(services, reservation, policy, served_model, outcome.usage)
             error = None if outcome.status < 400 else "failed"
             outcome.finish(services, endpoint.route, error)
 
@@ -263,9 +261,7 @@ async def _stream(
         finally:
             upstream.close()
             result.release()
-            services.spawn(
-                limits_gate.settle(services, reservation, policy, served.model, outcome.usage)
-            )
+            limits_gate.settle(services, reservation, policy, served.model, outcome.usage)
             outcome.finish(services, endpoint.route, error)
 
     return StreamingResponse(

@@ -9,6 +9,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from gateway.api.settler import SettleBatcher
 from gateway.auth import Authenticator
 from gateway.dispatch import Dispatcher
 from gateway.keys import KeyStore
@@ -34,6 +35,7 @@ class Services:
     # The one place a plan's candidates are tried (retries, fallbacks, breakers).
     dispatcher: Dispatcher
     limiter: Limiter
+    settler: SettleBatcher
     metrics: Metrics
     log: Any
     embedded_redis: EmbeddedRedis | None = None
