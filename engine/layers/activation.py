@@ -1,15 +1,19 @@
-"""SwiGLU on a fused gate/up projection."""
+"""SwiGLU on a fused gate/up projection, via the kernel dispatch."""
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from engine import kernels
 
 
 class SiluAndMul(nn.Module):
     """`silu(gate) * up` where the input is `[..., 2 * d]` = gate then up."""
 
+    def __init__(self, backend: kernels.Backend = "torch") -> None:
+        super().__init__()
+        self.backend = backend
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = x.chunk(2, dim=-1)
-        return F.silu(gate) * up
+        return kernels.silu_and_mul(x.contiguous(), backend=self.backend)

@@ -1,28 +1,36 @@
-"""RMSNorm, computed in fp32 like HF, optionally fused with the residual add."""
+"""RMSNorm (fp32 statistics, like HF), optionally fused with the residual add.
+
+Dispatches to `engine.kernels.rms_norm` (the torch reference or the Triton kernel).
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from engine import kernels
+
 
 class RMSNorm(nn.Module):
-    def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
+    def __init__(
+        self, hidden_size: int, eps: float = 1e-6, backend: kernels.Backend = "torch"
+    ) -> None:
         super().__init__()
         self.eps = eps
+        self.backend = backend
         self.weight = nn.Parameter(torch.ones(hidden_size))
-
-    def _norm(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
 
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """With `residual`, returns (norm(x + residual), x + residual) for the next block."""
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1]).contiguous()
         if residual is None:
-            return self._norm(x)
-        x = x + residual
-        return self._norm(x), x
+            out = kernels.rms_norm(flat, self.weight, self.eps, backend=self.backend)
+            return out.reshape(shape)  # type: ignore[union-attr]
+        flat_residual = residual.reshape(-1, shape[-1]).contiguous()
+        out, summed = kernels.rms_norm(
+            flat, self.weight, self.eps, flat_residual, backend=self.backend
+        )
+        return out.reshape(shape), summed.reshape(shape)

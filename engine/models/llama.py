@@ -133,8 +133,8 @@ class DecoderAttention(nn.Module):
             args.head_dim, args.max_position_embeddings, args.rope_theta, args.rope_scaling
         )
         if args.qk_norm:
-            self.q_norm = RMSNorm(args.head_dim, args.rms_norm_eps)
-            self.k_norm = RMSNorm(args.head_dim, args.rms_norm_eps)
+            self.q_norm = RMSNorm(args.head_dim, args.rms_norm_eps, backend)
+            self.k_norm = RMSNorm(args.head_dim, args.rms_norm_eps, backend)
         self.qk_norm = args.qk_norm
         self.attn = Attention(
             self.num_heads, self.num_kv_heads, args.head_dim, args.head_dim**-0.5, backend
@@ -156,7 +156,7 @@ class DecoderAttention(nn.Module):
 
 
 class DecoderMLP(nn.Module):
-    def __init__(self, args: ModelArgs, tp: ParallelSpec) -> None:
+    def __init__(self, args: ModelArgs, tp: ParallelSpec, backend: Backend) -> None:
         super().__init__()
         size = args.intermediate_size
         self.gate_up_proj = MergedColumnParallelLinear(
@@ -165,7 +165,7 @@ class DecoderMLP(nn.Module):
         self.down_proj = RowParallelLinear(
             size, args.hidden_size, args.mlp_bias, tp.tp_size, tp.tp_rank
         )
-        self.act_fn = SiluAndMul()
+        self.act_fn = SiluAndMul(backend)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act_fn(self.gate_up_proj(x)))
@@ -175,9 +175,9 @@ class DecoderLayer(nn.Module):
     def __init__(self, args: ModelArgs, tp: ParallelSpec, backend: Backend) -> None:
         super().__init__()
         self.self_attn = DecoderAttention(args, tp, backend)
-        self.mlp = DecoderMLP(args, tp)
-        self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.mlp = DecoderMLP(args, tp, backend)
+        self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, backend)
+        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, backend)
 
     def forward(
         self,
@@ -202,7 +202,7 @@ class LlamaModel(nn.Module):
             args.vocab_size, args.hidden_size, tp.tp_size, tp.tp_rank
         )
         self.layers = nn.ModuleList(DecoderLayer(args, tp, backend) for _ in range(args.num_layers))
-        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps, backend)
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata | None

@@ -37,7 +37,7 @@ def test_missing_config_and_weights_are_named(copy_of):
     with pytest.raises(LoaderError, match=r"no \*\.safetensors"):
         _load(path)
     (path / "config.json").unlink()
-    with pytest.raises(LoaderError, match="missing config.json"):
+    with pytest.raises(LoaderError, match=r"missing config\.json"):
         _load(path)
 
 
