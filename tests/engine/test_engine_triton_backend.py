@@ -7,10 +7,10 @@ import os
 # `@triton.jit` reads this when the kernel modules are first imported (lazily, at first use).
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import pytest  # noqa: E402
-from engine_helpers import assert_all_blocks_free, make_llm  # noqa: E402
+import pytest
+from engine_helpers import assert_all_blocks_free, make_llm
 
-from engine.sampling import SamplingParams  # noqa: E402
+from engine.sampling import SamplingParams
 
 pytest.importorskip("triton")
 
