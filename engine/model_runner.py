@@ -189,19 +189,22 @@ class ModelRunner:
         if any(p.has_penalties for p in params):
             presence = column([p.presence_penalty for p in params], torch.float32)
             frequency = column([p.frequency_penalty for p in params], torch.float32)
-            counts = torch.zeros(len(seqs), vocab_size, dtype=torch.float32)
-            for row, seq in enumerate(seqs):
-                for token, count in seq.output_counts.items():
-                    counts[row, token] = count
-            counts = counts.to(dev, non_blocking=True)
+            counts = self._row_scatter(
+                [list(seq.output_counts.items()) for seq in seqs], vocab_size, torch.float32
+            )
         early = [seq.num_output_tokens < seq.params.min_tokens for seq in seqs]
         if any(early):
-            banned = torch.zeros(len(seqs), vocab_size, dtype=torch.bool)
-            for row, seq in enumerate(seqs):
-                if early[row]:
-                    ids = [*self.eos_token_ids, *seq.params.stop_token_ids]
-                    banned[row, [t for t in ids if t < vocab_size]] = True
-            banned = banned.to(dev, non_blocking=True)
+            bans = [
+                [
+                    (t, 1)
+                    for t in {*self.eos_token_ids, *seq.params.stop_token_ids}
+                    if t < vocab_size
+                ]
+                if is_early
+                else []
+                for seq, is_early in zip(seqs, early, strict=True)
+            ]
+            banned = self._row_scatter(bans, vocab_size, torch.float32) > 0
         wanted = [p.logprobs for p in params if p.logprobs is not None]
         return SamplingBatch(
             temperatures=column(
@@ -221,6 +224,21 @@ class ModelRunner:
             default_generator=self.default_generator,
             num_logprobs=max(max(wanted), 1) if wanted else 0,
         )
+
+    def _row_scatter(
+        self, rows: list[list[tuple[int, int]]], vocab_size: int, dtype: torch.dtype
+    ) -> torch.Tensor:
+        """A dense `[rows, vocab]` tensor built on the device from sparse (column, value) lists.
+
+        Only the sparse lists cross to the device; padding lands in a spare last column.
+        """
+        width = max(1, max(len(row) for row in rows))
+        columns = [[c for c, _ in row] + [vocab_size] * (width - len(row)) for row in rows]
+        values = [[v for _, v in row] + [0] * (width - len(row)) for row in rows]
+        index = torch.tensor(columns, dtype=torch.int64).to(self.device, non_blocking=True)
+        source = torch.tensor(values, dtype=dtype).to(self.device, non_blocking=True)
+        dense = torch.zeros(len(rows), vocab_size + 1, dtype=dtype, device=self.device)
+        return dense.scatter_add_(1, index, source)[:, :vocab_size]
 
     def _to_host(self, out: SamplerOutput, seqs: list[Sequence]) -> list[SampledToken]:
         """The step's only device-to-host transfer: everything packed into one tensor."""

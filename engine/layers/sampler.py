@@ -69,9 +69,10 @@ class Sampler(nn.Module):
         if batch.min_p is not None:
             threshold = batch.min_p[:, None] * probs.max(dim=-1, keepdim=True).values
             probs = probs.masked_fill(probs < threshold, 0.0)
-        noise = torch.empty_like(probs)
+        noise = torch.empty_like(probs).exponential_(generator=batch.default_generator)
         for row, generator in enumerate(batch.generators):
-            noise[row].exponential_(generator=generator or batch.default_generator)
+            if generator is not None:  # a seeded request draws from its own stream
+                noise[row].exponential_(generator=generator)
         return (probs / noise).argmax(dim=-1)
 
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from engine_helpers import assert_all_blocks_free
 
-from engine.async_engine import AsyncEngine
+from engine.async_engine import AsyncEngine, EngineNotRunningError
 from engine.config import EngineConfig
 from engine.sampling import SamplingParams
 from engine.scheduler import RequestTooLargeError
@@ -115,3 +115,33 @@ async def test_multibyte_text_streams_whole_characters(async_engine):
     pieces = [detok.push(t) for t in ids]
     assert all(REPLACEMENT_CHAR not in p for p in pieces)
     assert "".join(pieces) == text
+
+
+async def test_stop_string_never_reaches_the_stream(async_engine):
+    greedy = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    full, _, _ = await _collect(async_engine, "full", "the quick brown fox", greedy)
+    assert len(full) > 8
+    stop = full[5:8]
+    params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True, stop=[stop])
+    pieces = []
+    async for out in async_engine.generate("cut", "the quick brown fox", params):
+        pieces.append(out.text)
+    assert "".join(pieces) == full[: full.index(stop)]
+    assert out.finish_reason == "stop"
+    assert all(stop not in piece for piece in pieces)
+
+
+async def test_generate_after_shutdown_is_refused(llama_path):
+    engine = AsyncEngine(EngineConfig(model=str(llama_path), device="cpu"))
+    engine.start()
+    params = SamplingParams(max_tokens=300, ignore_eos=True)
+    stream = engine.generate("long", "hello", params)
+    await stream.__anext__()
+    engine.shutdown()
+    with pytest.raises(EngineNotRunningError):
+        async for _ in stream:
+            pass
+    with pytest.raises(EngineNotRunningError, match="start"):
+        async for _ in engine.generate("late", "hello", params):
+            pass
+    assert_all_blocks_free(engine.engine)
