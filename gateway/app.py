@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import AsyncIterator
 from typing import IO, Any
 
@@ -29,7 +30,7 @@ from gateway.dispatch import Dispatcher, RetrySettings
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.keys import KeyStore
 from gateway.limits import Limiter
-from gateway.logs import build_logger
+from gateway.logs import LazyFlushStream, build_logger
 from gateway.metrics import Metrics
 from gateway.policy import PolicyError
 from gateway.policy_store import PolicyStore
@@ -142,6 +143,12 @@ async def running_services(
             log.info("embedded_redis_stopped")
 
 
+async def _flush_logs(sink: LazyFlushStream, interval_s: float = 0.2) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        sink.flush_now()
+
+
 def _render_http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     error: GatewayError
@@ -170,13 +177,25 @@ def _render_unexpected(request: Request, exc: Exception) -> Response:
 def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None = None) -> Starlette:
     settings = settings if settings is not None else load_settings()
     secrets = ensure_secrets(settings)
-    log = build_logger(settings.log_level, settings.log_format, log_stream)
+    raw_stream = log_stream if log_stream is not None else sys.stdout
+    sink: LazyFlushStream | None = None
+    if settings.log_format == "json":
+        sink = LazyFlushStream(getattr(raw_stream, "buffer", raw_stream))
+    log = build_logger(settings.log_level, settings.log_format, sink or raw_stream)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with running_services(settings, secrets, log) as services:
-            app.state.services = services
-            yield
+        flusher = asyncio.create_task(_flush_logs(sink)) if sink is not None else None
+        try:
+            async with running_services(settings, secrets, log) as services:
+                app.state.services = services
+                yield
+        finally:
+            if flusher is not None:
+                flusher.cancel()
+                await asyncio.gather(flusher, return_exceptions=True)
+            if sink is not None:
+                sink.flush_now()
 
     app = Starlette(
         routes=[*openai.routes, *admin.routes, *ops.routes],

@@ -45,7 +45,9 @@ def serve(settings: Settings, workers: int) -> int:
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.logs import configure_process_logging
 
+    configure_process_logging(settings.log_level, settings.log_format)
     try:
         load_policy_file(settings.policy_file)
     except PolicyError as exc:

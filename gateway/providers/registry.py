@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-from gateway.errors import ServiceUnavailable
+from gateway.errors import UpstreamError
 from gateway.policy import ProviderConfig
 from gateway.providers.openai_compat import OpenAICompatProvider, Timeouts
 
@@ -22,8 +22,13 @@ class ProviderRegistry:
         if client is not None and (client.config is config or client.config == config):
             return client
         if config.kind != "openai_compatible":
-            raise ServiceUnavailable(
+            # A configuration gap, not a failure: the dispatcher moves on to the next candidate.
+            raise UpstreamError(
                 f"provider {name} of kind {config.kind} is not available in this gateway",
+                status=503,
+                retryable=False,
+                kind="config",
+                provider=name,
                 code="provider_unavailable",
             )
         if client is not None:
