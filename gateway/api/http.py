@@ -42,7 +42,10 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
 
 
 async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:
-    raw = await read_body(request, max_bytes)
+    return parse_json_object(await read_body(request, max_bytes))
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
     if not raw.strip():
         raise InvalidRequest("the request body is empty; send a JSON object")
     try:

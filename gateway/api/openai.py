@@ -25,7 +25,8 @@ from gateway.api.http import (
     JSON,
     error_response,
     json_response,
-    read_json_object,
+    parse_json_object,
+    read_body,
     request_id_of,
 )
 from gateway.api.services import Services
@@ -144,9 +145,10 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
     served_model: str | None = None
     streaming_started = False
     try:
-        raw = await read_json_object(request, services.settings.max_body_bytes)
+        body_bytes = await read_body(request, services.settings.max_body_bytes)
         principal = await services.auth.authenticate(request.headers.get("authorization"))
         outcome.key_id = principal.key_id
+        raw = parse_json_object(body_bytes)  # after auth: strangers learn nothing of the schema
         endpoint.validate(raw)
         if not services.policies.loaded:
             raise ServiceUnavailable("no routing policy is loaded", code="policy_not_loaded")

@@ -186,3 +186,8 @@ def test_unexpected_failure_is_an_envelope_without_a_trace(
         assert response.headers["x-request-id"] == "boom-1"
     finally:
         runner.stop()
+
+
+def test_authentication_comes_before_body_parsing(gateway: RunningGateway) -> None:
+    response = _post(gateway, None, b"{not json")
+    assert response.status_code == 401
