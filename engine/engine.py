@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from engine.block_manager import BlockManager
-from engine.config import ConfigError, EngineConfig
+from engine.config import EngineConfig
 from engine.loader import resolve_model_path
 from engine.model_runner import ModelRunner, SampledToken
 from engine.sampling import SamplingParams
@@ -98,14 +98,7 @@ class LLMEngine:
         args = self.runner.args
         self.eos_token_ids = self.tokenizer.eos_token_ids | frozenset(args.eos_token_id)
         self.runner.eos_token_ids = self.eos_token_ids
-        limit = args.max_position_embeddings
-        if args.sliding_window:
-            limit = min(limit, args.sliding_window)  # beyond the window results would differ
-        if config.max_model_len is not None and config.max_model_len > limit:
-            raise ConfigError(
-                f"max_model_len ({config.max_model_len}) exceeds what the model supports ({limit})"
-            )
-        self.max_model_len = config.max_model_len or limit
+        self.max_model_len = self.runner.max_model_len
         self.block_manager = BlockManager(
             self.runner.num_blocks, config.block_size, config.enable_prefix_caching
         )

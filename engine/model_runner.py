@@ -7,6 +7,7 @@ reads results back to the host once (`_to_host`), after sampling on the device.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,17 @@ from engine.loader import build_model, load_model_args
 from engine.models.llama import ModelArgs
 from engine.scheduler import ScheduledSeq, SchedulerOutput
 from engine.sequence import Sequence, TokenLogprobs
+
+
+def resolve_max_model_len(config: EngineConfig, args: ModelArgs) -> int:
+    limit = args.max_position_embeddings
+    if args.sliding_window:
+        limit = min(limit, args.sliding_window)  # beyond the window results would differ
+    if config.max_model_len is not None and config.max_model_len > limit:
+        raise ConfigError(
+            f"max_model_len ({config.max_model_len}) exceeds what the model supports ({limit})"
+        )
+    return config.max_model_len or limit
 
 
 @dataclass
@@ -47,6 +59,7 @@ class ModelRunner:
         self.config = config
         self.device = config.resolve_device()
         self.args: ModelArgs = load_model_args(model_path)
+        self.max_model_len = resolve_max_model_len(config, self.args)
         self.dtype = config.resolve_dtype(self.args.torch_dtype, self.device)
         self.backend = resolve_backend(config.attention_backend, self.device)
         self.eos_token_ids = eos_token_ids
@@ -64,6 +77,16 @@ class ModelRunner:
         for layer, attn in enumerate(self.model.attention_layers()):
             attn.k_cache, attn.v_cache = self.kv_cache[0, layer], self.kv_cache[1, layer]
         self.default_generator = torch.Generator(self.device).manual_seed(config.seed)
+        self.decode: PaddedDecode | None = None
+        if self.device.type == "cuda" and self.backend == "triton" and not config.enforce_eager:
+            self.decode = PaddedDecode(
+                self.model, self.device, config.max_num_seqs, self.max_blocks_per_seq
+            )
+            self.decode.capture_graphs()
+
+    @property
+    def max_blocks_per_seq(self) -> int:
+        return -(-self.max_model_len // self.block_size)
 
     # --- KV pool sizing ----------------------------------------------------------------
 
@@ -163,7 +186,15 @@ class ModelRunner:
         """Run one step; returns one token per scheduled entry with `sample` set, in order."""
         self.copy_blocks(step.block_copies)
         batch = self.prepare_inputs(step.scheduled)
-        hidden = self.model(batch.input_ids, batch.positions, batch.meta)
+        num_seqs = len(step.scheduled)
+        if (
+            self.decode is not None
+            and num_seqs <= self.decode.max_batch
+            and all(item.num_tokens == 1 for item in step.scheduled)
+        ):
+            hidden = self.decode.run(batch, num_seqs)
+        else:
+            hidden = self.model(batch.input_ids, batch.positions, batch.meta)
         to_sample = [item.seq for item in step.scheduled if item.sample]
         if not to_sample:
             return []
@@ -265,3 +296,78 @@ class ModelRunner:
             top = {int(row[2 + i]): row[2 + k + i] for i in range(wanted)}
             results.append(SampledToken(token, TokenLogprobs(token, row[1], top)))
         return results
+
+
+class PaddedDecode:
+    """Decode steps on fixed input buffers, so one CUDA graph per batch size can replay them.
+
+    A batch of n decodes runs as the next captured size up; the extra rows are padding
+    (slot -1: nothing stored; context_len 0: zero output). Without captured graphs the same
+    buffers run eagerly, which is how the CPU tests check the padding.
+    """
+
+    def __init__(
+        self, model: torch.nn.Module, device: torch.device, max_num_seqs: int, max_blocks: int
+    ) -> None:
+        self.model = model
+        limit = max(1, min(max_num_seqs, 512))
+        sizes = {1, 2, 4, 8, *range(16, limit + 1, 16), limit}
+        self.sizes = sorted(s for s in sizes if s <= limit)
+        self.max_batch = self.sizes[-1]
+        n = self.max_batch
+        self.input_ids = torch.zeros(n, dtype=torch.int64, device=device)
+        self.positions = torch.zeros(n, dtype=torch.int64, device=device)
+        self.slot_mapping = torch.full((n,), -1, dtype=torch.int64, device=device)
+        self.context_lens = torch.zeros(n, dtype=torch.int32, device=device)
+        self.cu_seqlens_q = torch.arange(n + 1, dtype=torch.int32, device=device)
+        self.block_tables = torch.zeros(n, max_blocks, dtype=torch.int32, device=device)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.outputs: dict[int, torch.Tensor] = {}
+
+    def _forward(self, size: int) -> torch.Tensor:
+        meta = AttentionMetadata(
+            slot_mapping=self.slot_mapping[:size],
+            cu_seqlens_q=self.cu_seqlens_q[: size + 1],
+            context_lens=self.context_lens[:size],
+            block_tables=self.block_tables[:size],
+            max_query_len=1,
+        )
+        return self.model(self.input_ids[:size], self.positions[:size], meta)
+
+    @torch.inference_mode()
+    def capture_graphs(self) -> None:
+        """Largest first, sharing one memory pool. On failure, decode stays eager."""
+        pool = None
+        try:
+            for size in reversed(self.sizes):
+                self._forward(size)  # warm up: compiles the kernels outside the capture
+                torch.cuda.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    self.outputs[size] = self._forward(size)
+                pool = graph.pool()
+                self.graphs[size] = graph
+        except RuntimeError:
+            logging.getLogger(__name__).exception("CUDA graph capture failed; decode runs eagerly")
+            self.graphs.clear()
+            self.outputs.clear()
+
+    def run(self, batch: BatchInputs, num_seqs: int) -> torch.Tensor:
+        size = next(s for s in self.sizes if s >= num_seqs)
+        meta = batch.meta
+        width = meta.block_tables.shape[1]
+        self.input_ids[:num_seqs] = batch.input_ids
+        self.input_ids[num_seqs:size] = 0
+        self.positions[:num_seqs] = batch.positions
+        self.positions[num_seqs:size] = 0
+        self.slot_mapping[:num_seqs] = meta.slot_mapping
+        self.slot_mapping[num_seqs:size] = -1
+        self.context_lens[:num_seqs] = meta.context_lens
+        self.context_lens[num_seqs:size] = 0
+        self.block_tables[:size].zero_()
+        self.block_tables[:num_seqs, :width] = meta.block_tables
+        graph = self.graphs.get(size)
+        if graph is None:
+            return self._forward(size)[:num_seqs]
+        graph.replay()
+        return self.outputs[size][:num_seqs]

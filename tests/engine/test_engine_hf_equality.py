@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from engine_helpers import MAX_NEW_TOKENS, assert_all_blocks_free, make_llm
 
+from engine.model_runner import PaddedDecode
 from engine.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_NEW_TOKENS)
@@ -71,4 +72,25 @@ def test_greedy_matches_hf_under_preemption(arch, prefix_caching, checkpoints, h
     assert snap["num_preemptions"] > 0
     # no thrash loop: preemptions stay well below the number of steps
     assert snap["num_preemptions"] < snap["num_steps"]
+    assert_all_blocks_free(llm)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_padded_decode_buffers_match_hf(arch, checkpoints, hf_reference, monkeypatch):
+    """The fixed-buffer decode path that CUDA graphs replay, run eagerly with padding rows."""
+    prompts, expected = hf_reference(arch)
+    llm = make_llm(checkpoints(arch), max_num_seqs=12)
+    runner = llm.engine.runner
+    runner.decode = PaddedDecode(runner.model, runner.device, 12, runner.max_blocks_per_seq)
+    sizes_used = []
+    real_run = runner.decode.run
+
+    def spy(batch, num_seqs):
+        sizes_used.append(num_seqs)
+        return real_run(batch, num_seqs)
+
+    monkeypatch.setattr(runner.decode, "run", spy)
+    assert _generate(llm, prompts) == expected
+    # decode steps ran on the buffers, some padded up to the next captured size
+    assert len(sizes_used) > 10 and any(n not in runner.decode.sizes for n in sizes_used)
     assert_all_blocks_free(llm)
