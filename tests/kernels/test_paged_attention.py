@@ -7,7 +7,7 @@ import torch
 
 from engine.kernels import paged_attention
 from engine.kernels.reference import paged_attention_ref
-from engine.kernels.triton_paged_attention import paged_attention_triton
+from engine.kernels.triton_paged_attention import choose_num_kv_splits, paged_attention_triton
 
 from .kernel_cases import KERNEL_DTYPES, AttentionBatch, make_batch, tolerance
 
@@ -254,3 +254,24 @@ def test_random_ragged_batches(seed, num_splits, device):
     if batch.max_query_len == 0:
         pytest.skip("the draw produced only padding rows")
     assert_matches(batch, num_kv_splits=num_splits)
+
+
+def test_automatic_split_choice_on_long_contexts(device):
+    # Two long decodes leave a GPU mostly idle without splits; the CPU never splits.
+    batch = make_batch(
+        [(1, 1500), (1, 700)],
+        num_heads=4,
+        num_kv_heads=1,
+        head_dim=64,
+        block_size=32,
+        dtype=torch.float16,
+        device=device,
+    )
+    max_context = batch.block_tables.shape[1] * batch.k_cache.shape[1]
+    splits = choose_num_kv_splits(2, 1, 1, max_context, device)
+    if device.type == "cuda":
+        assert 1 < splits <= 16
+    else:
+        assert splits == 1
+    assert choose_num_kv_splits(2, 1, 64, max_context, device) == 1  # prefill never splits
+    assert_matches(batch)
