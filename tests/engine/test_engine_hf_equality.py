@@ -81,7 +81,8 @@ def test_padded_decode_buffers_match_hf(arch, checkpoints, hf_reference, monkeyp
     prompts, expected = hf_reference(arch)
     llm = make_llm(checkpoints(arch), max_num_seqs=12)
     runner = llm.engine.runner
-    runner.decode = PaddedDecode(runner.model, runner.device, 12, runner.max_blocks_per_seq)
+    # buffers for up to 16 rows: 12-seat batches always carry padding rows
+    runner.decode = PaddedDecode(runner.model, runner.device, 16, runner.max_blocks_per_seq)
     sizes_used = []
     real_run = runner.decode.run
 
