@@ -14,6 +14,14 @@ def llm(llama_path):
     return make_llm(llama_path)
 
 
+@pytest.fixture(autouse=True)
+def blocks_return_after_each_test(request):
+    """Every test leaves the shared engine with all blocks free and nothing queued."""
+    yield
+    if "llm" in request.fixturenames:
+        assert_all_blocks_free(request.getfixturevalue("llm"))
+
+
 PROMPTS = ["the quick brown fox", "a gateway sends each request", "numbers: 1 2 3", "café 🙂"]
 
 

@@ -16,6 +16,14 @@ def llm(llama_path):
     return make_llm(llama_path, max_model_len=256, num_gpu_blocks=40, max_num_seqs=8)
 
 
+@pytest.fixture(autouse=True)
+def blocks_return_after_each_test(request):
+    """Every test leaves the shared engine with all blocks free and nothing queued."""
+    yield
+    if "llm" in request.fixturenames:
+        assert_all_blocks_free(request.getfixturevalue("llm"))
+
+
 def test_requests_that_can_never_fit_are_refused_up_front(llm):
     engine = llm.engine
     with pytest.raises(RequestTooLargeError, match=r"max_model_len \(256\)"):
