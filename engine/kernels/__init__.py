@@ -12,6 +12,7 @@ import torch
 from engine.kernels.reference import (
     paged_attention_ref,
     rms_norm_ref,
+    rope_ref,
     silu_and_mul_ref,
     store_kv_ref,
 )
@@ -96,3 +97,19 @@ def silu_and_mul(x: torch.Tensor, backend: Backend = "torch") -> torch.Tensor:
 
         return silu_and_mul_triton(x)
     return silu_and_mul_ref(x)
+
+
+def rotary_embedding(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    cos_cache: torch.Tensor,
+    sin_cache: torch.Tensor,
+    backend: Backend = "torch",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate query and key by their positions (see ``rope_ref``)."""
+    if backend == "triton":
+        from engine.kernels.triton_rope import rope_triton
+
+        return rope_triton(positions, query, key, cos_cache, sin_cache)
+    return rope_ref(positions, query, key, cos_cache, sin_cache)

@@ -19,7 +19,13 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from engine.kernels import kv_store, triton_paged_attention, triton_rms_norm, triton_silu_and_mul
+from engine.kernels import (
+    kv_store,
+    triton_paged_attention,
+    triton_rms_norm,
+    triton_rope,
+    triton_silu_and_mul,
+)
 
 # Opt-in shared memory per block on H100/H200 (sm_90) and A100 (sm_80).
 SHARED_MEMORY_LIMIT = {90: 227 * 1024, 80: 163 * 1024}
@@ -81,6 +87,14 @@ def variants() -> Iterator[tuple[str, Any, dict[str, str], dict[str, Any]]]:
         triton_rms_norm._rms_norm_kernel,
         norm_types,
         {"HAS_RESIDUAL": True, "BLOCK": 4096},
+    )
+    rope_types = {n: "*bf16" for n in ("query_ptr", "key_ptr", "query_out_ptr", "key_out_ptr")}
+    rope_types |= {"positions_ptr": "*i64", "cos_ptr": "*fp32", "sin_ptr": "*fp32"}
+    yield (
+        "rope bf16",
+        triton_rope._rope_kernel,
+        rope_types,
+        {"BLOCK_HEADS": 16, "BLOCK_KV_HEADS": 8, "BLOCK_HALF": 64},
     )
     yield (
         "silu_and_mul bf16",

@@ -96,3 +96,25 @@ def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:
     """SwiGLU on a fused gate/up projection ``[..., 2 * d]`` (gate first)."""
     gate, up = x.chunk(2, dim=-1)
     return torch.nn.functional.silu(gate) * up
+
+
+def rope_ref(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    cos_cache: torch.Tensor,
+    sin_cache: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotary embedding in the NeoX/HF ``rotate_half`` layout, computed in fp32.
+
+    ``query``/``key`` are ``[num_tokens, heads, head_dim]``; ``cos_cache``/``sin_cache`` are
+    ``[max_position, head_dim / 2]``, indexed by ``positions`` ``[num_tokens]``.
+    """
+    cos = cos_cache[positions].float().unsqueeze(1)
+    sin = sin_cache[positions].float().unsqueeze(1)
+
+    def rotate(x: torch.Tensor) -> torch.Tensor:
+        first, second = x.float().chunk(2, dim=-1)
+        return torch.cat((first * cos - second * sin, second * cos + first * sin), -1).to(x.dtype)
+
+    return rotate(query), rotate(key)

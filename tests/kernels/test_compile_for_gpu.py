@@ -28,7 +28,7 @@ def test_every_kernel_variant_compiles_for_sm90():
     )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert len(lines) == 3 * (3 + 2) + 2
+    assert len(lines) == 3 * (3 + 2) + 3
     assert all(line.startswith("ok ") for line in lines), result.stdout
 
 

@@ -66,7 +66,8 @@ def test_triton_backend_matches_torch_backend(checkpoint, device, settings):
 
 def test_importing_triton_modules_keeps_the_dispatchers_callable():
     # A submodule named like a dispatcher function would replace it on the package.
-    for module in ("kv_store", "triton_paged_attention", "triton_rms_norm", "triton_silu_and_mul"):
+    modules = ("kv_store", "triton_paged_attention", "triton_rms_norm", "triton_silu_and_mul")
+    for module in (*modules, "triton_rope"):
         importlib.import_module(f"engine.kernels.{module}")
-    for name in ("paged_attention", "store_kv", "rms_norm", "silu_and_mul"):
+    for name in ("paged_attention", "store_kv", "rms_norm", "silu_and_mul", "rotary_embedding"):
         assert callable(getattr(kernels, name)), name
