@@ -21,11 +21,13 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.api import admin, openai, ops
+from gateway.api import admin, admin_mounts, dashboard_mount, openai, ops
+from gateway.api.dashboard_mount import build_dashboard_auth
 from gateway.api.http import error_response, request_id_of
 from gateway.api.services import Services
 from gateway.api.settler import SettleBatcher
 from gateway.auth import Authenticator
+from gateway.dashboard import DashboardRenderer
 from gateway.dispatch import Dispatcher, RetrySettings
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.keys import KeyStore
@@ -37,9 +39,12 @@ from gateway.policy_store import PolicyStore
 from gateway.providers.openai_compat import Timeouts
 from gateway.providers.registry import ProviderRegistry
 from gateway.redis_embedded import EmbeddedRedis
+from gateway.reports import UsageReports
 from gateway.router import Router
 from gateway.routing_state import RoutingState
 from gateway.settings import Secrets, Settings, ensure_secrets, load_settings
+from gateway.spool import Spool
+from gateway.usage import UsageLedger
 
 
 def redis_client(url: str, timeout_s: float) -> Redis:
@@ -87,6 +92,7 @@ async def running_services(
         log.error("policy_load_failed", path=exc.path, error=exc.message)
     keys = KeyStore(redis, secrets.key_pepper)
     limiter = Limiter(redis)
+    ledger = UsageLedger(redis, spool=Spool(settings.data_dir / "spool"))
     state = RoutingState.build()
     services = Services(
         settings=settings,
@@ -117,7 +123,11 @@ async def running_services(
             ),
         ),
         limiter=limiter,
-        settler=SettleBatcher(redis, limiter, log),
+        settler=SettleBatcher(redis, limiter, ledger, log),
+        ledger=ledger,
+        reports=UsageReports(redis),
+        dashboard_auth=build_dashboard_auth(secrets.admin_key, secrets.key_pepper),
+        dashboard_renderer=DashboardRenderer(),
         metrics=Metrics(),
         log=log,
         embedded_redis=embedded,
@@ -126,6 +136,7 @@ async def running_services(
     if embedded is not None:
         tasks.append(asyncio.create_task(_supervise(embedded, services)))
     policies.start_watching()
+    await ledger.start()
     try:
         yield services
     finally:
@@ -133,6 +144,7 @@ async def running_services(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await services.settler.drain()
+        await ledger.stop()
         if services.background:  # settles and records still in flight
             await asyncio.wait(list(services.background), timeout=5)
         await policies.stop()
@@ -198,7 +210,13 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
                 sink.flush_now()
 
     app = Starlette(
-        routes=[*openai.routes, *admin.routes, *ops.routes],
+        routes=[
+            *openai.routes,
+            *admin.routes,
+            *admin_mounts.routes,
+            *dashboard_mount.routes,
+            *ops.routes,
+        ],
         lifespan=lifespan,
         exception_handlers={HTTPException: _render_http_exception, Exception: _render_unexpected},
     )

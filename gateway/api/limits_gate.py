@@ -7,7 +7,6 @@ second at most). Recovery needs no restart: the next request simply finds Redis 
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -102,26 +101,3 @@ async def reserve(
         _fail_open(services, principal, "limiter unavailable")
         return None, estimate
     return reservation, estimate
-
-
-def settle(
-    services: Services,
-    reservation: Reservation | None,
-    policy: Policy,
-    model: str | None,
-    usage: Usage | None,
-) -> None:
-    """Charge what was used (batched); with no model (nothing served) give it all back."""
-    if reservation is None:
-        return
-    if model is None:
-        services.spawn(_release(services, reservation))
-    elif usage is None:  # no usage reported: the estimate stands
-        services.settler.settle(reservation, reservation.tokens, reservation.cost_usd)
-    else:
-        services.settler.settle(reservation, usage.total, cost_of(policy, model, usage))
-
-
-async def _release(services: Services, reservation: Reservation) -> None:
-    with contextlib.suppress(LimiterUnavailable):  # the lease expiry gives it back later
-        await services.limiter.release(reservation)

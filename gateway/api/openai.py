@@ -21,6 +21,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.api import limits_gate
+from gateway.api.accounting import Accounting
 from gateway.api.http import (
     JSON,
     error_response,
@@ -38,7 +39,6 @@ from gateway.api.validation import (
 )
 from gateway.auth import Principal
 from gateway.errors import GatewayError, ServiceUnavailable, UpstreamError
-from gateway.limits import Reservation
 from gateway.policy import Policy
 from gateway.providers.openai_compat import UpstreamResponse, UpstreamStream
 from gateway.router import Candidate, RoutePlan
@@ -68,6 +68,7 @@ class Outcome:
         "key_id",
         "model",
         "provider",
+        "record_id",
         "request_id",
         "started",
         "status",
@@ -79,6 +80,7 @@ class Outcome:
         self.request_id = request_id
         self.started = time.perf_counter()
         self.key_id: str | None = None
+        self.record_id: str | None = None
         self.model: str | None = None
         self.provider: str | None = None
         self.status = 200
@@ -99,6 +101,7 @@ class Outcome:
             services.log.info(
                 "request",
                 request_id=self.request_id,
+                usage_id=self.record_id,
                 route=route,
                 key_id=self.key_id,
                 model=self.model,
@@ -140,9 +143,7 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
     services = _services(request)
     outcome = Outcome(request_id_of(request))
     headers = {"x-request-id": outcome.request_id}
-    reservation: Reservation | None = None
-    policy: Policy | None = None
-    served_model: str | None = None
+    accounting: Accounting | None = None
     streaming_started = False
     try:
         body_bytes = await read_body(request, services.settings.max_body_bytes)
@@ -158,23 +159,33 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
             key_id=principal.key_id,
             allowed_models=allowed_models(principal, services.policies.current.policy),
         )
-        policy = plan.policy or services.policies.current.policy
-        reservation, _estimate = await limits_gate.reserve(
-            services, principal, plan, raw, policy, uuid.uuid4().hex
+        accounting = Accounting(
+            record_id=uuid.uuid4().hex,
+            key_id=principal.key_id,
+            team=principal.record.team or "",
+            route=endpoint.route,
+            started=outcome.started,
+            plan=plan,
+            policy=plan.policy or services.policies.current.policy,
         )
-        if reservation is not None:
-            headers.update(reservation.headers)
+        outcome.record_id = accounting.record_id
+        accounting.reservation, accounting.estimate = await limits_gate.reserve(
+            services, principal, plan, raw, accounting.policy, accounting.record_id
+        )
+        if accounting.reservation is not None:
+            headers.update(accounting.reservation.headers)
         if endpoint.streamable and raw.get("stream") is True:
-            outcome.stream = True
-            response = await _stream(
-                services, endpoint, raw, plan, policy, reservation, headers, outcome
-            )
+            outcome.stream = accounting.streamed = True
+            response = await _stream(services, endpoint, raw, plan, accounting, headers, outcome)
             streaming_started = True
             return response
-        result = await services.dispatcher.run(plan, _json_attempt(services, endpoint, raw, policy))
+        result = await services.dispatcher.run(
+            plan, _json_attempt(services, endpoint, raw, accounting.policy)
+        )
         served: Candidate = result.candidate
         upstream: UpstreamResponse = result.value
-        served_model = served.model
+        accounting.served_model, accounting.served_provider = served.model, served.provider
+        accounting.attempts = len(result.attempts)
         outcome.model, outcome.provider = served.model, served.provider
         outcome.usage = limits_gate.usage_from(upstream.data)
         headers.update(route_headers(plan, served))
@@ -184,11 +195,13 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
         if isinstance(exc, UpstreamError) and exc.provider and outcome.provider is None:
             outcome.provider = exc.provider
             services.metrics.upstream_errors.labels(exc.provider, exc.kind).inc()
+        if accounting is not None:
+            accounting.attempts = len(getattr(exc, "attempts", ()))
         return error_response(exc, headers)
     finally:
         if not streaming_started:
-            if policy is not None:
-                limits_gate.settle(services, reservation, policy, served_model, outcome.usage)
+            if accounting is not None:
+                accounting.close(services, outcome.status, outcome.usage)
             error = None if outcome.status < 400 else "failed"
             outcome.finish(services, endpoint.route, error)
 
@@ -210,11 +223,12 @@ async def _stream(
     endpoint: Endpoint,
     body: dict[str, Any],
     plan: RoutePlan,
-    policy: Policy,
-    reservation: Reservation | None,
+    accounting: Accounting,
     headers: dict[str, str],
     outcome: Outcome,
 ) -> Response:
+    policy = accounting.policy
+    assert policy is not None
     options = body.get("stream_options") or {}
     client_wants_usage = options.get("include_usage") is True
     # Upstream always reports usage so that limits and usage records are exact.
@@ -232,6 +246,8 @@ async def _stream(
 
     result = await services.dispatcher.run(plan, attempt, hold=True)
     served: Candidate = result.candidate
+    accounting.served_model, accounting.served_provider = served.model, served.provider
+    accounting.attempts = len(result.attempts)
     outcome.model, outcome.provider = served.model, served.provider
     headers.update(route_headers(plan, served))
     headers.update(SSE_HEADERS)
@@ -242,6 +258,8 @@ async def _stream(
         outcome.status = 499  # until the stream completes: the client went away
         try:
             async for data in upstream.events():
+                if accounting.ttft_ms is None:
+                    accounting.ttft_ms = int((time.perf_counter() - outcome.started) * 1000)
                 if data == b"[DONE]":
                     outcome.status = 200
                     yield DONE
@@ -263,7 +281,7 @@ async def _stream(
         finally:
             upstream.close()
             result.release()
-            limits_gate.settle(services, reservation, policy, served.model, outcome.usage)
+            accounting.close(services, outcome.status, outcome.usage)
             outcome.finish(services, endpoint.route, error)
 
     return StreamingResponse(

@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 from gateway.api.settler import SettleBatcher
 from gateway.auth import Authenticator
+from gateway.dashboard import DashboardAuth, DashboardRenderer
 from gateway.dispatch import Dispatcher
 from gateway.keys import KeyStore
 from gateway.limits import Limiter
@@ -18,8 +19,10 @@ from gateway.metrics import Metrics
 from gateway.policy_store import PolicyStore
 from gateway.providers.registry import ProviderRegistry
 from gateway.redis_embedded import EmbeddedRedis
+from gateway.reports import UsageReports
 from gateway.router import Router
 from gateway.settings import Settings
+from gateway.usage import UsageLedger
 
 
 @dataclass
@@ -36,6 +39,10 @@ class Services:
     dispatcher: Dispatcher
     limiter: Limiter
     settler: SettleBatcher
+    ledger: UsageLedger
+    reports: UsageReports
+    dashboard_auth: DashboardAuth
+    dashboard_renderer: DashboardRenderer
     metrics: Metrics
     log: Any
     embedded_redis: EmbeddedRedis | None = None
