@@ -5,15 +5,20 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from gateway.redis_embedded import EmbeddedRedis, free_port
+# Imported lazily so the engine and kernel tests run where only torch is installed (GPU box).
+if TYPE_CHECKING:
+    from gateway.redis_embedded import EmbeddedRedis
 
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One Redis for the session. TCP, so that subprocess gateways can share it."""
+    from gateway.redis_embedded import EmbeddedRedis, free_port
+
     external = os.environ.get("SWITCHYARD_REDIS_URL")
     if external:
         yield external
@@ -40,6 +45,8 @@ def clean_redis(redis_url: str) -> str:
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
     """A private Redis that the test may kill and restart (outage tests)."""
+    from gateway.redis_embedded import EmbeddedRedis, free_port
+
     server = EmbeddedRedis(tmp_path / "redis", port=free_port())
     server.start()
     try:
