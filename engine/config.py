@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +32,7 @@ class EngineConfig:
     attention_backend: str = "auto"  # auto|torch|triton
     seed: int = 0
     tokenizer: str | None = None  # defaults to `model`
+    tensor_parallel_size: int = 1  # ranks (worker processes) the model is sharded over
 
     def __post_init__(self) -> None:
         self.validate()
@@ -72,6 +74,42 @@ class EngineConfig:
         if self.attention_backend not in ("auto", "torch", "triton"):
             raise ConfigError(
                 f"attention_backend must be auto, torch or triton, not {self.attention_backend!r}"
+            )
+
+        if (
+            isinstance(self.tensor_parallel_size, bool)
+            or not isinstance(self.tensor_parallel_size, int)
+            or self.tensor_parallel_size < 1
+        ):
+            raise ConfigError(
+                f"tensor_parallel_size must be an integer >= 1, not {self.tensor_parallel_size!r}"
+            )
+
+    def validate_tensor_parallel(
+        self, num_heads: int, num_kv_heads: int, intermediate_size: int, device: torch.device
+    ) -> None:
+        """Checks that need the model's shape and the machine: heads split, ranks exist."""
+        tp = self.tensor_parallel_size
+        if num_heads % tp:
+            raise ConfigError(
+                f"tensor_parallel_size ({tp}) must divide num_attention_heads ({num_heads})"
+            )
+        if num_kv_heads % tp and tp % num_kv_heads:
+            raise ConfigError(
+                f"tensor_parallel_size ({tp}) must divide num_key_value_heads ({num_kv_heads})"
+                " or be a multiple of it (then KV heads are replicated)"
+            )
+        if intermediate_size % tp:
+            raise ConfigError(
+                f"tensor_parallel_size ({tp}) must divide intermediate_size ({intermediate_size})"
+            )
+        if device.type == "cuda":
+            available, what = torch.cuda.device_count(), "CUDA devices"
+        else:
+            available, what = os.cpu_count() or 1, "CPU cores"
+        if tp > available:
+            raise ConfigError(
+                f"tensor_parallel_size ({tp}) exceeds the {available} {what} available"
             )
 
     def resolve_device(self) -> torch.device:

@@ -7,12 +7,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.distributed import TensorParallelExecutor
 from engine.loader import resolve_model_path
-from engine.model_runner import ModelRunner, SampledToken
+from engine.model_runner import ModelRunner, SampledToken, build_step_inputs
 from engine.sampling import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Request, Sequence, TokenLogprobs
@@ -94,10 +93,14 @@ class LLMEngine:
         self.config = config
         path = resolve_model_path(config.model)
         self.tokenizer = Tokenizer(config.tokenizer or path)
-        self.runner = ModelRunner(config, path, self.tokenizer.eos_token_ids, progress=progress)
+        self.runner: ModelRunner | TensorParallelExecutor
+        if config.tensor_parallel_size > 1:
+            self.runner = TensorParallelExecutor(config, path, progress=progress)
+        else:
+            self.runner = ModelRunner(config, path, progress=progress)
         args = self.runner.args
         self.eos_token_ids = self.tokenizer.eos_token_ids | frozenset(args.eos_token_id)
-        self.runner.eos_token_ids = self.eos_token_ids
+        self._released_seq_ids: list[int] = []  # seeded sequences done since the last step
         self.max_model_len = self.runner.max_model_len
         self.block_manager = BlockManager(
             self.runner.num_blocks, config.block_size, config.enable_prefix_caching
@@ -151,12 +154,9 @@ class LLMEngine:
         return request
 
     def _new_seq(self, request: Request, index: int) -> Sequence:
-        generator = None
-        if request.params.seed is not None:
-            generator = torch.Generator(self.runner.device)
-            generator.manual_seed(request.params.seed + index)
+        # a seeded sequence's generator lives with the sampler (in the runner, on rank 0)
         detokenizer = IncrementalDetokenizer(self.tokenizer, request.prompt_token_ids)
-        seq = Sequence(next(self._seq_ids), request, index, detokenizer, generator)
+        seq = Sequence(next(self._seq_ids), request, index, detokenizer, None)
         request.seqs.append(seq)
         return seq
 
@@ -177,12 +177,26 @@ class LLMEngine:
         for seq in request.seqs:
             if not seq.is_finished:
                 seq.finish_reason = "abort"
-                self.scheduler.finish(seq)
+                self._finish(seq)
         self._record_gauges()
         return True
 
+    def _finish(self, seq: Sequence) -> None:
+        self.scheduler.finish(seq)
+        if seq.params.seed is not None:
+            self._released_seq_ids.append(seq.seq_id)
+
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
+
+    @property
+    def healthy(self) -> bool:
+        """False once a tensor-parallel rank has died; always True in process."""
+        return self.runner.healthy
+
+    def shutdown(self) -> None:
+        """Stop the tensor-parallel workers (nothing to do in process). Idempotent."""
+        self.runner.shutdown()
 
     # --- one step ----------------------------------------------------------------------
 
@@ -191,7 +205,15 @@ class LLMEngine:
         if plan.is_empty:
             self._record_gauges()
             return []
-        sampled = self.runner.execute(plan)
+        inputs = build_step_inputs(
+            plan,
+            self.config.block_size,
+            self.eos_token_ids,
+            self.runner.args.vocab_size,
+            self._released_seq_ids,
+        )
+        self._released_seq_ids.clear()
+        sampled = self.runner.execute(inputs)
         self.scheduler.commit(plan.scheduled)
         now = time.monotonic()
         for item in plan.scheduled:
@@ -253,7 +275,7 @@ class LLMEngine:
             reason = "length"
         if reason is not None:
             seq.finish_reason = reason
-            self.scheduler.finish(seq)
+            self._finish(seq)
 
     @staticmethod
     def _cut_at_stop(seq: Sequence, previous_len: int) -> bool:
@@ -349,6 +371,10 @@ class LLM:
     @property
     def tokenizer(self) -> Tokenizer:
         return self.engine.tokenizer
+
+    def shutdown(self) -> None:
+        """Stop the tensor-parallel workers, if any (they also end with this process)."""
+        self.engine.shutdown()
 
     def generate(
         self,

@@ -16,7 +16,7 @@ import torch
 
 from engine.kernels import Backend
 from engine.layers.linear import WeightShapeError, default_weight_loader
-from engine.models.llama import LlamaForCausalLM, ModelArgs, UnsupportedModelError
+from engine.models.llama import LlamaForCausalLM, ModelArgs, ParallelSpec, UnsupportedModelError
 
 INDEX_FILE = "model.safetensors.index.json"
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
@@ -87,13 +87,28 @@ def safetensors_files(path: Path) -> list[Path]:
     return files
 
 
-def _iter_tensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
+class SafetensorsSlice:
+    """One checkpoint tensor, read lazily: a rank reads only the rows/columns it holds."""
+
+    def __init__(self, handle: Any, name: str) -> None:
+        self._slice = handle.get_slice(name)
+        self.shape: tuple[int, ...] = tuple(self._slice.get_shape())
+
+    def narrow(self, dim: int, start: int, length: int) -> torch.Tensor:
+        index = (slice(None),) * dim + (slice(start, start + length),)
+        return self._slice[index]
+
+    def full(self) -> torch.Tensor:
+        return self._slice[:]
+
+
+def _iter_tensors(files: list[Path]) -> Iterator[tuple[str, SafetensorsSlice]]:
     from safetensors import safe_open
 
     for file in files:
         with safe_open(str(file), framework="pt", device="cpu") as handle:
             for name in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
-                yield name, handle.get_tensor(name)
+                yield name, SafetensorsSlice(handle, name)
 
 
 def _count_tensors(files: list[Path]) -> int:
@@ -124,7 +139,7 @@ def load_weights(model: LlamaForCausalLM, path: Path, progress: bool = True) -> 
         total=_count_tensors(files), desc="Loading weights", unit="tensor", disable=not progress
     )
     try:
-        for name, tensor in _iter_tensors(files):
+        for name, source in _iter_tensors(files):
             bar.update(1)
             if name.endswith(IGNORED_SUFFIXES) or (tied and name == "lm_head.weight"):
                 continue
@@ -139,11 +154,11 @@ def load_weights(model: LlamaForCausalLM, path: Path, progress: bool = True) -> 
             loader = getattr(param, "weight_loader", None)
             try:
                 if loader is None:
-                    default_weight_loader(param, tensor)
+                    default_weight_loader(param, source)
                 elif shard_id is None:
-                    loader(param, tensor)
+                    loader(param, source)
                 else:
-                    loader(param, tensor, shard_id)
+                    loader(param, source, shard_id)
             except WeightShapeError as exc:
                 raise LoaderError(f"tensor {name!r}: {exc}") from exc
             shards_loaded[target] += 1
@@ -161,12 +176,14 @@ def build_model(
     dtype: torch.dtype,
     backend: Backend,
     progress: bool = True,
+    tp: ParallelSpec | None = None,
 ) -> LlamaForCausalLM:
+    """The model with only this rank's share of each weight (all of it when `tp` is None)."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)  # parameters are created in the target dtype directly
     try:
         with torch.device(device):
-            model = LlamaForCausalLM(args, backend=backend)
+            model = LlamaForCausalLM(args, tp, backend=backend)
     finally:
         torch.set_default_dtype(previous)
     load_weights(model, path, progress=progress)

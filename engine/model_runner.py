@@ -1,8 +1,11 @@
-"""Owns the model and the KV pool; turns a scheduled step into sampled tokens.
+"""Owns the model and the KV pool; turns a step's inputs into sampled tokens.
 
-The flattened varlen batch (token ids, positions, slot mapping, block tables, context
-lengths, cu_seqlens) follows the kernel contract in `engine/kernels/reference.py`. The step
-reads results back to the host once (`_to_host`), after sampling on the device.
+`build_step_inputs` (host only, run where the scheduler lives) flattens a scheduled step
+into `StepInputs`: plain lists, cheap to pickle, so the same object drives the in-process
+runner and every tensor-parallel rank. The varlen batch (token ids, positions, slot
+mapping, block tables, context lengths, cu_seqlens) follows the kernel contract in
+`engine/kernels/reference.py`. The step reads results back to the host once (`_to_host`),
+after sampling on the device; with tensor parallelism only rank 0 samples.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ import torch
 from engine.config import ConfigError, EngineConfig
 from engine.kernels import resolve_backend
 from engine.layers.attention import AttentionMetadata
+from engine.layers.linear import kv_heads_per_rank
 from engine.layers.sampler import Sampler, SamplerOutput, SamplingBatch
 from engine.loader import build_model, load_model_args
-from engine.models.llama import ModelArgs
-from engine.scheduler import ScheduledSeq, SchedulerOutput
-from engine.sequence import Sequence, TokenLogprobs
+from engine.models.llama import ModelArgs, ParallelSpec
+from engine.sampling import SamplingParams
+from engine.scheduler import SchedulerOutput
+from engine.sequence import TokenLogprobs
 
 
 def resolve_max_model_len(config: EngineConfig, args: ModelArgs) -> int:
@@ -41,6 +46,96 @@ class SampledToken:
 
 
 @dataclass
+class SamplingRow:
+    """What the sampler needs to know about one sequence sampled this step."""
+
+    seq_id: int
+    params: SamplingParams
+    seed: int | None  # the request's seed + the sample's index; None: unseeded
+    output_counts: list[tuple[int, int]]  # (token, count) so far; only with penalties
+    banned_ids: list[int]  # EOS and stop ids, banned while under min_tokens
+
+
+@dataclass
+class StepInputs:
+    """One step as plain lists: what every rank needs, and nothing that lives on a device."""
+
+    input_ids: list[int]
+    positions: list[int]
+    slot_mapping: list[int]
+    cu_seqlens_q: list[int]
+    context_lens: list[int]
+    block_tables: list[list[int]]  # padded with 0 to the longest table
+    max_query_len: int
+    logits_indices: list[int]  # the token rows projected to logits, one per sampling row
+    block_copies: list[tuple[int, int]]  # copy-on-write (src, dst), before anything runs
+    sampling: list[SamplingRow]
+    released_seq_ids: list[int]  # finished seeded sequences: their generators can go
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.context_lens)
+
+
+def build_step_inputs(
+    step: SchedulerOutput,
+    block_size: int,
+    eos_token_ids: frozenset[int],
+    vocab_size: int,
+    released_seq_ids: list[int],
+) -> StepInputs:
+    input_ids: list[int] = []
+    positions: list[int] = []
+    slots: list[int] = []
+    cu_seqlens = [0]
+    context_lens: list[int] = []
+    logits_indices: list[int] = []
+    rows: list[SamplingRow] = []
+    max_blocks = max(len(item.seq.block_table) for item in step.scheduled)
+    tables: list[list[int]] = []
+    for item in step.scheduled:
+        seq, start = item.seq, item.seq.num_computed_tokens
+        end = start + item.num_tokens
+        table = seq.block_table
+        input_ids.extend(seq.token_ids[start:end])
+        positions.extend(range(start, end))
+        slots.extend(table[pos // block_size] * block_size + pos % block_size
+                     for pos in range(start, end))  # fmt: skip
+        cu_seqlens.append(cu_seqlens[-1] + item.num_tokens)
+        context_lens.append(end)
+        tables.append(table + [0] * (max_blocks - len(table)))
+        if not item.sample:
+            continue
+        logits_indices.append(cu_seqlens[-1] - 1)
+        params = seq.params
+        banned: list[int] = []
+        if seq.num_output_tokens < params.min_tokens:
+            banned = sorted(t for t in {*eos_token_ids, *params.stop_token_ids} if t < vocab_size)
+        rows.append(
+            SamplingRow(
+                seq_id=seq.seq_id,
+                params=params,
+                seed=None if params.seed is None else params.seed + seq.index,
+                output_counts=list(seq.output_counts.items()) if params.has_penalties else [],
+                banned_ids=banned,
+            )
+        )
+    return StepInputs(
+        input_ids=input_ids,
+        positions=positions,
+        slot_mapping=slots,
+        cu_seqlens_q=cu_seqlens,
+        context_lens=context_lens,
+        block_tables=tables,
+        max_query_len=max(item.num_tokens for item in step.scheduled),
+        logits_indices=logits_indices,
+        block_copies=list(step.block_copies),
+        sampling=rows,
+        released_seq_ids=list(released_seq_ids),
+    )
+
+
+@dataclass
 class BatchInputs:
     input_ids: torch.Tensor
     positions: torch.Tensor
@@ -49,40 +144,63 @@ class BatchInputs:
 
 
 class ModelRunner:
+    """One rank's model shard and KV pool (the whole model when `tp` is None).
+
+    Every rank runs `execute` on the same `StepInputs`; the collectives inside the model
+    keep them in step, and rank 0 alone samples and returns tokens.
+    """
+
     def __init__(
         self,
         config: EngineConfig,
         model_path: Path,
-        eos_token_ids: frozenset[int],
         progress: bool = True,
+        tp: ParallelSpec | None = None,
     ) -> None:
         self.config = config
+        self.tp = tp or ParallelSpec()
         self.device = config.resolve_device()
+        if self.device.type == "cuda" and self.tp.tp_size > 1:
+            self.device = torch.device("cuda", self.tp.tp_rank)
         self.args: ModelArgs = load_model_args(model_path)
         self.max_model_len = resolve_max_model_len(config, self.args)
         self.dtype = config.resolve_dtype(self.args.torch_dtype, self.device)
         self.backend = resolve_backend(config.attention_backend, self.device)
-        self.eos_token_ids = eos_token_ids
         self.model = build_model(
-            model_path, self.args, self.device, self.dtype, self.backend, progress=progress
+            model_path, self.args, self.device, self.dtype, self.backend, progress, self.tp
         )
         self.sampler = Sampler()
         self.block_size = config.block_size
+        self.num_kv_heads = kv_heads_per_rank(self.args.num_kv_heads, self.tp.tp_size)
         self.num_blocks = self._size_kv_pool()
         a = self.args
         self.kv_cache = torch.zeros(
-            2, a.num_layers, self.num_blocks, self.block_size, a.num_kv_heads, a.head_dim,
+            2, a.num_layers, self.num_blocks, self.block_size, self.num_kv_heads, a.head_dim,
             dtype=self.dtype, device=self.device,
         )  # fmt: skip
         for layer, attn in enumerate(self.model.attention_layers()):
             attn.k_cache, attn.v_cache = self.kv_cache[0, layer], self.kv_cache[1, layer]
         self.default_generator = torch.Generator(self.device).manual_seed(config.seed)
+        self.generators: dict[int, torch.Generator] = {}  # seeded sequences, by seq_id
         self.decode: PaddedDecode | None = None
-        if self.device.type == "cuda" and self.backend == "triton" and not config.enforce_eager:
+        # CUDA graphs would capture the collectives too; untested, so TP decodes eagerly
+        if (
+            self.device.type == "cuda"
+            and self.backend == "triton"
+            and not config.enforce_eager
+            and self.tp.tp_size == 1
+        ):
             self.decode = PaddedDecode(
                 self.model, self.device, config.max_num_seqs, self.max_blocks_per_seq
             )
             self.decode.capture_graphs()
+
+    @property
+    def healthy(self) -> bool:
+        return True  # in process: a failure raises from `execute` and the engine carries on
+
+    def shutdown(self) -> None:
+        """Nothing to stop: the model lives in this process."""
 
     @property
     def max_blocks_per_seq(self) -> int:
@@ -94,7 +212,13 @@ class ModelRunner:
     def kv_bytes_per_block(self) -> int:
         a = self.args
         itemsize = torch.empty((), dtype=self.dtype).element_size()
-        return 2 * a.num_layers * self.block_size * a.num_kv_heads * a.head_dim * itemsize
+        return 2 * a.num_layers * self.block_size * self.num_kv_heads * a.head_dim * itemsize
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of this rank's weights (tied embeddings counted once)."""
+        unique = {id(p): p for p in self.model.parameters()}.values()
+        return sum(p.numel() * p.element_size() for p in unique)
 
     def _size_kv_pool(self) -> int:
         if self.config.num_gpu_blocks is not None:
@@ -104,6 +228,12 @@ class ModelRunner:
         else:
             available = self.config.kv_cache_bytes
         num_blocks = available // self.kv_bytes_per_block
+        if self.tp.tp_size > 1:  # every rank must agree on the pool the scheduler plans for
+            import torch.distributed as dist
+
+            agreed = torch.tensor([num_blocks], dtype=torch.int64, device=self.device)
+            dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
+            num_blocks = int(agreed.item())
         if num_blocks < 1:
             raise ConfigError(
                 f"no room for a single KV block ({self.kv_bytes_per_block} bytes) in "
@@ -133,44 +263,22 @@ class ModelRunner:
 
     # --- one step ----------------------------------------------------------------------
 
-    def prepare_inputs(self, scheduled: list[ScheduledSeq]) -> BatchInputs:
-        size = self.block_size
-        input_ids: list[int] = []
-        positions: list[int] = []
-        slots: list[int] = []
-        cu_seqlens = [0]
-        context_lens: list[int] = []
-        logits_indices: list[int] = []
-        max_blocks = max(len(item.seq.block_table) for item in scheduled)
-        tables: list[list[int]] = []
-        for item in scheduled:
-            seq, start = item.seq, item.seq.num_computed_tokens
-            end = start + item.num_tokens
-            table = seq.block_table
-            input_ids.extend(seq.token_ids[start:end])
-            positions.extend(range(start, end))
-            slots.extend(table[pos // size] * size + pos % size for pos in range(start, end))
-            cu_seqlens.append(cu_seqlens[-1] + item.num_tokens)
-            context_lens.append(end)
-            tables.append(table + [0] * (max_blocks - len(table)))
-            if item.sample:
-                logits_indices.append(cu_seqlens[-1] - 1)
-
+    def to_device(self, inputs: StepInputs) -> BatchInputs:
         def on_device(values: list, dtype: torch.dtype) -> torch.Tensor:
             return torch.tensor(values, dtype=dtype).to(self.device, non_blocking=True)
 
         meta = AttentionMetadata(
-            slot_mapping=on_device(slots, torch.int64),
-            cu_seqlens_q=on_device(cu_seqlens, torch.int32),
-            context_lens=on_device(context_lens, torch.int32),
-            block_tables=on_device(tables, torch.int32),
-            max_query_len=max(item.num_tokens for item in scheduled),
+            slot_mapping=on_device(inputs.slot_mapping, torch.int64),
+            cu_seqlens_q=on_device(inputs.cu_seqlens_q, torch.int32),
+            context_lens=on_device(inputs.context_lens, torch.int32),
+            block_tables=on_device(inputs.block_tables, torch.int32),
+            max_query_len=inputs.max_query_len,
         )
         return BatchInputs(
-            input_ids=on_device(input_ids, torch.int64),
-            positions=on_device(positions, torch.int64),
+            input_ids=on_device(inputs.input_ids, torch.int64),
+            positions=on_device(inputs.positions, torch.int64),
             meta=meta,
-            logits_indices=on_device(logits_indices, torch.int64),
+            logits_indices=on_device(inputs.logits_indices, torch.int64),
         )
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
@@ -182,28 +290,37 @@ class ModelRunner:
         self.kv_cache[:, :, dst] = self.kv_cache[:, :, src]
 
     @torch.inference_mode()
-    def execute(self, step: SchedulerOutput) -> list[SampledToken]:
-        """Run one step; returns one token per scheduled entry with `sample` set, in order."""
-        self.copy_blocks(step.block_copies)
-        batch = self.prepare_inputs(step.scheduled)
-        num_seqs = len(step.scheduled)
-        if (
-            self.decode is not None
-            and num_seqs <= self.decode.max_batch
-            and all(item.num_tokens == 1 for item in step.scheduled)
-        ):
+    def execute(self, inputs: StepInputs) -> list[SampledToken]:
+        """Run one step; returns one token per sampling row, in order (none off rank 0)."""
+        for seq_id in inputs.released_seq_ids:
+            self.generators.pop(seq_id, None)
+        self.copy_blocks(inputs.block_copies)
+        batch = self.to_device(inputs)
+        num_seqs = inputs.num_seqs
+        decode_only = inputs.max_query_len == 1
+        if self.decode is not None and decode_only and num_seqs <= self.decode.max_batch:
             hidden = self.decode.run(batch, num_seqs)
         else:
             hidden = self.model(batch.input_ids, batch.positions, batch.meta)
-        to_sample = [item.seq for item in step.scheduled if item.sample]
-        if not to_sample:
+        if not inputs.sampling:
             return []
-        logits = self.model.compute_logits(hidden[batch.logits_indices])
-        sampling = self.sampling_batch(to_sample, logits.shape[-1])
-        return self._to_host(self.sampler(logits, sampling), to_sample)
+        logits = self.model.compute_logits(hidden[batch.logits_indices])  # all-gathered
+        if self.tp.tp_rank != 0:
+            return []
+        sampling = self.sampling_batch(inputs.sampling, logits.shape[-1])
+        return self._to_host(self.sampler(logits, sampling), inputs.sampling)
 
-    def sampling_batch(self, seqs: list[Sequence], vocab_size: int) -> SamplingBatch:
-        params = [seq.params for seq in seqs]
+    def _generator(self, row: SamplingRow) -> torch.Generator | None:
+        if row.seed is None:
+            return None
+        generator = self.generators.get(row.seq_id)
+        if generator is None:
+            generator = torch.Generator(self.device).manual_seed(row.seed)
+            self.generators[row.seq_id] = generator
+        return generator
+
+    def sampling_batch(self, rows: list[SamplingRow], vocab_size: int) -> SamplingBatch:
+        params = [row.params for row in rows]
         dev = self.device
 
         def column(values: list, dtype: torch.dtype) -> torch.Tensor:
@@ -221,20 +338,10 @@ class ModelRunner:
             presence = column([p.presence_penalty for p in params], torch.float32)
             frequency = column([p.frequency_penalty for p in params], torch.float32)
             counts = self._row_scatter(
-                [list(seq.output_counts.items()) for seq in seqs], vocab_size, torch.float32
+                [row.output_counts for row in rows], vocab_size, torch.float32
             )
-        early = [seq.num_output_tokens < seq.params.min_tokens for seq in seqs]
-        if any(early):
-            bans = [
-                [
-                    (t, 1)
-                    for t in {*self.eos_token_ids, *seq.params.stop_token_ids}
-                    if t < vocab_size
-                ]
-                if is_early
-                else []
-                for seq, is_early in zip(seqs, early, strict=True)
-            ]
+        if any(row.banned_ids for row in rows):
+            bans = [[(t, 1) for t in row.banned_ids] for row in rows]
             banned = self._row_scatter(bans, vocab_size, torch.float32) > 0
         wanted = [p.logprobs for p in params if p.logprobs is not None]
         return SamplingBatch(
@@ -251,7 +358,7 @@ class ModelRunner:
             frequency_penalty=frequency,
             output_counts=counts,
             banned=banned,
-            generators=[seq.generator for seq in seqs],
+            generators=[self._generator(row) for row in rows],
             default_generator=self.default_generator,
             num_logprobs=max(max(wanted), 1) if wanted else 0,
         )
@@ -271,7 +378,7 @@ class ModelRunner:
         dense = torch.zeros(len(rows), vocab_size + 1, dtype=dtype, device=self.device)
         return dense.scatter_add_(1, index, source)[:, :vocab_size]
 
-    def _to_host(self, out: SamplerOutput, seqs: list[Sequence]) -> list[SampledToken]:
+    def _to_host(self, out: SamplerOutput, rows: list[SamplingRow]) -> list[SampledToken]:
         """The step's only device-to-host transfer: everything packed into one tensor."""
         if out.logprobs is None:
             return [SampledToken(t, None) for t in out.token_ids.cpu().tolist()]
@@ -287,9 +394,9 @@ class ModelRunner:
             dim=1,
         ).cpu()
         results = []
-        for row, seq in zip(packed.tolist(), seqs, strict=True):
+        for row, sampled in zip(packed.tolist(), rows, strict=True):
             token = int(row[0])
-            wanted = seq.params.logprobs
+            wanted = sampled.params.logprobs
             if wanted is None:
                 results.append(SampledToken(token, None))
                 continue

@@ -1,12 +1,16 @@
 """Linear layers written for tensor parallelism (Megatron-style column/row splits).
 
-Each parameter carries a `weight_loader(param, full_tensor, shard_id)` that slices the
-checkpoint tensor down to this rank's shard, so the loader never needs to know about
-sharding. With `tp_size == 1` (the only case wired up so far) no communication happens;
-`RowParallelLinear` and the vocab-parallel layers all-reduce/gather when `tp_size > 1`.
+Each parameter carries a `weight_loader(param, source, shard_id)` that reads only this
+rank's slice of the checkpoint tensor. `source` is a `WeightSource` (a lazy safetensors
+slice from the loader, or a whole tensor wrapped in `TensorSource`), so a rank never
+materialises the parts of a weight it does not hold. Column-parallel layers need no
+communication; `RowParallelLinear` and the vocab embedding all-reduce, the LM head
+all-gathers, and only when `tp_size > 1`.
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +19,43 @@ from torch import nn
 
 class WeightShapeError(ValueError):
     """A checkpoint tensor does not fit the parameter it is loaded into."""
+
+
+class WeightSource(Protocol):
+    """A checkpoint tensor that is read on demand, in whole or as a slice along one dim."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    def narrow(self, dim: int, start: int, length: int) -> torch.Tensor: ...
+
+    def full(self) -> torch.Tensor: ...
+
+
+class TensorSource:
+    """A tensor already in memory, seen as a `WeightSource`."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.tensor.shape)
+
+    def narrow(self, dim: int, start: int, length: int) -> torch.Tensor:
+        return self.tensor.narrow(dim, start, length)
+
+    def full(self) -> torch.Tensor:
+        return self.tensor
+
+
+def as_source(loaded: WeightSource | torch.Tensor) -> WeightSource:
+    return TensorSource(loaded) if isinstance(loaded, torch.Tensor) else loaded
+
+
+def kv_heads_per_rank(num_kv_heads: int, tp_size: int) -> int:
+    """KV heads a rank holds: a share, or one replicated head when ranks outnumber them."""
+    return max(1, num_kv_heads // tp_size)
 
 
 def _copy_checked(target: torch.Tensor, source: torch.Tensor) -> None:
@@ -33,8 +74,9 @@ def _all_reduce(x: torch.Tensor, tp_size: int) -> torch.Tensor:
     return x
 
 
-def default_weight_loader(param: nn.Parameter, loaded: torch.Tensor) -> None:
-    _copy_checked(param.data, loaded)
+def default_weight_loader(param: nn.Parameter, loaded: WeightSource | torch.Tensor) -> None:
+    """Unsharded parameters (norms): every rank reads the whole tensor."""
+    _copy_checked(param.data, as_source(loaded).full())
 
 
 class _ShardedLinear(nn.Module):
@@ -59,9 +101,22 @@ class _ShardedLinear(nn.Module):
             self.register_parameter("bias", None)
 
     def weight_loader(
-        self, param: nn.Parameter, loaded: torch.Tensor, shard_id: str | int | None = None
+        self,
+        param: nn.Parameter,
+        loaded: WeightSource | torch.Tensor,
+        shard_id: str | int | None = None,
     ) -> None:
         raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+def _rows(source: WeightSource, full_rows: int, start: int, length: int) -> torch.Tensor:
+    """Rows `[start, start + length)` of a tensor that must have `full_rows` rows."""
+    if not source.shape or source.shape[0] != full_rows:
+        raise WeightShapeError(f"expected {full_rows} rows, got shape {tuple(source.shape)}")
+    return source.narrow(0, start, length)
 
 
 class ColumnParallelLinear(_ShardedLinear):
@@ -79,19 +134,18 @@ class ColumnParallelLinear(_ShardedLinear):
             raise ValueError(f"output size {output_size} is not divisible by tp_size {tp_size}")
         super().__init__(input_size, output_size // tp_size, bias, tp_size, tp_rank)
 
-    def _rank_rows(self, loaded: torch.Tensor, full_rows: int) -> torch.Tensor:
-        if loaded.shape[0] != full_rows:
-            raise WeightShapeError(f"expected {full_rows} rows, got shape {tuple(loaded.shape)}")
+    def _rank_rows(self, source: WeightSource, full_rows: int) -> torch.Tensor:
         per_rank = full_rows // self.tp_size
-        return loaded.narrow(0, self.tp_rank * per_rank, per_rank)
+        return _rows(source, full_rows, self.tp_rank * per_rank, per_rank)
 
     def weight_loader(
-        self, param: nn.Parameter, loaded: torch.Tensor, shard_id: str | int | None = None
+        self,
+        param: nn.Parameter,
+        loaded: WeightSource | torch.Tensor,
+        shard_id: str | int | None = None,
     ) -> None:
-        _copy_checked(param.data, self._rank_rows(loaded, param.shape[0] * self.tp_size))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        rows = self._rank_rows(as_source(loaded), param.shape[0] * self.tp_size)
+        _copy_checked(param.data, rows)
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
@@ -105,21 +159,31 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
         tp_size: int = 1,
         tp_rank: int = 0,
     ) -> None:
+        if any(size % tp_size for size in output_sizes):
+            raise ValueError(f"output sizes {output_sizes} are not divisible by tp_size {tp_size}")
         self.output_sizes = output_sizes
         super().__init__(input_size, sum(output_sizes), bias, tp_size, tp_rank)
 
     def weight_loader(
-        self, param: nn.Parameter, loaded: torch.Tensor, shard_id: str | int | None = None
+        self,
+        param: nn.Parameter,
+        loaded: WeightSource | torch.Tensor,
+        shard_id: str | int | None = None,
     ) -> None:
         assert isinstance(shard_id, int)
         local_sizes = [size // self.tp_size for size in self.output_sizes]
         offset = sum(local_sizes[:shard_id])
         target = param.data.narrow(0, offset, local_sizes[shard_id])
-        _copy_checked(target, self._rank_rows(loaded, self.output_sizes[shard_id]))
+        _copy_checked(target, self._rank_rows(as_source(loaded), self.output_sizes[shard_id]))
 
 
-class QKVParallelLinear(ColumnParallelLinear):
-    """q, k and v projections fused; heads (not rows) are what gets split across ranks."""
+class QKVParallelLinear(_ShardedLinear):
+    """q, k and v projections fused; heads (not rows) are what gets split across ranks.
+
+    Query heads are split evenly. KV heads are split too while there are at least as many
+    as ranks; beyond that each rank holds the one KV head its query heads attend to, so
+    `tp_size / num_kv_heads` ranks share (replicate) each KV head.
+    """
 
     def __init__(
         self,
@@ -131,26 +195,39 @@ class QKVParallelLinear(ColumnParallelLinear):
         tp_size: int = 1,
         tp_rank: int = 0,
     ) -> None:
-        if num_heads % tp_size or num_kv_heads % tp_size:
+        if num_heads % tp_size or (num_kv_heads % tp_size and tp_size % num_kv_heads):
             raise ValueError(
-                f"heads ({num_heads}) and kv heads ({num_kv_heads}) must divide by tp_size {tp_size}"
+                f"heads ({num_heads}) must divide by tp_size {tp_size}, and kv heads "
+                f"({num_kv_heads}) must divide by it or divide it"
             )
         self.head_dim = head_dim
+        self.total_kv_heads = num_kv_heads
         self.num_heads = num_heads // tp_size
-        self.num_kv_heads = num_kv_heads // tp_size
-        output_size = (num_heads + 2 * num_kv_heads) * head_dim
-        super().__init__(hidden_size, output_size, bias, tp_size, tp_rank)
+        self.num_kv_heads = kv_heads_per_rank(num_kv_heads, tp_size)
+        # which block of `num_kv_heads` checkpoint KV heads this rank holds
+        replicas = max(1, tp_size // num_kv_heads)
+        self.kv_group = tp_rank // replicas
+        out_local = (self.num_heads + 2 * self.num_kv_heads) * head_dim
+        super().__init__(hidden_size, out_local, bias, tp_size, tp_rank)
 
     def weight_loader(
-        self, param: nn.Parameter, loaded: torch.Tensor, shard_id: str | int | None = None
+        self,
+        param: nn.Parameter,
+        loaded: WeightSource | torch.Tensor,
+        shard_id: str | int | None = None,
     ) -> None:
+        source = as_source(loaded)
         q_size = self.num_heads * self.head_dim
         kv_size = self.num_kv_heads * self.head_dim
-        offset, size = {"q": (0, q_size), "k": (q_size, kv_size), "v": (q_size + kv_size, kv_size)}[
-            shard_id  # type: ignore[index]
-        ]
-        target = param.data.narrow(0, offset, size)
-        _copy_checked(target, self._rank_rows(loaded, size * self.tp_size))
+        if shard_id == "q":
+            offset, size, full, start = 0, q_size, q_size * self.tp_size, self.tp_rank * q_size
+        elif shard_id in ("k", "v"):
+            offset = q_size if shard_id == "k" else q_size + kv_size
+            size, full = kv_size, self.total_kv_heads * self.head_dim
+            start = self.kv_group * kv_size
+        else:
+            raise WeightShapeError(f"unknown qkv shard {shard_id!r}")
+        _copy_checked(param.data.narrow(0, offset, size), _rows(source, full, start, size))
 
 
 class RowParallelLinear(_ShardedLinear):
@@ -169,17 +246,20 @@ class RowParallelLinear(_ShardedLinear):
         super().__init__(input_size // tp_size, output_size, bias, tp_size, tp_rank)
 
     def weight_loader(
-        self, param: nn.Parameter, loaded: torch.Tensor, shard_id: str | int | None = None
+        self,
+        param: nn.Parameter,
+        loaded: WeightSource | torch.Tensor,
+        shard_id: str | int | None = None,
     ) -> None:
+        source = as_source(loaded)
         if param.dim() == 1:  # the bias is not split; it is added once after the reduce
-            _copy_checked(param.data, loaded)
+            _copy_checked(param.data, source.full())
             return
         per_rank = param.shape[1]
-        if loaded.dim() != 2 or loaded.shape[1] != per_rank * self.tp_size:
-            raise WeightShapeError(
-                f"expected shape {(param.shape[0], per_rank * self.tp_size)}, got {tuple(loaded.shape)}"
-            )
-        _copy_checked(param.data, loaded.narrow(1, self.tp_rank * per_rank, per_rank))
+        expected = (param.shape[0], per_rank * self.tp_size)
+        if tuple(source.shape) != expected:
+            raise WeightShapeError(f"expected shape {expected}, got {tuple(source.shape)}")
+        _copy_checked(param.data, source.narrow(1, self.tp_rank * per_rank, per_rank))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = _all_reduce(F.linear(x, self.weight), self.tp_size)
@@ -187,7 +267,7 @@ class RowParallelLinear(_ShardedLinear):
 
 
 class VocabParallelEmbedding(nn.Module):
-    """Each rank holds a contiguous slice of the vocabulary's rows."""
+    """Each rank holds a contiguous slice of the vocabulary's rows (the last one padded)."""
 
     def __init__(
         self, vocab_size: int, hidden_size: int, tp_size: int = 1, tp_rank: int = 0
@@ -201,15 +281,19 @@ class VocabParallelEmbedding(nn.Module):
         self.weight.weight_loader = self.weight_loader  # type: ignore[attr-defined]
 
     def weight_loader(
-        self, param: nn.Parameter, loaded: torch.Tensor, shard_id: str | int | None = None
+        self,
+        param: nn.Parameter,
+        loaded: WeightSource | torch.Tensor,
+        shard_id: str | int | None = None,
     ) -> None:
-        if loaded.dim() != 2 or loaded.shape[0] != self.vocab_size:
-            raise WeightShapeError(
-                f"expected shape {(self.vocab_size, param.shape[1])}, got {tuple(loaded.shape)}"
-            )
-        rows = min(self.per_rank, self.vocab_size - self.vocab_start)
+        source = as_source(loaded)
+        expected = (self.vocab_size, param.shape[1])
+        if tuple(source.shape) != expected:
+            raise WeightShapeError(f"expected shape {expected}, got {tuple(source.shape)}")
+        rows = max(0, min(self.per_rank, self.vocab_size - self.vocab_start))
         param.data.zero_()
-        _copy_checked(param.data[:rows], loaded.narrow(0, self.vocab_start, rows))
+        if rows:
+            _copy_checked(param.data[:rows], source.narrow(0, self.vocab_start, rows))
 
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
         if self.tp_size == 1:
@@ -230,6 +314,6 @@ class ParallelLMHead(VocabParallelEmbedding):
             import torch.distributed as dist
 
             parts = [torch.empty_like(logits) for _ in range(self.tp_size)]
-            dist.all_gather(parts, logits)
+            dist.all_gather(parts, logits.contiguous())
             logits = torch.cat(parts, dim=-1)
         return logits[..., : self.vocab_size]
