@@ -17,11 +17,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.config import EngineConfig
+from engine.distributed import EngineDeadError
 from engine.engine import LLMEngine, RequestDelta
 from engine.sampling import SamplingParams
 from engine.sequence import TokenLogprobs
 
 log = logging.getLogger(__name__)
+
+__all__ = [
+    "AsyncEngine",
+    "EngineDeadError",
+    "EngineNotRunningError",
+    "EngineStepError",
+    "StreamOutput",
+]
 
 
 class EngineNotRunningError(RuntimeError):
@@ -74,12 +83,26 @@ class AsyncEngine:
         self._pending_adds = 0
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._dead: EngineDeadError | None = None  # set once; the engine never serves again
 
     # --- lifecycle ---------------------------------------------------------------------
 
     @property
     def is_running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def healthy(self) -> bool:
+        """Running and able to serve: False once a tensor-parallel rank has died."""
+        return self.is_running and self._dead is None and self.engine.healthy
+
+    @property
+    def dead_reason(self) -> str | None:
+        """Why the engine is dead (a rank died or failed), or None."""
+        if self._dead is not None:
+            return str(self._dead)
+        error = getattr(self.engine.runner, "error", None)
+        return None if error is None else str(error)
 
     def start(self) -> None:
         if self.is_running:
@@ -99,6 +122,7 @@ class AsyncEngine:
             streams = list(self._streams.items())
         for _, stream in streams:
             self._send(stream, EngineNotRunningError("the engine was shut down"))
+        self.engine.shutdown()
 
     # --- public API --------------------------------------------------------------------
 
@@ -112,9 +136,11 @@ class AsyncEngine:
         if not self.is_running:
             raise EngineNotRunningError("the engine is not running: call start() first")
         params = params or SamplingParams()
+        self._raise_if_dead()
         token_ids = self.engine.check_request(prompt, params)
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
         with self._streams_lock:
+            self._raise_if_dead()  # under the lock: `_die` cannot miss this stream
             if request_id in self._streams:
                 raise ValueError(f"request id {request_id!r} is already in use")
             self._streams[request_id] = stream
@@ -147,6 +173,13 @@ class AsyncEngine:
             if not finished:  # the consumer went away (cancelled, broke out): free at once
                 self._commands.put(_Abort(request_id, None))
                 self._wake.set()
+
+    def _raise_if_dead(self) -> None:
+        if self._dead is not None:
+            raise EngineDeadError(f"the engine is dead: {self._dead}")
+        if not self.engine.healthy:  # a rank died while the engine was idle
+            error = getattr(self.engine.runner, "error", None)
+            raise EngineDeadError(f"the engine is dead: {error or 'a worker is gone'}")
 
     async def abort(self, request_id: str) -> bool:
         """Abort a request; returns once its blocks are free (False if it was unknown)."""
@@ -183,6 +216,9 @@ class AsyncEngine:
                 continue
             try:
                 deltas = engine.step()
+            except EngineDeadError as exc:  # a rank is gone: nothing can be served again
+                self._die(exc)
+                continue
             except Exception as exc:  # keep serving: fail what was in flight, carry on
                 log.exception("engine step failed")
                 self._fail_all(EngineStepError(f"engine step failed: {exc}"))
@@ -213,10 +249,20 @@ class AsyncEngine:
             stream = self._streams.get(command.request_id)
         if stream is None:
             return  # cancelled before it reached the engine
+        if self._dead is not None:
+            self._send(stream, EngineDeadError(f"the engine is dead: {self._dead}"))
+            return
         try:
             self.engine.add_request(command.request_id, command.prompt, command.params)
         except ValueError as exc:
             self._send(stream, exc)
+
+    def _die(self, error: EngineDeadError) -> None:
+        """Fail everything in flight; the loop stays up only to refuse and abort."""
+        log.error("engine is dead: %s", error)
+        with self._streams_lock:
+            self._dead = error
+        self._fail_all(error)
 
     def _fail_all(self, error: Exception) -> None:
         for request_id in list(self.engine.requests):
