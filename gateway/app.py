@@ -128,7 +128,7 @@ async def running_services(
         reports=UsageReports(redis),
         dashboard_auth=build_dashboard_auth(secrets.admin_key, secrets.key_pepper),
         dashboard_renderer=DashboardRenderer(),
-        metrics=Metrics(),
+        metrics=Metrics(routing=state),
         log=log,
         embedded_redis=embedded,
     )

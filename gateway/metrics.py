@@ -2,14 +2,58 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from gateway.routing_state import RoutingState
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+# switchyard_breaker_state values (the usual closed/open/half-open gauge encoding).
+BREAKER_STATE_CODES = {"closed": 0, "open": 1, "half_open": 2}
+
+
+class RoutingCollector(Collector):
+    """Reads the routing health at scrape time, so a breaker that cooled down shows half-open
+    without waiting for a request to notice."""
+
+    def __init__(self, state: RoutingState) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[Metric]:
+        breakers = GaugeMetricFamily(
+            "switchyard_breaker_state",
+            "Circuit breaker per provider/model target: 0 closed, 1 open, 2 half-open.",
+            labels=["target"],
+        )
+        for target, state in sorted(self.state.breakers.states().items()):
+            breakers.add_metric([target], BREAKER_STATE_CODES[state])
+        latency = GaugeMetricFamily(
+            "switchyard_route_latency_ewma_seconds",
+            "EWMA of time to first byte per model, as lowest_latency routing sees it.",
+            labels=["model"],
+        )
+        for model, seconds in sorted(self.state.latency.snapshot().items()):
+            latency.add_metric([model], seconds)
+        inflight = GaugeMetricFamily(
+            "switchyard_upstream_inflight",
+            "Requests in flight per provider (max_concurrency skips a provider at its limit).",
+            labels=["provider"],
+        )
+        for provider, count in sorted(self.state.inflight.snapshot().items()):
+            inflight.add_metric([provider], count)
+        return iter((breakers, latency, inflight))
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, routing: RoutingState | None = None) -> None:
         self.registry = CollectorRegistry()
+        if routing is not None:
+            self.registry.register(RoutingCollector(routing))
         self.requests = Counter(
             "switchyard_requests_total",
             "Requests by route, model, provider and status.",
@@ -47,6 +91,19 @@ class Metrics:
         )
         self.redis_up = Gauge(
             "switchyard_redis_up", "1 when the last Redis check succeeded.", registry=self.registry
+        )
+        self.upstream_attempts = Counter(
+            "switchyard_upstream_attempts_total",
+            "Tries of route candidates by outcome: ok, failed (then retried or fallen back), "
+            "skipped (breaker open, provider full, no API key).",
+            ["provider", "model", "outcome"],
+            registry=self.registry,
+        )
+        self.fallbacks = Counter(
+            "switchyard_route_fallbacks_total",
+            "Requests served by a later candidate than the route's first choice.",
+            ["first_model", "served_model"],
+            registry=self.registry,
         )
 
     def render(self) -> bytes:
