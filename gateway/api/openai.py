@@ -38,6 +38,7 @@ from gateway.api.validation import (
     validate_image,
 )
 from gateway.auth import Principal
+from gateway.dispatch import AttemptRecord
 from gateway.errors import GatewayError, ServiceUnavailable, UpstreamError
 from gateway.policy import Policy
 from gateway.providers.openai_compat import UpstreamResponse, UpstreamStream
@@ -65,14 +66,18 @@ class Outcome:
     """What the access log line and the metrics say about one request."""
 
     __slots__ = (
+        "attempts",
         "key_id",
         "model",
         "provider",
         "record_id",
         "request_id",
+        "route_reason",
         "started",
         "status",
+        "strategy",
         "stream",
+        "task",
         "usage",
     )
 
@@ -86,6 +91,28 @@ class Outcome:
         self.status = 200
         self.stream = False
         self.usage: limits_gate.Usage | None = None
+        self.task: str | None = None
+        self.strategy: str | None = None
+        self.route_reason: str | None = None
+        self.attempts = 0
+
+    def note_dispatch(
+        self,
+        services: Services,
+        plan: RoutePlan | None,
+        attempts: list[AttemptRecord],
+        served: Candidate | None,
+    ) -> None:
+        """Count every try (ok, failed, skipped) and note which candidate served and why."""
+        self.attempts = len(attempts)
+        counter = services.metrics.upstream_attempts
+        for record in attempts:
+            counter.labels(record.provider, record.model, record.outcome).inc()
+        if served is None:
+            return
+        self.model, self.provider, self.route_reason = served.model, served.provider, served.reason
+        if plan is not None and plan.candidates and plan.candidates[0].model != served.model:
+            services.metrics.fallbacks.labels(plan.candidates[0].model, served.model).inc()
 
     def finish(self, services: Services, route: str, error: str | None = None) -> None:
         elapsed = time.perf_counter() - self.started
@@ -108,6 +135,10 @@ class Outcome:
                 provider=self.provider,
                 status=self.status,
                 stream=self.stream,
+                task=self.task,
+                strategy=self.strategy,
+                route_reason=self.route_reason,
+                attempts=self.attempts,
                 latency_ms=round(elapsed * 1000, 3),
                 prompt_tokens=self.usage.prompt_tokens if self.usage else None,
                 completion_tokens=self.usage.completion_tokens if self.usage else None,
@@ -159,6 +190,7 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
             key_id=principal.key_id,
             allowed_models=allowed_models(principal, services.policies.current.policy),
         )
+        outcome.task, outcome.strategy = plan.task, plan.strategy
         accounting = Accounting(
             record_id=uuid.uuid4().hex,
             key_id=principal.key_id,
@@ -186,7 +218,7 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
         upstream: UpstreamResponse = result.value
         accounting.served_model, accounting.served_provider = served.model, served.provider
         accounting.attempts = len(result.attempts)
-        outcome.model, outcome.provider = served.model, served.provider
+        outcome.note_dispatch(services, plan, result.attempts, served)
         outcome.usage = limits_gate.usage_from(upstream.data)
         headers.update(route_headers(plan, served))
         return Response(upstream.body, status_code=200, headers=headers, media_type=JSON)
@@ -195,8 +227,11 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
         if isinstance(exc, UpstreamError) and exc.provider and outcome.provider is None:
             outcome.provider = exc.provider
             services.metrics.upstream_errors.labels(exc.provider, exc.kind).inc()
+        failed_attempts = getattr(exc, "attempts", None)
+        if failed_attempts:
+            outcome.note_dispatch(services, None, failed_attempts, None)
         if accounting is not None:
-            accounting.attempts = len(getattr(exc, "attempts", ()))
+            accounting.attempts = len(failed_attempts or ())
         return error_response(exc, headers)
     finally:
         if not streaming_started:
@@ -248,7 +283,7 @@ async def _stream(
     served: Candidate = result.candidate
     accounting.served_model, accounting.served_provider = served.model, served.provider
     accounting.attempts = len(result.attempts)
-    outcome.model, outcome.provider = served.model, served.provider
+    outcome.note_dispatch(services, plan, result.attempts, served)
     headers.update(route_headers(plan, served))
     headers.update(SSE_HEADERS)
     upstream: UpstreamStream = result.value
