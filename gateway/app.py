@@ -132,6 +132,7 @@ async def running_services(
         log=log,
         embedded_redis=embedded,
     )
+    services.metrics.watch_spool(ledger.spool_depth)
     tasks = [asyncio.create_task(services.auth.watch_changes(redis, log))]
     if embedded is not None:
         tasks.append(asyncio.create_task(_supervise(embedded, services)))

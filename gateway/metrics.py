@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -105,6 +105,44 @@ class Metrics:
             ["first_model", "served_model"],
             registry=self.registry,
         )
+
+        # Usage-side metrics: the same numbers the ledger records, so both can be reconciled.
+        self.ttft = Histogram(
+            "switchyard_time_to_first_token_seconds",
+            "Streams: time from request to the first upstream chunk relayed.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.overhead = Histogram(
+            "switchyard_gateway_overhead_seconds",
+            "Time spent in the gateway, not waiting on an upstream (JSON: total minus upstream "
+            "calls; streams: time to response headers minus upstream calls).",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.cost = Counter(
+            "switchyard_cost_usd_total",
+            "Cost charged in USD (price table in force at request time), as recorded in usage.",
+            ["model"],
+            registry=self.registry,
+        )
+        self.rate_limited = Counter(
+            "switchyard_rate_limited_total",
+            "Requests refused by the gateway's own limits, by error code.",
+            ["code"],
+            registry=self.registry,
+        )
+        self.spool_depth = Gauge(
+            "switchyard_usage_spool_depth",
+            "Usage events in the local spool waiting for Redis (read at scrape time).",
+            registry=self.registry,
+        )
+
+    def watch_spool(self, depth: Callable[[], int]) -> None:
+        """Read the usage spool's depth at scrape time."""
+        self.spool_depth.set_function(depth)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -92,12 +92,21 @@ class Spool:
         return self.directory / REJECTED
 
     def append_sync(self, line: bytes) -> None:
-        if b"\n" in line:
+        self.append_many_sync([line])
+
+    def append_many_sync(self, lines: list[bytes]) -> None:
+        """Append lines with one write() and one fsync (a whole settle batch costs one sync)."""
+        if not lines:
+            return
+        if any(b"\n" in line for line in lines):
             raise ValueError("a spool line must not contain a newline")
+        payload = b"".join(line + b"\n" for line in lines)
         with _flock(self._append_lock, fcntl.LOCK_SH):
             fd = os.open(self.active_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
-                os.write(fd, line + b"\n")  # one write() with O_APPEND: lines never interleave
+                written = os.write(fd, payload)  # one write() with O_APPEND: no interleaving
+                while written < len(payload):  # a short write (disk nearly full): finish it
+                    written += os.write(fd, payload[written:])
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -105,6 +114,10 @@ class Spool:
     async def append(self, line: bytes) -> None:
         """Durably append one line (fsync'ed before returning), off the event loop."""
         await asyncio.to_thread(self.append_sync, line)
+
+    async def append_many(self, lines: list[bytes]) -> None:
+        """Durably append several lines (one fsync), off the event loop."""
+        await asyncio.to_thread(self.append_many_sync, lines)
 
     def reject(self, line: bytes) -> None:
         fd = os.open(self.rejected_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)

@@ -375,6 +375,26 @@ class UsageLedger:
         )
         return RecordOutcome.SPOOLED
 
+    async def spool_events(
+        self, events: list[UsageEvent], *, reason: BaseException | None = None
+    ) -> RecordOutcome:
+        """Spool a batch with one fsync; on a disk failure log every event (as ``spool_event``)."""
+        if not events:
+            return RecordOutcome.SPOOLED
+        try:
+            await self.spool.append_many([event.to_json() for event in events])
+        except OSError as exc:
+            for event in events:
+                log.error("usage_lost", usage_event=event.to_json().decode(), reason=str(exc))
+            return RecordOutcome.LOST
+        log.warning(
+            "usage_spooled",
+            count=len(events),
+            request_ids=[event.request_id for event in events[:20]],
+            reason=type(reason).__name__ if reason else None,
+        )
+        return RecordOutcome.SPOOLED
+
     def spool_depth(self) -> int:
         """Events waiting in the spool (for metrics)."""
         return self.spool.depth()

@@ -1,9 +1,12 @@
-"""After the response: limiter settles and usage records, batched into one Redis pipeline.
+"""Limiter settles and usage records, batched into one Redis pipeline.
 
-Everything that finishes in one event-loop turn goes out together, so each request costs at
-most one shared round trip after its response. If Redis fails, the usage events go to the
-local spool (replayed later, idempotent by request id) and unsettled reservations keep their
-estimate until their lease lapses: nothing is lost because Redis was down.
+Everything submitted in one event-loop turn goes out together, so each request costs at most
+one shared round trip. ``submit`` returns a future that resolves once the batch is durable
+(recorded in Redis, or fsync'ed to the local spool): the request path awaits it before the
+last byte of its response, so a gateway killed with SIGKILL loses only requests still in
+flight, never an answered one. If Redis fails, the usage events go to the spool (replayed
+later, idempotent by request id) and unsettled reservations keep their estimate until their
+lease lapses: nothing is lost because Redis was down.
 """
 
 from __future__ import annotations
@@ -34,15 +37,23 @@ class SettleBatcher:
         self.limiter = limiter
         self.ledger = ledger
         self.log = log
-        self._pending: list[Settlement] = []
+        self._pending: list[tuple[Settlement, asyncio.Future[None]]] = []
         self._flushes: set[asyncio.Task[None]] = set()
         self._scheduled = False
 
-    def submit(self, settlement: Settlement) -> None:
-        self._pending.append(settlement)
+    def submit(self, settlement: Settlement) -> asyncio.Future[None]:
+        """Queue one settlement; the future resolves when its batch is recorded or spooled.
+
+        Callers that may be cancelled (a client gone mid-stream) need not await it: the flush
+        runs in its own task either way.
+        """
+        loop = asyncio.get_running_loop()
+        durable: asyncio.Future[None] = loop.create_future()
+        self._pending.append((settlement, durable))
         if not self._scheduled:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._start_flush)
+            loop.call_soon(self._start_flush)
+        return durable
 
     def _start_flush(self) -> None:
         self._scheduled = False
@@ -52,7 +63,15 @@ class SettleBatcher:
             self._flushes.add(task)
             task.add_done_callback(self._flushes.discard)
 
-    async def _flush(self, batch: list[Settlement]) -> None:
+    async def _flush(self, pending: list[tuple[Settlement, asyncio.Future[None]]]) -> None:
+        try:
+            await self._write([settlement for settlement, _ in pending])
+        finally:
+            for _, durable in pending:
+                if not durable.done():
+                    durable.set_result(None)
+
+    async def _write(self, batch: list[Settlement]) -> None:
         events = [item.event for item in batch if item.event is not None]
         try:
             async with self.redis.pipeline(transaction=False) as pipe:
@@ -66,8 +85,8 @@ class SettleBatcher:
                 await pipe.execute()
         except (RedisError, OSError) as exc:
             self.log.warning("settle_failed", count=len(batch), error=type(exc).__name__)
-            for event in events:  # the record script may or may not have run: markers decide
-                await self.ledger.spool_event(event, reason=exc)
+            # The record script may or may not have run: the markers decide on replay.
+            await self.ledger.spool_events(events, reason=exc)
 
     async def drain(self, timeout: float = 5.0) -> None:
         self._start_flush()
