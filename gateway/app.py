@@ -13,9 +13,6 @@ import sys
 from collections.abc import AsyncIterator
 from typing import IO, Any
 
-from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -38,6 +35,7 @@ from gateway.policy import PolicyError
 from gateway.policy_store import PolicyStore
 from gateway.providers.openai_compat import Timeouts
 from gateway.providers.registry import ProviderRegistry
+from gateway.redis_connect import connect_redis
 from gateway.redis_embedded import EmbeddedRedis
 from gateway.reports import UsageReports
 from gateway.router import Router
@@ -45,18 +43,6 @@ from gateway.routing_state import RoutingState
 from gateway.settings import Secrets, Settings, ensure_secrets, load_settings
 from gateway.spool import Spool
 from gateway.usage import UsageLedger
-
-
-def redis_client(url: str, timeout_s: float) -> Redis:
-    # One immediate retry (a pooled connection may be stale after a Redis restart), no backoff:
-    # an outage must surface within the timeout so that closed/open mode can act on it.
-    return Redis.from_url(
-        url,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-        retry=Retry(NoBackoff(), 1),
-        max_connections=1024,
-    )
 
 
 async def _supervise(server: EmbeddedRedis, services: Services) -> None:
@@ -83,7 +69,7 @@ async def running_services(
         embedded = EmbeddedRedis(settings.redis_dir)
         url = await asyncio.to_thread(embedded.start)
         log.info("embedded_redis_started", data_dir=str(settings.redis_dir))
-    redis = redis_client(url, settings.redis_timeout_s)
+    redis = connect_redis(url, settings.redis_timeout_s)
     policies = PolicyStore(settings.policy_file)
     try:
         loaded = policies.load()

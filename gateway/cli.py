@@ -84,7 +84,7 @@ def serve(settings: Settings, workers: int) -> int:
 
 @contextlib.asynccontextmanager
 async def _key_store(settings: Settings) -> AsyncIterator[KeyStore]:
-    from gateway.app import redis_client
+    from gateway.redis_connect import connect_redis
 
     secrets = ensure_secrets(settings)
     embedded: EmbeddedRedis | None = None
@@ -95,7 +95,7 @@ async def _key_store(settings: Settings) -> AsyncIterator[KeyStore]:
         if not _answers(server):
             embedded = server  # the gateway is not running: start Redis for this command
             await asyncio.to_thread(server.start)
-    client = redis_client(url, settings.redis_timeout_s)
+    client = connect_redis(url, settings.redis_timeout_s)
     try:
         yield KeyStore(client, secrets.key_pepper)
     finally:
