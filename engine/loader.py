@@ -135,12 +135,17 @@ def load_weights(model: LlamaForCausalLM, path: Path, progress: bool = True) -> 
                 )
     shards_loaded = dict.fromkeys(params, 0)
     tied = model.args.tie_word_embeddings
-    bar = tqdm(
-        total=_count_tensors(files), desc="Loading weights", unit="tensor", disable=not progress
+    # no bar at all without progress: even a disabled tqdm creates a multiprocessing lock,
+    # which a killed tensor-parallel rank would leak
+    bar = (
+        tqdm(total=_count_tensors(files), desc="Loading weights", unit="tensor")
+        if progress
+        else None
     )
     try:
         for name, source in _iter_tensors(files):
-            bar.update(1)
+            if bar is not None:
+                bar.update(1)
             if name.endswith(IGNORED_SUFFIXES) or (tied and name == "lm_head.weight"):
                 continue
             target, shard_id = name, None
@@ -163,7 +168,8 @@ def load_weights(model: LlamaForCausalLM, path: Path, progress: bool = True) -> 
                 raise LoaderError(f"tensor {name!r}: {exc}") from exc
             shards_loaded[target] += 1
     finally:
-        bar.close()
+        if bar is not None:
+            bar.close()
     missing = sorted(n for n, need in shards_needed.items() if shards_loaded[n] < need)
     if missing:
         raise LoaderError(f"checkpoint {path} lacks weights for: {', '.join(missing)}")
