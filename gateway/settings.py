@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gateway.redis_connect import check_redis_url
 
 ENV_PREFIX = "SWITCHYARD_"
 
@@ -57,6 +59,13 @@ class Settings(BaseSettings):
     redis_timeout_s: float = Field(default=1.0, gt=0, le=60)
     redis_supervise_interval_s: float = Field(default=1.0, gt=0, le=60)
     access_log: bool = True
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url_form(cls, value: str) -> str:
+        # redis://, rediss://, unix:// or redis+cluster://host:port[,host:port...]; empty = embedded
+        check_redis_url(value.strip())
+        return value.strip()
 
     @property
     def embedded_redis(self) -> bool:
