@@ -8,6 +8,7 @@ stream with an SSE ``error`` event, never a clean ``[DONE]``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 import uuid
@@ -21,16 +22,16 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.api import limits_gate
-from gateway.api.accounting import Accounting
+from gateway.api.accounting import Accounting, produced_tokens
 from gateway.api.http import (
     JSON,
     error_response,
     json_response,
-    parse_json_object,
     read_body,
     request_id_of,
 )
 from gateway.api.services import Services
+from gateway.api.strict_json import parse_json_object
 from gateway.api.validation import (
     validate_chat,
     validate_completion,
@@ -39,13 +40,15 @@ from gateway.api.validation import (
 )
 from gateway.auth import Principal
 from gateway.dispatch import AttemptRecord
-from gateway.errors import GatewayError, ServiceUnavailable, UpstreamError
+from gateway.errors import GatewayError, RateLimited, ServiceUnavailable, UpstreamError
 from gateway.policy import Policy
 from gateway.providers.openai_compat import UpstreamResponse, UpstreamStream
 from gateway.router import Candidate, RoutePlan
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 DONE = b"data: [DONE]\n\n"
+# The usage event's id (gateway-made, so a client cannot replay one to dodge its charges).
+USAGE_ID_HEADER = "x-switchyard-usage-id"
 
 
 @dataclass(frozen=True)
@@ -121,9 +124,6 @@ class Outcome:
             route, self.model or "-", self.provider or "-", str(self.status)
         ).inc()
         metrics.latency.labels(route).observe(elapsed)
-        if self.usage is not None and self.model:
-            metrics.tokens.labels(self.model, "prompt").inc(self.usage.prompt_tokens)
-            metrics.tokens.labels(self.model, "completion").inc(self.usage.completion_tokens)
         if services.settings.access_log:
             services.log.info(
                 "request",
@@ -201,6 +201,7 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
             policy=plan.policy or services.policies.current.policy,
         )
         outcome.record_id = accounting.record_id
+        headers[USAGE_ID_HEADER] = accounting.record_id
         accounting.reservation, accounting.estimate = await limits_gate.reserve(
             services, principal, plan, raw, accounting.policy, accounting.record_id
         )
@@ -221,6 +222,10 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
         outcome.note_dispatch(services, plan, result.attempts, served)
         outcome.usage = limits_gate.usage_from(upstream.data)
         headers.update(route_headers(plan, served))
+        upstream_s = sum(attempt.duration_s for attempt in result.attempts)
+        elapsed = time.perf_counter() - outcome.started
+        services.metrics.overhead.labels(endpoint.route).observe(max(elapsed - upstream_s, 0.0))
+        await _durable(accounting.close(services, outcome.status, outcome.usage))
         return Response(upstream.body, status_code=200, headers=headers, media_type=JSON)
     except GatewayError as exc:
         outcome.status = exc.status
@@ -230,8 +235,11 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
         failed_attempts = getattr(exc, "attempts", None)
         if failed_attempts:
             outcome.note_dispatch(services, None, failed_attempts, None)
+        if isinstance(exc, RateLimited):
+            services.metrics.rate_limited.labels(exc.code or "rate_limit_exceeded").inc()
         if accounting is not None:
             accounting.attempts = len(failed_attempts or ())
+            await _durable(accounting.close(services, outcome.status, outcome.usage))
         return error_response(exc, headers)
     finally:
         if not streaming_started:
@@ -239,6 +247,27 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
                 accounting.close(services, outcome.status, outcome.usage)
             error = None if outcome.status < 400 else "failed"
             outcome.finish(services, endpoint.route, error)
+
+
+async def _durable(recorded: asyncio.Future[None] | None) -> None:
+    """Wait until the usage record is in Redis or fsync'ed to the spool: a gateway killed
+    after this loses nothing that was answered."""
+    if recorded is not None:
+        await recorded
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """Closes the body generator when the response ends, however it ends. Starlette leaves a
+    generator that was cancelled at a ``yield`` (client gone) to the garbage collector; its
+    ``finally`` (close upstream, record partial usage) must run now."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()
 
 
 def _json_attempt(
@@ -287,6 +316,9 @@ async def _stream(
     headers.update(route_headers(plan, served))
     headers.update(SSE_HEADERS)
     upstream: UpstreamStream = result.value
+    to_headers = time.perf_counter() - outcome.started
+    upstream_s = sum(attempt.duration_s for attempt in result.attempts)
+    services.metrics.overhead.labels(endpoint.route).observe(max(to_headers - upstream_s, 0.0))
 
     async def relay() -> AsyncIterator[bytes]:
         error: str | None = None
@@ -294,14 +326,19 @@ async def _stream(
         try:
             async for data in upstream.events():
                 if accounting.ttft_ms is None:
-                    accounting.ttft_ms = int((time.perf_counter() - outcome.started) * 1000)
+                    ttft_s = time.perf_counter() - outcome.started
+                    accounting.ttft_ms = int(ttft_s * 1000)
+                    services.metrics.ttft.labels(served.model).observe(ttft_s)
                 if data == b"[DONE]":
                     outcome.status = 200
+                    # Recorded before the client sees the end of the stream.
+                    await _durable(accounting.close(services, outcome.status, outcome.usage))
                     yield DONE
                     return
                 chunk: Any = None
                 with contextlib.suppress(orjson.JSONDecodeError):
                     chunk = orjson.loads(data)
+                accounting.streamed_chunks += produced_tokens(chunk)
                 usage = limits_gate.usage_from(chunk)
                 if usage is not None:
                     outcome.usage = usage
@@ -319,7 +356,7 @@ async def _stream(
             accounting.close(services, outcome.status, outcome.usage)
             outcome.finish(services, endpoint.route, error)
 
-    return StreamingResponse(
+    return ClosingStreamingResponse(
         relay(), status_code=200, headers=headers, media_type="text/event-stream"
     )
 
