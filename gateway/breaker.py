@@ -108,6 +108,12 @@ class BreakerBoard:
         breaker = self._breakers.get(self.key(provider, model))
         return breaker.state if breaker else "closed"
 
+    def reset(self, settings: BreakerSettings | None = None) -> None:
+        """Forget every breaker (all closed again), optionally with new thresholds."""
+        if settings is not None:
+            self.settings = settings
+        self._breakers.clear()
+
     def states(self) -> dict[str, BreakerState]:
         """{``provider/model``: state} for metrics and explain."""
         return {name: breaker.state for name, breaker in self._breakers.items()}

@@ -37,7 +37,20 @@ class UpstreamResponse:
     data: dict[str, Any]
 
 
-def _error_from_status(provider: str, status: int, body: bytes) -> UpstreamError:
+def retry_after_seconds(value: str | None) -> float | None:
+    """``Retry-After`` in seconds (the delta-seconds form); None when absent or unreadable."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None  # an HTTP date: rare from LLM APIs, fall back to our own backoff
+    return seconds if seconds >= 0 else None
+
+
+def _error_from_status(
+    provider: str, status: int, body: bytes, retry_after: str | None = None
+) -> UpstreamError:
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -51,6 +64,7 @@ def _error_from_status(provider: str, status: int, body: bytes) -> UpstreamError
             data["error"].get("message") or f"upstream returned HTTP {status}",
             status=status,
             retryable=status in _RETRYABLE_4XX,
+            retry_after_s=retry_after_seconds(retry_after),
             kind="status",
             provider=provider,
             upstream_body=data,
@@ -59,6 +73,7 @@ def _error_from_status(provider: str, status: int, body: bytes) -> UpstreamError
         f"upstream provider {provider} failed with HTTP {status}: {data['error'].get('message')}",
         status=502,
         retryable=True,
+        retry_after_s=retry_after_seconds(retry_after),
         kind="status",
         provider=provider,
     )
@@ -117,12 +132,13 @@ class OpenAICompatProvider:
             ) as response:
                 raw = await response.read()
                 status = response.status
+                retry_after = response.headers.get("Retry-After")
         except (TimeoutError, aiohttp.ServerTimeoutError):
             raise self._timeout_error() from None
         except (*_CONNECT_ERRORS, aiohttp.ClientError) as exc:
             raise self._connect_error(exc) from exc
         if status >= 400:
-            raise _error_from_status(self.name, status, raw)
+            raise _error_from_status(self.name, status, raw, retry_after)
         try:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -156,7 +172,9 @@ class OpenAICompatProvider:
                 raw = b""
             finally:
                 response.release()
-            raise _error_from_status(self.name, response.status, raw)
+            raise _error_from_status(
+                self.name, response.status, raw, response.headers.get("Retry-After")
+            )
         return UpstreamStream(self, response)
 
 
