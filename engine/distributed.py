@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
-from engine.config import EngineConfig
-from engine.loader import load_model_args
+from engine.config import ConfigError, EngineConfig
+from engine.loader import LoaderError, load_model_args
 from engine.model_runner import ModelRunner, SampledToken, StepInputs
 from engine.models.llama import ModelArgs, ParallelSpec
 
@@ -40,6 +40,9 @@ COLLECTIVE_TIMEOUT_S = 120.0  # backstop for a wedged (not dead) peer; deaths ar
 STARTUP_TIMEOUT_S = 900.0  # loading and profiling a large shard can take minutes
 STEP_TIMEOUT_S = 2 * COLLECTIVE_TIMEOUT_S  # last resort; deaths are noticed at once
 SHUTDOWN_GRACE_S = 5.0
+
+# errors a rank can hit while loading that mean "bad input", not "broken engine"
+_LOAD_ERRORS: tuple[type[Exception], ...] = (LoaderError, ConfigError)
 
 
 class EngineDeadError(RuntimeError):
@@ -109,7 +112,7 @@ def run_worker(spec: WorkerSpec, conn: Connection) -> None:
                 conn.send(("ok", tokens))
     except BaseException as exc:  # report why, then die: the group cannot continue anyway
         with contextlib.suppress(OSError):
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+            conn.send(("error", (type(exc).__name__, str(exc))))
         raise SystemExit(1) from exc
     finally:
         if clean_exit and dist.is_initialized():
@@ -221,7 +224,7 @@ class TensorParallelExecutor:
                 if conn in ready:
                     kind, payload = self._receive(rank, what)
                     if kind == "error":
-                        self._fail(f"rank {rank} failed during {what}: {payload}")
+                        self._fail_with(rank, what, *payload)
                     if rank not in ranks or rank in got:
                         self._fail(f"rank {rank} sent an unexpected {kind!r} during {what}")
                     got[rank] = payload
@@ -230,7 +233,7 @@ class TensorParallelExecutor:
                     if self._conns[rank].poll():  # its last words explain the death
                         kind, payload = self._receive(rank, what)
                         if kind == "error":
-                            self._fail(f"rank {rank} failed during {what}: {payload}")
+                            self._fail_with(rank, what, *payload)
                     self._fail(self._death_message(rank) + f" during {what}")
         return got
 
@@ -249,6 +252,16 @@ class TensorParallelExecutor:
         if code is not None and code < 0:
             how = f"was killed by signal {-code}"
         return f"tensor-parallel rank {rank} (pid {proc.pid}) {how}"
+
+    def _fail_with(self, rank: int, what: str, error_type: str, message: str) -> None:
+        """A rank reported an exception. A bad checkpoint or setting found while loading
+        raises the same type as with one rank (`LoaderError`, `ConfigError`)."""
+        load_error = next((e for e in _LOAD_ERRORS if e.__name__ == error_type), None)
+        if what == "start-up" and load_error is not None:
+            self._kill_workers()
+            self._error = EngineDeadError(f"rank {rank}: {error_type}: {message}")
+            raise load_error(message)
+        self._fail(f"rank {rank} failed during {what}: {error_type}: {message}")
 
     def _fail(self, message: str) -> None:
         """Mark the engine dead, stop every rank (survivors may sit in a collective), raise."""

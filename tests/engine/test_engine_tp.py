@@ -7,7 +7,9 @@ whole file stays well under a minute on two cores.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -18,7 +20,7 @@ from engine_helpers import INIT_STD, assert_all_blocks_free, make_llm, make_prom
 
 from engine.async_engine import AsyncEngine, EngineDeadError
 from engine.config import ConfigError, EngineConfig
-from engine.loader import SafetensorsSlice, build_model, load_model_args
+from engine.loader import LoaderError, SafetensorsSlice, build_model, load_model_args
 from engine.models.llama import ParallelSpec
 from engine.sampling import SamplingParams
 from engine.tiny_checkpoint import write_tiny_checkpoint
@@ -131,6 +133,18 @@ def test_tensor_parallel_settings_are_validated(llama_path):
         EngineConfig(tensor_parallel_size=too_many).validate_tensor_parallel(
             too_many, 1, too_many, torch.device("cpu")
         )
+
+
+def test_bad_checkpoint_under_two_ranks_raises_the_loader_error(llama_path, tmp_path):
+    path = tmp_path / "bad"
+    shutil.copytree(llama_path, path)
+    config = json.loads((path / "config.json").read_text())
+    config["intermediate_size"] *= 2  # the MLP weights no longer fit
+    (path / "config.json").write_text(json.dumps(config))
+    began = time.monotonic()
+    with pytest.raises(LoaderError, match=r"mlp.*expected"):
+        make_llm(path, tensor_parallel_size=2)
+    assert time.monotonic() - began < 30
 
 
 async def test_killed_rank_fails_requests_fast_and_marks_engine_unhealthy(llama_path):
