@@ -84,6 +84,7 @@ def build_step_inputs(
     vocab_size: int,
     released_seq_ids: list[int],
 ) -> StepInputs:
+    """Host only: flatten the scheduled step (and whom to sample how) into plain lists."""
     input_ids: list[int] = []
     positions: list[int] = []
     slots: list[int] = []
@@ -99,8 +100,9 @@ def build_step_inputs(
         table = seq.block_table
         input_ids.extend(seq.token_ids[start:end])
         positions.extend(range(start, end))
-        slots.extend(table[pos // block_size] * block_size + pos % block_size
-                     for pos in range(start, end))  # fmt: skip
+        slots.extend(
+            table[pos // block_size] * block_size + pos % block_size for pos in range(start, end)
+        )
         cu_seqlens.append(cu_seqlens[-1] + item.num_tokens)
         context_lens.append(end)
         tables.append(table + [0] * (max_blocks - len(table)))
