@@ -14,11 +14,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
-
 from gateway.errors import AuthenticationFailed, PermissionDenied, ServiceUnavailable
 from gateway.keys import CHANGES_CHANNEL, KeyRecord, KeyStore, parse_key
+from gateway.redis_connect import REDIS_FAILURES, RedisClient, change_feed
 
 MAX_CACHED_KEYS = 100_000
 
@@ -94,7 +92,7 @@ class Authenticator:
             return cached.record, False
         try:
             record = await self.keys.get(key_id)
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             recent = (
                 cached is not None and time.time() - cached.verified_wall < self.fail_open_window_s
             )
@@ -111,10 +109,10 @@ class Authenticator:
         self._cache[key_id] = _Cached(record, now, time.time())
         return record, False
 
-    async def watch_changes(self, redis: Redis, log: Any) -> None:
+    async def watch_changes(self, redis: RedisClient, log: Any) -> None:
         """Evict keys named on the changes channel; reconnect after Redis outages."""
         while True:
-            pubsub = redis.pubsub(ignore_subscribe_messages=True)
+            pubsub = change_feed(redis)
             try:
                 await pubsub.subscribe(CHANGES_CHANNEL)
                 # Entries cached while unsubscribed may have missed a change.

@@ -8,7 +8,6 @@ micro-dollar integers per UTC day, month or forever. See docs/limits.md for the 
 
 from __future__ import annotations
 
-import asyncio
 import math
 from dataclasses import dataclass, field
 from importlib import resources
@@ -18,6 +17,7 @@ import redis.asyncio
 import redis.exceptions
 
 from gateway.errors import RateLimited, ServiceUnavailable
+from gateway.redis_connect import REDIS_UNAVAILABLE
 
 BudgetPeriod = Literal["day", "month", "total"]
 _PERIODS = ("day", "month", "total")
@@ -27,14 +27,9 @@ _MICRO = 1_000_000
 # day or month budget), add x-should-retry: false, which the OpenAI SDKs obey.
 _NEVER_RETRY_AFTER_S = 86_400
 
-# Redis unreachable, timed out, still loading its data, or a replica that cannot take writes.
-_UNAVAILABLE_ERRORS = (
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    redis.exceptions.ReadOnlyError,
-    OSError,
-    asyncio.TimeoutError,
-)
+# Redis unreachable, timed out, still loading its data, a replica that cannot take writes, or a
+# cluster slot without a reachable master during a failover.
+_UNAVAILABLE_ERRORS = REDIS_UNAVAILABLE
 
 
 class LimiterUnavailable(ServiceUnavailable):

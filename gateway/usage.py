@@ -35,8 +35,8 @@ import orjson
 import structlog
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
-from redis.exceptions import RedisError
 
+from gateway.redis_connect import REDIS_FAILURES
 from gateway.spool import Segment, Spool
 
 log = structlog.get_logger(__name__)
@@ -331,7 +331,7 @@ class UsageLedger:
             group_field(event.model, event.provider, event.task, event.team),
             *increments,
         )
-        return len(pipe.command_stack) - 1
+        return len(pipe) - 1  # len() works on plain and cluster pipelines alike
 
     async def commit(
         self, pipe: Pipeline, event: UsageEvent, reply_index: int
@@ -345,7 +345,7 @@ class UsageLedger:
         """
         try:
             replies = await pipe.execute()
-        except RedisError as exc:
+        except REDIS_FAILURES as exc:
             return await self.spool_event(event, reason=exc), []
         outcome = RecordOutcome.RECORDED if replies[reply_index] == 1 else RecordOutcome.DUPLICATE
         return outcome, replies
@@ -450,6 +450,6 @@ class UsageLedger:
             if self.spool.depth():
                 try:
                     await self.replay_spool()
-                except (RedisError, OSError) as exc:
+                except REDIS_FAILURES as exc:
                     log.info("usage_replay_deferred", reason=type(exc).__name__)
             await asyncio.sleep(self.replay_interval_s)

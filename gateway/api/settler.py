@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from gateway.limits import Limiter, Reservation
+from gateway.redis_connect import REDIS_FAILURES
 from gateway.usage import UsageEvent, UsageLedger
 
 
@@ -83,7 +83,7 @@ class SettleBatcher:
                     if item.event is not None:
                         self.ledger.add_record(pipe, item.event)
                 await pipe.execute()
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             self.log.warning("settle_failed", count=len(batch), error=type(exc).__name__)
             # The record script may or may not have run: the markers decide on replay.
             await self.ledger.spool_events(events, reason=exc)
