@@ -29,6 +29,7 @@ from gateway.dispatch import Dispatcher, RetrySettings
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.keys import KeyStore
 from gateway.limits import Limiter
+from gateway.local_engine import LocalEngineHost
 from gateway.logs import LazyFlushStream, build_logger
 from gateway.metrics import Metrics
 from gateway.policy import PolicyError
@@ -80,6 +81,10 @@ async def running_services(
     limiter = Limiter(redis)
     ledger = UsageLedger(redis, spool=Spool(settings.data_dir / "spool"))
     state = RoutingState.build()
+    metrics = Metrics(routing=state)
+    # The in-process engine (only if the policy has a local provider), loaded in a thread.
+    local_engine = LocalEngineHost(settings.data_dir, metrics, log)
+    await local_engine.start(policies.current.policy if policies.loaded else None)
     services = Services(
         settings=settings,
         admin_key=secrets.admin_key,
@@ -100,6 +105,7 @@ async def running_services(
                 settings.upstream_total_timeout_s,
             ),
             settings.upstream_pool_size,
+            local=local_engine,
         ),
         dispatcher=Dispatcher(
             state,
@@ -107,6 +113,7 @@ async def running_services(
                 max_tries_per_candidate=settings.upstream_max_tries,
                 total_budget_s=settings.upstream_retry_budget_s,
             ),
+            local=local_engine,
         ),
         limiter=limiter,
         settler=SettleBatcher(redis, limiter, ledger, log),
@@ -114,9 +121,10 @@ async def running_services(
         reports=UsageReports(redis),
         dashboard_auth=build_dashboard_auth(secrets.admin_key, secrets.key_pepper),
         dashboard_renderer=DashboardRenderer(),
-        metrics=Metrics(routing=state),
+        metrics=metrics,
         log=log,
         embedded_redis=embedded,
+        local_engine=local_engine,
     )
     services.metrics.watch_spool(ledger.spool_depth)
     tasks = [asyncio.create_task(services.auth.watch_changes(redis, log))]
@@ -136,6 +144,7 @@ async def running_services(
             await asyncio.wait(list(services.background), timeout=5)
         await policies.stop()
         await services.providers.close()
+        await local_engine.stop()
         await redis.aclose()
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)

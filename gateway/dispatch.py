@@ -10,7 +10,10 @@ upstream call up to the point where the first byte would go to the client, raisi
 - an upstream 401/403/404 (our key or model is wrong there) and a missing API key are
   configuration errors of that candidate: no retry, next candidate;
 - any other 4xx is the client's fault: it is raised at once (no retry, no fallback);
-- a candidate whose breaker is open, or whose provider is at ``max_concurrency``, is skipped.
+- a candidate whose breaker is open, or whose provider is at ``max_concurrency``, is skipped;
+- a local-engine candidate that is not loaded or unhealthy is skipped; one past its
+  ``spill_when`` thresholds spills to the next candidates (the served one is marked
+  ``spilled``), and is still tried last when none of those serves.
 
 Every try and skip is recorded in ``attempts`` for usage, explain and logs.
 """
@@ -18,11 +21,12 @@ Every try and skip is recorded in ``attempts`` for usage, explain and logs.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential_jitter
@@ -36,6 +40,17 @@ from gateway.routing_state import RoutingState
 T = TypeVar("T")
 
 CONFIG_STATUSES = frozenset({401, 403, 404})
+
+
+class LocalUnavailable(Protocol):
+    detail: str
+    spill: bool  # busy past spill_when (not broken): try the next candidates first
+
+
+class LocalProbe(Protocol):
+    """What the dispatcher asks the local engine host (``gateway.local_engine``)."""
+
+    def unavailable(self, name: str, config: ProviderConfig | None) -> LocalUnavailable | None: ...
 
 
 @dataclass(frozen=True)
@@ -138,8 +153,10 @@ class Dispatcher:
         env: Mapping[str, str] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
+        local: LocalProbe | None = None,
     ) -> None:
         self.state = state
+        self._local = local
         self.settings = settings or RetrySettings()
         self._env = env if env is not None else os.environ
         self._sleep = sleep
@@ -166,8 +183,31 @@ class Dispatcher:
         attempts: list[AttemptRecord] = []
         deadline = self._clock() + self.settings.total_budget_s
         last_error: UpstreamError | None = None
-        for candidate in plan.candidates:
+        queue = [(candidate, True) for candidate in plan.candidates]
+        spilled: list[Candidate] = []  # local candidates too busy: tried again last
+        position = 0
+        while True:
+            if position == len(queue):
+                if not spilled or not queue[-1][1]:
+                    break
+                queue.extend((candidate, False) for candidate in spilled)
+            candidate, check_local = queue[position]
+            position += 1
             provider = self._provider(plan, candidate)
+            unavailable = self._local_unavailable(candidate, provider) if check_local else None
+            if unavailable is not None:
+                attempts.append(
+                    AttemptRecord(
+                        candidate.model,
+                        candidate.provider,
+                        "skipped",
+                        unavailable.detail,
+                        kind="spill" if unavailable.spill else "unavailable",
+                    )
+                )
+                if unavailable.spill:
+                    spilled.append(candidate)
+                continue
             missing_key = self._missing_key(provider)
             if missing_key:
                 attempts.append(
@@ -206,6 +246,8 @@ class Dispatcher:
                     raise DispatchFailed.from_error(error, attempts) from error
                 last_error = error
                 continue
+            if spilled and check_local:  # served here because a local engine was too busy
+                candidate = dataclasses.replace(candidate, spilled=True)
             return DispatchResult(value, candidate, attempts, release)
         if last_error is None:
             raise DispatchFailed(
@@ -235,7 +277,10 @@ class Dispatcher:
             limit = provider.max_concurrency if provider else None
             inflight = self.state.inflight.count(candidate.provider)
             missing_key = self._missing_key(provider)
-            if missing_key:
+            unavailable = self._local_unavailable(candidate, provider)
+            if unavailable is not None:
+                verdict = f"skipped: {unavailable.detail}"
+            elif missing_key:
                 verdict = f"skipped: missing API key ({missing_key} is not set)"
             elif state == "open":
                 verdict = "skipped: breaker open"
@@ -259,6 +304,13 @@ class Dispatcher:
     @staticmethod
     def _provider(plan: RoutePlan, candidate: Candidate) -> ProviderConfig | None:
         return plan.policy.providers.get(candidate.provider) if plan.policy else None
+
+    def _local_unavailable(
+        self, candidate: Candidate, provider: ProviderConfig | None
+    ) -> LocalUnavailable | None:
+        if self._local is None or provider is None or provider.kind != "local":
+            return None
+        return self._local.unavailable(candidate.provider, provider)
 
     def _missing_key(self, provider: ProviderConfig | None) -> str | None:
         if provider is None or not provider.api_key_env:

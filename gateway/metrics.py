@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -47,6 +47,38 @@ class RoutingCollector(Collector):
         for provider, count in sorted(self.state.inflight.snapshot().items()):
             inflight.add_metric([provider], count)
         return iter((breakers, latency, inflight))
+
+
+# The local engine's latencies span sub-millisecond decode steps to minute-long requests.
+ENGINE_LATENCY_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+    7.5, 10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
+
+
+class EngineCollector(Collector):
+    """The in-process engine's gauges and counters under vLLM's names (no prefix, so the KEDA
+    queries in deploy/ read them as they read a vLLM server's), read at scrape time."""
+
+    def __init__(self, stats: Callable[[], dict[str, Any]]) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.stats()
+        gauges = (
+            ("num_requests_running", "Requests in the engine's running batch."),
+            ("num_requests_waiting", "Requests queued for the engine."),
+            ("kv_cache_usage_perc", "KV cache blocks in use, a ratio in [0, 1]."),
+        )
+        for name, doc in gauges:
+            yield GaugeMetricFamily(name, doc, value=snap[name])
+        counters = (
+            ("prefix_cache_queries", "Prompt tokens looked up in the prefix cache."),
+            ("prefix_cache_hits", "Prompt tokens found in the prefix cache."),
+            ("num_preemptions", "Sequences preempted (recomputed) for lack of KV blocks."),
+        )
+        for name, doc in counters:
+            yield CounterMetricFamily(name, doc, value=snap[name])
 
 
 class Metrics:
@@ -138,6 +170,20 @@ class Metrics:
             "switchyard_usage_spool_depth",
             "Usage events in the local spool waiting for Redis (read at scrape time).",
             registry=self.registry,
+        )
+
+    def watch_engine(self, stats: Callable[[], dict[str, Any]]) -> None:
+        """Expose the local engine (vLLM's metric names); its latencies are observed per
+        request by the local provider into the three histograms made here."""
+        self.registry.register(EngineCollector(stats))
+        histograms = (
+            ("time_to_first_token_seconds", "Local engine: time to the first generated token."),
+            ("inter_token_latency_seconds", "Local engine: time between generated tokens."),
+            ("e2e_request_latency_seconds", "Local engine: time from arrival to the last token."),
+        )
+        self.engine_ttft, self.engine_itl, self.engine_e2e = (
+            Histogram(name, doc, buckets=ENGINE_LATENCY_BUCKETS, registry=self.registry)
+            for name, doc in histograms
         )
 
     def watch_spool(self, depth: Callable[[], int]) -> None:

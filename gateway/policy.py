@@ -37,10 +37,49 @@ class _Strict(BaseModel):
 
 
 class SpillWhen(_Strict):
-    """When a local engine is this busy, requests spill to the next candidate (used later)."""
+    """When a local engine is busier than this, requests spill to the next candidate."""
 
-    waiting: int | None = Field(default=None, ge=0, description="queued requests")
-    kv_usage: float | None = Field(default=None, ge=0, le=1, description="KV cache use, 0..1")
+    waiting: int | None = Field(
+        default=None, ge=0, description="spill while more requests than this are queued"
+    )
+    kv_usage: float | None = Field(
+        default=None, ge=0, le=1, description="spill while KV cache use is above this, 0..1"
+    )
+
+
+class LocalEngineSettings(_Strict):
+    """A local provider's ``engine:`` block: vLLM's names and meanings (see docs/engine.md)."""
+
+    model: str | None = Field(
+        default=None,
+        description="checkpoint directory or hub id; unset = a random-weight smoke-test "
+        "checkpoint written once under DATA_DIR/models",
+    )
+    tokenizer: str | None = None
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    device: Literal["auto", "cuda", "cpu"] = "auto"
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    max_num_seqs: int = Field(default=256, ge=1)
+    max_num_batched_tokens: int = Field(default=2048, ge=1)
+    max_model_len: int | None = Field(default=None, ge=1)
+    block_size: int = Field(default=16, ge=1)
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    enforce_eager: bool = False
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    kv_cache_bytes: int | None = Field(default=None, gt=0, description="CPU KV pool size")
+    num_gpu_blocks: int | None = Field(default=None, ge=1)
+    attention_backend: Literal["auto", "torch", "triton"] = "auto"
+    seed: int = 0
+    default_max_tokens: int | None = Field(
+        default=None, ge=1, description="max_tokens of requests that set none (else: context left)"
+    )
+
+    @model_validator(mode="after")
+    def _power_of_two_blocks(self) -> LocalEngineSettings:
+        if self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size must be a power of two, not {self.block_size}")
+        return self
 
 
 class ProviderConfig(_Strict):
@@ -68,6 +107,11 @@ class ProviderConfig(_Strict):
             if self.engine is not None or self.spill_when is not None:
                 raise ValueError("engine and spill_when apply only to a local provider")
         return self
+
+    @property
+    def engine_settings(self) -> LocalEngineSettings:
+        """The validated ``engine:`` block of a local provider (defaults when absent)."""
+        return LocalEngineSettings.model_validate(self.engine or {})
 
 
 class Price(_Strict):
@@ -135,6 +179,7 @@ class Policy(_Strict):
 
     @model_validator(mode="after")
     def _references(self) -> Policy:
+        self._check_local_providers()
         for name, model in self.models.items():
             if model.provider not in self.providers:
                 raise PolicyError(f"models.{name}.provider", f"unknown provider {model.provider!r}")
@@ -165,6 +210,22 @@ class Policy(_Strict):
                 raise PolicyError(f"{path}.from", f"{source!r} already has a canary")
             seen_sources.add(source)
         return self
+
+    def _check_local_providers(self) -> None:
+        local = [name for name, p in self.providers.items() if p.kind == "local"]
+        if len(local) > 1:
+            raise PolicyError(
+                f"providers.{local[1]}",
+                f"only one local provider is allowed (one engine per process; {local[0]} is one)",
+            )
+        for name in local:
+            try:
+                self.providers[name].engine_settings  # noqa: B018 (validates)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(part) for part in first["loc"])
+                path = f"providers.{name}.engine" + (f".{where}" if where else "")
+                raise PolicyError(path, first["msg"].removeprefix("Value error, ")) from None
 
     def _require_model(self, path: str, name: str) -> str:
         resolved = self.resolve_model(name)

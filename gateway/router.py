@@ -34,6 +34,8 @@ class Candidate:
     provider: str
     upstream_model: str
     reason: str
+    # Served here because a local engine before it was past its spill_when thresholds.
+    spilled: bool = False
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ class RoutePlan:
     def header_value(self, served: Candidate, *, spilled: bool = False) -> str:
         """The ``x-switchyard-route`` header: task, strategy and why this candidate."""
         value = f"task={self.task or '-'}; strategy={self.strategy}; reason={served.reason}"
-        return f"{value}; spilled" if spilled else value
+        return f"{value}; spilled" if spilled or served.spilled else value
 
     def explain(self) -> dict[str, Any]:
         def row(candidate: Candidate) -> dict[str, str]:

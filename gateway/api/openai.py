@@ -388,11 +388,15 @@ async def list_models(request: Request) -> Response:
         policy = services.policies.current.policy
         allowed = allowed_models(principal, policy)
         data = []
+        local = services.local_engine
         for name, config in policy.models.items():
             if allowed is None or name in allowed:
-                data.append(
-                    {"id": name, "object": "model", "created": 0, "owned_by": config.provider}
-                )
+                entry = {"id": name, "object": "model", "created": 0, "owned_by": config.provider}
+                # A random-weight smoke-test checkpoint says so plainly.
+                note = local.model_note(config.provider) if local is not None else None
+                if note or config.description:
+                    entry["description"] = note or config.description
+                data.append(entry)
         for alias, target in policy.aliases.items():
             if allowed is None or target in allowed:
                 owner = policy.models[target].provider

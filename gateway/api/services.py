@@ -15,6 +15,7 @@ from gateway.dashboard import DashboardAuth, DashboardRenderer
 from gateway.dispatch import Dispatcher
 from gateway.keys import KeyStore
 from gateway.limits import Limiter
+from gateway.local_engine import LocalEngineHost
 from gateway.metrics import Metrics
 from gateway.policy_store import PolicyStore
 from gateway.providers.registry import ProviderRegistry
@@ -46,6 +47,8 @@ class Services:
     metrics: Metrics
     log: Any
     embedded_redis: EmbeddedRedis | None = None
+    # The in-process engine behind a `kind: local` provider (idle when the policy has none).
+    local_engine: LocalEngineHost | None = None
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     # Last time a fail-open warning was logged (monotonic), so an outage logs once a second.
     last_fail_open_warning: float = 0.0

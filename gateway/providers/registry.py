@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
 from gateway.errors import UpstreamError
 from gateway.policy import ProviderConfig
 from gateway.providers.openai_compat import OpenAICompatProvider, Timeouts
 
+if TYPE_CHECKING:
+    from gateway.local_engine import LocalEngineHost
+    from gateway.providers.local import LocalProvider
+
 
 class ProviderRegistry:
-    def __init__(self, timeouts: Timeouts, pool_size: int) -> None:
+    def __init__(
+        self, timeouts: Timeouts, pool_size: int, local: LocalEngineHost | None = None
+    ) -> None:
         self.timeouts = timeouts
         self.pool_size = pool_size
+        self.local = local  # the in-process engine behind `kind: local`, when one is loaded
         self._clients: dict[str, OpenAICompatProvider] = {}
         self._retired: list[OpenAICompatProvider] = []
 
-    def get(self, name: str, config: ProviderConfig) -> OpenAICompatProvider:
+    def get(self, name: str, config: ProviderConfig) -> OpenAICompatProvider | LocalProvider:
+        if config.kind == "local" and self.local is not None:
+            return self.local.provider(name, config)
         client = self._clients.get(name)
         # Identity first: the policy object only changes on reload.
         if client is not None and (client.config is config or client.config == config):

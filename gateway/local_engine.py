@@ -1,0 +1,213 @@
+"""The in-process engine's lifecycle: one engine per gateway process, built from the policy.
+
+``LocalEngineHost.start(policy)`` finds the policy's local provider (there is at most one), turns
+its ``engine:`` block into an ``EngineConfig`` and loads the model in a worker thread (with the
+loader's progress bar), so the event loop keeps running. With no ``engine.model`` it first writes
+a small random-weight Qwen3 checkpoint under ``DATA_DIR/models`` (once), so a fresh gateway with
+no provider keys still answers. The engine package (torch) is imported only here and only when
+the policy has a local provider: a gateway without torch starts fine without one.
+
+The host also answers the dispatcher's question "can the local provider take this request now?"
+(loaded, healthy, not past its ``spill_when`` thresholds) and hands out the provider adapter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gateway.errors import UpstreamError
+from gateway.policy import LocalEngineSettings, Policy, ProviderConfig
+
+if TYPE_CHECKING:
+    from engine.async_engine import AsyncEngine
+    from engine.tokenizer import Tokenizer
+    from gateway.metrics import Metrics
+    from gateway.providers.local import LocalProvider
+
+DEFAULT_CHECKPOINT_NAME = "tiny-random-qwen3"
+RANDOM_WEIGHTS_NOTE = (
+    "RANDOM WEIGHTS: a tiny smoke-test checkpoint written by Switchyard; its output is "
+    "gibberish. Point the local provider's engine.model at a real checkpoint to serve answers."
+)
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """Why the local provider cannot take a request now; ``spill`` = only because it is busy."""
+
+    detail: str
+    spill: bool
+
+
+def write_default_checkpoint(models_dir: Path) -> Path:
+    """The embedded default model: written once (atomically), reused on every later start."""
+    target = models_dir / DEFAULT_CHECKPOINT_NAME
+    if (target / "config.json").is_file():
+        return target
+    from engine.tiny_checkpoint import write_tiny_checkpoint
+
+    models_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".writing-", dir=models_dir))
+    try:
+        write_tiny_checkpoint(staging, arch="qwen3", seed=0, vocab_size=512)
+        os.replace(staging, target)  # a half-written checkpoint is never visible
+    except OSError:
+        if not (target / "config.json").is_file():
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def has_random_weights(model_dir: Path) -> bool:
+    """True for checkpoints whose model card is tagged ``random-weights`` (tiny_checkpoint's)."""
+    card = model_dir / "README.md"
+    try:
+        head = card.read_text(encoding="utf-8")[:400]
+    except OSError:
+        return False
+    return "random-weights" in head
+
+
+def engine_config(settings: LocalEngineSettings, model_path: str) -> Any:
+    """The ``EngineConfig`` for these settings; fields the engine lacks are left out."""
+    from engine.config import EngineConfig
+
+    known = {f.name for f in dataclasses.fields(EngineConfig)}
+    values = settings.model_dump(exclude={"model", "default_max_tokens"}, exclude_none=True)
+    values = {name: value for name, value in values.items() if name in known}
+    return EngineConfig(model=model_path, **values)
+
+
+class LocalEngineHost:
+    """Owns the process's one ``AsyncEngine`` (or none), from start-up to shutdown."""
+
+    def __init__(self, data_dir: Path, metrics: Metrics | None, log: Any) -> None:
+        self.data_dir = data_dir
+        self.metrics = metrics
+        self.log = log
+        self.provider_name: str | None = None
+        self.settings: LocalEngineSettings | None = None
+        self.engine: AsyncEngine | None = None
+        self.model_dir: Path | None = None
+        self.random_weights = False
+        self.load_error: str | None = None
+        self._provider: LocalProvider | None = None
+        self._config: ProviderConfig | None = None
+        self._warned_stale = False
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    async def start(self, policy: Policy | None) -> None:
+        """Load the policy's local engine (if it has one) without blocking the event loop."""
+        if policy is None:
+            return
+        local = [(n, p) for n, p in policy.providers.items() if p.kind == "local"]
+        if not local:
+            return
+        self.provider_name, self._config = local[0]
+        self.settings = self._config.engine_settings
+        try:
+            self.engine = await asyncio.to_thread(self._build)
+        except Exception as exc:  # the gateway still serves its other providers
+            self.load_error = f"{type(exc).__name__}: {exc}"
+            self.log.error(
+                "local_engine_failed", provider=self.provider_name, error=self.load_error
+            )
+            return
+        self.log.info(
+            "local_engine_started",
+            provider=self.provider_name,
+            model=str(self.model_dir),
+            random_weights=self.random_weights,
+        )
+        if self.metrics is not None:
+            self.metrics.watch_engine(self.engine.stats)
+
+    def _build(self) -> AsyncEngine:
+        from engine.async_engine import AsyncEngine
+
+        assert self.settings is not None
+        model = self.settings.model or str(write_default_checkpoint(self.data_dir / "models"))
+        self.model_dir = Path(model).expanduser()
+        self.random_weights = has_random_weights(self.model_dir)
+        engine = AsyncEngine(engine_config(self.settings, model), progress=True)
+        engine.start()
+        return engine
+
+    async def stop(self) -> None:
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            await asyncio.to_thread(engine.shutdown)
+            self.log.info("local_engine_stopped", provider=self.provider_name)
+
+    # --- what the gateway asks -----------------------------------------------------------
+
+    @property
+    def tokenizer(self) -> Tokenizer | None:
+        return self.engine.engine.tokenizer if self.engine is not None else None
+
+    def model_note(self, provider: str) -> str | None:
+        """A line for /v1/models about a model served here (random weights are said plainly)."""
+        if provider == self.provider_name and self.engine is not None and self.random_weights:
+            return RANDOM_WEIGHTS_NOTE
+        return None
+
+    def unavailable(self, name: str, config: ProviderConfig | None) -> Unavailable | None:
+        """None when the local provider ``name`` can take a request now."""
+        if config is None or config.kind != "local":
+            return None
+        reason = self._not_serving(name)
+        if reason is not None:
+            return Unavailable(reason, spill=False)
+        assert self.engine is not None
+        spill = config.spill_when
+        if spill is None:
+            return None
+        load = self.engine.load()
+        waiting = load["num_requests_waiting"]
+        kv_usage = load["kv_cache_usage_perc"]
+        if spill.waiting is not None and waiting > spill.waiting:
+            return Unavailable(f"spill: {waiting} waiting > {spill.waiting}", spill=True)
+        if spill.kv_usage is not None and kv_usage > spill.kv_usage:
+            return Unavailable(f"spill: kv usage {kv_usage:.2f} > {spill.kv_usage}", spill=True)
+        return None
+
+    def _not_serving(self, name: str) -> str | None:
+        if name != self.provider_name:
+            return f"local provider {name} has no engine in this process (restart to load it)"
+        if self.engine is None:
+            return f"local engine failed to load: {self.load_error or 'not started'}"
+        if not self.engine.healthy:
+            dead = getattr(self.engine, "dead_reason", None)
+            return f"local engine is unhealthy: {dead or 'not running'}"
+        return None
+
+    def provider(self, name: str, config: ProviderConfig) -> LocalProvider:
+        """The adapter for the local provider ``name``; a config gap if it cannot serve."""
+        reason = self._not_serving(name)
+        if reason is not None:
+            raise UpstreamError(
+                reason,
+                status=503,
+                retryable=False,
+                kind="config",
+                provider=name,
+                code="provider_unavailable",
+            )
+        if config.engine_settings != self.settings and not self._warned_stale:
+            self._warned_stale = True  # a live policy edit cannot reload weights
+            self.log.warning("local_engine_settings_changed_restart_to_apply", provider=name)
+        if self._provider is None:
+            from gateway.providers.local import LocalProvider
+
+            assert self.engine is not None and self.settings is not None
+            self._provider = LocalProvider(name, self.engine, self.settings, self.metrics)
+        return self._provider

@@ -1,0 +1,229 @@
+"""The in-process engine as a provider: the same interface as the OpenAI-compatible upstreams.
+
+``post_json(path, body)`` returns an ``UpstreamResponse`` and ``open_stream(path, body)`` an
+object whose ``events()`` yields raw SSE ``data`` payloads (``[DONE]`` last) and whose
+``close()`` stops the generation; so the request path, limits, usage records and retries treat
+the local model exactly like a remote one. Each prompt runs as one engine request; cancelling
+the consumer (a client disconnect) cancels the producers, which aborts the engine requests and
+frees their KV blocks at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from gateway.errors import UpstreamError
+from gateway.policy import LocalEngineSettings
+from gateway.providers.local_openai import (
+    Choice,
+    LocalRequest,
+    chunk,
+    client_error,
+    delta_choice,
+    full_response,
+    parse_request,
+    usage,
+)
+from gateway.providers.openai_compat import UpstreamResponse
+
+if TYPE_CHECKING:
+    from engine.async_engine import AsyncEngine, StreamOutput
+    from gateway.metrics import Metrics
+
+_KINDS = {"/chat/completions": "chat", "/completions": "completion"}
+_END = object()  # a producer finished
+
+
+class LocalProvider:
+    def __init__(
+        self,
+        name: str,
+        engine: AsyncEngine,
+        settings: LocalEngineSettings,
+        metrics: Metrics | None,
+    ) -> None:
+        self.name = name
+        self.engine = engine
+        self.settings = settings
+        self.metrics = metrics
+        self.tokenizer = engine.engine.tokenizer
+
+    async def close(self) -> None:
+        """Nothing pooled to close: the engine host owns the engine."""
+
+    def _prepare(self, path: str, body: dict[str, Any]) -> LocalRequest:
+        kind = _KINDS.get(path)
+        if kind is None:
+            endpoint = "/v1" + path
+            raise client_error(
+                self.name,
+                f"the model {body.get('model')!r} is a local text-generation model served by "
+                f"the in-process engine; it does not serve {endpoint}",
+                "model",
+                "unsupported_endpoint",
+            )
+        request = parse_request(
+            self.name,
+            kind,  # type: ignore[arg-type]
+            body,
+            self.tokenizer,
+            self.engine.engine.max_model_len,
+            self.settings.default_max_tokens,
+        )
+        from engine.engine import InvalidPromptError
+        from engine.scheduler import RequestTooLargeError
+
+        param = "messages" if kind == "chat" else "prompt"
+        for prompt in request.prompts:
+            try:
+                self.engine.engine.check_request(prompt, request.params)
+            except RequestTooLargeError as exc:
+                raise client_error(self.name, str(exc), param, "context_length_exceeded") from None
+            except InvalidPromptError as exc:
+                raise client_error(self.name, str(exc), param) from None
+        return request
+
+    async def post_json(self, path: str, body: dict[str, Any]) -> UpstreamResponse:
+        request = self._prepare(path, body)
+        run = LocalRun(self, request)
+        choices = [Choice() for _ in range(len(request.prompts) * request.n)]
+        try:
+            async for output, index in run.outputs():
+                choice = choices[index]
+                choice.text += output.text
+                choice.num_tokens = output.num_output_tokens
+                if output.logprobs:
+                    choice.logprobs.extend(output.logprobs)
+                if output.finish_reason is not None:
+                    choice.finish_reason = output.finish_reason
+        finally:
+            run.close()
+        data = full_response(request, self.tokenizer, choices, run.prompt_tokens)
+        raw = orjson.dumps(data)
+        return UpstreamResponse(200, raw, data)
+
+    async def open_stream(self, path: str, body: dict[str, Any]) -> LocalStream:
+        request = self._prepare(path, body)
+        options = body.get("stream_options") or {}
+        return LocalStream(self, request, include_usage=options.get("include_usage") is True)
+
+
+class LocalRun:
+    """One OpenAI request on the engine: a producer task per prompt, outputs merged in order."""
+
+    def __init__(self, provider: LocalProvider, request: LocalRequest) -> None:
+        self.provider = provider
+        self.request = request
+        self.prompt_tokens = sum(len(p) for p in request.prompts)
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started = time.perf_counter()
+
+    async def outputs(self) -> AsyncIterator[tuple[StreamOutput, int]]:
+        """(output, choice index) pairs until every prompt is done; engine errors raise."""
+        engine = self.provider.engine
+        for number, prompt in enumerate(self.request.prompts):
+            request_id = f"{self.request.response_id}-{number}"
+            coroutine = self._produce(engine, request_id, number, prompt)
+            self._tasks.append(asyncio.create_task(coroutine))
+        metrics = self.provider.metrics
+        first_seen = False
+        last_at: dict[int, float] = {}
+        remaining = len(self._tasks)
+        while remaining:
+            item = await self._queue.get()
+            if item is _END:
+                remaining -= 1
+                continue
+            if isinstance(item, BaseException):
+                raise self._upstream_error(item)
+            number, output = item
+            now = time.perf_counter()
+            index = number * self.request.n + output.index
+            if metrics is not None and output.token_ids:
+                if not first_seen:
+                    metrics.engine_ttft.observe(now - self._started)
+                elif index in last_at:
+                    metrics.engine_itl.observe((now - last_at[index]) / len(output.token_ids))
+                first_seen = True
+                last_at[index] = now
+            yield output, index
+        if metrics is not None:
+            metrics.engine_e2e.observe(time.perf_counter() - self._started)
+
+    async def _produce(
+        self, engine: AsyncEngine, request_id: str, number: int, prompt: list[int]
+    ) -> None:
+        try:
+            async for output in engine.generate(request_id, prompt, self.request.params):
+                self._queue.put_nowait((number, output))
+        except asyncio.CancelledError:
+            raise  # generate()'s own cleanup has aborted the engine request
+        except Exception as exc:
+            self._queue.put_nowait(exc)
+        self._queue.put_nowait(_END)
+
+    def _upstream_error(self, exc: BaseException) -> UpstreamError:
+        from engine.async_engine import EngineDeadError, EngineNotRunningError
+
+        name = self.provider.name
+        if isinstance(exc, EngineDeadError | EngineNotRunningError):
+            return UpstreamError(
+                f"local engine unavailable: {exc}", status=503, kind="protocol", provider=name
+            )
+        return UpstreamError(
+            f"local engine failed: {exc}", status=502, kind="protocol", provider=name
+        )
+
+    def close(self) -> None:
+        """Cancel what still runs: the engine aborts those requests and frees their blocks."""
+        for task in self._tasks:
+            if not task.done():
+                task.cancel()
+
+
+class LocalStream:
+    """OpenAI SSE chunks from the engine: role deltas, content deltas, finish, usage."""
+
+    def __init__(self, provider: LocalProvider, request: LocalRequest, include_usage: bool):
+        self.provider = provider
+        self.request = request
+        self.include_usage = include_usage
+        self.run = LocalRun(provider, request)
+
+    async def events(self) -> AsyncIterator[bytes]:
+        request, tokenizer = self.request, self.provider.tokenizer
+        count = len(request.prompts) * request.n
+        tokens = [0] * count
+        try:
+            if request.kind == "chat":
+                roles = [
+                    delta_choice(request, tokenizer, i, "", None, None, role=True)
+                    for i in range(count)
+                ]
+                yield orjson.dumps(chunk(request, roles))
+            async for output, index in self.run.outputs():
+                tokens[index] = output.num_output_tokens
+                if output.text or output.logprobs:
+                    row = delta_choice(
+                        request, tokenizer, index, output.text, output.logprobs, None
+                    )
+                    yield orjson.dumps(chunk(request, [row]))
+                if output.finish_reason is not None:
+                    finish = "stop" if output.finish_reason == "stop" else "length"
+                    row = delta_choice(request, tokenizer, index, "", None, finish)
+                    yield orjson.dumps(chunk(request, [row]))
+            if self.include_usage:
+                totals = usage(self.run.prompt_tokens, sum(tokens))
+                yield orjson.dumps(chunk(request, [], usage=totals))
+            yield b"[DONE]"
+        finally:
+            self.run.close()
+
+    def close(self) -> None:
+        self.run.close()

@@ -1,0 +1,363 @@
+"""OpenAI wire format for the local engine: request body -> prompts + SamplingParams, and back.
+
+``parse_request`` turns a /v1/chat/completions or /v1/completions body into token-id prompts
+(the chat template renders messages) and one ``SamplingParams``; every bad value becomes a 400
+that names the parameter. The ``*_response``/``*_chunk`` builders shape the engine's outputs
+exactly like OpenAI's (ids, ``created``, ``model``, ``finish_reason``, ``usage``, logprobs).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gateway.errors import UpstreamError
+
+Kind = Literal["chat", "completion"]
+# vLLM extensions accepted alongside OpenAI's fields (sent by SDKs through ``extra_body``).
+_EXTENSIONS = ("top_k", "min_p", "min_tokens", "ignore_eos", "stop_token_ids")
+
+
+def client_error(provider: str, message: str, param: str | None, code: str | None = None) -> Any:
+    """A 400 the dispatcher passes straight to the client (no retry, no fallback)."""
+    return UpstreamError(
+        message,
+        status=400,
+        retryable=False,
+        kind="status",
+        provider=provider,
+        upstream_body={
+            "error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": param,
+                "code": code,
+            }
+        },
+    )
+
+
+@dataclass
+class LocalRequest:
+    kind: Kind
+    model: str
+    prompts: list[list[int]]
+    params: Any  # engine.sampling.SamplingParams
+    top_logprobs: int | None  # None = no logprobs asked
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def response_id(self) -> str:
+        return ("chatcmpl-" if self.kind == "chat" else "cmpl-") + self.id
+
+    @property
+    def n(self) -> int:
+        return self.params.n
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _message_text(provider: str, index: int, content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    texts = []
+    for part_index, part in enumerate(content):
+        where = f"messages[{index}].content[{part_index}]"
+        if not isinstance(part, dict) or part.get("type") != "text":
+            raise client_error(provider, f"{where}: the local model accepts text parts only", where)
+        if not isinstance(part.get("text"), str):
+            raise client_error(provider, f"{where}.text must be a string", f"{where}.text")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def _chat_prompt(provider: str, tokenizer: Any, body: dict[str, Any]) -> list[int]:
+    from engine.tokenizer import TokenizerError
+
+    messages = []
+    for index, message in enumerate(body["messages"]):
+        role = message["role"]
+        role = "system" if role == "developer" else role  # OpenAI's newer name for system
+        messages.append(
+            {"role": role, "content": _message_text(provider, index, message.get("content"))}
+        )
+    try:
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    except TokenizerError as exc:
+        raise client_error(provider, str(exc), "messages") from None
+    return list(ids)
+
+
+def _completion_prompts(provider: str, tokenizer: Any, prompt: Any) -> list[list[int]]:
+    if isinstance(prompt, str):
+        return [tokenizer.encode(prompt)]
+    if all(_is_int(t) for t in prompt):
+        return [list(prompt)]
+    prompts = []
+    for index, item in enumerate(prompt):
+        if isinstance(item, str):
+            prompts.append(tokenizer.encode(item))
+        elif isinstance(item, list) and item and all(_is_int(t) for t in item):
+            prompts.append(list(item))
+        else:
+            raise client_error(
+                provider,
+                f"prompt[{index}] must be a string or a non-empty array of token ids",
+                f"prompt[{index}]",
+            )
+    return prompts
+
+
+def _refuse_unsupported(provider: str, body: dict[str, Any], kind: Kind) -> None:
+    if body.get("tools") or body.get("functions"):
+        name = "tools" if body.get("tools") else "functions"
+        raise client_error(provider, "the local model does not support tool calls", name)
+    response_format = body.get("response_format")
+    if isinstance(response_format, dict) and response_format.get("type") not in (None, "text"):
+        raise client_error(
+            provider, "the local model supports only response_format text", "response_format"
+        )
+    if body.get("logit_bias"):
+        raise client_error(provider, "the local model does not support logit_bias", "logit_bias")
+    if kind == "completion":
+        if body.get("echo"):
+            raise client_error(provider, "the local model does not support echo", "echo")
+        if body.get("suffix"):
+            raise client_error(provider, "the local model does not support suffix", "suffix")
+        best_of = body.get("best_of")
+        if best_of is not None and best_of != (body.get("n") or 1):
+            raise client_error(provider, "the local model supports only best_of = n", "best_of")
+
+
+def _logprobs(provider: str, body: dict[str, Any], kind: Kind) -> int | None:
+    if kind == "chat":
+        wanted = body.get("logprobs")
+        if wanted is not None and not isinstance(wanted, bool):
+            raise client_error(provider, "logprobs must be a boolean", "logprobs")
+        top = body.get("top_logprobs")
+        if top is not None and (not _is_int(top) or not 0 <= top <= 20):
+            raise client_error(
+                provider, "top_logprobs must be an integer from 0 to 20", "top_logprobs"
+            )
+        if top is not None and not wanted:
+            raise client_error(provider, "top_logprobs needs logprobs: true", "top_logprobs")
+        return (top or 0) if wanted else None
+    value = body.get("logprobs")
+    if value is None:
+        return None
+    if not _is_int(value) or not 0 <= value <= 20:
+        raise client_error(provider, "logprobs must be an integer from 0 to 20", "logprobs")
+    return value
+
+
+def parse_request(
+    provider: str,
+    kind: Kind,
+    body: dict[str, Any],
+    tokenizer: Any,
+    max_model_len: int,
+    default_max_tokens: int | None,
+) -> LocalRequest:
+    """Validate ``body`` for the engine; raise a 400 ``UpstreamError`` naming the bad param."""
+    from engine.sampling import SamplingParams, SamplingParamsError
+
+    _refuse_unsupported(provider, body, kind)
+    if kind == "chat":
+        prompts = [_chat_prompt(provider, tokenizer, body)]
+    else:
+        prompts = _completion_prompts(provider, tokenizer, body["prompt"])
+    prompt_param = "messages" if kind == "chat" else "prompt"
+    longest = max(len(p) for p in prompts)
+    if any(not p for p in prompts):
+        raise client_error(provider, f"{prompt_param} encodes to no tokens", prompt_param)
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+    if max_tokens is None:
+        room = max_model_len - longest
+        if room < 1:
+            raise client_error(
+                provider,
+                f"the prompt ({longest} tokens) leaves no room under the model's context length "
+                f"({max_model_len})",
+                prompt_param,
+                "context_length_exceeded",
+            )
+        max_tokens = min(room, default_max_tokens) if default_max_tokens else room
+    seed = body.get("seed")
+    if seed is not None and not _is_int(seed):
+        raise client_error(provider, "seed must be an integer", "seed")
+    stop = body.get("stop")
+    values: dict[str, Any] = {
+        "n": body.get("n") or 1,
+        "temperature": 1.0 if body.get("temperature") is None else body["temperature"],
+        "top_p": 1.0 if body.get("top_p") is None else body["top_p"],
+        "seed": seed,
+        "stop": [stop] if isinstance(stop, str) else list(stop or []),
+        "max_tokens": max_tokens,
+        "logprobs": _logprobs(provider, body, kind),
+        "presence_penalty": body.get("presence_penalty") or 0.0,
+        "frequency_penalty": body.get("frequency_penalty") or 0.0,
+    }
+    for name in _EXTENSIONS:
+        if body.get(name) is not None:
+            values[name] = body[name]
+    try:
+        params = SamplingParams(**values)
+    except (SamplingParamsError, TypeError) as exc:
+        param = str(exc).split(" ", 1)[0]
+        raise client_error(provider, str(exc), param if param in values else None) from None
+    return LocalRequest(kind, body.get("model") or provider, prompts, params, values["logprobs"])
+
+
+# --- responses -----------------------------------------------------------------------------
+
+
+def _token_text(tokenizer: Any, token_id: int) -> str:
+    return tokenizer.decode([token_id], skip_special_tokens=False)
+
+
+def chat_logprobs(tokenizer: Any, entries: list[Any], top: int) -> list[dict[str, Any]]:
+    """OpenAI's ``choices[].logprobs.content`` items for the engine's ``TokenLogprobs``."""
+
+    def item(token_id: int, logprob: float) -> dict[str, Any]:
+        text = _token_text(tokenizer, token_id)
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+    rows = []
+    for entry in entries:
+        alternatives = sorted(entry.top.items(), key=lambda kv: -kv[1])[:top]
+        row = item(entry.token_id, entry.logprob)
+        row["top_logprobs"] = [item(t, lp) for t, lp in alternatives]
+        rows.append(row)
+    return rows
+
+
+def completion_logprobs(
+    tokenizer: Any, entries: list[Any], top: int, offset: int = 0
+) -> dict[str, Any]:
+    """The legacy completions ``logprobs`` object (tokens, token_logprobs, top, offsets)."""
+    tokens, token_logprobs, tops, offsets = [], [], [], []
+    for entry in entries:
+        text = _token_text(tokenizer, entry.token_id)
+        tokens.append(text)
+        token_logprobs.append(entry.logprob)
+        alternatives = sorted(entry.top.items(), key=lambda kv: -kv[1])[:top]
+        tops.append({_token_text(tokenizer, t): lp for t, lp in alternatives})
+        offsets.append(offset)
+        offset += len(text)
+    return {
+        "tokens": tokens,
+        "token_logprobs": token_logprobs,
+        "top_logprobs": tops,
+        "text_offset": offsets,
+    }
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+@dataclass
+class Choice:
+    """One finished sample, gathered from the stream for a non-stream response."""
+
+    text: str = ""
+    num_tokens: int = 0
+    finish_reason: str | None = None
+    logprobs: list[Any] = field(default_factory=list)
+
+
+def full_response(
+    request: LocalRequest, tokenizer: Any, choices: list[Choice], prompt_tokens: int
+) -> dict[str, Any]:
+    top = request.top_logprobs
+    rows = []
+    for index, choice in enumerate(choices):
+        finish = "stop" if choice.finish_reason == "stop" else "length"
+        if request.kind == "chat":
+            logprobs = (
+                {"content": chat_logprobs(tokenizer, choice.logprobs, top), "refusal": None}
+                if top is not None
+                else None
+            )
+            rows.append(
+                {
+                    "index": index,
+                    "message": {"role": "assistant", "content": choice.text, "refusal": None},
+                    "logprobs": logprobs,
+                    "finish_reason": finish,
+                }
+            )
+        else:
+            logprobs = (
+                completion_logprobs(tokenizer, choice.logprobs, top) if top is not None else None
+            )
+            rows.append(
+                {"index": index, "text": choice.text, "logprobs": logprobs, "finish_reason": finish}
+            )
+    return {
+        "id": request.response_id,
+        "object": "chat.completion" if request.kind == "chat" else "text_completion",
+        "created": request.created,
+        "model": request.model,
+        "system_fingerprint": None,
+        "choices": rows,
+        "usage": usage(prompt_tokens, sum(c.num_tokens for c in choices)),
+    }
+
+
+def chunk(request: LocalRequest, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {
+        "id": request.response_id,
+        "object": "chat.completion.chunk" if request.kind == "chat" else "text_completion",
+        "created": request.created,
+        "model": request.model,
+        "system_fingerprint": None,
+        "choices": choices,
+        **extra,
+    }
+
+
+def delta_choice(
+    request: LocalRequest,
+    tokenizer: Any,
+    index: int,
+    text: str,
+    logprobs: list[Any] | None,
+    finish_reason: str | None,
+    *,
+    role: bool = False,
+) -> dict[str, Any]:
+    top = request.top_logprobs
+    if request.kind == "chat":
+        delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
+        if text:
+            delta["content"] = text
+        return {
+            "index": index,
+            "delta": delta,
+            "logprobs": (
+                {"content": chat_logprobs(tokenizer, logprobs, top), "refusal": None}
+                if top is not None and logprobs
+                else None
+            ),
+            "finish_reason": finish_reason,
+        }
+    return {
+        "index": index,
+        "text": text,
+        "logprobs": (
+            completion_logprobs(tokenizer, logprobs, top) if top is not None and logprobs else None
+        ),
+        "finish_reason": finish_reason,
+    }

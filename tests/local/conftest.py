@@ -1,0 +1,163 @@
+"""Fixtures for the local-engine tests: a tiny Qwen3 checkpoint, a loopback upstream to spill
+to, and one real gateway (uvicorn on 127.0.0.1, its own thread) serving both."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from gateway.app import create_app
+from gateway.fake_upstream import FakeUpstream, ThreadedFakeUpstream
+from gateway.redis_embedded import free_port
+from gateway.settings import Settings
+
+ADMIN_KEY = "sy-admin-local-0123456789abcdef"
+PEPPER = "local-pepper-0123456789abcdef"
+
+POLICY = """
+providers:
+  home:
+    kind: local
+    engine:
+      model: {checkpoint}
+      device: cpu
+      max_num_seqs: 2
+      max_num_batched_tokens: 256
+      kv_cache_bytes: 4194304
+    spill_when: {{waiting: 0}}
+  up:
+    base_url: {upstream}
+models:
+  tiny:
+    provider: home
+    upstream_model: tiny-qwen3
+  up-model:
+    provider: up
+    price: {{input: 1, output: 1}}
+tasks:
+  mixed:
+    strategy: ordered
+    candidates: [tiny, up-model]
+"""
+
+
+class _LogBuffer(io.StringIO):
+    """A text stream with a .buffer (the JSON logger writes bytes to it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffer = self
+        self.lock = threading.Lock()
+
+    def write(self, data: Any) -> int:  # type: ignore[override]
+        with self.lock:
+            return super().write(data.decode() if isinstance(data, bytes) else data)
+
+
+class LocalGateway:
+    """A real gateway on a thread: ``base_url``, the admin client, and its engine."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log = _LogBuffer()
+        self.app = create_app(settings, log_stream=self.log)
+        config = uvicorn.Config(
+            self.app,
+            host="127.0.0.1",
+            port=self.port,
+            loop="asyncio",
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> LocalGateway:
+        self.thread.start()
+        deadline = time.monotonic() + 120
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("gateway did not start:\n" + self.log.getvalue())
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+    @property
+    def v1(self) -> str:
+        return self.base_url + "/v1"
+
+    @property
+    def engine(self) -> Any:
+        return self.app.state.services.local_engine.engine
+
+
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from engine.tiny_checkpoint import write_tiny_checkpoint
+
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-qwen3", arch="qwen3")
+
+
+@pytest.fixture(scope="session")
+def tokenizer(checkpoint: Path) -> Any:
+    from engine.tokenizer import Tokenizer
+
+    return Tokenizer(checkpoint)
+
+
+@pytest.fixture(scope="session")
+def upstream() -> Iterator[FakeUpstream]:
+    with ThreadedFakeUpstream() as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def local_gateway(
+    tmp_path_factory: pytest.TempPathFactory,
+    checkpoint: Path,
+    upstream: FakeUpstream,
+    redis_url: str,
+) -> Iterator[LocalGateway]:
+    root = tmp_path_factory.mktemp("local-gw")
+    policy = root / "routing_rules.yaml"
+    policy.write_text(POLICY.format(checkpoint=checkpoint, upstream=upstream.base_url))
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None,
+        redis_url=redis_url,
+        data_dir=root / "data",
+        policy_file=policy,
+        admin_key=ADMIN_KEY,
+        key_pepper=PEPPER,
+        upstream_max_tries=1,
+    )
+    gateway = LocalGateway(settings).start()
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+@pytest.fixture
+def api_key(local_gateway: LocalGateway) -> str:
+    import httpx
+
+    response = httpx.post(
+        local_gateway.base_url + "/admin/keys",
+        json={"name": "local-test"},
+        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+        timeout=10,
+    )
+    assert response.status_code == 201, response.text
+    return response.json()["key"]
