@@ -36,7 +36,7 @@ from gateway.policy import PolicyError
 from gateway.policy_store import PolicyStore
 from gateway.providers.openai_compat import Timeouts
 from gateway.providers.registry import ProviderRegistry
-from gateway.redis_connect import connect_redis
+from gateway.redis_connect import connect_redis, warm_up
 from gateway.redis_embedded import EmbeddedRedis
 from gateway.reports import UsageReports
 from gateway.router import Router
@@ -71,6 +71,9 @@ async def running_services(
         url = await asyncio.to_thread(embedded.start)
         log.info("embedded_redis_started", data_dir=str(settings.redis_dir))
     redis = connect_redis(url, settings.redis_timeout_s)
+    warm_up_error = await warm_up(redis)
+    if warm_up_error is not None:
+        log.warning("redis_cluster_unreachable_at_start", error=warm_up_error)
     policies = PolicyStore(settings.policy_file)
     try:
         loaded = policies.load()

@@ -181,3 +181,19 @@ def change_feed(client: RedisClient) -> PubSub:
         node = random.choice(primaries) if primaries else None
         return client.pubsub(node=node, ignore_subscribe_messages=True)  # type: ignore[return-value]
     return client.pubsub(ignore_subscribe_messages=True)
+
+
+async def warm_up(client: RedisClient) -> str | None:
+    """Learn a cluster's topology before traffic arrives; returns the error text on failure.
+
+    redis-py initializes a cluster client lazily, and a burst of first commands racing that
+    initialization sees connections closed under them. A single node needs nothing here.
+    If the cluster is unreachable now, the client initializes on its first command instead.
+    """
+    if not isinstance(client, RedisCluster):
+        return None
+    try:
+        await client.initialize()
+    except REDIS_FAILURES as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None

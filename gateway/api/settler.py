@@ -19,7 +19,6 @@ from typing import Any
 from redis.asyncio import Redis
 
 from gateway.limits import Limiter, Reservation
-from gateway.redis_connect import REDIS_FAILURES
 from gateway.usage import UsageEvent, UsageLedger
 
 
@@ -83,7 +82,9 @@ class SettleBatcher:
                     if item.event is not None:
                         self.ledger.add_record(pipe, item.event)
                 await pipe.execute()
-        except REDIS_FAILURES as exc:
+        except Exception as exc:  # not only REDIS_FAILURES: see below
+            # Whatever broke the write (redis-py can also fail with a non-Redis error when a
+            # cluster connection is torn down mid-send), the events must reach the spool.
             self.log.warning("settle_failed", count=len(batch), error=type(exc).__name__)
             # The record script may or may not have run: the markers decide on replay.
             await self.ledger.spool_events(events, reason=exc)
