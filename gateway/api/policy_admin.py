@@ -7,7 +7,9 @@ Starlette routes for the app to mount (behind the admin auth):
 - ``PUT  /admin/policy``           YAML or JSON body: validate, write the file atomically, apply
 - ``POST /admin/policy/validate``  the same validation, a dry run
 - ``POST /admin/route/explain``    ``{"body": {...}, "headers": {...}, "key_id"?, "allowed_models"?}``
-                                    → the ordered candidates with reasons; calls no provider
+                                    → the ordered candidates with reasons, each one's health,
+                                    ``would_serve`` (the first the dispatcher would try now) and
+                                    its route header; calls no provider
 """
 
 from __future__ import annotations
@@ -82,9 +84,19 @@ async def explain_route(request: Request, router: Router, dispatcher: Dispatcher
     except GatewayError as error:
         return error_response(error)
     explained = plan.explain()
-    explained["health"] = dispatcher.preview(plan)
-    explained["header"] = plan.header_value(plan.candidates[0])
+    health = dispatcher.preview(plan)
+    explained["health"] = health
+    # The first candidate the dispatcher would try now; the header it would get if it serves.
+    would_serve = next(
+        (c for c, row in zip(plan.candidates, health, strict=True) if _would_try(row)), None
+    )
+    explained["would_serve"] = would_serve.model if would_serve else None
+    explained["header"] = plan.header_value(would_serve or plan.candidates[0])
     return json_response(explained)
+
+
+def _would_try(row: dict[str, Any]) -> bool:
+    return str(row.get("verdict", "")).startswith("would try")
 
 
 def _explain_inputs(

@@ -28,7 +28,9 @@ def served(rig: RouteRig, body: dict[str, Any], headers: dict[str, str]) -> dict
 
 
 def first_servable(explained: dict[str, Any]) -> str:
-    return next(row["model"] for row in explained["health"] if row["verdict"].startswith("would"))
+    first = next(row["model"] for row in explained["health"] if row["verdict"].startswith("would"))
+    assert explained["would_serve"] == first
+    return first
 
 
 def expected_cost(price: dict[str, float], prompt_tokens: int, output_tokens: int) -> float:
@@ -66,7 +68,8 @@ def test_explain_agrees_when_candidates_fail(rig: RouteRig) -> None:
     assert verdicts == {"m-alpha": "skipped: breaker open", "m-beta": "would try"}
     got = served(rig, body, headers)
     assert got["x-switchyard-model"] == first_servable(explained) == "m-beta"
-    assert got["x-switchyard-route"] == "task=chat; strategy=ordered; reason=ordered #2"
+    assert got["x-switchyard-route"] == explained["header"]
+    assert explained["header"] == "task=chat; strategy=ordered; reason=ordered #2"
 
 
 def test_cheapest_follows_the_price_table_and_the_request(rig: RouteRig) -> None:
