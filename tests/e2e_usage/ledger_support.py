@@ -217,14 +217,19 @@ async def run_call(client: openai.AsyncOpenAI, call: Call) -> None:
                     call.chunks_seen += 1
                     if call.kind == "disconnect" and call.chunks_seen == 2:
                         return  # leaving the block closes the connection mid-stream
-    except (openai.APIError, httpx.HTTPError) as exc:
+    except Exception as exc:  # any failure (SDK or transport) means "not answered"
         call.error = type(exc).__name__
 
 
 async def run_workload(
-    base_urls: list[str], keys: list[str], workload: Workload, concurrency: int = 300
+    base_urls: list[str],
+    keys: list[str],
+    workload: Workload,
+    concurrency: int = 300,
+    pace_s: float = 0.0,
 ) -> None:
-    """All calls at once (bounded by ``concurrency``), spread over gateways and keys."""
+    """All calls at once (bounded by ``concurrency``), or one every ``pace_s`` seconds, spread
+    round-robin over gateways and keys."""
     clients = [
         openai.AsyncOpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=60)
         for url in base_urls
@@ -233,6 +238,7 @@ async def run_workload(
     gate = asyncio.Semaphore(concurrency)
 
     async def one(index: int, call: Call) -> None:
+        await asyncio.sleep(index * pace_s)
         async with gate:
             await run_call(clients[index % len(clients)], call)
 
@@ -282,7 +288,11 @@ class Reconciled:
 
 
 def reconcile(
-    books: dict[str, Served], calls: list[Call], events: dict[str, dict[str, Any]]
+    books: dict[str, Served],
+    calls: list[Call],
+    events: dict[str, dict[str, Any]],
+    *,
+    answers_complete: bool = True,
 ) -> Reconciled:
     """Join client calls, provider books and ledger events per request; check each event.
 
@@ -308,7 +318,8 @@ def reconcile(
         assert event["cost_micros"] == expected_micros(model, served), where
         assert event["usage_source"] == ("provider" if served.reported else "estimated"), where
         assert event["streamed"] == (call.kind != "json"), where
-        assert event["status"] == (200 if call.answered else 499), where
+        if answers_complete:  # (a killed gateway may record an answer it never delivered)
+            assert event["status"] == (200 if call.answered else 499), where
         totals.events += 1
         totals.prompt += event["prompt_tokens"]
         totals.completion += event["completion_tokens"]
