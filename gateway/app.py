@@ -15,7 +15,8 @@ from typing import IO, Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from gateway.api import admin, admin_mounts, dashboard_mount, openai, ops
@@ -42,6 +43,7 @@ from gateway.reports import UsageReports
 from gateway.router import Router
 from gateway.routing_state import RoutingState
 from gateway.settings import Secrets, Settings, ensure_secrets, load_settings
+from gateway.shutdown import Drain, DrainMiddleware, sigterm_drain
 from gateway.spool import Spool
 from gateway.usage import UsageLedger
 
@@ -173,6 +175,11 @@ def _render_http_exception(request: Request, exc: Exception) -> Response:
     return error_response(error, {"x-request-id": request_id_of(request)})
 
 
+def _client_gone(request: Request, exc: Exception) -> Response:
+    # The client disconnected (or was cut off by a body deadline): nobody reads this answer.
+    return Response(status_code=499)
+
+
 def _render_unexpected(request: Request, exc: Exception) -> Response:
     """The catch-all: log the failure, answer with the envelope and no stack trace."""
     services: Services | None = getattr(request.app.state, "services", None)
@@ -193,6 +200,7 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
     if settings.log_format == "json":
         sink = LazyFlushStream(getattr(raw_stream, "buffer", raw_stream))
     log = build_logger(settings.log_level, settings.log_format, sink or raw_stream)
+    drain = Drain()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -200,7 +208,8 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
         try:
             async with running_services(settings, secrets, log) as services:
                 app.state.services = services
-                yield
+                with sigterm_drain(drain, settings.shutdown_grace_s, log):
+                    yield
         finally:
             if flusher is not None:
                 flusher.cancel()
@@ -217,9 +226,15 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
             *ops.routes,
         ],
         lifespan=lifespan,
-        exception_handlers={HTTPException: _render_http_exception, Exception: _render_unexpected},
+        middleware=[Middleware(DrainMiddleware, drain=drain)],
+        exception_handlers={
+            HTTPException: _render_http_exception,
+            ClientDisconnect: _client_gone,
+            Exception: _render_unexpected,
+        },
     )
     app.state.settings = settings
+    app.state.drain = drain
     app.state.secrets = secrets
     return app
 

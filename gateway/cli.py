@@ -45,6 +45,7 @@ def serve(settings: Settings, workers: int) -> int:
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.http_guard import guarded_protocol
     from gateway.logs import configure_process_logging
 
     configure_process_logging(settings.log_level, settings.log_format)
@@ -65,10 +66,12 @@ def serve(settings: Settings, workers: int) -> int:
         "host": settings.host,
         "port": settings.port,
         "loop": "uvloop",
-        "http": "httptools",
         "access_log": False,
         "log_level": "warning",
-        "timeout_graceful_shutdown": 10,
+        "http": guarded_protocol(settings),
+        "timeout_keep_alive": settings.keep_alive_timeout_s,
+        # SIGTERM drains in the app first (shutdown_grace_s); this only bounds what is left.
+        "timeout_graceful_shutdown": 2,
     }
     if workers > 1:
         if settings.embedded_redis:

@@ -59,6 +59,15 @@ class Settings(BaseSettings):
     redis_timeout_s: float = Field(default=1.0, gt=0, le=60)
     redis_supervise_interval_s: float = Field(default=1.0, gt=0, le=60)
     access_log: bool = True
+    # SIGTERM drain: readiness off, new requests 503, in-flight ones get this long to finish.
+    shutdown_grace_s: float = Field(default=30.0, ge=0, le=3600)
+    # Client-side limits (slow or oversized clients): the request line and headers must arrive
+    # within header_timeout_s and fit max_header_bytes; the body within body_timeout_s.
+    header_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    # Idle keep-alive connections are closed after this long.
+    keep_alive_timeout_s: float = Field(default=5.0, gt=0, le=3600)
 
     @field_validator("redis_url")
     @classmethod

@@ -1,4 +1,5 @@
-"""Operations endpoints: liveness, readiness (Redis reachable, policy loaded), Prometheus."""
+"""Operations endpoints: liveness, readiness (Redis reachable, policy loaded, not draining),
+Prometheus, and the OpenAPI document."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.api.http import json_response
+from gateway.api.openapi import openapi_json
 from gateway.api.services import Services
 
 
@@ -32,7 +34,10 @@ async def readyz(request: Request) -> Response:
     }
     if policies.last_error is not None:
         checks["policy_last_error"] = str(policies.last_error)
-    ready = redis_ok and policy_ok
+    draining = request.app.state.drain.draining
+    if draining:
+        checks["shutdown"] = "draining"
+    ready = redis_ok and policy_ok and not draining
     return json_response(
         {"status": "ready" if ready else "not ready", "checks": checks},
         status=200 if ready else 503,
@@ -50,4 +55,5 @@ routes = [
     Route("/healthz", healthz, methods=["GET"]),
     Route("/readyz", readyz, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
+    Route("/openapi.json", openapi_json, methods=["GET"]),
 ]

@@ -1,0 +1,363 @@
+"""JSON Schemas (OpenAPI 3.1 dialect) of what the gateway accepts and returns.
+
+Written from the validators that enforce them (``api/validation.py`` for /v1, the pydantic
+models of ``api/admin.py``, the report and policy handlers); ``tests/ops`` fuzzes the running
+server against them with schemathesis, so a drift on either side fails a test.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.api.admin import MAX_GRACE_S
+from gateway.api.validation import ROLES
+from gateway.reports import GROUP_BYS, MAX_EVENTS_LIMIT
+
+Schema = dict[str, Any]
+
+
+def ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def nullable(schema: Schema) -> Schema:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def obj(properties: dict[str, Schema], required: list[str] | None = None, **extra: Any) -> Schema:
+    schema: Schema = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+    schema.update(extra)
+    return schema
+
+
+STRING = {"type": "string"}
+INTEGER = {"type": "integer"}
+NUMBER = {"type": "number"}
+BOOLEAN = {"type": "boolean"}
+MODEL_NAME = {"type": "string", "minLength": 1, "description": "a model or alias of the policy"}
+
+
+def _int_range(low: int, high: int) -> Schema:
+    return nullable({"type": "integer", "minimum": low, "maximum": high})
+
+
+def _number_range(low: float, high: float) -> Schema:
+    return nullable({"type": "number", "minimum": low, "maximum": high})
+
+
+# Unknown fields pass through to the provider, so /v1 bodies allow additional properties.
+SAMPLING: dict[str, Schema] = {
+    "max_tokens": _int_range(1, 10_000_000),
+    "max_completion_tokens": _int_range(1, 10_000_000),
+    "n": _int_range(1, 128),
+    "temperature": _number_range(0, 2),
+    "top_p": _number_range(0, 1),
+    "presence_penalty": _number_range(-2, 2),
+    "frequency_penalty": _number_range(-2, 2),
+    "stop": nullable({"anyOf": [STRING, {"type": "array", "items": STRING}]}),
+    "user": STRING,
+}
+STREAMING: dict[str, Schema] = {
+    "stream": nullable(BOOLEAN),
+    "stream_options": nullable(
+        obj({"include_usage": nullable(BOOLEAN)}, description="only with stream: true")
+    ),
+}
+CONTENT = {"anyOf": [STRING, {"type": "array"}]}
+MESSAGE = {
+    "oneOf": [
+        obj(
+            {"role": {"enum": ["system", "developer", "user"]}, "content": CONTENT},
+            ["role", "content"],
+        ),
+        obj(
+            {
+                "role": {"enum": sorted(ROLES - {"system", "developer", "user"})},
+                "content": nullable(CONTENT),
+            },
+            ["role"],
+        ),
+    ]
+}
+
+USAGE = obj(
+    {"prompt_tokens": INTEGER, "completion_tokens": INTEGER, "total_tokens": INTEGER},
+    ["prompt_tokens", "total_tokens"],
+)
+USAGE_ROW = obj(
+    {
+        "requests": INTEGER,
+        "prompt_tokens": INTEGER,
+        "completion_tokens": INTEGER,
+        "cached_tokens": INTEGER,
+        "total_tokens": INTEGER,
+        "cost": NUMBER,
+        "cost_micros": INTEGER,
+        "errors": INTEGER,
+        "error_rate": NUMBER,
+        "avg_latency_ms": NUMBER,
+        "streamed": INTEGER,
+        "estimated": INTEGER,
+    },
+    ["requests", "total_tokens", "cost", "cost_micros", "errors"],
+)
+ROUTE_ROW = obj(
+    {"model": STRING, "provider": STRING, "upstream_model": STRING, "reason": STRING},
+    ["model", "provider", "reason"],
+)
+KEY_FIELDS: dict[str, Schema] = {
+    "name": nullable({"type": "string", "minLength": 1, "maxLength": 200}),
+    "team": nullable({"type": "string", "minLength": 1, "maxLength": 200}),
+    "models": nullable(
+        {"type": "array", "maxItems": 1000, "items": {"type": "string", "minLength": 1}}
+    ),
+    "rpm": _int_range(0, 10_000_000),
+    "tpm": _int_range(0, 10_000_000_000),
+    "budget_usd": _number_range(0, 1_000_000_000),
+    "budget_period": nullable({"enum": ["day", "month", "total"]}),
+    "expires_at": nullable(
+        {
+            "anyOf": [
+                {"type": "number", "exclusiveMinimum": 0},
+                {"type": "string", "format": "date-time"},
+            ],
+            "description": "unix timestamp or ISO 8601 date-time (UTC if no zone), future",
+        }
+    ),
+    "metadata": nullable(
+        {
+            "type": "object",
+            "propertyNames": {"maxLength": 100},
+            "additionalProperties": {"type": ["string", "number", "boolean", "null"]},
+            "description": "at most 4096 bytes as JSON",
+        }
+    ),
+}
+
+
+SCHEMAS: dict[str, Schema] = {
+    "Error": obj(
+        {
+            "error": obj(
+                {
+                    "message": STRING,
+                    "type": STRING,
+                    "param": nullable(STRING),
+                    "code": nullable(STRING),
+                },
+                ["message", "type", "param", "code"],
+            )
+        },
+        ["error"],
+    ),
+    "ChatCompletionRequest": obj(
+        {"model": MODEL_NAME, "messages": {"type": "array", "minItems": 1, "items": MESSAGE}}
+        | STREAMING
+        | SAMPLING,
+        ["messages"],
+        description="model is optional: without it the policy routes by task",
+    ),
+    "CompletionRequest": obj(
+        {
+            "model": MODEL_NAME,
+            "prompt": {"anyOf": [STRING, {"type": "array", "minItems": 1}]},
+        }
+        | STREAMING
+        | SAMPLING,
+        ["prompt"],
+    ),
+    "EmbeddingRequest": obj(
+        {
+            "model": MODEL_NAME,
+            "input": {
+                "anyOf": [{"type": "string", "minLength": 1}, {"type": "array", "minItems": 1}]
+            },
+            "stream": {"enum": [False, None]},
+        },
+        ["model", "input"],
+    ),
+    "ImageRequest": obj(
+        {
+            "model": MODEL_NAME,
+            "prompt": {"type": "string", "minLength": 1},
+            "n": _int_range(1, 10),
+            "stream": {"enum": [False, None]},
+        },
+        ["model", "prompt"],
+    ),
+    "ChatCompletion": obj(
+        {
+            "id": STRING,
+            "object": STRING,
+            "created": INTEGER,
+            "model": STRING,
+            "choices": {"type": "array", "items": {"type": "object"}},
+            "usage": USAGE,
+        },
+        ["id", "object", "choices"],
+    ),
+    "EmbeddingList": obj(
+        {"object": STRING, "data": {"type": "array"}, "model": STRING, "usage": USAGE},
+        ["data"],
+    ),
+    "ImageList": obj({"created": INTEGER, "data": {"type": "array"}}, ["data"]),
+    "ModelList": obj(
+        {
+            "object": {"const": "list"},
+            "data": {
+                "type": "array",
+                "items": obj(
+                    {
+                        "id": STRING,
+                        "object": {"const": "model"},
+                        "created": INTEGER,
+                        "owned_by": STRING,
+                    },
+                    ["id", "object", "created", "owned_by"],
+                ),
+            },
+        },
+        ["object", "data"],
+    ),
+    "KeyUsage": obj(
+        {
+            "object": {"const": "usage"},
+            "key_id": STRING,
+            "days": INTEGER,
+            "from": {"type": "string", "format": "date"},
+            "to": {"type": "string", "format": "date"},
+            "total_cost": NUMBER,
+            "total_cost_micros": INTEGER,
+            "total_tokens": INTEGER,
+            "prompt_tokens": INTEGER,
+            "completion_tokens": INTEGER,
+            "requests": INTEGER,
+            "errors": INTEGER,
+            "by_model": {"type": "array", "items": ref("UsageRow")},
+            "by_day": {"type": "array", "items": ref("UsageRow")},
+        },
+        ["object", "key_id", "days", "from", "to", "requests", "by_model", "by_day"],
+    ),
+    "UsageRow": USAGE_ROW,
+    "UsageReport": obj(
+        {
+            "object": {"const": "usage_report"},
+            "group_by": {"enum": list(GROUP_BYS)},
+            "from": STRING,
+            "to": STRING,
+            "data": {"type": "array", "items": ref("UsageRow")},
+            "totals": ref("UsageRow"),
+        },
+        ["object", "group_by", "from", "to", "data", "totals"],
+    ),
+    "UsageEvents": obj(
+        {
+            "object": {"const": "list"},
+            "data": {"type": "array", "items": obj({"id": STRING}, ["id"])},
+            "has_more": BOOLEAN,
+            "next_cursor": nullable(STRING),
+        },
+        ["object", "data", "has_more", "next_cursor"],
+    ),
+    "KeyCreate": obj(KEY_FIELDS, additionalProperties=False),
+    "KeyUpdate": obj(KEY_FIELDS, additionalProperties=False),
+    "RotateRequest": obj(
+        {"grace_seconds": {"type": "number", "minimum": 0, "maximum": MAX_GRACE_S}},
+        additionalProperties=False,
+    ),
+    "Key": obj(
+        {
+            "id": STRING,
+            "object": {"const": "api_key"},
+            "name": nullable(STRING),
+            "team": nullable(STRING),
+            "models": nullable({"type": "array", "items": STRING}),
+            "rpm": nullable(INTEGER),
+            "tpm": nullable(INTEGER),
+            "budget_usd": nullable(NUMBER),
+            "budget_period": nullable(STRING),
+            "expires_at": nullable(NUMBER),
+            "metadata": {"type": "object"},
+            "status": {"enum": ["active", "revoked", "expired"]},
+            "created_at": NUMBER,
+            "updated_at": nullable(NUMBER),
+            "rotated_at": nullable(NUMBER),
+            "revoked_at": nullable(NUMBER),
+            "previous_secret_valid_until": nullable(NUMBER),
+        },
+        ["id", "object", "status", "created_at"],
+    ),
+    "KeyWithSecret": {
+        "allOf": [
+            ref("Key"),
+            obj({"key": {"type": "string", "description": "shown once"}}, ["key"]),
+        ]
+    },
+    "KeyList": obj(
+        {
+            "object": {"const": "list"},
+            "data": {"type": "array", "items": ref("Key")},
+            "has_more": BOOLEAN,
+            "first_id": nullable(STRING),
+            "last_id": nullable(STRING),
+        },
+        ["object", "data", "has_more", "first_id", "last_id"],
+    ),
+    "PolicyState": obj(
+        {
+            "version": nullable(STRING),
+            "loaded_at": nullable(NUMBER),
+            "source": nullable(STRING),
+            "path": STRING,
+            "last_error": nullable(obj({"path": nullable(STRING), "message": STRING})),
+            "policy": nullable({"type": "object"}),
+        },
+        ["version", "path", "policy"],
+    ),
+    "PolicyApplied": obj(
+        {"applied": {"const": True}, "version": STRING, "loaded_at": NUMBER},
+        ["applied", "version"],
+    ),
+    "PolicyValid": obj(
+        {
+            "valid": {"const": True},
+            "models": INTEGER,
+            "tasks": {"type": "array", "items": STRING},
+            "current_version": nullable(STRING),
+        },
+        ["valid", "models", "tasks"],
+    ),
+    "ExplainRequest": obj(
+        {
+            "body": {"type": "object", "description": "the /v1 request body to route"},
+            "headers": {"type": "object", "additionalProperties": STRING},
+            "key_id": STRING,
+            "allowed_models": nullable({"type": "array", "items": STRING}),
+        }
+    ),
+    "RouteExplanation": obj(
+        {
+            "task": nullable(STRING),
+            "strategy": nullable(STRING),
+            "policy_version": nullable(STRING),
+            "candidates": {"type": "array", "items": ROUTE_ROW},
+            "skipped": {"type": "array", "items": ROUTE_ROW},
+            "notes": {"type": "array", "items": STRING},
+            "health": {},
+            "header": STRING,
+        },
+        ["candidates", "skipped"],
+    ),
+    "Health": obj({"status": {"const": "ok"}}, ["status"]),
+    "Readiness": obj(
+        {
+            "status": {"enum": ["ready", "not ready"]},
+            "checks": {"type": "object", "additionalProperties": STRING},
+        },
+        ["status", "checks"],
+    ),
+}
+
+QUERY_LIMITS = {"max_events": MAX_EVENTS_LIMIT, "max_usage_days": 400}
