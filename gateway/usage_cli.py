@@ -1,0 +1,84 @@
+"""``switchyard usage report``: the admin usage report in the terminal, as CSV or as JSON.
+
+It reads the ledger in Redis with the same ``UsageReports`` as ``GET /admin/usage``, so the
+numbers are the same; dates are UTC days, inclusive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import timedelta
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+
+from gateway.reports import GROUP_BYS, ReportError, UsageReports, parse_day, render_csv
+
+DEFAULT_RANGE_DAYS = 30
+OUTPUTS = ("table", "csv", "json")
+TABLE_COLUMNS = (
+    ("requests", "requests"),
+    ("prompt_tokens", "prompt"),
+    ("completion_tokens", "completion"),
+    ("cached_tokens", "cached"),
+    ("cost_micros", "cost_usd"),
+    ("errors", "errors"),
+    ("estimated", "estimated"),
+)
+
+
+def add_usage_parser(commands: Any) -> None:
+    """Register ``usage report`` on the CLI's subcommand parsers."""
+    usage = commands.add_parser("usage", help="usage and cost reports (directly from Redis)")
+    usage_commands = usage.add_subparsers(dest="usage_command", required=True)
+    report = usage_commands.add_parser("report", help="usage totals over a date range")
+    report.add_argument("--from", dest="date_from", metavar="YYYY-MM-DD")
+    report.add_argument("--to", dest="date_to", metavar="YYYY-MM-DD", help="default: today")
+    report.add_argument("--group-by", dest="group_by", choices=GROUP_BYS, default="key")
+    report.add_argument("--format", dest="output", choices=OUTPUTS, default="table")
+
+
+async def run_usage_command(redis: Redis, args: argparse.Namespace) -> int:
+    reports = UsageReports(redis)
+    try:
+        end = parse_day(args.date_to, "to", reports.today())
+        start = parse_day(args.date_from, "from", end - timedelta(days=DEFAULT_RANGE_DAYS - 1))
+        report = await reports.admin_usage(start, end, args.group_by)
+    except ReportError as exc:
+        print(f"error: --{exc.param.replace('_', '-')}: {exc.message}", file=sys.stderr)
+        return 1
+    if args.output == "csv":
+        sys.stdout.write(render_csv(report["data"], args.group_by))
+    elif args.output == "json":
+        print(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(render_table(report))
+    return 0
+
+
+def _cell(name: str, row: dict[str, Any]) -> str:
+    if name == "cost_micros":
+        return f"{row['cost_micros'] / 1_000_000:.6f}"
+    return str(row[name])
+
+
+def render_table(report: dict[str, Any]) -> str:
+    """Aligned columns, names left and numbers right, with a TOTAL line."""
+    group_by = report["group_by"]
+    header = [group_by, *(title for _, title in TABLE_COLUMNS)]
+    rows = [
+        [str(row[group_by]), *(_cell(n, row) for n, _ in TABLE_COLUMNS)] for row in report["data"]
+    ]
+    total = ["TOTAL", *(_cell(n, report["totals"]) for n, _ in TABLE_COLUMNS)]
+    widths = [max(len(line[i]) for line in (header, *rows, total)) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = (cell.rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True))
+        return "  ".join((first, *rest)).rstrip()
+
+    rule = "  ".join("-" * width for width in widths)
+    title = f"usage {report['from']} .. {report['to']} by {group_by}"
+    return "\n".join([title, line(header), rule, *(line(r) for r in rows), rule, line(total)])
