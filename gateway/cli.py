@@ -25,6 +25,7 @@ from gateway.keys import KeyStore
 from gateway.policy import Policy, PolicyError, load_policy_file
 from gateway.redis_embedded import EmbeddedRedis
 from gateway.settings import Settings, SettingsError, ensure_secrets, load_settings
+from gateway.usage_cli import add_usage_parser, run_usage_command
 
 LIMIT_FLAGS = ("rpm", "tpm", "budget_usd", "budget_period", "expires_at")
 
@@ -264,7 +265,13 @@ def build_parser() -> argparse.ArgumentParser:
     policy = commands.add_parser("policy", help="routing policy tools")
     policy_commands = policy.add_subparsers(dest="policy_command", required=True)
     policy_commands.add_parser("check", help="validate a policy file").add_argument("file")
+    add_usage_parser(commands)
     return parser
+
+
+async def _usage_command(settings: Settings, args: argparse.Namespace) -> int:
+    async with _key_store(settings) as store:  # the same Redis rules as `keys`
+        return await run_usage_command(store.redis, args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -278,6 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return serve(settings, args.workers)
+        if args.command == "usage":
+            return asyncio.run(_usage_command(settings, args))
         return asyncio.run(_keys_command(settings, args))
     except SettingsError as exc:
         return _fail(str(exc), 2)
