@@ -68,6 +68,8 @@ def _error_from_status(
             kind="status",
             provider=provider,
             upstream_body=data,
+            # Passed on when nothing else serves, so the client backs off as long as asked.
+            headers={"retry-after": retry_after} if retry_after and status == 429 else None,
         )
     return UpstreamError(
         f"upstream provider {provider} failed with HTTP {status}: {data['error'].get('message')}",

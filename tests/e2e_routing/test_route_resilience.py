@@ -132,6 +132,17 @@ def test_nothing_can_serve_is_a_clear_error(rig: RouteRig) -> None:
     assert rig.fleet["alpha"].hit_count() == 2 and rig.fleet["beta"].hit_count() == 2
 
 
+def test_rate_limited_everywhere_passes_retry_after_on(rig: RouteRig) -> None:
+    rig.fleet["alpha"].play(then=Step("retry_after", 60))
+    rig.fleet["beta"].play(then=Step("retry_after", 45))
+    started = time.monotonic()
+    with pytest.raises(openai.RateLimitError) as caught:
+        rig.chat("chat")
+    assert time.monotonic() - started < 1.0  # neither wait is worth taking: no sleeping
+    assert caught.value.response.headers["retry-after"] == "45"
+    assert rig.fleet["alpha"].hit_count() == 1 and rig.fleet["beta"].hit_count() == 1
+
+
 def test_breaker_opens_skips_and_closes_in_metrics(rig: RouteRig) -> None:
     alpha = rig.fleet["alpha"]
     alpha.play(then=Step("status", 500))
