@@ -70,6 +70,13 @@ class CircuitBreaker:
         if self._state == "half_open" or self._should_open():
             self._open()
 
+    def record_late_failure(self) -> None:
+        """A call already counted a success failed afterwards (a stream cut after its first
+        byte): that success becomes a failure in the window, then the failure is recorded."""
+        if False in self._outcomes:
+            self._outcomes.remove(False)
+        self.record_failure()
+
     def _should_open(self) -> bool:
         settings = self.settings
         if self._consecutive >= settings.consecutive_failures:

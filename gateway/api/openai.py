@@ -349,6 +349,10 @@ async def _stream(
             outcome.status = exc.status
             error = exc.message
             services.metrics.upstream_errors.labels(served.provider, exc.kind).inc()
+            # Too late to fall back, but the breaker must see it: a provider that always cuts
+            # its streams would otherwise stay in rotation.
+            breakers = services.dispatcher.state.breakers
+            breakers.get(served.provider, served.model).record_late_failure()
             yield sse_error(exc)
         finally:
             upstream.close()

@@ -23,7 +23,9 @@ from gw_support import RunningGateway
 from gateway.breaker import BreakerSettings
 from gateway.latency import LatencyTracker
 
-BREAKER = BreakerSettings(consecutive_failures=3, failure_ratio=0.5, window=20, cooldown_s=1.0)
+BREAKER = BreakerSettings(
+    consecutive_failures=3, failure_ratio=0.5, window=20, min_calls=4, cooldown_s=1.0
+)
 
 
 def base_policy(fleet: FakeProviderFleet) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import time
 
 import openai
 import pytest
-from fake_provider import RESET, Step
+from fake_provider import CUT, RESET, Step
 from route_rig import BREAKER, RouteRig, wait_for
 
 STREAM_TEXT = "served by {}"
@@ -187,3 +187,16 @@ def test_failed_half_open_probe_opens_the_breaker_again(rig: RouteRig) -> None:
     assert headers["x-switchyard-model"] == "m-beta"
     assert alpha.hit_count() == 4
     assert breaker_state(rig, "alpha/m-alpha") == 1
+
+
+def test_streams_cut_after_the_first_byte_open_the_breaker(rig: RouteRig) -> None:
+    """A cut stream cannot fall back (bytes went out), but it counts against the breaker."""
+    rig.fleet["alpha"].play(then=CUT)
+    for _ in range(BREAKER.min_calls):
+        with pytest.raises(openai.APIError):
+            stream_chat(rig)
+    assert breaker_state(rig, "alpha/m-alpha") == 1
+    text, headers = stream_chat(rig)
+    assert text == STREAM_TEXT.format("beta")
+    assert headers["x-switchyard-model"] == "m-beta"
+    assert rig.fleet["alpha"].hit_count() == BREAKER.min_calls

@@ -11,7 +11,8 @@ Steps (``Step`` or a shorthand string):
 - ``Step("retry_after", s)`` a 429 with ``Retry-After: s``;
 - ``Step("hang", s)``      no response for ``s`` seconds (then a normal one): a timeout;
 - ``"reset"``              the connection is dropped without a response;
-- ``Step("slow", s)``      a normal answer whose first byte comes after ``s`` seconds.
+- ``Step("slow", s)``      a normal answer whose first byte comes after ``s`` seconds;
+- ``"cut"``                a stream cut after its first chunk (JSON requests: like ``reset``).
 
 All providers of a ``FakeProviderFleet`` run on one background thread with its own event loop,
 so that tests may call the gateway with the synchronous openai SDK as well as the async one.
@@ -35,18 +36,19 @@ COMPLETION_TOKENS = 5
 
 @dataclass(frozen=True)
 class Step:
-    kind: str  # ok | status | retry_after | hang | reset | slow
+    kind: str  # ok | status | retry_after | hang | reset | slow | cut
     arg: float = 0.0
 
 
 OK = Step("ok")
 RESET = Step("reset")
+CUT = Step("cut")
 
 
 def _as_step(step: Step | str) -> Step:
     if isinstance(step, Step):
         return step
-    if step in ("ok", "reset"):
+    if step in ("ok", "reset", "cut"):
         return Step(step)
     raise ValueError(f"unknown shorthand step {step!r} (use Step(kind, arg))")
 
@@ -129,14 +131,14 @@ class FakeProvider:
             return web.json_response(
                 {"error": error}, status=429, headers={"Retry-After": f"{step.arg:g}"}
             )
-        if step.kind == "reset":
+        if step.kind == "reset" or (step.kind == "cut" and not stream):
             assert request.transport is not None
             request.transport.abort()
             raise web.HTTPInternalServerError()  # never sent: the connection is gone
         if step.kind in ("hang", "slow"):
             await asyncio.sleep(step.arg)
         if stream:
-            return await self._stream(request, body, model)
+            return await self._stream(request, body, model, cut=step.kind == "cut")
         return web.json_response(self._answer(model))
 
     def _answer(self, model: str) -> dict[str, Any]:
@@ -157,7 +159,7 @@ class FakeProvider:
         }
 
     async def _stream(
-        self, request: web.Request, body: dict[str, Any], model: str
+        self, request: web.Request, body: dict[str, Any], model: str, *, cut: bool = False
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
@@ -183,6 +185,10 @@ class FakeProvider:
             events.append({**chunk({}, None), "choices": [], "usage": _usage()})
         for event in events:
             await response.write(b"data: " + orjson.dumps(event) + b"\n\n")
+            if cut:
+                assert request.transport is not None
+                request.transport.abort()
+                return response
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
