@@ -30,7 +30,7 @@ providers:
       device: cpu
       max_num_seqs: 2
       max_num_batched_tokens: 256
-      kv_cache_bytes: 4194304
+      kv_cache_bytes: 67108864
     spill_when: {{waiting: 0}}
   up:
     base_url: {upstream}
@@ -107,7 +107,10 @@ class LocalGateway:
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from engine.tiny_checkpoint import write_tiny_checkpoint
 
-    return write_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-qwen3", arch="qwen3")
+    # A long context, so held streams (ignore_eos) run for as long as a test needs them.
+    return write_tiny_checkpoint(
+        tmp_path_factory.mktemp("ckpt") / "tiny-qwen3", arch="qwen3", max_position_embeddings=32768
+    )
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,11 @@ def client(local_gateway, api_key) -> OpenAI:
 
 def test_chat_non_stream_is_openai_shaped_with_exact_usage(client, local_gateway, tokenizer):
     raw = client.chat.completions.with_raw_response.create(
-        model="tiny", messages=MESSAGES, max_tokens=12, temperature=0, logprobs=True,
+        model="tiny",
+        messages=MESSAGES,
+        max_tokens=12,
+        temperature=0,
+        logprobs=True,
         top_logprobs=2,
     )
     reply = raw.parse()
@@ -45,7 +49,9 @@ def test_stream_matches_non_stream_with_role_first_and_usage(client, tokenizer):
     assert chunks[0].choices[0].delta.role == "assistant"
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
-    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    finishes = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
     assert finishes == [whole.choices[0].finish_reason]
     assert chunks[-1].choices == [] and chunks[-1].usage == whole.usage
     assert len({c.id for c in chunks}) == 1 and chunks[0].id.startswith("chatcmpl-")
@@ -78,7 +84,9 @@ def test_seed_reproduces_sampling(client):
     args = dict(model="tiny", messages=MESSAGES, max_tokens=16, temperature=1.0)
     first = client.chat.completions.create(**args, seed=1234).choices[0].message.content
     again = client.chat.completions.create(**args, seed=1234).choices[0].message.content
-    others = {client.chat.completions.create(**args, seed=s).choices[0].message.content for s in (1, 2, 3)}
+    others = {
+        client.chat.completions.create(**args, seed=s).choices[0].message.content for s in (1, 2, 3)
+    }
     assert first == again
     assert len(others | {first}) > 1
 
@@ -91,7 +99,11 @@ def test_completions_endpoint_counts_with_the_tokenizer(client, tokenizer):
     assert reply.object == "text_completion" and reply.id.startswith("cmpl-")
     assert reply.usage.prompt_tokens == len(tokenizer.encode(prompt))
     assert reply.usage.completion_tokens == len(reply.choices[0].logprobs.tokens) == 5
-    chunks = list(client.completions.create(model="tiny", prompt=prompt, max_tokens=5, temperature=0, stream=True))
+    chunks = list(
+        client.completions.create(
+            model="tiny", prompt=prompt, max_tokens=5, temperature=0, stream=True
+        )
+    )
     assert "".join(c.choices[0].text for c in chunks if c.choices) == reply.choices[0].text
 
 
