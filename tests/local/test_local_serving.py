@@ -146,3 +146,31 @@ def test_models_list_and_metrics(client, local_gateway):
         "e2e_request_latency_seconds_count",
     ):
         assert f"\n{name}" in text, name
+
+
+def test_usage_events_and_rate_limits_as_for_upstreams(local_gateway):
+    admin = {"Authorization": "Bearer sy-admin-local-0123456789abcdef"}
+    created = httpx.post(
+        local_gateway.base_url + "/admin/keys", json={"name": "limited", "rpm": 2}, headers=admin
+    ).json()
+    client = OpenAI(base_url=local_gateway.v1, api_key=created["key"], max_retries=0)
+    replies = [
+        client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=3)
+        for _ in range(2)
+    ]
+    with pytest.raises(openai.RateLimitError):
+        client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=3)
+    events = httpx.get(
+        local_gateway.base_url + "/admin/usage/events",
+        params={"key": created["id"]},
+        headers=admin,
+        timeout=10,
+    ).json()["data"]
+    served = [e for e in events if e["status"] == 200]
+    assert len(served) == 2
+    for event in served:
+        assert event["model"] == "tiny" and event["provider"] == "home"
+        assert event["cost_usd"] == 0
+    assert sorted(e["prompt_tokens"] + e["completion_tokens"] for e in served) == sorted(
+        r.usage.total_tokens for r in replies
+    )
