@@ -69,7 +69,7 @@ def test_429_retry_after_is_waited_for_or_skipped(rig: RouteRig) -> None:
     alpha.play(Step("retry_after", 60))
     started = time.monotonic()
     completion, headers = rig.chat("chat")
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2.5  # far from 60 s: not waited for
     assert headers["x-switchyard-model"] == "m-beta"
     assert headers["x-switchyard-route"] == "task=chat; strategy=ordered; reason=ordered #2"
     assert completion.choices[0].message.content == "served by beta"
@@ -84,7 +84,7 @@ def test_timeouts_fall_back_within_the_budget(rig: RouteRig) -> None:
     assert completion.choices[0].message.content == "served by beta"
     assert headers["x-switchyard-model"] == "m-beta"
     assert rig.fleet["alpha"].hit_count() == 2  # two tries, each cut at the 0.6 s read timeout
-    assert 1.2 <= elapsed < 3.0, elapsed
+    assert 1.2 <= elapsed < 4.0, elapsed
 
 
 def test_connection_reset_is_retried_then_served(rig: RouteRig) -> None:
@@ -138,7 +138,7 @@ def test_rate_limited_everywhere_passes_retry_after_on(rig: RouteRig) -> None:
     started = time.monotonic()
     with pytest.raises(openai.RateLimitError) as caught:
         rig.chat("chat")
-    assert time.monotonic() - started < 1.0  # neither wait is worth taking: no sleeping
+    assert time.monotonic() - started < 2.5  # neither wait is worth taking: no sleeping
     assert caught.value.response.headers["retry-after"] == "45"
     assert rig.fleet["alpha"].hit_count() == 1 and rig.fleet["beta"].hit_count() == 1
 
@@ -159,7 +159,7 @@ def test_breaker_opens_skips_and_closes_in_metrics(rig: RouteRig) -> None:
     for _ in range(3):  # open: alpha is not called at all, beta serves at once
         started = time.monotonic()
         _, headers = rig.chat("chat")
-        assert time.monotonic() - started < 0.5
+        assert time.monotonic() - started < 1.0  # no try, no backoff
         assert headers["x-switchyard-model"] == "m-beta"
     assert alpha.hit_count() == 3
     assert attempts(rig, "alpha", "m-alpha", "skipped") == skipped_before + 3

@@ -124,7 +124,7 @@ def test_lowest_latency_follows_the_observed_latency(rig: RouteRig) -> None:
             break
     assert moved_after is not None and moved_after <= 4, moved_after
     ewma_ms = int(got["x-switchyard-route"].rsplit("ewma ", 1)[1].split(" ms")[0])
-    assert 100 <= ewma_ms <= 250  # alpha's slow sample, the best on record
+    assert 100 <= ewma_ms <= 400  # alpha's one slow (0.15 s) sample, the best on record
     assert [served(rig, body, headers)["x-switchyard-model"] for _ in range(3)] == ["m-alpha"] * 3
     latency = rig.metric("switchyard_route_latency_ewma_seconds", model="m-beta")
     assert latency is not None and latency > 0.15
