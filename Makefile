@@ -8,7 +8,7 @@ PY := $(BIN)/python
 TORCH_CPU ?= torch==2.13.0
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 1)
 
-.PHONY: venv run test test-fast bench bench-engine lint format clean
+.PHONY: venv run test test-fast bench bench-engine soak lint format clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ bench: venv
 
 bench-engine: venv
 	$(PY) -m engine.bench
+
+# Fixed-rate mixed load for a set time (default 10 min); prints RSS over time.
+# e.g. make soak SOAK_ARGS="--rate 100 --duration 300"
+soak: venv
+	$(PY) -m gateway.soak $(SOAK_ARGS)
 
 lint: venv
 	$(BIN)/ruff check gateway engine tests

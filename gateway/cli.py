@@ -23,6 +23,7 @@ from gateway.api.admin import KeyCreate, KeyUpdate, RotateRequest, check_models,
 from gateway.errors import GatewayError
 from gateway.keys import KeyStore
 from gateway.policy import Policy, PolicyError, load_policy_file
+from gateway.redis_connect import REDIS_FAILURES
 from gateway.redis_embedded import EmbeddedRedis
 from gateway.settings import Settings, SettingsError, ensure_secrets, load_settings
 from gateway.usage_cli import add_usage_parser, run_usage_command
@@ -292,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc), 2)
     except GatewayError as exc:
         return _fail(exc.message)
-    except (redis.RedisError, OSError) as exc:
+    except REDIS_FAILURES as exc:
         return _fail(f"cannot reach Redis: {exc}")
 
 

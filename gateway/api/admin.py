@@ -25,7 +25,6 @@ from pydantic import (
     ValidationError,
     field_validator,
 )
-from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -36,6 +35,7 @@ from gateway.auth import check_admin
 from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound, ServiceUnavailable
 from gateway.keys import ID_LENGTH, KeyRecord
 from gateway.policy import Policy
+from gateway.redis_connect import REDIS_FAILURES
 
 MAX_METADATA_BYTES = 4096
 MAX_GRACE_S = 30 * 24 * 3600
@@ -178,7 +178,7 @@ def admin_endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]
             response = await handler(request, services)
         except GatewayError as exc:
             response = error_response(exc)
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             response = error_response(
                 ServiceUnavailable(f"the key store is unavailable ({type(exc).__name__})")
             )

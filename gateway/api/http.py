@@ -9,6 +9,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.api.strict_json import parse_json_object
 from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge
 
 JSON = "application/json"
@@ -43,18 +44,6 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
 
 async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:
     return parse_json_object(await read_body(request, max_bytes))
-
-
-def parse_json_object(raw: bytes) -> dict[str, Any]:
-    if not raw.strip():
-        raise InvalidRequest("the request body is empty; send a JSON object")
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise InvalidRequest("the request body must be a JSON object")
-    return data
 
 
 def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -13,6 +12,7 @@ from starlette.routing import Route
 from gateway.api.http import json_response
 from gateway.api.openapi import openapi_json
 from gateway.api.services import Services
+from gateway.redis_connect import REDIS_FAILURES
 
 
 async def healthz(request: Request) -> Response:
@@ -23,7 +23,7 @@ async def readyz(request: Request) -> Response:
     services: Services = request.app.state.services
     try:
         redis_ok = bool(await asyncio.wait_for(services.redis.ping(), timeout=1.0))
-    except (RedisError, OSError, TimeoutError):
+    except REDIS_FAILURES:
         redis_ok = False
     services.metrics.redis_up.set(1 if redis_ok else 0)
     policies = services.policies

@@ -14,7 +14,7 @@ Bad parameters get a 400 in OpenAI's error envelope naming the parameter.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import date, timedelta
 
 import orjson
 from starlette.requests import Request
@@ -56,6 +56,14 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
     return value
 
 
+def default_start(end: date) -> date:
+    """The first day of the default range ending at ``end`` (clamped at the calendar's start)."""
+    try:
+        return end - timedelta(days=DEFAULT_RANGE_DAYS - 1)
+    except OverflowError:
+        return date.min
+
+
 def _invalid(exc: ReportError) -> InvalidRequest:
     return InvalidRequest(exc.message, param=exc.param)
 
@@ -85,7 +93,7 @@ async def admin_usage(request: Request, *, reports: UsageReports) -> Response:
         if output not in ("json", "csv"):
             raise InvalidRequest(f"format must be json or csv, got {output!r}", param="format")
         end = parse_day(params.get("to"), "to", reports.today())
-        start = parse_day(params.get("from"), "from", end - timedelta(days=DEFAULT_RANGE_DAYS - 1))
+        start = parse_day(params.get("from"), "from", default_start(end))
         report = await reports.admin_usage(start, end, group_by)
     except ReportError as exc:
         return error_response(_invalid(exc))
