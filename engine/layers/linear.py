@@ -10,6 +10,7 @@ all-gathers, and only when `tp_size > 1`.
 
 from __future__ import annotations
 
+import abc
 from typing import Protocol
 
 import torch
@@ -79,7 +80,7 @@ def default_weight_loader(param: nn.Parameter, loaded: WeightSource | torch.Tens
     _copy_checked(param.data, as_source(loaded).full())
 
 
-class _ShardedLinear(nn.Module):
+class _ShardedLinear(nn.Module, abc.ABC):
     """Holds this rank's `[out_local, in_local]` weight; subclasses say how to slice."""
 
     def __init__(
@@ -100,13 +101,14 @@ class _ShardedLinear(nn.Module):
         else:
             self.register_parameter("bias", None)
 
+    @abc.abstractmethod
     def weight_loader(
         self,
         param: nn.Parameter,
         loaded: WeightSource | torch.Tensor,
         shard_id: str | int | None = None,
     ) -> None:
-        raise NotImplementedError
+        """Copy this rank's slice of ``loaded`` into ``param``."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight, self.bias)
