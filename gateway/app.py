@@ -25,6 +25,7 @@ from gateway.api.http import error_response, request_id_of
 from gateway.api.services import Services
 from gateway.api.settler import SettleBatcher
 from gateway.auth import Authenticator
+from gateway.breaker import BreakerSettings
 from gateway.dashboard import DashboardRenderer
 from gateway.dispatch import Dispatcher, RetrySettings
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
@@ -85,7 +86,16 @@ async def running_services(
     keys = KeyStore(redis, secrets.key_pepper)
     limiter = Limiter(redis)
     ledger = UsageLedger(redis, spool=Spool(settings.data_dir / "spool"))
-    state = RoutingState.build()
+    state = RoutingState.build(
+        BreakerSettings(
+            consecutive_failures=settings.breaker_consecutive_failures,
+            failure_ratio=settings.breaker_failure_ratio,
+            window=settings.breaker_window,
+            min_calls=settings.breaker_min_calls,
+            cooldown_s=settings.breaker_cooldown_s,
+        ),
+        latency_alpha=settings.route_latency_alpha,
+    )
     metrics = Metrics(routing=state)
     # The in-process engine (only if the policy has a local provider), loaded in a thread.
     local_engine = LocalEngineHost(settings.data_dir, metrics, log)
@@ -116,6 +126,10 @@ async def running_services(
             state,
             RetrySettings(
                 max_tries_per_candidate=settings.upstream_max_tries,
+                initial_backoff_s=settings.upstream_backoff_initial_s,
+                max_backoff_s=settings.upstream_backoff_max_s,
+                jitter_s=settings.upstream_backoff_jitter_s,
+                max_retry_after_s=settings.upstream_max_retry_after_s,
                 total_budget_s=settings.upstream_retry_budget_s,
             ),
             local=local_engine,

@@ -1,8 +1,11 @@
 """Circuit breakers, one per provider/model, so a failing upstream stops taking traffic.
 
 closed → open after N consecutive failures, or when the failure ratio over the last ``window``
-calls passes ``failure_ratio``; open → half_open once ``cooldown_s`` has passed, letting one
+calls reaches ``failure_ratio``; open → half_open once ``cooldown_s`` has passed, letting one
 probe through; the probe's success closes the breaker, its failure opens it again.
+
+An outcome that arrives while the breaker is open (a call let through before it opened, such as
+a long stream) is counted, but neither closes the breaker nor moves its cool-down.
 """
 
 from __future__ import annotations
@@ -23,6 +26,18 @@ class BreakerSettings:
     window: int = 20
     min_calls: int = 10  # the ratio rule waits for this many calls in the window
     cooldown_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.consecutive_failures < 1:
+            raise ValueError("consecutive_failures must be at least 1")
+        if not 0 < self.failure_ratio <= 1:
+            raise ValueError("failure_ratio must be in (0, 1]")
+        if self.window < 1:
+            raise ValueError("window must be at least 1")
+        if not 1 <= self.min_calls <= self.window:
+            raise ValueError("min_calls must be between 1 and window")
+        if self.cooldown_s < 0:
+            raise ValueError("cooldown_s must not be negative")
 
 
 class CircuitBreaker:
@@ -59,23 +74,17 @@ class CircuitBreaker:
     def record_success(self) -> None:
         self._consecutive = 0
         self._outcomes.append(False)
-        if self._state != "closed":
+        if self.state == "half_open":
             self._state = "closed"
             self._outcomes.clear()
-        self._probe_in_flight = False
+            self._probe_in_flight = False
 
     def record_failure(self) -> None:
         self._consecutive += 1
         self._outcomes.append(True)
-        if self._state == "half_open" or self._should_open():
+        state = self.state
+        if state == "half_open" or (state == "closed" and self._should_open()):
             self._open()
-
-    def record_late_failure(self) -> None:
-        """A call already counted a success failed afterwards (a stream cut after its first
-        byte): that success becomes a failure in the window, then the failure is recorded."""
-        if False in self._outcomes:
-            self._outcomes.remove(False)
-        self.record_failure()
 
     def _should_open(self) -> bool:
         settings = self.settings

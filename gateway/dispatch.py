@@ -16,6 +16,11 @@ upstream call up to the point where the first byte would go to the client, raisi
   ``spilled``), and is still tried last when none of those serves.
 
 Every try and skip is recorded in ``attempts`` for usage, explain and logs.
+
+A plain call's outcome is known when ``attempt`` returns. A held one (``hold=True``, a stream
+still flowing) is judged when it ends: the caller reports ``result.succeeded()`` (clean end) or
+``result.failed()`` (cut after the first byte), and only then do the breaker and the latency
+average hear of it; ``result.release()`` alone (the client went away) counts neither way.
 """
 
 from __future__ import annotations
@@ -87,18 +92,74 @@ class AttemptRecord:
         }
 
 
+class ServedCall:
+    """The end of one call that reached the upstream: breaker, latency and provider slot are
+    settled exactly once, by whichever of ``succeeded``/``failed``/``release`` comes first."""
+
+    def __init__(
+        self,
+        state: RoutingState,
+        candidate: Candidate,
+        breaker: CircuitBreaker,
+        *,
+        probe: bool,
+    ) -> None:
+        self._state = state
+        self._candidate = candidate
+        self._breaker = breaker
+        self._probe = probe  # this call holds the half-open breaker's one probe slot
+        self._open = True
+        self.first_byte_s = 0.0  # set when the attempt returns: what the latency EWMA learns
+
+    def succeeded(self) -> None:
+        if self._settle():
+            self._breaker.record_success()
+            self._state.latency.observe(self._candidate.model, self.first_byte_s)
+
+    def failed(self, counts: bool = True) -> None:
+        """``counts=False``: the failure says nothing about the upstream's health."""
+        if self._settle():
+            if counts:
+                self._breaker.record_failure()
+            elif self._probe:
+                self._breaker.release_probe()
+
+    def release(self) -> None:
+        if self._settle() and self._probe:
+            self._breaker.release_probe()
+
+    def _settle(self) -> bool:
+        if not self._open:
+            return False
+        self._open = False
+        self._state.inflight.release(self._candidate.provider)
+        return True
+
+
 @dataclass
 class DispatchResult(Generic[T]):
     value: T
     candidate: Candidate
     attempts: list[AttemptRecord]
-    _release: Callable[[], None] | None = field(default=None, repr=False)
+    _held: ServedCall | None = field(default=None, repr=False)
+
+    def succeeded(self) -> None:
+        """A held stream ended cleanly: a success for the breaker, its time to first byte for
+        the latency average; the provider slot is given back. Idempotent."""
+        if self._held is not None:
+            self._held.succeeded()
+
+    def failed(self) -> None:
+        """A held stream was cut after its first byte: a failure for the breaker (both its
+        rules); the provider slot is given back. Idempotent."""
+        if self._held is not None:
+            self._held.failed()
 
     def release(self) -> None:
-        """Give the provider slot back (only needed with ``hold=True``); idempotent."""
-        release, self._release = self._release, None
-        if release is not None:
-            release()
+        """Give the provider slot back without a verdict (the client went away). Idempotent,
+        and a no-op after ``succeeded``/``failed``; with ``hold=False`` every call is a no-op."""
+        if self._held is not None:
+            self._held.release()
 
 
 class DispatchFailed(UpstreamError):
@@ -178,7 +239,8 @@ class Dispatcher:
         """Serve ``plan`` with ``attempt``; raise ``DispatchFailed`` when nothing served.
 
         With ``hold=True`` the provider slot stays taken after the return (a stream still
-        flowing); the caller must call ``result.release()`` when the response ends.
+        flowing) and the call is not yet judged: the caller must end it with
+        ``result.succeeded()``, ``result.failed()`` or ``result.release()``.
         """
         attempts: list[AttemptRecord] = []
         deadline = self._clock() + self.settings.total_budget_s
@@ -236,7 +298,7 @@ class Dispatcher:
                 )
                 continue
             try:
-                value, release = await self._serve(
+                value, held = await self._serve(
                     candidate, provider, attempt, attempts, deadline, hold
                 )
             except _Skipped:
@@ -248,7 +310,7 @@ class Dispatcher:
                 continue
             if spilled and check_local:  # served here because a local engine was too busy
                 candidate = dataclasses.replace(candidate, spilled=True)
-            return DispatchResult(value, candidate, attempts, release)
+            return DispatchResult(value, candidate, attempts, held)
         if last_error is None:
             raise DispatchFailed(
                 "no upstream can take this request now (all candidates skipped: "
@@ -325,7 +387,7 @@ class Dispatcher:
         attempts: list[AttemptRecord],
         deadline: float,
         hold: bool,
-    ) -> tuple[T, Callable[[], None] | None]:
+    ) -> tuple[T, ServedCall | None]:
         breaker = self.state.breakers.get(candidate.provider, candidate.model)
         limit = provider.max_concurrency if provider else None
         retrying = AsyncRetrying(
@@ -349,34 +411,26 @@ class Dispatcher:
         attempt: Callable[[Candidate], Awaitable[T]],
         attempts: list[AttemptRecord],
         hold: bool,
-    ) -> tuple[T, Callable[[], None] | None]:
+    ) -> tuple[T, ServedCall | None]:
         def skip(detail: str) -> _Skipped:
             attempts.append(AttemptRecord(candidate.model, candidate.provider, "skipped", detail))
             return _Skipped(detail)
 
         if not breaker.allow():
             raise skip(f"breaker {breaker.state}")
-        inflight = self.state.inflight
-        if not inflight.try_acquire(candidate.provider, limit):
-            breaker.release_probe()
+        probe = breaker.state != "closed"  # allowed while not closed: the half-open probe
+        if not self.state.inflight.try_acquire(candidate.provider, limit):
+            if probe:
+                breaker.release_probe()
             raise skip(f"provider at max_concurrency ({limit})")
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                inflight.release(candidate.provider)
-
+        call = ServedCall(self.state, candidate, breaker, probe=probe)
         started = self._clock()
         try:
             value = await attempt(candidate)
         except UpstreamError as error:
-            release()
-            self._record_failure(candidate, breaker, error, attempts, self._clock() - started)
+            self._record_failure(candidate, call, error, attempts, self._clock() - started)
             raise
         except Exception as exc:
-            release()
             # An attempt function that lets a non-UpstreamError escape: treat it as a broken
             # upstream response so the next candidate still gets its chance.
             error = UpstreamError(
@@ -385,35 +439,31 @@ class Dispatcher:
                 kind="protocol",
                 provider=candidate.provider,
             )
-            self._record_failure(candidate, breaker, error, attempts, self._clock() - started)
+            self._record_failure(candidate, call, error, attempts, self._clock() - started)
             raise error from exc
         except BaseException:
-            release()
-            breaker.release_probe()
+            call.release()
             raise
-        elapsed = self._clock() - started
-        breaker.record_success()
-        self.state.latency.observe(candidate.model, elapsed)
+        call.first_byte_s = self._clock() - started
         attempts.append(
-            AttemptRecord(candidate.model, candidate.provider, "ok", "served", duration_s=elapsed)
+            AttemptRecord(
+                candidate.model, candidate.provider, "ok", "served", duration_s=call.first_byte_s
+            )
         )
-        if not hold:
-            release()
-            return value, None
-        return value, release
+        if hold:
+            return value, call  # judged when the stream ends
+        call.succeeded()
+        return value, None
 
     def _record_failure(
         self,
         candidate: Candidate,
-        breaker: CircuitBreaker,
+        call: ServedCall,
         error: UpstreamError,
         attempts: list[AttemptRecord],
         elapsed: float,
     ) -> None:
-        if _counts_against_breaker(error):
-            breaker.record_failure()
-        else:
-            breaker.release_probe()
+        call.failed(counts=_counts_against_breaker(error))
         attempts.append(
             AttemptRecord(
                 candidate.model,

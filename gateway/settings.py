@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gateway.redis_connect import check_redis_url
@@ -47,6 +47,21 @@ class Settings(BaseSettings):
     # budget of all tries and fallbacks of one request.
     upstream_max_tries: int = Field(default=3, ge=1, le=10)
     upstream_retry_budget_s: float = Field(default=30.0, gt=0, le=3600)
+    # Backoff between tries of one candidate: exponential from initial to max, plus jitter;
+    # an upstream Retry-After is waited exactly, unless longer than max_retry_after_s.
+    upstream_backoff_initial_s: float = Field(default=0.25, ge=0, le=60)
+    upstream_backoff_max_s: float = Field(default=4.0, ge=0, le=600)
+    upstream_backoff_jitter_s: float = Field(default=0.25, ge=0, le=60)
+    upstream_max_retry_after_s: float = Field(default=10.0, ge=0, le=3600)
+    # Circuit breaker per provider/model: opens after N consecutive failures, or at a failure
+    # ratio over the last `window` calls (judged once `min_calls` are in); probes after cooldown.
+    breaker_consecutive_failures: int = Field(default=5, ge=1, le=10_000)
+    breaker_failure_ratio: float = Field(default=0.5, gt=0, le=1)
+    breaker_window: int = Field(default=20, ge=1, le=10_000)
+    breaker_min_calls: int = Field(default=10, ge=1, le=10_000)
+    breaker_cooldown_s: float = Field(default=30.0, gt=0, le=86400)
+    # Weight of the newest sample in the lowest_latency strategy's moving average.
+    route_latency_alpha: float = Field(default=0.3, gt=0, le=1)
     upstream_pool_size: int = Field(default=512, ge=1, le=100_000)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=1024**3)
     # When Redis is down: closed -> 503; open -> recently verified keys are served unlimited.
@@ -75,6 +90,22 @@ class Settings(BaseSettings):
         # redis://, rediss://, unix:// or redis+cluster://host:port[,host:port...]; empty = embedded
         check_redis_url(value.strip())
         return value.strip()
+
+    @field_validator("upstream_backoff_max_s")
+    @classmethod
+    def _backoff_max_not_below_initial(cls, value: float, info: ValidationInfo) -> float:
+        initial = info.data.get("upstream_backoff_initial_s")
+        if initial is not None and value < initial:
+            raise ValueError(f"must be at least {ENV_PREFIX}UPSTREAM_BACKOFF_INITIAL_S ({initial})")
+        return value
+
+    @field_validator("breaker_min_calls")
+    @classmethod
+    def _min_calls_fit_the_window(cls, value: int, info: ValidationInfo) -> int:
+        window = info.data.get("breaker_window")
+        if window is not None and value > window:
+            raise ValueError(f"must not exceed {ENV_PREFIX}BREAKER_WINDOW ({window})")
+        return value
 
     @property
     def embedded_redis(self) -> bool:

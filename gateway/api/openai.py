@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,11 +154,18 @@ def allowed_models(principal: Principal, policy: Policy) -> frozenset[str] | Non
     return frozenset(policy.resolve_model(name) or name for name in models)
 
 
-def route_headers(plan: RoutePlan, served: Candidate) -> dict[str, str]:
+def route_headers(
+    plan: RoutePlan, served: Candidate, attempts: list[AttemptRecord] | None = None
+) -> dict[str, str]:
+    route = plan.header_value(served)
+    for record in attempts or ():  # a local engine passed over (not loaded, unhealthy): why
+        if record.outcome == "skipped" and record.kind == "unavailable":
+            why = "".join(c if " " <= c <= "~" else "?" for c in record.detail)[:160]
+            route += f"; skipped {record.model}: {why}"
     return {
         "x-switchyard-model": served.model,
         "x-switchyard-provider": served.provider,
-        "x-switchyard-route": plan.header_value(served),
+        "x-switchyard-route": route,
     }
 
 
@@ -213,7 +220,7 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
             streaming_started = True
             return response
         result = await services.dispatcher.run(
-            plan, _json_attempt(services, endpoint, raw, accounting.policy)
+            plan, _json_attempt(services, endpoint, raw, accounting.policy, request.receive)
         )
         served: Candidate = result.candidate
         upstream: UpstreamResponse = result.value
@@ -221,7 +228,7 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
         accounting.attempts = len(result.attempts)
         outcome.note_dispatch(services, plan, result.attempts, served)
         outcome.usage = limits_gate.usage_from(upstream.data)
-        headers.update(route_headers(plan, served))
+        headers.update(route_headers(plan, served, result.attempts))
         upstream_s = sum(attempt.duration_s for attempt in result.attempts)
         elapsed = time.perf_counter() - outcome.started
         services.metrics.overhead.labels(endpoint.route).observe(max(elapsed - upstream_s, 0.0))
@@ -271,13 +278,21 @@ class ClosingStreamingResponse(StreamingResponse):
 
 
 def _json_attempt(
-    services: Services, endpoint: Endpoint, body: dict[str, Any], policy: Policy
+    services: Services,
+    endpoint: Endpoint,
+    body: dict[str, Any],
+    policy: Policy,
+    receive: Callable[[], Awaitable[Any]],
 ) -> Callable[[Candidate], Any]:
     async def attempt(candidate: Candidate) -> UpstreamResponse:
-        provider = services.providers.get(candidate.provider, policy.providers[candidate.provider])
-        return await provider.post_json(
-            endpoint.upstream_path, {**body, "model": candidate.upstream_model}
-        )
+        config = policy.providers[candidate.provider]
+        provider = services.providers.get(candidate.provider, config)
+        upstream_body = {**body, "model": candidate.upstream_model}
+        if config.kind == "local":  # a client that hangs up aborts its engine sequence
+            return await provider.post_json(
+                endpoint.upstream_path, upstream_body, client_gone=receive
+            )
+        return await provider.post_json(endpoint.upstream_path, upstream_body)
 
     return attempt
 
@@ -313,7 +328,7 @@ async def _stream(
     accounting.served_model, accounting.served_provider = served.model, served.provider
     accounting.attempts = len(result.attempts)
     outcome.note_dispatch(services, plan, result.attempts, served)
-    headers.update(route_headers(plan, served))
+    headers.update(route_headers(plan, served, result.attempts))
     headers.update(SSE_HEADERS)
     upstream: UpstreamStream = result.value
     to_headers = time.perf_counter() - outcome.started
@@ -331,6 +346,7 @@ async def _stream(
                     services.metrics.ttft.labels(served.model).observe(ttft_s)
                 if data == b"[DONE]":
                     outcome.status = 200
+                    result.succeeded()  # a clean end: only now a success for breaker and latency
                     # Recorded before the client sees the end of the stream.
                     await _durable(accounting.close(services, outcome.status, outcome.usage))
                     yield DONE
@@ -351,12 +367,11 @@ async def _stream(
             services.metrics.upstream_errors.labels(served.provider, exc.kind).inc()
             # Too late to fall back, but the breaker must see it: a provider that always cuts
             # its streams would otherwise stay in rotation.
-            breakers = services.dispatcher.state.breakers
-            breakers.get(served.provider, served.model).record_late_failure()
+            result.failed()
             yield sse_error(exc)
         finally:
             upstream.close()
-            result.release()
+            result.release()  # no verdict yet (the client went away): neither way
             accounting.close(services, outcome.status, outcome.usage)
             outcome.finish(services, endpoint.route, error)
 

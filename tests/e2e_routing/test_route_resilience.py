@@ -6,11 +6,12 @@ Task ``chat`` is ordered [m-alpha (provider alpha), m-beta (provider beta)]; eac
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import openai
 import pytest
-from fake_provider import CUT, RESET, Step
+from fake_provider import CUT, OK, RESET, Step
 from route_rig import BREAKER, RouteRig, wait_for
 
 STREAM_TEXT = "served by {}"
@@ -190,13 +191,51 @@ def test_failed_half_open_probe_opens_the_breaker_again(rig: RouteRig) -> None:
 
 
 def test_streams_cut_after_the_first_byte_open_the_breaker(rig: RouteRig) -> None:
-    """A cut stream cannot fall back (bytes went out), but it counts against the breaker."""
+    """A cut stream cannot fall back (bytes went out), but it is a failure for the breaker:
+    N cut streams in a row open it by the consecutive rule (the ratio rule needs more calls)."""
+    assert BREAKER.consecutive_failures < BREAKER.min_calls
     rig.fleet["alpha"].play(then=CUT)
-    for _ in range(BREAKER.min_calls):
+    for cut in range(1, BREAKER.consecutive_failures + 1):
+        assert breaker_state(rig, "alpha/m-alpha") in (None, 0), cut
         with pytest.raises(openai.APIError):
             stream_chat(rig)
     assert breaker_state(rig, "alpha/m-alpha") == 1
     text, headers = stream_chat(rig)
     assert text == STREAM_TEXT.format("beta")
     assert headers["x-switchyard-model"] == "m-beta"
-    assert rig.fleet["alpha"].hit_count() == BREAKER.min_calls
+    assert rig.fleet["alpha"].hit_count() == BREAKER.consecutive_failures
+    # No latency sample from a cut stream: only clean ends teach the EWMA.
+    assert rig.gateway.services.router.state.latency.samples("m-alpha") == 0
+
+
+def expect_streams(rig: RouteRig, cut_pattern: str) -> None:
+    """Stream once per letter: ``c`` must come back cut (an error), ``o`` whole from alpha."""
+    for letter in cut_pattern:
+        if letter == "c":
+            with pytest.raises(openai.APIError):
+                stream_chat(rig)
+        else:
+            assert stream_chat(rig)[0] == STREAM_TEXT.format("alpha")
+
+
+def test_cut_streams_count_in_the_failure_ratio(rig: RouteRig) -> None:
+    # Never two cuts in a row, but half of the last 4 streams (BREAKER.min_calls) were cut.
+    assert (BREAKER.min_calls, BREAKER.failure_ratio) == (4, 0.5)
+    rig.fleet["alpha"].play(CUT, OK, OK, CUT)
+    expect_streams(rig, "coo")
+    assert breaker_state(rig, "alpha/m-alpha") == 0
+    expect_streams(rig, "c")
+    assert breaker_state(rig, "alpha/m-alpha") == 1
+    assert stream_chat(rig)[0] == STREAM_TEXT.format("beta")
+    # Only the two clean ends taught the latency average.
+    assert rig.gateway.services.router.state.latency.samples("m-alpha") == 2
+
+
+def test_a_clean_stream_between_cuts_resets_the_streak(rig: RouteRig) -> None:
+    breakers = rig.gateway.services.router.state.breakers
+    breakers.reset(dataclasses.replace(BREAKER, failure_ratio=1.0, min_calls=BREAKER.window))
+    rig.fleet["alpha"].play(CUT, CUT, OK, CUT, CUT, CUT)
+    expect_streams(rig, "ccocc")
+    assert breaker_state(rig, "alpha/m-alpha") == 0
+    expect_streams(rig, "c")
+    assert breaker_state(rig, "alpha/m-alpha") == 1

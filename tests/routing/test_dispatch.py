@@ -137,7 +137,7 @@ async def test_total_time_budget_bounds_retries(rig) -> None:
             jitter_s=0,
             total_budget_s=0.6,
         ),
-        breaker=BreakerSettings(consecutive_failures=1000, min_calls=1000),
+        breaker=BreakerSettings(consecutive_failures=1000, window=1000, min_calls=1000),
     )
     rig.alpha.play(("status", 500))
     rig.beta.play(("status", 500))
