@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gateway.breaker import BreakerBoard, BreakerSettings
 
 
@@ -74,3 +76,39 @@ def test_unknown_breakers_read_closed_and_probe_slot_can_be_released() -> None:
     assert breaker.allow()
     breaker.release_probe()  # the call never went out (provider full): let another probe
     assert breaker.allow()
+
+
+def test_outcomes_while_open_neither_close_it_nor_move_the_cooldown() -> None:
+    """A long stream let through before the breaker opened may end while it is open."""
+    clock = Clock()
+    breaker = BreakerBoard(BreakerSettings(consecutive_failures=2, cooldown_s=10), clock).get(
+        "alpha", "big"
+    )
+    breaker.record_failure()
+    breaker.record_failure()
+    assert breaker.state == "open"
+    clock.now += 6
+    breaker.record_success()  # not the probe: stays open
+    assert breaker.state == "open"
+    breaker.record_failure()  # does not restart the 10 s cool-down
+    clock.now += 4
+    assert breaker.state == "half_open"
+    assert breaker.allow()
+    breaker.record_success()  # the probe's success closes it
+    assert breaker.state == "closed"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("consecutive_failures", 0, "consecutive_failures"),
+        ("failure_ratio", 0.0, "failure_ratio"),
+        ("failure_ratio", 1.5, "failure_ratio"),
+        ("window", 0, "window"),
+        ("min_calls", 21, "min_calls"),
+        ("cooldown_s", -1.0, "cooldown_s"),
+    ],
+)
+def test_bad_breaker_settings_are_refused(field: str, value: float, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        BreakerSettings(**{field: value})

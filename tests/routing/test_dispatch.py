@@ -221,3 +221,49 @@ async def test_dispatch_adapter_matches_foundation_signature(rig) -> None:
 
     served, value = await rig.dispatcher.dispatch(route, attempt)
     assert (served.model, value) == ("other", "other")
+
+
+async def test_held_call_is_judged_only_when_it_ends(rig) -> None:
+    """hold=True (a stream): no breaker or latency verdict at the first byte; failed() counts
+    as a failure in the consecutive rule, succeeded() as a success with its first-byte time."""
+    rig.configure(breaker=BreakerSettings(consecutive_failures=2, cooldown_s=60))
+    breaker = rig.state.breakers.get("alpha", "big")
+    for _ in range(2):
+        held = await rig.run({"model": "big"}, hold=True)
+        assert held.candidate.model == "big" and rig.state.inflight.count("alpha") == 1
+        assert rig.state.latency.estimate("big") is None
+        held.failed()
+        held.succeeded()  # too late: the first verdict stands
+        held.release()
+        assert rig.state.inflight.count("alpha") == 0
+    assert breaker.state == "open"  # two cut streams in a row
+    assert rig.state.latency.estimate("big") is None
+
+    rig.configure(breaker=BreakerSettings(consecutive_failures=2, cooldown_s=60))
+    rig.alpha.play(("slow", 0.1), "ok")
+    held = await rig.run({"model": "big"}, hold=True)
+    rig.state.breakers.get("alpha", "big").record_failure()  # another call failed meanwhile
+    held.succeeded()
+    assert rig.state.latency.estimate("big") == held.attempts[-1].duration_s >= 0.1
+    rig.state.breakers.get("alpha", "big").record_failure()
+    assert rig.state.breakers.state_of("alpha", "big") == "closed"  # the success broke the streak
+
+
+async def test_held_probe_keeps_the_breaker_half_open_until_the_stream_ends(rig) -> None:
+    rig.configure(breaker=BreakerSettings(consecutive_failures=1, cooldown_s=0.1))
+    rig.alpha.play(("status", 500), "ok")
+    assert (await rig.run({"model": "big"})).candidate.model == "small"
+    assert rig.state.breakers.state_of("alpha", "big") == "open"
+    await asyncio.sleep(0.15)
+    probe = await rig.run({"model": "big"}, hold=True)
+    assert probe.candidate.model == "big"
+    assert rig.state.breakers.state_of("alpha", "big") == "half_open"
+    other = await rig.run({"model": "big"})  # the probe is still out: no second one
+    assert (other.candidate.model, other.attempts[0].detail) == ("small", "breaker half_open")
+    probe.release()  # the client left: no verdict, but the probe slot is free again
+    assert rig.state.breakers.state_of("alpha", "big") == "half_open"
+    probe = await rig.run({"model": "big"}, hold=True)
+    assert probe.candidate.model == "big"
+    probe.succeeded()
+    assert rig.state.breakers.state_of("alpha", "big") == "closed"
+    assert rig.state.inflight.count("alpha") == 0
