@@ -46,6 +46,18 @@ class Unavailable:
     spill: bool
 
 
+@dataclass(frozen=True)
+class EngineHealth:
+    """``state``: absent | loading | ready | failed (load error) | unhealthy (a rank died) |
+    stopped (after shutdown)."""
+
+    state: str
+    detail: str | None
+
+    def describe(self) -> str:
+        return self.state if self.detail is None else f"{self.state}: {self.detail}"
+
+
 def write_default_checkpoint(models_dir: Path) -> Path:
     """The embedded default model: written once (atomically), reused on every later start."""
     target = models_dir / DEFAULT_CHECKPOINT_NAME
@@ -102,6 +114,8 @@ class LocalEngineHost:
         self._provider: LocalProvider | None = None
         self._config: ProviderConfig | None = None
         self._warned_stale = False
+        self._loading = False
+        self._reported_dead = False
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -114,6 +128,9 @@ class LocalEngineHost:
             return
         self.provider_name, self._config = local[0]
         self.settings = self._config.engine_settings
+        if self.metrics is not None:  # 0 while loading, after a failed load, once a rank dies
+            self.metrics.watch_engine_health(lambda: self.health().state == "ready")
+        self._loading = True
         try:
             self.engine = await asyncio.to_thread(self._build)
         except Exception as exc:  # the gateway still serves its other providers
@@ -122,6 +139,8 @@ class LocalEngineHost:
                 "local_engine_failed", provider=self.provider_name, error=self.load_error
             )
             return
+        finally:
+            self._loading = False
         self.log.info(
             "local_engine_started",
             provider=self.provider_name,
@@ -149,6 +168,20 @@ class LocalEngineHost:
             self.log.info("local_engine_stopped", provider=self.provider_name)
 
     # --- what the gateway asks -----------------------------------------------------------
+
+    def health(self) -> EngineHealth:
+        """The engine's state for /readyz and /metrics (``absent`` = no local provider)."""
+        if self.provider_name is None:
+            return EngineHealth("absent", None)
+        if self._loading:
+            return EngineHealth("loading", None)
+        if self.engine is None:
+            if self.load_error is None:
+                return EngineHealth("stopped", None)
+            return EngineHealth("failed", self.load_error)
+        if not self.engine.healthy:
+            return EngineHealth("unhealthy", self.engine.dead_reason or "not running")
+        return EngineHealth("ready", None)
 
     @property
     def tokenizer(self) -> Tokenizer | None:
@@ -186,8 +219,11 @@ class LocalEngineHost:
         if self.engine is None:
             return f"local engine failed to load: {self.load_error or 'not started'}"
         if not self.engine.healthy:
-            dead = getattr(self.engine, "dead_reason", None)
-            return f"local engine is unhealthy: {dead or 'not running'}"
+            dead = self.engine.dead_reason or "not running"
+            if not self._reported_dead:  # said once; routing avoids the engine from now on
+                self._reported_dead = True
+                self.log.error("local_engine_unhealthy", provider=name, reason=dead)
+            return f"local engine is unhealthy: {dead}"
         return None
 
     def provider(self, name: str, config: ProviderConfig) -> LocalProvider:

@@ -186,6 +186,16 @@ class Metrics:
             for name, doc in histograms
         )
 
+    def watch_engine_health(self, healthy: Callable[[], bool]) -> None:
+        """``engine_healthy``: 1 while the local engine serves; 0 while it loads, after a failed
+        load and once a tensor-parallel rank has died (read at scrape time)."""
+        gauge = Gauge(
+            "engine_healthy",
+            "1 when the in-process engine can serve, else 0 (see /readyz for why).",
+            registry=self.registry,
+        )
+        gauge.set_function(lambda: 1.0 if healthy() else 0.0)
+
     def watch_spool(self, depth: Callable[[], int]) -> None:
         """Read the usage spool's depth at scrape time."""
         self.spool_depth.set_function(depth)

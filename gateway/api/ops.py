@@ -1,9 +1,16 @@
 """Operations endpoints: liveness, readiness (Redis reachable, policy loaded, not draining),
-Prometheus, and the OpenAPI document."""
+Prometheus, and the OpenAPI document.
+
+The local engine shows in ``checks.local_engine`` (ready, loading, ``failed: <load error>``,
+``unhealthy: <why>``). A broken engine makes the gateway unready only when no upstream provider
+of the policy could serve instead (none configured, or none with its API key set): while one
+can, routing skips the engine and this replica keeps its traffic.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -12,6 +19,7 @@ from starlette.routing import Route
 from gateway.api.http import json_response
 from gateway.api.openapi import openapi_json
 from gateway.api.services import Services
+from gateway.policy import Policy
 from gateway.redis_connect import REDIS_FAILURES
 
 
@@ -38,9 +46,28 @@ async def readyz(request: Request) -> Response:
     if draining:
         checks["shutdown"] = "draining"
     ready = redis_ok and policy_ok and not draining
+    local = services.local_engine
+    health = local.health() if local is not None else None
+    if health is not None and health.state != "absent":
+        checks["local_engine"] = health.describe()
+        if (
+            health.state != "ready"
+            and policy_ok
+            and not _upstream_can_serve(policies.current.policy)
+        ):
+            ready = False  # the engine was the only way to answer
     return json_response(
         {"status": "ready" if ready else "not ready", "checks": checks},
         status=200 if ready else 503,
+    )
+
+
+def _upstream_can_serve(policy: Policy) -> bool:
+    """True when some non-local provider is configured with the API key it needs."""
+    return any(
+        provider.kind != "local"
+        and (not provider.api_key_env or os.environ.get(provider.api_key_env))
+        for provider in policy.providers.values()
     )
 
 

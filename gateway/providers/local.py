@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -88,20 +88,38 @@ class LocalProvider:
                 raise client_error(self.name, str(exc), param) from None
         return request
 
-    async def post_json(self, path: str, body: dict[str, Any]) -> UpstreamResponse:
+    async def post_json(
+        self,
+        path: str,
+        body: dict[str, Any],
+        *,
+        client_gone: Callable[[], Awaitable[Any]] | None = None,
+    ) -> UpstreamResponse:
+        """The whole answer. ``client_gone`` resolves when the client disconnects (the ASGI
+        ``receive`` once the body is read): the engine requests are then aborted at once,
+        freeing their KV blocks, and a 499 ``client_closed_request`` error is raised."""
         request = self._prepare(path, body)
         run = LocalRun(self, request)
         choices = [Choice() for _ in range(len(request.prompts) * request.n)]
+        gathering = asyncio.ensure_future(_gather(run, choices))
+        watching = asyncio.ensure_future(_disconnect(client_gone)) if client_gone else None
         try:
-            async for output, index in run.outputs():
-                choice = choices[index]
-                choice.text += output.text
-                choice.num_tokens = output.num_output_tokens
-                if output.logprobs:
-                    choice.logprobs.extend(output.logprobs)
-                if output.finish_reason is not None:
-                    choice.finish_reason = output.finish_reason
+            waited = {gathering} if watching is None else {gathering, watching}
+            await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
+            if not gathering.done():
+                raise UpstreamError(
+                    "the client closed the request; the local engine aborted it",
+                    status=499,
+                    retryable=False,
+                    kind="status",  # a client outcome: no retry, no fallback, no breaker
+                    provider=self.name,
+                    code="client_closed_request",
+                )
+            gathering.result()
         finally:
+            for task in (gathering, watching):
+                if task is not None and not task.done():
+                    task.cancel()
             run.close()
         data = full_response(request, self.tokenizer, choices, run.prompt_tokens)
         raw = orjson.dumps(data)
@@ -111,6 +129,25 @@ class LocalProvider:
         request = self._prepare(path, body)
         options = body.get("stream_options") or {}
         return LocalStream(self, request, include_usage=options.get("include_usage") is True)
+
+
+async def _gather(run: LocalRun, choices: list[Choice]) -> None:
+    async for output, index in run.outputs():
+        choice = choices[index]
+        choice.text += output.text
+        choice.num_tokens = output.num_output_tokens
+        if output.logprobs:
+            choice.logprobs.extend(output.logprobs)
+        if output.finish_reason is not None:
+            choice.finish_reason = output.finish_reason
+
+
+async def _disconnect(receive: Callable[[], Awaitable[Any]]) -> None:
+    """Returns when ASGI says the client is gone (after the body nothing else arrives)."""
+    while True:
+        message = await receive()
+        if message.get("type") == "http.disconnect":
+            return
 
 
 class LocalRun:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from collections.abc import Callable
 
 import httpx
+import orjson
 from openai import AsyncOpenAI, OpenAI
 
 MESSAGES = [{"role": "user", "content": "Tell me about the weather."}]
@@ -103,6 +105,30 @@ def test_disconnected_stream_frees_its_blocks(local_gateway, api_key):
     held.disconnect()
     wait_for(lambda: idle(engine) and engine.load()["kv_cache_usage_perc"] == 0.0)
     assert engine.engine.block_manager.num_used_blocks == 0
+
+
+def test_disconnected_non_stream_request_aborts_and_frees_its_blocks(local_gateway, api_key):
+    engine = local_gateway.engine
+    wait_for(lambda: idle(engine))
+    generated_before = engine.stats()["generation_tokens_total"]
+    body = orjson.dumps(
+        {"model": "tiny", "messages": MESSAGES, "max_tokens": 20000, "ignore_eos": True}
+    )
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {api_key}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", local_gateway.port), timeout=30) as sock:
+        sock.sendall(head + body)
+        wait_for(lambda: engine.load()["num_requests_running"] == 1)
+        assert engine.load()["kv_cache_usage_perc"] > 0
+    # The socket is closed: the handler sees http.disconnect and the engine aborts.
+    wait_for(lambda: idle(engine) and engine.load()["kv_cache_usage_perc"] == 0.0, timeout=10)
+    assert engine.engine.block_manager.num_used_blocks == 0
+    generated = engine.stats()["generation_tokens_total"] - generated_before
+    assert 0 < generated < 20000, "the sequence ran on after its client left"
+    wait_for(lambda: '"status":499' in local_gateway.log.getvalue().replace(" ", ""), timeout=10)
 
 
 def test_spill_over_while_the_queue_is_held_then_back(local_gateway, api_key, upstream):
