@@ -67,6 +67,11 @@ class CircuitBreaker:
             return True
         return False
 
+    def would_allow(self) -> bool:
+        """What ``allow()`` would answer now, without taking the probe slot (for previews)."""
+        state = self.state
+        return state == "closed" or (state == "half_open" and not self._probe_in_flight)
+
     def release_probe(self) -> None:
         """The allowed call never reached the upstream (e.g. skipped): free the probe slot."""
         self._probe_in_flight = False
@@ -123,6 +128,10 @@ class BreakerBoard:
     def state_of(self, provider: str, model: str) -> BreakerState:
         breaker = self._breakers.get(self.key(provider, model))
         return breaker.state if breaker else "closed"
+
+    def would_allow(self, provider: str, model: str) -> bool:
+        breaker = self._breakers.get(self.key(provider, model))
+        return breaker.would_allow() if breaker else True
 
     def reset(self, settings: BreakerSettings | None = None) -> None:
         """Forget every breaker (all closed again), optionally with new thresholds."""

@@ -10,7 +10,8 @@ upstream call up to the point where the first byte would go to the client, raisi
 - an upstream 401/403/404 (our key or model is wrong there) and a missing API key are
   configuration errors of that candidate: no retry, next candidate;
 - any other 4xx is the client's fault: it is raised at once (no retry, no fallback);
-- a candidate whose breaker is open, or whose provider is at ``max_concurrency``, is skipped;
+- a candidate whose breaker is open (or half-open with its probe out), or whose provider is at
+  ``max_concurrency``, is skipped;
 - a local-engine candidate that is not loaded or unhealthy is skipped; one past its
   ``spill_when`` thresholds spills to the next candidates (the served one is marked
   ``spilled``), and is still tried last when none of those serves.
@@ -346,6 +347,8 @@ class Dispatcher:
                 verdict = f"skipped: missing API key ({missing_key} is not set)"
             elif state == "open":
                 verdict = "skipped: breaker open"
+            elif not self.state.breakers.would_allow(candidate.provider, candidate.model):
+                verdict = "skipped: breaker half_open (probe in flight)"
             elif limit is not None and inflight >= limit:
                 verdict = f"skipped: provider at max_concurrency ({limit})"
             else:

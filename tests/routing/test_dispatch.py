@@ -260,6 +260,9 @@ async def test_held_probe_keeps_the_breaker_half_open_until_the_stream_ends(rig)
     assert rig.state.breakers.state_of("alpha", "big") == "half_open"
     other = await rig.run({"model": "big"})  # the probe is still out: no second one
     assert (other.candidate.model, other.attempts[0].detail) == ("small", "breaker half_open")
+    route = rig.router.plan(body={"model": "big"}, headers={}, key_id="k", allowed_models=None)
+    verdict = rig.dispatcher.preview(route)[0]["verdict"]
+    assert verdict == "skipped: breaker half_open (probe in flight)"
     probe.release()  # the client left: no verdict, but the probe slot is free again
     assert rig.state.breakers.state_of("alpha", "big") == "half_open"
     probe = await rig.run({"model": "big"}, hold=True)
