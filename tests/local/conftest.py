@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -126,17 +126,11 @@ def upstream() -> Iterator[FakeUpstream]:
         yield fake
 
 
-@pytest.fixture(scope="module")
-def local_gateway(
-    tmp_path_factory: pytest.TempPathFactory,
-    checkpoint: Path,
-    upstream: FakeUpstream,
-    redis_url: str,
-) -> Iterator[LocalGateway]:
-    root = tmp_path_factory.mktemp("local-gw")
+def gateway_settings(root: Path, policy_text: str, redis_url: str) -> Settings:
+    """Settings of a test gateway serving ``policy_text`` with its data under ``root``."""
     policy = root / "routing_rules.yaml"
-    policy.write_text(POLICY.format(checkpoint=checkpoint, upstream=upstream.base_url))
-    settings = Settings(  # type: ignore[call-arg]
+    policy.write_text(policy_text)
+    return Settings(  # type: ignore[call-arg]
         _env_file=None,
         redis_url=redis_url,
         data_dir=root / "data",
@@ -145,6 +139,30 @@ def local_gateway(
         key_pepper=PEPPER,
         upstream_max_tries=1,
     )
+
+
+def create_key(gateway: LocalGateway) -> str:
+    import httpx
+
+    response = httpx.post(
+        gateway.base_url + "/admin/keys",
+        json={"name": "local-test"},
+        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+        timeout=10,
+    )
+    assert response.status_code == 201, response.text
+    return response.json()["key"]
+
+
+@pytest.fixture(scope="module")
+def local_gateway(
+    tmp_path_factory: pytest.TempPathFactory,
+    checkpoint: Path,
+    upstream: FakeUpstream,
+    redis_url: str,
+) -> Iterator[LocalGateway]:
+    policy = POLICY.format(checkpoint=checkpoint, upstream=upstream.base_url)
+    settings = gateway_settings(tmp_path_factory.mktemp("local-gw"), policy, redis_url)
     gateway = LocalGateway(settings).start()
     try:
         yield gateway
@@ -154,13 +172,24 @@ def local_gateway(
 
 @pytest.fixture
 def api_key(local_gateway: LocalGateway) -> str:
-    import httpx
+    return create_key(local_gateway)
 
-    response = httpx.post(
-        local_gateway.base_url + "/admin/keys",
-        json={"name": "local-test"},
-        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
-        timeout=10,
-    )
-    assert response.status_code == 201, response.text
-    return response.json()["key"]
+
+@pytest.fixture(scope="module")
+def start_gateway(
+    tmp_path_factory: pytest.TempPathFactory, redis_url: str
+) -> Iterator[Callable[[str], tuple[LocalGateway, str]]]:
+    """Starts a gateway on a policy of the test's own: (gateway, an API key); stopped after."""
+    started: list[LocalGateway] = []
+
+    def start(policy_text: str) -> tuple[LocalGateway, str]:
+        root = tmp_path_factory.mktemp("local-gw-own")
+        gateway = LocalGateway(gateway_settings(root, policy_text, redis_url)).start()
+        started.append(gateway)
+        return gateway, create_key(gateway)
+
+    try:
+        yield start
+    finally:
+        for gateway in started:
+            gateway.stop()
