@@ -18,6 +18,7 @@ import redis.exceptions
 
 from gateway.errors import RateLimited, ServiceUnavailable
 from gateway.redis_connect import REDIS_UNAVAILABLE
+from gateway.redis_scripts import LuaScript, ScriptBatch
 
 BudgetPeriod = Literal["day", "month", "total"]
 _PERIODS = ("day", "month", "total")
@@ -149,6 +150,7 @@ class Limiter:
         self._lease_ms = round(lease_s * 1000)
         self._reserve_script = redis.register_script(_script_source("limits_reserve.lua"))
         self._settle_script = redis.register_script(_script_source("limits_settle.lua"))
+        self._settle_lua = LuaScript.of(self._settle_script.script)
         self._status_script = redis.register_script(_script_source("limits_status.lua"))
 
     def keys(self, key_id: str) -> list[str]:
@@ -204,6 +206,14 @@ class Limiter:
             headers=self._headers(limits, int(rpm_used), int(tpm_used), rpm_reset, tpm_reset),
         )
 
+    def queue_settle(
+        self, batch: ScriptBatch, reservation: Reservation, *, tokens: int, cost_usd: float
+    ) -> int:
+        """Queue the settle on a ``ScriptBatch`` (EVALSHA, shares its round trip); returns the
+        position of its reply. The hot path's way: the batch recovers from NOSCRIPT itself."""
+        keys, args = self._settle_call(reservation, "settle", tokens, _to_micro(cost_usd))
+        return batch.call(self._settle_lua, keys, args)
+
     def add_settle(
         self,
         pipe: redis.asyncio.client.Pipeline,
@@ -212,13 +222,13 @@ class Limiter:
         tokens: int,
         cost_usd: float,
     ) -> None:
-        """Queue the settle on the caller's pipeline (shares its round trip).
+        """Queue the settle on a redis-py pipeline the caller executes itself.
 
-        Sent as EVAL with the full source, not EVALSHA: a pipeline cannot fall back on NOSCRIPT
-        after a Redis restart, and redis-py would add a SCRIPT EXISTS round trip to each one.
+        Sent as EVAL with the full source, not EVALSHA: a plain pipeline cannot fall back on
+        NOSCRIPT after a Redis restart. Prefer ``queue_settle`` where a ``ScriptBatch`` fits.
         """
         keys, args = self._settle_call(reservation, "settle", tokens, _to_micro(cost_usd))
-        pipe.eval(self._settle_script.script, len(keys), *keys, *args)
+        pipe.eval(self._settle_lua.source, len(keys), *keys, *args)
 
     async def settle(self, reservation: Reservation, *, tokens: int, cost_usd: float) -> bool:
         """Replace the estimate by what was used: refunds the rest, charges any excess.

@@ -37,6 +37,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from gateway.redis_connect import REDIS_FAILURES
+from gateway.redis_scripts import LuaScript, ScriptBatch
 from gateway.spool import Segment, Spool
 
 log = structlog.get_logger(__name__)
@@ -66,6 +67,7 @@ end
 redis.call('EXPIREAT', KEYS[3], ARGV[4])
 return 1
 """
+RECORD_LUA = LuaScript.of(RECORD_SCRIPT)
 
 
 class UsageError(ValueError):
@@ -297,17 +299,49 @@ class UsageLedger:
 
         Returns the position of the script's reply in the pipeline's replies (1 when counted,
         0 for a duplicate request id); pass it to ``commit``. Other commands (the limiter's
-        settle) may be queued before or after.
+        settle) may be queued before or after. The script goes as EVAL with its source, so a
+        pipeline the caller executes survives an empty script cache; ``queue_record`` on a
+        ``ScriptBatch`` is the cheaper way.
         """
+        index_writes, keys, args = self._record_parts(event)
+        for command in index_writes:
+            pipe.execute_command(*command)
+        pipe.eval(RECORD_LUA.source, len(keys), *keys, *args)
+        return len(pipe) - 1  # len() works on plain and cluster pipelines alike
+
+    def queue_record(self, batch: ScriptBatch, event: UsageEvent) -> int:
+        """As ``add_record``, on a ``ScriptBatch`` (EVALSHA with NOSCRIPT recovery)."""
+        index_writes, keys, args = self._record_parts(event)
+        for command in index_writes:
+            batch.command(*command)
+        return batch.call(RECORD_LUA, keys, args)
+
+    def _record_parts(
+        self, event: UsageEvent
+    ) -> tuple[tuple[tuple[Any, ...], ...], list[str], list[Any]]:
+        """The index writes, then the record script's keys and arguments."""
         day = event.day
         day_end = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()) + 86_400
         # A marker must outlive the data it protects, plus a day of clock slack.
         marker_ttl = self.retention_s + 86_400
         min_id_ms = int((time.time() - self.retention_s) * 1000)
-        pipe.sadd(KEY_INDEX, event.key_id)
-        pipe.sadd(active_day_key(day), event.key_id)
-        pipe.expireat(active_day_key(day), day_end + self.retention_s)
-        increments = (
+        active = active_day_key(day)
+        index_writes = (
+            ("SADD", KEY_INDEX, event.key_id),
+            ("SADD", active, event.key_id),
+            ("EXPIREAT", active, day_end + self.retention_s),
+        )
+        keys = [
+            marker_key(event.key_id, event.request_id),
+            stream_key(event.key_id),
+            day_hash_key(event.key_id, day),
+        ]
+        args = [
+            marker_ttl,
+            max(min_id_ms, 0),
+            event.to_json(),
+            day_end + self.retention_s,
+            group_field(event.model, event.provider, event.task, event.team),
             1,
             event.prompt_tokens,
             event.completion_tokens,
@@ -317,21 +351,8 @@ class UsageLedger:
             event.latency_ms,
             1 if event.streamed else 0,
             1 if event.usage_source == "estimated" else 0,
-        )
-        pipe.eval(
-            RECORD_SCRIPT,
-            3,
-            marker_key(event.key_id, event.request_id),
-            stream_key(event.key_id),
-            day_hash_key(event.key_id, day),
-            marker_ttl,
-            max(min_id_ms, 0),
-            event.to_json(),
-            day_end + self.retention_s,
-            group_field(event.model, event.provider, event.task, event.team),
-            *increments,
-        )
-        return len(pipe) - 1  # len() works on plain and cluster pipelines alike
+        ]
+        return index_writes, keys, args
 
     async def commit(
         self, pipe: Pipeline, event: UsageEvent, reply_index: int
@@ -352,10 +373,13 @@ class UsageLedger:
 
     async def record(self, event: UsageEvent) -> RecordOutcome:
         """Record one event in its own round trip."""
-        pipe = self.redis.pipeline(transaction=False)
-        reply_index = self.add_record(pipe, event)
-        outcome, _ = await self.commit(pipe, event, reply_index)
-        return outcome
+        batch = ScriptBatch()
+        position = self.queue_record(batch, event)
+        try:
+            replies = await batch.execute(self.redis)
+        except REDIS_FAILURES as exc:
+            return await self.spool_event(event, reason=exc)
+        return RecordOutcome.RECORDED if replies[position] == 1 else RecordOutcome.DUPLICATE
 
     async def spool_event(
         self, event: UsageEvent, *, reason: BaseException | None = None
@@ -413,9 +437,9 @@ class UsageLedger:
                     events = self._parse_segment(segment)
                     for start in range(0, len(events), self.replay_batch):
                         batch = events[start : start + self.replay_batch]
-                        pipe = self.redis.pipeline(transaction=False)
-                        positions = [self.add_record(pipe, event) for event in batch]
-                        replies = await pipe.execute()
+                        commands = ScriptBatch()
+                        positions = [self.queue_record(commands, event) for event in batch]
+                        replies = await commands.execute(self.redis)
                         counted += sum(1 for position in positions if replies[position] == 1)
                     segment.done()
             if counted:

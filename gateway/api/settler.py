@@ -19,6 +19,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from gateway.limits import Limiter, Reservation
+from gateway.redis_scripts import ScriptBatch
 from gateway.usage import UsageEvent, UsageLedger
 
 
@@ -73,15 +74,16 @@ class SettleBatcher:
     async def _write(self, batch: list[Settlement]) -> None:
         events = [item.event for item in batch if item.event is not None]
         try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for item in batch:
-                    if item.reservation is not None:
-                        self.limiter.add_settle(
-                            pipe, item.reservation, tokens=item.tokens, cost_usd=item.cost_usd
-                        )
-                    if item.event is not None:
-                        self.ledger.add_record(pipe, item.event)
-                await pipe.execute()
+            commands = ScriptBatch()
+            for item in batch:
+                if item.reservation is not None:
+                    self.limiter.queue_settle(
+                        commands, item.reservation, tokens=item.tokens, cost_usd=item.cost_usd
+                    )
+                if item.event is not None:
+                    self.ledger.queue_record(commands, item.event)
+            # EVALSHA; a NOSCRIPT (restart, failover) reloads and resends: both are idempotent.
+            await commands.execute(self.redis)
         except Exception as exc:  # not only REDIS_FAILURES: see below
             # Whatever broke the write (redis-py can also fail with a non-Redis error when a
             # cluster connection is torn down mid-send), the events must reach the spool.

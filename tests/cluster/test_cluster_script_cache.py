@@ -1,0 +1,83 @@
+"""EVALSHA on a cluster: each master keeps its own script cache (a failover promotes a replica
+with an empty one). A settle batch spanning every master after SCRIPT FLUSH must still settle
+and record each request exactly once."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import structlog
+from cluster_support import LoopbackCluster
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+from gateway.api.settler import SettleBatcher, Settlement
+from gateway.limits import KeyLimits, Limiter
+from gateway.redis_connect import connect_redis
+from gateway.spool import Spool
+from gateway.usage import RECORD_LUA, UsageEvent, UsageLedger, stream_key
+
+
+@pytest.fixture
+async def client(cluster: LoopbackCluster) -> AsyncIterator[RedisCluster]:
+    redis = connect_redis(cluster.url, timeout_s=2.0)
+    assert isinstance(redis, RedisCluster)
+    yield redis
+    await redis.aclose()
+
+
+async def _flush_one_master(cluster: LoopbackCluster) -> None:
+    node = Redis(host="127.0.0.1", port=cluster.nodes[1].port)
+    try:
+        await node.script_flush()
+    finally:
+        await node.aclose()
+
+
+async def test_settle_batch_after_script_flush_on_every_master(
+    client: RedisCluster, cluster: LoopbackCluster, tmp_path: Path
+) -> None:
+    limiter = Limiter(client)
+    ledger = UsageLedger(client, spool=Spool(tmp_path / "spool"))
+    settler = SettleBatcher(client, limiter, ledger, structlog.get_logger())
+    key_ids = [f"noscript{i:02d}" for i in range(12)]
+    assert len({cluster.owner_of(stream_key(k)).port for k in key_ids}) == 3
+    limits = KeyLimits(rpm=1000, tpm=100_000, budget_usd=10.0, budget_period="day")
+
+    async def one_round(tag: str) -> None:
+        futures = []
+        for index, key_id in enumerate(key_ids):
+            reservation = await limiter.reserve(
+                key_id, limits, tokens=100, cost_usd=0.5, request_id=f"{tag}-{key_id}"
+            )
+            event = UsageEvent(
+                time=time.time(),
+                request_id=f"{tag}-{key_id}",
+                key_id=key_id,
+                model="fake-model",
+                provider="fake",
+                prompt_tokens=10,
+                completion_tokens=index,
+                cost_usd=0.001,
+            )
+            futures.append(settler.submit(Settlement(reservation, 10 + index, 0.001, event)))
+        for future in futures:
+            await future
+
+    await client.script_flush()  # every master
+    await one_round("a")
+    assert await client.script_exists(RECORD_LUA.sha) == [True]
+    await _flush_one_master(cluster)  # one master only, as after a failover
+    await one_round("b")
+
+    assert ledger.spool_depth() == 0  # nothing failed over to the spool
+    for index, key_id in enumerate(key_ids):
+        status = await limiter.status(key_id, limits)
+        assert status["in_flight"] == 0
+        assert status["tokens"]["used"] == 2 * (10 + index)
+        assert status["budget"]["reserved_usd"] == 0
+        assert status["budget"]["spent_usd"] == pytest.approx(0.002)
+        assert await client.xlen(stream_key(key_id)) == 2
