@@ -5,7 +5,8 @@ object whose ``events()`` yields raw SSE ``data`` payloads (``[DONE]`` last) and
 ``close()`` stops the generation; so the request path, limits, usage records and retries treat
 the local model exactly like a remote one. Each prompt runs as one engine request; cancelling
 the consumer (a client disconnect) cancels the producers, which aborts the engine requests and
-frees their KV blocks at once.
+frees their KV blocks at once. ``post_json`` also takes ``client_gone`` (the ASGI ``receive``):
+a non-stream client that hangs up is noticed while the engine works, not only at the end.
 """
 
 from __future__ import annotations
