@@ -266,7 +266,15 @@ async def _durable(recorded: asyncio.Future[None] | None) -> None:
 class ClosingStreamingResponse(StreamingResponse):
     """Closes the body generator when the response ends, however it ends. Starlette leaves a
     generator that was cancelled at a ``yield`` (client gone) to the garbage collector; its
-    ``finally`` (close upstream, record partial usage) must run now."""
+    ``finally`` (close upstream, record partial usage) must run now. ``on_close`` runs last:
+    a generator that never started (the client left before the first chunk; on ASGI < 2.4
+    Starlette then cancels the sender) has no ``finally`` to run."""
+
+    def __init__(
+        self, content: Any, *, on_close: Callable[[], None] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(content, **kwargs)
+        self._on_close = on_close
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
@@ -275,6 +283,8 @@ class ClosingStreamingResponse(StreamingResponse):
             close = getattr(self.body_iterator, "aclose", None)
             if close is not None:
                 await close()
+            if self._on_close is not None:
+                self._on_close()
 
 
 def _json_attempt(
@@ -335,6 +345,24 @@ async def _stream(
     upstream_s = sum(attempt.duration_s for attempt in result.attempts)
     services.metrics.overhead.labels(endpoint.route).observe(max(to_headers - upstream_s, 0.0))
 
+    stream_ended = False
+
+    def end_stream(error: str | None) -> None:
+        """Once, however the stream ends: upstream, provider slot, usage record, access log."""
+        nonlocal stream_ended
+        if stream_ended:
+            return
+        stream_ended = True
+        upstream.close()
+        result.release()  # no verdict yet (the client went away): neither way
+        accounting.close(services, outcome.status, outcome.usage)
+        outcome.finish(services, endpoint.route, error)
+
+    def never_relayed() -> None:
+        if not stream_ended:  # the client left before the relay started: its finally never ran
+            outcome.status = 499
+            end_stream(None)
+
     async def relay() -> AsyncIterator[bytes]:
         error: str | None = None
         outcome.status = 499  # until the stream completes: the client went away
@@ -370,13 +398,14 @@ async def _stream(
             result.failed()
             yield sse_error(exc)
         finally:
-            upstream.close()
-            result.release()  # no verdict yet (the client went away): neither way
-            accounting.close(services, outcome.status, outcome.usage)
-            outcome.finish(services, endpoint.route, error)
+            end_stream(error)
 
     return ClosingStreamingResponse(
-        relay(), status_code=200, headers=headers, media_type="text/event-stream"
+        relay(),
+        on_close=never_relayed,
+        status_code=200,
+        headers=headers,
+        media_type="text/event-stream",
     )
 
 

@@ -1,0 +1,115 @@
+"""A client that leaves before the first chunk of a stream: the relay never starts, yet the
+provider slot, the breaker's half-open probe and the usage record must not leak.
+
+uvicorn speaks ASGI 2.3, where Starlette races the sender against ``http.disconnect`` and
+cancels the sender; the body generator is then never started and its ``finally`` never runs.
+The app is driven here in-process with exactly that: a disconnect waiting in ``receive`` and a
+slow socket in ``send``."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+from fake_provider import FakeProviderFleet
+from gw_support import make_settings
+from route_rig import base_policy
+
+from gateway.api.openai import ClosingStreamingResponse
+from gateway.app import create_app
+from gateway.breaker import BreakerSettings
+
+
+async def test_on_close_runs_when_the_body_never_started() -> None:
+    events: list[str] = []
+
+    async def body() -> Any:
+        events.append("relay started")
+        yield b"data: x\n\n"
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    async def slow_send(message: dict[str, Any]) -> None:
+        await asyncio.sleep(0.2)
+
+    response = ClosingStreamingResponse(body(), on_close=lambda: events.append("on_close"))
+    await response({"type": "http", "asgi": {"spec_version": "2.3"}}, receive, slow_send)
+    assert events == ["on_close"]
+
+
+async def left_before_the_first_chunk(app: Any, key: str) -> list[dict[str, Any]]:
+    """POST a streamed chat; the client is gone before the response starts. Returns what was
+    sent (nothing, as the socket never took the response head)."""
+    request = orjson.dumps(
+        {"model": "m-alpha", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    )
+    incoming = [
+        {"type": "http.request", "body": request, "more_body": False},
+        {"type": "http.disconnect"},
+    ]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return incoming.pop(0) if incoming else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        await asyncio.sleep(0.3)  # a slow socket: the disconnect wins the race
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"test"),
+            (b"authorization", f"Bearer {key}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(request)).encode()),
+        ],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 80),
+        "state": {},
+    }
+    await app(scope, receive, send)
+    return sent
+
+
+async def test_a_probe_whose_client_left_early_frees_slot_probe_and_records_usage(
+    tmp_path: Path, fleet: FakeProviderFleet, redis_url: str
+) -> None:
+    fleet.reset()
+    policy_path = tmp_path / "routing_rules.yaml"
+    policy_path.write_text(yaml.safe_dump(base_policy(fleet), sort_keys=False))
+    log = io.BytesIO()  # the JSON logger writes bytes, flushed when the lifespan ends
+    app = create_app(make_settings(tmp_path, policy_path, redis_url), log_stream=log)
+    async with app.router.lifespan_context(app):
+        services = app.state.services
+        state = services.router.state
+        state.breakers.reset(BreakerSettings(consecutive_failures=1, cooldown_s=0.05))
+        breaker = state.breakers.get("alpha", "m-alpha")
+        breaker.record_failure()
+        await asyncio.sleep(0.1)
+        assert breaker.state == "half_open"
+        key = (await services.keys.create({"name": "early-leaver"})).key
+
+        assert await left_before_the_first_chunk(app, key) == []
+        assert fleet["alpha"].hit_count() == 1  # the probe went out and its stream opened
+        assert state.inflight.count("alpha") == 0
+        assert breaker.state == "half_open" and breaker.would_allow()  # no verdict, probe free
+    lines = [json.loads(line) for line in log.getvalue().splitlines() if line]
+    requests = [line for line in lines if line.get("event") == "request"]
+    assert len(requests) == 1
+    assert requests[0]["status"] == 499 and requests[0]["usage_id"]
+    assert requests[0]["provider"] == "alpha"
