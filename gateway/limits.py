@@ -148,10 +148,9 @@ class Limiter:
         self._window_ms = window_ms
         self._buckets = buckets
         self._lease_ms = round(lease_s * 1000)
-        self._reserve_script = redis.register_script(_script_source("limits_reserve.lua"))
-        self._settle_script = redis.register_script(_script_source("limits_settle.lua"))
-        self._settle_lua = LuaScript.of(self._settle_script.script)
-        self._status_script = redis.register_script(_script_source("limits_status.lua"))
+        self._reserve_lua = LuaScript.of(_script_source("limits_reserve.lua"))
+        self._settle_lua = LuaScript.of(_script_source("limits_settle.lua"))
+        self._status_lua = LuaScript.of(_script_source("limits_status.lua"))
 
     def keys(self, key_id: str) -> list[str]:
         """The Redis keys of one API key, all in one cluster hash slot (order matters)."""
@@ -189,7 +188,7 @@ class Limiter:
             self._buckets,
             self._lease_ms,
         ]
-        reply = await self._call(self._reserve_script, self.keys(key_id), args)
+        reply = await self._call(self._reserve_lua, self.keys(key_id), args)
         status = int(reply[0])
         if status == -1:
             raise ValueError(f"request id {request_id!r} already holds a reservation")
@@ -235,17 +234,17 @@ class Limiter:
 
         Returns False when the reservation was already settled or released (a no-op)."""
         keys, args = self._settle_call(reservation, "settle", tokens, _to_micro(cost_usd))
-        return bool(await self._call(self._settle_script, keys, args))
+        return bool(await self._call(self._settle_lua, keys, args))
 
     async def release(self, reservation: Reservation) -> bool:
         """The request never reached a provider: give back the request, tokens and budget."""
         keys, args = self._settle_call(reservation, "release", 0, 0)
-        return bool(await self._call(self._settle_script, keys, args))
+        return bool(await self._call(self._settle_lua, keys, args))
 
     async def status(self, key_id: str, limits: KeyLimits) -> dict[str, Any]:
         """Usage and what is left in the current windows, for admin views."""
         args = [limits.budget_period, self._window_ms, self._buckets]
-        reply = await self._call(self._status_script, self.keys(key_id), args)
+        reply = await self._call(self._status_lua, self.keys(key_id), args)
         now_ms, rpm_used, tpm_used, rpm_reset, tpm_reset = (int(v) for v in reply[:5])
         window, window_end = _text(reply[5]), int(reply[6])
         spent, held, in_flight = int(reply[7]), int(reply[8]), int(reply[9])
@@ -286,9 +285,16 @@ class Limiter:
         keys = self.keys(reservation.key_id)
         return keys, [reservation.request_id, mode, tokens, micro, self._window_ms, self._buckets]
 
-    async def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+    async def _call(self, script: LuaScript, keys: list[str], args: list[Any]) -> Any:
+        """EVALSHA straight through ``execute_command`` (redis-py's Script wrapper costs more
+        than the call on the hot path); NOSCRIPT after a restart or failover loads it once."""
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
         try:
-            return await script(keys=keys, args=args)
+            try:
+                return await self._redis.execute_command(*command)
+            except redis.exceptions.NoScriptError:
+                await self._redis.script_load(script.source)
+                return await self._redis.execute_command(*command)
         except _UNAVAILABLE_ERRORS as exc:
             raise LimiterUnavailable(f"rate limiter unavailable: {type(exc).__name__}") from exc
 

@@ -289,6 +289,7 @@ class UsageLedger:
         self.replay_batch = replay_batch
         self._replay_task: asyncio.Task[None] | None = None
         self._replay_lock = asyncio.Lock()
+        self._day_cache: tuple[date, int, str, str] | None = None
 
     @property
     def retention_s(self) -> int:
@@ -316,16 +317,24 @@ class UsageLedger:
             batch.command(*command)
         return batch.call(RECORD_LUA, keys, args)
 
+    def _day_keys(self, day: date) -> tuple[int, str, str]:
+        """End of ``day`` (epoch s), its code and its active-keys set, kept for the day in
+        progress: nearly every record falls on it, and strftime is a visible cost per request."""
+        cached = self._day_cache
+        if cached is None or cached[0] != day:
+            end = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()) + 86_400
+            cached = self._day_cache = (day, end, day_code(day), active_day_key(day))
+        return cached[1], cached[2], cached[3]
+
     def _record_parts(
         self, event: UsageEvent
     ) -> tuple[tuple[tuple[Any, ...], ...], list[str], list[Any]]:
         """The index writes, then the record script's keys and arguments."""
         day = event.day
-        day_end = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()) + 86_400
+        day_end, code, active = self._day_keys(day)
         # A marker must outlive the data it protects, plus a day of clock slack.
         marker_ttl = self.retention_s + 86_400
         min_id_ms = int((time.time() - self.retention_s) * 1000)
-        active = active_day_key(day)
         index_writes = (
             ("SADD", KEY_INDEX, event.key_id),
             ("SADD", active, event.key_id),
@@ -334,7 +343,7 @@ class UsageLedger:
         keys = [
             marker_key(event.key_id, event.request_id),
             stream_key(event.key_id),
-            day_hash_key(event.key_id, day),
+            f"{key_prefix(event.key_id)}:day:{code}",  # day_hash_key without a strftime
         ]
         args = [
             marker_ttl,
