@@ -18,6 +18,7 @@ import redis.exceptions
 
 from gateway.errors import RateLimited, ServiceUnavailable
 from gateway.redis_connect import REDIS_UNAVAILABLE
+from gateway.redis_direct import DirectRedis
 from gateway.redis_scripts import LuaScript, ScriptBatch
 
 BudgetPeriod = Literal["day", "month", "total"]
@@ -144,6 +145,7 @@ class Limiter:
         if lease_s <= 0:
             raise ValueError(f"lease_s must be positive, got {lease_s}")
         self._redis = redis
+        self._direct = DirectRedis(redis)  # the per-request calls skip redis-py's pool machinery
         self._prefix = key_prefix
         self._window_ms = window_ms
         self._buckets = buckets
@@ -286,15 +288,15 @@ class Limiter:
         return keys, [reservation.request_id, mode, tokens, micro, self._window_ms, self._buckets]
 
     async def _call(self, script: LuaScript, keys: list[str], args: list[Any]) -> Any:
-        """EVALSHA straight through ``execute_command`` (redis-py's Script wrapper costs more
+        """EVALSHA on a ``DirectRedis`` (redis-py's Script wrapper and pool checkout cost more
         than the call on the hot path); NOSCRIPT after a restart or failover loads it once."""
         command = ("EVALSHA", script.sha, len(keys), *keys, *args)
         try:
             try:
-                return await self._redis.execute_command(*command)
+                return await self._direct.call(*command)
             except redis.exceptions.NoScriptError:
                 await self._redis.script_load(script.source)
-                return await self._redis.execute_command(*command)
+                return await self._direct.call(*command)
         except _UNAVAILABLE_ERRORS as exc:
             raise LimiterUnavailable(f"rate limiter unavailable: {type(exc).__name__}") from exc
 

@@ -17,6 +17,7 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 from gateway.redis_connect import RedisClient
+from gateway.redis_direct import DirectRedis
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,14 +57,16 @@ class ScriptBatch:
         self._commands.append(args)
         return len(self._commands) - 1
 
-    async def execute(self, redis: RedisClient) -> list[Any]:
+    async def execute(self, redis: RedisClient | DirectRedis) -> list[Any]:
+        """Send on ``redis``; a ``DirectRedis`` skips redis-py's per-call pool machinery."""
         if not self._commands:
             return []
         replies = await _send(redis, self._commands)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:
+            client = redis.client if isinstance(redis, DirectRedis) else redis
             for script in self._scripts.values():
-                await redis.script_load(script.source)  # a cluster loads it on every master
+                await client.script_load(script.source)  # a cluster loads it on every master
             again = await _send(redis, [self._commands[i] for i in missing])
             for position, reply in zip(missing, again, strict=True):
                 replies[position] = reply
@@ -73,7 +76,9 @@ class ScriptBatch:
         return replies
 
 
-async def _send(redis: RedisClient, commands: list[tuple[Any, ...]]) -> list[Any]:
+async def _send(redis: RedisClient | DirectRedis, commands: list[tuple[Any, ...]]) -> list[Any]:
+    if isinstance(redis, DirectRedis):
+        return await redis.batch(commands)
     async with redis.pipeline(transaction=False) as pipe:
         for command in commands:
             pipe.execute_command(*command)

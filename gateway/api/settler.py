@@ -19,6 +19,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from gateway.limits import Limiter, Reservation
+from gateway.redis_direct import DirectRedis
 from gateway.redis_scripts import ScriptBatch
 from gateway.usage import UsageEvent, UsageLedger
 
@@ -34,6 +35,7 @@ class Settlement:
 class SettleBatcher:
     def __init__(self, redis: Redis, limiter: Limiter, ledger: UsageLedger, log: Any) -> None:
         self.redis = redis
+        self._direct = DirectRedis(redis)  # one round trip per batch, without pool machinery
         self.limiter = limiter
         self.ledger = ledger
         self.log = log
@@ -83,7 +85,7 @@ class SettleBatcher:
                 if item.event is not None:
                     self.ledger.queue_record(commands, item.event)
             # EVALSHA; a NOSCRIPT (restart, failover) reloads and resends: both are idempotent.
-            await commands.execute(self.redis)
+            await commands.execute(self._direct)
         except Exception as exc:  # not only REDIS_FAILURES: see below
             # Whatever broke the write (redis-py can also fail with a non-Redis error when a
             # cluster connection is torn down mid-send), the events must reach the spool.

@@ -1,0 +1,113 @@
+"""Hot-path Redis calls on connections kept out of redis-py's pool between calls.
+
+Each ``execute_command`` / ``pipeline().execute()`` of redis-py 8 takes the pool's lock, checks
+the connection (connect, ``can_read``), records observability counters and wraps the call in a
+``Retry``; measured on this box that is ~35 µs of a ~110 µs loopback round trip. ``DirectRedis``
+keeps the connections it has used in its own list (a plain pop/append: one event loop, no lock)
+and keeps redis-py's semantics where they matter:
+
+- one immediate retry on a connection error or timeout, on a fresh socket (as the gateway's
+  ``Retry(NoBackoff(), 1)``);
+- a connection that failed or was cancelled mid-call is disconnected before reuse, so no stale
+  reply is ever read by the next call; error replies (``NOSCRIPT``, a script error) leave it clean;
+- replies are those of ``execute_command`` for commands without a response callback (scripts),
+  and those of ``pipeline(transaction=False).execute(raise_on_error=False)`` for a batch.
+
+The connections stay checked out of the client's pool, so ``client.aclose()`` disconnects them
+with the rest. A Redis Cluster client goes through redis-py as before (it routes by slot).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from gateway.redis_connect import RedisClient
+
+_RETRYABLE = (RedisConnectionError, RedisTimeoutError)
+
+
+class DirectRedis:
+    """``call`` (one command) and ``batch`` (one pipelined round trip) for the hot path."""
+
+    def __init__(self, client: RedisClient, max_idle: int = 256) -> None:
+        self._client = client
+        # A single node only; a cluster (or a client pinned to one connection) keeps redis-py.
+        direct = isinstance(client, Redis) and not client.single_connection_client
+        self._pool = client.connection_pool if direct else None
+        self._idle: list[AbstractConnection] = []
+        self._max_idle = max_idle
+
+    @property
+    def client(self) -> RedisClient:
+        return self._client
+
+    async def call(self, *args: Any) -> Any:
+        """One command, its reply (error replies raise, as ``execute_command`` does)."""
+        if self._pool is None:
+            return await self._client.execute_command(*args)
+        return await self._run(_Single(args))
+
+    async def batch(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Commands in one round trip; error replies come back in place, as exceptions."""
+        if self._pool is None:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for command in commands:
+                    pipe.execute_command(*command)
+                return await pipe.execute(raise_on_error=False)
+        return await self._run(_Batch(commands))
+
+    async def _run(self, work: _Single | _Batch) -> Any:
+        assert self._pool is not None
+        connection = self._idle.pop() if self._idle else await self._pool.get_connection()
+        try:
+            try:
+                return await work.run(connection)
+            except _RETRYABLE:
+                await connection.disconnect(nowait=True)
+                return await work.run(connection)  # reconnects on send
+        except ResponseError:
+            raise  # the reply was read whole: the connection is clean
+        except BaseException:
+            # Failed or cancelled mid-call: a reply may still be in flight on this socket.
+            await connection.disconnect(nowait=True)
+            raise
+        finally:
+            if len(self._idle) < self._max_idle:
+                self._idle.append(connection)
+            else:
+                await self._pool.release(connection)
+
+
+class _Single:
+    __slots__ = ("args",)
+
+    def __init__(self, args: tuple[Any, ...]) -> None:
+        self.args = args
+
+    async def run(self, connection: AbstractConnection) -> Any:
+        await connection.send_command(*self.args)
+        return await connection.read_response()
+
+
+class _Batch:
+    __slots__ = ("commands",)
+
+    def __init__(self, commands: Sequence[tuple[Any, ...]]) -> None:
+        self.commands = commands
+
+    async def run(self, connection: AbstractConnection) -> list[Any]:
+        await connection.send_packed_command(connection.pack_commands(self.commands))
+        replies: list[Any] = []
+        for _ in self.commands:
+            try:
+                replies.append(await connection.read_response())
+            except ResponseError as error:
+                replies.append(error)
+        return replies
