@@ -9,6 +9,7 @@ interactive tool and no fixed one-second sleeps are involved.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 import shutil
@@ -22,7 +23,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from gateway.api.settler import SettleBatcher, Settlement
+from gateway.limits import KeyLimits, Limiter
 from gateway.redis_embedded import redis_server_binary
+from gateway.usage import UsageEvent
 
 SLOTS = 16384
 # Failure detection: a dead master is declared failed after this long and a replica elected.
@@ -208,3 +212,31 @@ def _master_port(node: ClusterNode, slot: int) -> int:
             if int(low) <= slot <= int(high):
                 return int(master[1])
     raise RuntimeError(f"slot {slot} unassigned")
+
+
+async def settle_round(
+    limiter: Limiter, settler: SettleBatcher, key_ids: list[str], limits: KeyLimits, tag: str
+) -> None:
+    """Reserve, then settle and record through the batcher, one request per key.
+
+    Key ``i`` settles ``10 + i`` tokens and $0.001; its usage event has ``i`` completion tokens
+    and costs ``$0.001 * (i + 1)``. Request ids are ``<tag>-<key id>``.
+    """
+    futures = []
+    for index, key_id in enumerate(key_ids):
+        request_id = f"{tag}-{key_id}"
+        reservation = await limiter.reserve(
+            key_id, limits, tokens=100, cost_usd=0.5, request_id=request_id
+        )
+        event = UsageEvent(
+            time=time.time(),
+            request_id=request_id,
+            key_id=key_id,
+            model="fake-model",
+            provider="fake",
+            prompt_tokens=10,
+            completion_tokens=index,
+            cost_usd=0.001 * (index + 1),
+        )
+        futures.append(settler.submit(Settlement(reservation, 10 + index, 0.001, event)))
+    await asyncio.gather(*futures)

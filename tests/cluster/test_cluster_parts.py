@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import structlog
-from cluster_support import LoopbackCluster
+from cluster_support import LoopbackCluster, settle_round
 from redis.asyncio.cluster import RedisCluster
 
-from gateway.api.settler import SettleBatcher, Settlement
+from gateway.api.settler import SettleBatcher
 from gateway.auth import Authenticator
 from gateway.errors import AuthenticationFailed
 from gateway.keys import KeyStore, parse_key, record_key
@@ -51,23 +51,7 @@ async def test_settle_and_usage_pipeline_spans_slots(
     key_ids = [f"parts{i:02d}" for i in range(12)]
     assert _masters_of(cluster, [record_key(k) for k in key_ids]) == {n.port for n in cluster.nodes}
     limits = KeyLimits(rpm=1000, tpm=100_000, budget_usd=10.0, budget_period="day")
-    futures = []
-    for index, key_id in enumerate(key_ids):
-        reservation = await limiter.reserve(
-            key_id, limits, tokens=100, cost_usd=0.5, request_id=f"req-{key_id}"
-        )
-        event = UsageEvent(
-            time=time.time(),
-            request_id=f"req-{key_id}",
-            key_id=key_id,
-            model="fake-model",
-            provider="fake",
-            prompt_tokens=10,
-            completion_tokens=index,
-            cost_usd=0.001 * (index + 1),
-        )
-        futures.append(settler.submit(Settlement(reservation, 10 + index, 0.001, event)))
-    await asyncio.gather(*futures)
+    await settle_round(limiter, settler, key_ids, limits, "req")
     assert ledger.spool_depth() == 0  # nothing failed over to the spool
     # Settled: the estimate (100 tokens, $0.50) was replaced by what was used.
     status = await limiter.status(key_ids[5], limits)

@@ -4,21 +4,20 @@ and record each request exactly once."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import structlog
-from cluster_support import LoopbackCluster
+from cluster_support import LoopbackCluster, settle_round
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from gateway.api.settler import SettleBatcher, Settlement
+from gateway.api.settler import SettleBatcher
 from gateway.limits import KeyLimits, Limiter
 from gateway.redis_connect import connect_redis
 from gateway.spool import Spool
-from gateway.usage import RECORD_LUA, UsageEvent, UsageLedger, stream_key
+from gateway.usage import RECORD_LUA, UsageLedger, stream_key
 
 
 @pytest.fixture
@@ -47,31 +46,11 @@ async def test_settle_batch_after_script_flush_on_every_master(
     assert len({cluster.owner_of(stream_key(k)).port for k in key_ids}) == 3
     limits = KeyLimits(rpm=1000, tpm=100_000, budget_usd=10.0, budget_period="day")
 
-    async def one_round(tag: str) -> None:
-        futures = []
-        for index, key_id in enumerate(key_ids):
-            reservation = await limiter.reserve(
-                key_id, limits, tokens=100, cost_usd=0.5, request_id=f"{tag}-{key_id}"
-            )
-            event = UsageEvent(
-                time=time.time(),
-                request_id=f"{tag}-{key_id}",
-                key_id=key_id,
-                model="fake-model",
-                provider="fake",
-                prompt_tokens=10,
-                completion_tokens=index,
-                cost_usd=0.001,
-            )
-            futures.append(settler.submit(Settlement(reservation, 10 + index, 0.001, event)))
-        for future in futures:
-            await future
-
     await client.script_flush()  # every master
-    await one_round("a")
+    await settle_round(limiter, settler, key_ids, limits, "a")
     assert await client.script_exists(RECORD_LUA.sha) == [True]
     await _flush_one_master(cluster)  # one master only, as after a failover
-    await one_round("b")
+    await settle_round(limiter, settler, key_ids, limits, "b")
 
     assert ledger.spool_depth() == 0  # nothing failed over to the spool
     for index, key_id in enumerate(key_ids):
