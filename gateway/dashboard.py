@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from gateway.money import NANOS_PER_USD
 from gateway.reports import (
     Cell,
     ReportError,
@@ -56,11 +57,13 @@ PALETTE = (
 KeyLister = Callable[[], Awaitable[Sequence[Mapping[str, Any]]] | Sequence[Mapping[str, Any]]]
 
 
-def format_usd(micros: int) -> str:
-    """Cents once they matter; below a cent show every micro-dollar."""
-    if micros == 0:
+def format_usd(nanos: int) -> str:
+    """Exact, from the integer nano-dollars: ``$1,234.50``, ``$0.001692``, ``$0.0000005``."""
+    if nanos == 0:
         return "$0"
-    return f"${micros / 1_000_000:,.6f}" if micros < 10_000 else f"${micros / 1_000_000:,.2f}"
+    whole, fraction = divmod(nanos, NANOS_PER_USD)
+    digits = f"{fraction:09d}".rstrip("0").ljust(2, "0")
+    return f"${whole:,}.{digits}"
 
 
 def format_count(value: int) -> str:
@@ -239,8 +242,8 @@ def build_view(
     start: date, end: date, cells: Sequence[Cell], key_list: Sequence[Mapping[str, Any]]
 ) -> DashboardView:
     days = days_between(start, end)
-    models = sorted(group_cells(cells, "model").items(), key=lambda kv: (-kv[1].cost_micros, kv[0]))
-    by_key = sorted(group_cells(cells, "key").items(), key=lambda kv: (-kv[1].cost_micros, kv[0]))
+    models = sorted(group_cells(cells, "model").items(), key=lambda kv: (-kv[1].cost_nanos, kv[0]))
+    by_key = sorted(group_cells(cells, "key").items(), key=lambda kv: (-kv[1].cost_nanos, kv[0]))
     by_day = group_cells(cells, "day")
 
     def per_day(dimension: str, metric: Callable[[Totals], int]) -> dict[str, dict[str, int]]:
@@ -252,9 +255,9 @@ def build_view(
             day_values[iso] = day_values.get(iso, 0) + metric(cell.totals)
         return series
 
-    spend_by_model = per_day("model", lambda t: t.cost_micros)
+    spend_by_model = per_day("model", lambda t: t.cost_nanos)
     tokens_by_model = per_day("model", lambda t: t.total_tokens)
-    spend_by_key_all = per_day("key", lambda t: t.cost_micros)
+    spend_by_key_all = per_day("key", lambda t: t.cost_nanos)
     # Order series by total spend so colours and stacking match the tables.
     spend_by_model = {m: spend_by_model[m] for m, _ in models}
     tokens_by_model = {m: tokens_by_model[m] for m, _ in models}
@@ -272,11 +275,11 @@ def build_view(
     tokens_by_key = top_keys_and_other(tokens_by_key_all)
 
     charts = [
-        stacked_day_chart("spend-by-model", "Spend per day by model", "µ$", days, spend_by_model, format_usd),
+        stacked_day_chart("spend-by-model", "Spend per day by model", "n$", days, spend_by_model, format_usd),
         stacked_day_chart("tokens-by-model", "Tokens per day by model", "tokens", days, tokens_by_model, format_count),
-        stacked_day_chart("spend-by-key", "Spend per day by key", "µ$", days, spend_by_key, format_usd),
+        stacked_day_chart("spend-by-key", "Spend per day by key", "n$", days, spend_by_key, format_usd),
         stacked_day_chart("tokens-by-key", "Tokens per day by key", "tokens", days, tokens_by_key, format_count),
-        ranked_chart("top-keys", "Top keys by spend", "µ$", [(k, t.cost_micros) for k, t in by_key[:TOP_KEYS]], format_usd),
+        ranked_chart("top-keys", "Top keys by spend", "n$", [(k, t.cost_nanos) for k, t in by_key[:TOP_KEYS]], format_usd),
         rate_chart(days, by_day),
     ]  # fmt: skip
     spend = dict(by_key)
@@ -297,7 +300,7 @@ def build_view(
         for k, t in by_key
         if k not in listed
     ]
-    keys.sort(key=lambda row: (-row["totals"].cost_micros, row["id"]))
+    keys.sort(key=lambda row: (-row["totals"].cost_nanos, row["id"]))
     return DashboardView(
         start=start,
         end=end,

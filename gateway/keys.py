@@ -13,11 +13,13 @@ import hmac
 import secrets
 import string
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import orjson
 from redis.asyncio import Redis
+
+from gateway.money import stored_usd_to_nanos
 
 KEY_PREFIX = "sk-sy-"
 ID_LENGTH = 16
@@ -111,6 +113,12 @@ class KeyRecord:
     previous_valid_until: float | None = None
     rotated_at: float | None = None
     revoked_at: float | None = None
+    # budget_usd in nano-dollars, read exactly from its decimal text once per record load.
+    budget_nanos: int | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.budget_usd is not None:
+            object.__setattr__(self, "budget_nanos", stored_usd_to_nanos(self.budget_usd))
 
     def effective_status(self, now: float) -> str:
         if self.status == "revoked":
@@ -147,6 +155,10 @@ class KeyRecord:
         }
 
 
+# The fields a record keeps in Redis (derived ones, like budget_nanos, are computed on load).
+_STORED_FIELDS = frozenset(f.name for f in fields(KeyRecord) if f.init)
+
+
 def _decode(raw: dict[bytes, bytes]) -> KeyRecord:
     values: dict[str, Any] = {}
     for name_bytes, value_bytes in raw.items():
@@ -158,7 +170,7 @@ def _decode(raw: dict[bytes, bytes]) -> KeyRecord:
         elif name in _JSON_FIELDS:
             decoded = orjson.loads(value_bytes)
             values[name] = tuple(decoded) if name == "models" and decoded is not None else decoded
-        elif name in KeyRecord.__dataclass_fields__:
+        elif name in _STORED_FIELDS:
             values[name] = value_bytes.decode()
     return KeyRecord(**values)
 
@@ -265,7 +277,7 @@ class KeyStore:
         mapping = {
             name: _encode(name, getattr(record, name))
             for name in KeyRecord.__dataclass_fields__
-            if getattr(record, name) is not None
+            if name in _STORED_FIELDS and getattr(record, name) is not None
         }
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hset(record_key(key_id), mapping=mapping)

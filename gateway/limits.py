@@ -3,7 +3,8 @@
 All state lives in Redis and every check-and-take is one Lua script in one round trip, so any
 number of gateway replicas share the limits exactly. Requests and tokens use a sliding window
 of sub-buckets (no refill within the window, no double burst at an edge); budgets are
-micro-dollar integers per UTC day, month or forever. See docs/limits.md for the algorithm.
+nano-dollar integers (``gateway/money.py``) per UTC day, month or forever. See docs/limits.md
+for the algorithm and the exact admission rule.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ import redis.asyncio
 import redis.exceptions
 
 from gateway.errors import RateLimited, ServiceUnavailable
+from gateway.money import MAX_SAFE_NANOS, format_usd_short, nanos_to_usd
 from gateway.redis_connect import REDIS_UNAVAILABLE
 from gateway.redis_direct import DirectRedis
 from gateway.redis_scripts import LuaScript, ScriptBatch
 
 BudgetPeriod = Literal["day", "month", "total"]
 _PERIODS = ("day", "month", "total")
-_MICRO = 1_000_000
 # A refusal that waiting cannot cure (rpm 0, a request bigger than the tpm, a spent total
 # budget) still needs an integer Retry-After. Those, and waits longer than the window (a spent
 # day or month budget), add x-should-retry: false, which the OpenAI SDKs obey.
@@ -44,7 +45,7 @@ class LimiterUnavailable(ServiceUnavailable):
 class KeyLimits:
     rpm: int | None = None  # requests per minute (per limiter window)
     tpm: int | None = None  # tokens per minute (per limiter window)
-    budget_usd: float | None = None
+    budget_nanos: int | None = None  # nano-dollars per budget period (gateway/money.py)
     budget_period: BudgetPeriod = "month"
 
     def __post_init__(self) -> None:
@@ -54,15 +55,8 @@ class KeyLimits:
                 isinstance(value, bool) or not isinstance(value, int) or value < 0
             ):
                 raise ValueError(f"{name} must be a non-negative integer or None, got {value!r}")
-        if self.budget_usd is not None and (
-            isinstance(self.budget_usd, bool)
-            or not isinstance(self.budget_usd, int | float)
-            or not math.isfinite(self.budget_usd)
-            or self.budget_usd < 0
-        ):
-            raise ValueError(
-                f"budget_usd must be a non-negative number or None, got {self.budget_usd!r}"
-            )
+        if self.budget_nanos is not None:
+            _check_nanos(self.budget_nanos, "budget_nanos")
         if self.budget_period not in _PERIODS:
             raise ValueError(
                 f"budget_period must be one of {', '.join(_PERIODS)}, got {self.budget_period!r}"
@@ -74,7 +68,7 @@ class Reservation:
     key_id: str
     request_id: str
     tokens: int
-    cost_usd: float
+    cost_nanos: int
     at: float  # Redis server time (epoch seconds) when the reservation was taken
     budget_window: str | None  # "2025-06-01", "2025-06" or "total"; None without a budget
     headers: dict[str, str] = field(default_factory=dict)  # x-ratelimit-* for the response
@@ -95,12 +89,18 @@ def format_duration(ms: float) -> str:
     return seconds
 
 
-def _to_micro(cost_usd: float, name: str = "cost_usd") -> int:
-    if isinstance(cost_usd, bool) or not isinstance(cost_usd, int | float):
-        raise ValueError(f"{name} must be a number, got {cost_usd!r}")
-    if not math.isfinite(cost_usd) or cost_usd < 0:
-        raise ValueError(f"{name} must be a finite non-negative number, got {cost_usd!r}")
-    return round(cost_usd * _MICRO)
+def _check_nanos(nanos: int, name: str = "cost_nanos") -> int:
+    if isinstance(nanos, bool) or not isinstance(nanos, int) or nanos < 0:
+        raise ValueError(f"{name} must be a non-negative integer of nano-dollars, got {nanos!r}")
+    if name == "budget_nanos" and nanos > MAX_SAFE_NANOS:
+        raise ValueError(f"budget_nanos must be at most {MAX_SAFE_NANOS}, got {nanos!r}")
+    return nanos
+
+
+def _lua_nanos(nanos: int) -> int:
+    """What the scripts may see: Lua numbers are doubles, exact only below 2**53. A charge that
+    large (over $9M) exceeds every budget the limiter accepts, so capping it changes no verdict."""
+    return min(_check_nanos(nanos), MAX_SAFE_NANOS)
 
 
 def _check_tokens(tokens: int) -> int:
@@ -111,10 +111,6 @@ def _check_tokens(tokens: int) -> int:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
-
-
-def _usd(micro: int) -> str:
-    return f"${micro / _MICRO:.6f}".rstrip("0").rstrip(".")
 
 
 def _script_source(name: str) -> str:
@@ -170,21 +166,21 @@ class Limiter:
         ]
 
     async def reserve(
-        self, key_id: str, limits: KeyLimits, *, tokens: int, cost_usd: float, request_id: str
+        self, key_id: str, limits: KeyLimits, *, tokens: int, cost_nanos: int, request_id: str
     ) -> Reservation:
-        """Take 1 request, ``tokens`` tokens and ``cost_usd`` of budget, or raise RateLimited."""
-        micro = _to_micro(cost_usd)
+        """Take 1 request, ``tokens`` tokens and ``cost_nanos`` nano-dollars of budget, or raise
+        RateLimited (see docs/limits.md for the admission rule)."""
+        nanos = _lua_nanos(cost_nanos)
         _check_tokens(tokens)
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
-        budget_micro = -1 if limits.budget_usd is None else _to_micro(limits.budget_usd, "budget")
         args = [
             request_id,
             tokens,
-            micro,
+            nanos,
             -1 if limits.rpm is None else limits.rpm,
             -1 if limits.tpm is None else limits.tpm,
-            budget_micro,
+            -1 if limits.budget_nanos is None else limits.budget_nanos,
             limits.budget_period,
             self._window_ms,
             self._buckets,
@@ -195,24 +191,24 @@ class Limiter:
         if status == -1:
             raise ValueError(f"request id {request_id!r} already holds a reservation")
         if status == 0:
-            raise self._refusal(limits, tokens, micro, reply)
+            raise self._refusal(limits, tokens, cost_nanos, reply)
         _, now_ms, rpm_used, tpm_used, rpm_reset, tpm_reset, window = reply
         return Reservation(
             key_id=key_id,
             request_id=request_id,
             tokens=tokens,
-            cost_usd=micro / _MICRO,
+            cost_nanos=nanos,
             at=int(now_ms) / 1000,
             budget_window=_text(window) or None,
             headers=self._headers(limits, int(rpm_used), int(tpm_used), rpm_reset, tpm_reset),
         )
 
     def queue_settle(
-        self, batch: ScriptBatch, reservation: Reservation, *, tokens: int, cost_usd: float
+        self, batch: ScriptBatch, reservation: Reservation, *, tokens: int, cost_nanos: int
     ) -> int:
         """Queue the settle on a ``ScriptBatch`` (EVALSHA, shares its round trip); returns the
         position of its reply. The hot path's way: the batch recovers from NOSCRIPT itself."""
-        keys, args = self._settle_call(reservation, "settle", tokens, _to_micro(cost_usd))
+        keys, args = self._settle_call(reservation, "settle", tokens, cost_nanos)
         return batch.call(self._settle_lua, keys, args)
 
     def add_settle(
@@ -221,21 +217,21 @@ class Limiter:
         reservation: Reservation,
         *,
         tokens: int,
-        cost_usd: float,
+        cost_nanos: int,
     ) -> None:
         """Queue the settle on a redis-py pipeline the caller executes itself.
 
         Sent as EVAL with the full source, not EVALSHA: a plain pipeline cannot fall back on
         NOSCRIPT after a Redis restart. Prefer ``queue_settle`` where a ``ScriptBatch`` fits.
         """
-        keys, args = self._settle_call(reservation, "settle", tokens, _to_micro(cost_usd))
+        keys, args = self._settle_call(reservation, "settle", tokens, cost_nanos)
         pipe.eval(self._settle_lua.source, len(keys), *keys, *args)
 
-    async def settle(self, reservation: Reservation, *, tokens: int, cost_usd: float) -> bool:
+    async def settle(self, reservation: Reservation, *, tokens: int, cost_nanos: int) -> bool:
         """Replace the estimate by what was used: refunds the rest, charges any excess.
 
         Returns False when the reservation was already settled or released (a no-op)."""
-        keys, args = self._settle_call(reservation, "settle", tokens, _to_micro(cost_usd))
+        keys, args = self._settle_call(reservation, "settle", tokens, cost_nanos)
         return bool(await self._call(self._settle_lua, keys, args))
 
     async def release(self, reservation: Reservation) -> bool:
@@ -259,7 +255,8 @@ class Limiter:
                 "reset_s": reset_ms / 1000,
             }
 
-        budget_micro = None if limits.budget_usd is None else _to_micro(limits.budget_usd)
+        budget = limits.budget_nanos
+        remaining = None if budget is None else max(0, budget - spent - held)
         return {
             "key_id": key_id,
             "at": now_ms / 1000,
@@ -269,23 +266,27 @@ class Limiter:
             "budget": {
                 "period": limits.budget_period,
                 "window": window,
-                "limit_usd": limits.budget_usd,
-                "spent_usd": spent / _MICRO,
-                "reserved_usd": held / _MICRO,
-                "remaining_usd": None
-                if budget_micro is None
-                else max(0, budget_micro - spent - held) / _MICRO,
+                "limit_nanos": budget,
+                "spent_nanos": spent,
+                "reserved_nanos": held,
+                "remaining_nanos": remaining,
+                # float renderings of the integers above, for people
+                "limit_usd": None if budget is None else nanos_to_usd(budget),
+                "spent_usd": nanos_to_usd(spent),
+                "reserved_usd": nanos_to_usd(held),
+                "remaining_usd": None if remaining is None else nanos_to_usd(remaining),
                 "resets_in_s": None if window_end < 0 else (window_end - now_ms) / 1000,
             },
             "in_flight": in_flight,
         }
 
     def _settle_call(
-        self, reservation: Reservation, mode: str, tokens: int, micro: int
+        self, reservation: Reservation, mode: str, tokens: int, cost_nanos: int
     ) -> tuple[list[str], list[Any]]:
         _check_tokens(tokens)
+        nanos = _lua_nanos(cost_nanos)
         keys = self.keys(reservation.key_id)
-        return keys, [reservation.request_id, mode, tokens, micro, self._window_ms, self._buckets]
+        return keys, [reservation.request_id, mode, tokens, nanos, self._window_ms, self._buckets]
 
     async def _call(self, script: LuaScript, keys: list[str], args: list[Any]) -> Any:
         """EVALSHA on a ``DirectRedis`` (redis-py's Script wrapper and pool checkout cost more
@@ -316,7 +317,9 @@ class Limiter:
             headers[f"x-ratelimit-reset-{kind}"] = format_duration(int(reset))
         return headers
 
-    def _refusal(self, limits: KeyLimits, tokens: int, micro: int, reply: list[Any]) -> RateLimited:
+    def _refusal(
+        self, limits: KeyLimits, tokens: int, cost_nanos: int, reply: list[Any]
+    ) -> RateLimited:
         reason = _text(reply[1])
         retry_ms = int(reply[2])
         rpm_used, tpm_used = int(reply[4]), int(reply[5])
@@ -331,10 +334,11 @@ class Limiter:
         wait = "" if retry_ms < 0 else f" Retry in {format_duration(retry_ms)}."
         if reason == "budget":
             message = (
-                f"Budget exceeded: this key may spend {_usd(_to_micro(limits.budget_usd or 0))}"
+                f"Budget exceeded: this key may spend {format_usd_short(limits.budget_nanos or 0)}"
                 f" per {limits.budget_period if limits.budget_period != 'total' else 'lifetime'};"
-                f" spent {_usd(spent)}, held by requests in flight {_usd(held)},"
-                f" this request needs up to {_usd(micro)}.{wait}"
+                f" spent {format_usd_short(spent)}, held by requests in flight"
+                f" {format_usd_short(held)}, this request needs up to"
+                f" {format_usd_short(cost_nanos)}.{wait}"
             )
             return RateLimited(
                 message, error_type="insufficient_quota", code="insufficient_quota", headers=headers

@@ -154,9 +154,11 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        # Whole nano-dollars (1e-9 USD) in integer steps: a float sum of USD would round.
         self.cost = Counter(
-            "switchyard_cost_usd_total",
-            "Cost charged in USD (price table in force at request time), as recorded in usage.",
+            "switchyard_cost_nanos_total",
+            "Cost charged in nano-dollars (1e-9 USD; price table in force at request time), "
+            "as recorded in usage.",
             ["model"],
             registry=self.registry,
         )

@@ -15,7 +15,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from gateway.money import MAX_PRICE_PER_MTOK, price_to_nanos_per_token
 
 # The model value that asks for task routing instead of naming a model (an absent model too).
 AUTO_MODEL = "auto"
@@ -33,7 +43,10 @@ class PolicyError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # Every number in a policy is finite: .inf or .nan anywhere is refused, naming the field.
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False
+    )
 
 
 class SpillWhen(_Strict):
@@ -115,18 +128,40 @@ class ProviderConfig(_Strict):
 
 
 class Price(_Strict):
-    """USD per 1M tokens."""
+    """USD per 1M tokens, at most 3 decimal places: each token then costs a whole number of
+    nano-dollars, which is what the gateway counts (``gateway/money.py``)."""
 
-    input: float = Field(default=0.0, ge=0)
-    output: float = Field(default=0.0, ge=0)
-    cached_input: float | None = Field(default=None, ge=0)
+    input: float = Field(default=0.0, ge=0, le=MAX_PRICE_PER_MTOK)
+    output: float = Field(default=0.0, ge=0, le=MAX_PRICE_PER_MTOK)
+    cached_input: float | None = Field(
+        default=None, ge=0, le=MAX_PRICE_PER_MTOK, description="unset = the input price"
+    )
+    # Nano-dollars per token, read exactly from the decimal text once, at policy load.
+    _input_nanos: int = PrivateAttr(default=0)
+    _output_nanos: int = PrivateAttr(default=0)
+    _cached_nanos: int = PrivateAttr(default=0)
 
-    def cost_usd(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float:
-        cached_rate = self.input if self.cached_input is None else self.cached_input
-        uncached = max(prompt_tokens - cached_tokens, 0)
+    @field_validator("input", "output", "cached_input", mode="before")
+    @classmethod
+    def _whole_nanos_per_token(cls, value: Any) -> Any:
+        if value is not None:
+            price_to_nanos_per_token(value)  # raises ValueError naming the rule
+        return value
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._input_nanos = price_to_nanos_per_token(self.input)
+        self._output_nanos = price_to_nanos_per_token(self.output)
+        cached = self.input if self.cached_input is None else self.cached_input
+        self._cached_nanos = price_to_nanos_per_token(cached)
+
+    def cost_nanos(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> int:
+        """Exact cost in nano-dollars; cached prompt tokens at ``cached_input`` (else input)."""
+        cached = min(max(cached_tokens, 0), max(prompt_tokens, 0))
         return (
-            uncached * self.input + cached_tokens * cached_rate + completion_tokens * self.output
-        ) / 1_000_000
+            (prompt_tokens - cached) * self._input_nanos
+            + cached * self._cached_nanos
+            + completion_tokens * self._output_nanos
+        )
 
     @property
     def highest_per_mtok(self) -> float:

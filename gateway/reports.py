@@ -1,7 +1,9 @@
 """Usage reports read from the ledger's Redis data: per key, admin group-by, CSV, raw events.
 
-Every figure is summed as integers (tokens, micro-dollars) and only rendered as USD floats at
-the end, so totals equal the sum of the events exactly. Reports that span keys iterate the
+Every figure is summed as integers (tokens, nano-dollars) and only rendered at the end: a JSON
+``cost`` float next to the authoritative integer ``cost_nanos``, and exact decimal text in CSV,
+so totals equal the sum of the events exactly. Aggregates written before nano-dollars (metric
+``cost``, micro-dollars) are read x1000. Reports that span keys iterate the
 ledger's key-index sets and read each key's own hash-tagged data, so they stay correct when
 keys are spread over the slots of a Redis Cluster.
 """
@@ -23,15 +25,16 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
+from gateway.money import NANOS_PER_MICRO, format_usd_exact, nanos_to_usd
 from gateway.usage import (
     KEY_INDEX,
     Group,
     active_day_key,
     day_hash_key,
     day_of,
-    micros_to_usd,
     parse_group,
     stream_key,
+    upgrade_event_dict,
 )
 
 GROUP_BYS = ("key", "team", "model", "provider", "task", "day")
@@ -50,6 +53,9 @@ class ReportError(ValueError):
         self.message = message
 
 
+# The cost metric of aggregates written before nano-dollars, in micro-dollars.
+LEGACY_COST_METRIC = "cost"
+
 # Ledger metric name -> Totals attribute.
 METRIC_ATTRS = MappingProxyType(
     {
@@ -57,7 +63,7 @@ METRIC_ATTRS = MappingProxyType(
         "prompt": "prompt_tokens",
         "completion": "completion_tokens",
         "cached": "cached_tokens",
-        "cost": "cost_micros",
+        "nano": "cost_nanos",
         "err": "errors",
         "lat": "latency_ms",
         "streamed": "streamed",
@@ -74,7 +80,7 @@ class Totals:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
-    cost_micros: int = 0
+    cost_nanos: int = 0
     errors: int = 0
     latency_ms: int = 0
     streamed: int = 0
@@ -84,6 +90,8 @@ class Totals:
         attr = METRIC_ATTRS.get(metric)
         if attr is not None:  # fields from a newer ledger version are ignored, not fatal
             setattr(self, attr, getattr(self, attr) + value)
+        elif metric == LEGACY_COST_METRIC:
+            self.cost_nanos += value * NANOS_PER_MICRO
 
     def merge(self, other: Totals) -> None:
         for attr in METRIC_ATTRS.values():
@@ -100,8 +108,8 @@ class Totals:
             "completion_tokens": self.completion_tokens,
             "cached_tokens": self.cached_tokens,
             "total_tokens": self.total_tokens,
-            "cost": micros_to_usd(self.cost_micros),
-            "cost_micros": self.cost_micros,
+            "cost": nanos_to_usd(self.cost_nanos),
+            "cost_nanos": self.cost_nanos,
             "errors": self.errors,
             "error_rate": round(self.errors / self.requests, 6) if self.requests else 0.0,
             "avg_latency_ms": round(self.latency_ms / self.requests, 1) if self.requests else 0.0,
@@ -168,7 +176,7 @@ CSV_COLUMNS = (
     "cached_tokens",
     "total_tokens",
     "cost",
-    "cost_micros",
+    "cost_nanos",
     "errors",
     "error_rate",
     "avg_latency_ms",
@@ -182,9 +190,9 @@ def render_csv(rows: Sequence[dict[str, Any]], group_by: str) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow((group_by, *CSV_COLUMNS))
     for row in rows:
-        # Fixed-point USD so a spreadsheet sum of the column matches the micro-dollar total.
+        # Exact fixed-point USD from the integer, so a spreadsheet sum matches cost_nanos.
         values = [
-            f"{row['cost_micros'] / 1_000_000:.6f}" if c == "cost" else row[c] for c in CSV_COLUMNS
+            format_usd_exact(row["cost_nanos"]) if c == "cost" else row[c] for c in CSV_COLUMNS
         ]
         writer.writerow((_csv_safe(row[group_by]), *values))
     return out.getvalue()
@@ -343,8 +351,8 @@ class UsageReports:
             "days": days,
             "from": start.isoformat(),
             "to": end.isoformat(),
-            "total_cost": micros_to_usd(total.cost_micros),
-            "total_cost_micros": total.cost_micros,
+            "total_cost": nanos_to_usd(total.cost_nanos),
+            "total_cost_nanos": total.cost_nanos,
             "total_tokens": total.total_tokens,
             "prompt_tokens": total.prompt_tokens,
             "completion_tokens": total.completion_tokens,
@@ -354,7 +362,7 @@ class UsageReports:
             "by_model": [
                 {"model": model, **totals.as_row()}
                 for model, totals in sorted(
-                    by_model.items(), key=lambda item: (-item[1].cost_micros, item[0])
+                    by_model.items(), key=lambda item: (-item[1].cost_nanos, item[0])
                 )
             ],
             "by_day": [
@@ -377,7 +385,7 @@ class UsageReports:
                 for d in days_between(start, end)
             ]
         else:
-            ordered = sorted(grouped.items(), key=lambda item: (-item[1].cost_micros, item[0]))
+            ordered = sorted(grouped.items(), key=lambda item: (-item[1].cost_nanos, item[0]))
         return {
             "object": "usage_report",
             "group_by": group_by,
@@ -436,7 +444,7 @@ class UsageReports:
             event = orjson.loads(head.payload)
             if model is not None and event.get("model") != model:
                 continue
-            data.append({"id": head.stream_id.decode(), **event})
+            data.append({"id": head.stream_id.decode(), **_event_view(event)})
         more = bool(heap) and last is not None
         return {
             "object": "list",
@@ -459,6 +467,15 @@ class UsageReports:
         head = stream.pop()
         if head is not None:
             heapq.heappush(heap, head)
+
+
+def _event_view(event: dict[str, Any]) -> dict[str, Any]:
+    """A stored event in today's fields (older ones carry micro-dollars)."""
+    if "cost_micros" not in event:
+        return event
+    upgraded = upgrade_event_dict(event)
+    upgraded["cost_usd"] = nanos_to_usd(upgraded.get("cost_nanos", 0))
+    return upgraded
 
 
 def validate_key_filter(value: str | None) -> str | None:

@@ -10,6 +10,10 @@ The script, keyed by hash tag ``{key:<id>}`` so it stays in one cluster slot:
 * ``HINCRBY``s the key's per-day aggregate hash, one group of fields per
   model/provider/task/team (``m:<model>|p:<provider>|t:<task>|team:<team>:<metric>``).
 
+Money is integer nano-dollars (``cost_nanos``, metric ``nano``). Data written before that unit
+holds micro-dollars (events with ``cost_micros``, aggregate metric ``cost``): it is read x1000,
+never rewritten, so old and new data add up exactly.
+
 Reports find keys through two plain sets written in the same pipeline, before the script:
 ``sy:usage:keys`` (every key that ever recorded) and ``sy:usage:active:<YYYYMMDD>`` (keys active
 that day). Adding to a set twice is harmless, so a failed pipeline never leaves a wrong index.
@@ -27,7 +31,6 @@ import enum
 import time
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -36,6 +39,7 @@ import structlog
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
+from gateway.money import NANOS_PER_MICRO, nanos_to_usd
 from gateway.redis_connect import REDIS_FAILURES
 from gateway.redis_scripts import LuaScript, ScriptBatch
 from gateway.spool import Segment, Spool
@@ -43,10 +47,10 @@ from gateway.spool import Segment, Spool
 log = structlog.get_logger(__name__)
 
 USAGE_SOURCES = ("provider", "estimated")
-METRICS = ("req", "prompt", "completion", "cached", "cost", "err", "lat", "streamed", "est")
+# "nano" is the cost in nano-dollars; "cost" (micro-dollars) is only read, from older data.
+METRICS = ("req", "prompt", "completion", "cached", "nano", "err", "lat", "streamed", "est")
 KEY_INDEX = "sy:usage:keys"
 MAX_ID_LENGTH = 200
-MICROS_PER_USD = 1_000_000
 
 # KEYS: 1 idempotency marker, 2 event stream, 3 day aggregate hash
 # ARGV: 1 marker ttl s, 2 stream min id (ms), 3 event json, 4 day hash expire-at (epoch s),
@@ -57,10 +61,11 @@ if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
 end
 redis.call('XADD', KEYS[2], 'MINID', '~', ARGV[2], '*', 'e', ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[1])
-local names = {'req', 'prompt', 'completion', 'cached', 'cost', 'err', 'lat', 'streamed', 'est'}
+local names = {'req', 'prompt', 'completion', 'cached', 'nano', 'err', 'lat', 'streamed', 'est'}
 for i, name in ipairs(names) do
-  local delta = tonumber(ARGV[5 + i])
-  if delta ~= 0 then
+  -- passed on as the integer text: a Lua number (a double) would round past 2^53
+  local delta = ARGV[5 + i]
+  if delta ~= '0' then
     redis.call('HINCRBY', KEYS[3], ARGV[5] .. ':' .. name, delta)
   end
 end
@@ -76,15 +81,6 @@ class UsageError(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
-
-
-def usd_to_micros(cost_usd: float) -> int:
-    """Round half up on the decimal text of the float, so 0.0000025 is 3 µ$, not 2."""
-    return int(Decimal(repr(float(cost_usd))).scaleb(6).to_integral_value(ROUND_HALF_UP))
-
-
-def micros_to_usd(micros: int) -> float:
-    return micros / MICROS_PER_USD
 
 
 def day_of(epoch_s: float) -> date:
@@ -133,7 +129,8 @@ def _check_count(field: str, value: object) -> None:
 
 @dataclass(frozen=True, slots=True)
 class UsageEvent:
-    """One request's usage. ``cost_micros`` is exact; ``cost_usd`` is its float rendering."""
+    """One request's usage. ``cost_nanos`` (nano-dollars) is exact and authoritative;
+    ``cost_usd`` is its float rendering, always derived from it."""
 
     time: float
     request_id: str
@@ -146,8 +143,8 @@ class UsageEvent:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    cost_nanos: int = 0
     cost_usd: float = 0.0
-    cost_micros: int | None = None
     policy_version: str = ""
     latency_ms: int = 0
     ttft_ms: int | None = None
@@ -182,15 +179,12 @@ class UsageEvent:
         if self.usage_source not in USAGE_SOURCES:
             raise UsageError("usage_source", f"must be one of {', '.join(USAGE_SOURCES)}")
         _check_count("attempts", self.attempts)
-        # The micro-dollar figure is authoritative; derive it once and make cost_usd agree.
-        if self.cost_micros is None:
-            if isinstance(self.cost_usd, bool) or not isinstance(self.cost_usd, int | float):
-                raise UsageError("cost_usd", "must be a number")
-            if not 0 <= self.cost_usd < 1e9:
-                raise UsageError("cost_usd", "must be a non-negative amount")
-            object.__setattr__(self, "cost_micros", usd_to_micros(self.cost_usd))
-        _check_count("cost_micros", self.cost_micros)
-        object.__setattr__(self, "cost_usd", micros_to_usd(self.cost_micros))  # type: ignore[arg-type]
+        _check_count("cost_nanos", self.cost_nanos)
+        if self.cost_nanos >= 2**63:
+            raise UsageError("cost_nanos", "exceeds a 64-bit Redis counter")
+        if self.cost_usd and self.cost_usd != nanos_to_usd(self.cost_nanos):
+            raise UsageError("cost_usd", "is a rendering of cost_nanos: set cost_nanos instead")
+        object.__setattr__(self, "cost_usd", nanos_to_usd(self.cost_nanos))
 
     @property
     def day(self) -> date:
@@ -208,6 +202,7 @@ class UsageEvent:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> UsageEvent:
+        data = upgrade_event_dict(data)
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - names
         if unknown:
@@ -226,6 +221,20 @@ class UsageEvent:
         if not isinstance(data, dict):
             raise UsageError("event", "must be a JSON object")
         return cls.from_dict(data)
+
+
+def upgrade_event_dict(data: dict[str, Any]) -> dict[str, Any]:
+    """An event as recorded by any version, in today's fields: ``cost_micros`` (events and spool
+    lines from before nano-dollars) becomes ``cost_nanos``; ``cost_usd`` is re-derived."""
+    if "cost_micros" not in data and "cost_usd" not in data:
+        return data
+    data = dict(data)
+    micros = data.pop("cost_micros", None)
+    data.pop("cost_usd", None)
+    if "cost_nanos" not in data and micros is not None:
+        _check_count("cost_micros", micros)
+        data["cost_nanos"] = micros * NANOS_PER_MICRO
+    return data
 
 
 def group_field(model: str, provider: str, task: str, team: str) -> str:
@@ -355,7 +364,7 @@ class UsageLedger:
             event.prompt_tokens,
             event.completion_tokens,
             event.cached_tokens,
-            event.cost_micros,
+            event.cost_nanos,
             1 if event.status >= 400 else 0,
             event.latency_ms,
             1 if event.streamed else 0,

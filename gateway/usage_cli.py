@@ -1,7 +1,8 @@
 """``switchyard usage report``: the admin usage report in the terminal, as CSV or as JSON.
 
 It reads the ledger in Redis with the same ``UsageReports`` as ``GET /admin/usage``, so the
-numbers are the same; dates are UTC days, inclusive.
+numbers are the same; dates are UTC days, inclusive. Costs print as exact USD decimals
+computed from the integer nano-dollars (``0.001692000``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
+from gateway.money import format_usd_exact
 from gateway.reports import GROUP_BYS, ReportError, UsageReports, parse_day, render_csv
 
 DEFAULT_RANGE_DAYS = 30
@@ -23,7 +25,7 @@ TABLE_COLUMNS = (
     ("prompt_tokens", "prompt"),
     ("completion_tokens", "completion"),
     ("cached_tokens", "cached"),
-    ("cost_micros", "cost_usd"),
+    ("cost_nanos", "cost_usd"),
     ("errors", "errors"),
     ("estimated", "estimated"),
 )
@@ -59,8 +61,8 @@ async def run_usage_command(redis: Redis, args: argparse.Namespace) -> int:
 
 
 def _cell(name: str, row: dict[str, Any]) -> str:
-    if name == "cost_micros":
-        return f"{row['cost_micros'] / 1_000_000:.6f}"
+    if name == "cost_nanos":
+        return format_usd_exact(row["cost_nanos"])
     return str(row[name])
 
 

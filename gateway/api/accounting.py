@@ -76,7 +76,7 @@ class Accounting:
         model = self.served_model or self.plan.candidates[0].model
         provider = self.served_provider or self.plan.candidates[0].provider
         tokens = usage.total if usage else 0
-        cost = cost_of(self.policy, model, usage) if usage else 0.0
+        cost = cost_of(self.policy, model, usage) if usage else 0
         try:
             event = UsageEvent(
                 time=time.time(),
@@ -90,7 +90,7 @@ class Accounting:
                 prompt_tokens=usage.prompt_tokens if usage else 0,
                 completion_tokens=usage.completion_tokens if usage else 0,
                 cached_tokens=min(usage.cached_tokens, usage.prompt_tokens) if usage else 0,
-                cost_usd=cost,
+                cost_nanos=cost,
                 policy_version=self.plan.policy_version,
                 latency_ms=int((time.perf_counter() - self.started) * 1000),
                 ttft_ms=self.ttft_ms,
@@ -111,7 +111,8 @@ class Accounting:
 
 
 def _count(services: Services, event: UsageEvent) -> None:
-    """Token and cost counters carry exactly what the ledger records."""
+    """Token and cost counters carry exactly what the ledger records (cost in whole
+    nano-dollars: integer increments, so the counter stays exact up to 2**53)."""
     metrics = services.metrics
     if event.prompt_tokens:
         metrics.tokens.labels(event.model, "prompt").inc(event.prompt_tokens)
@@ -119,8 +120,8 @@ def _count(services: Services, event: UsageEvent) -> None:
         metrics.tokens.labels(event.model, "completion").inc(event.completion_tokens)
     if event.cached_tokens:
         metrics.tokens.labels(event.model, "cached").inc(event.cached_tokens)
-    if event.cost_micros:
-        metrics.cost.labels(event.model).inc(event.cost_usd)
+    if event.cost_nanos:
+        metrics.cost.labels(event.model).inc(event.cost_nanos)
 
 
 def produced_tokens(chunk: Any) -> int:

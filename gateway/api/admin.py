@@ -34,6 +34,7 @@ from gateway.api.services import Services
 from gateway.auth import check_admin
 from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound, ServiceUnavailable
 from gateway.keys import ID_LENGTH, KeyRecord
+from gateway.money import MAX_BUDGET_USD, usd_to_nanos
 from gateway.policy import Policy
 from gateway.redis_connect import REDIS_FAILURES
 
@@ -42,7 +43,8 @@ MAX_GRACE_S = 30 * 24 * 3600
 Name = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 Rpm = Annotated[StrictInt, Field(ge=0, le=10_000_000)]
 Tpm = Annotated[StrictInt, Field(ge=0, le=10_000_000_000)]
-Budget = Annotated[StrictFloat | StrictInt, Field(ge=0, le=1_000_000_000)]
+# USD, exact to the nano-dollar, and small enough that the limiter's Lua doubles stay exact.
+Budget = Annotated[StrictFloat | StrictInt, Field(ge=0, le=MAX_BUDGET_USD, allow_inf_nan=False)]
 MetadataValue = StrictStr | StrictInt | StrictFloat | bool | None
 
 
@@ -89,8 +91,11 @@ class _KeyFields(BaseModel):
 
     @field_validator("budget_usd")
     @classmethod
-    def _finite_budget(cls, value: float | None) -> float | None:
-        return None if value is None else float(value)
+    def _exact_budget(cls, value: float | None) -> float | None:
+        if value is None:
+            return None
+        usd_to_nanos(value)  # at most 9 decimal places, or a 400 naming budget_usd
+        return float(value)
 
     @field_validator("metadata")
     @classmethod

@@ -1,5 +1,9 @@
 """Reserve a key's limits before the upstream call and settle them after, with the Redis policy.
 
+The reservation is the request's worst case: the prompt estimate plus ``max_tokens`` for each
+of its ``max(n, best_of)`` choices (none for embeddings), priced at the most expensive
+candidate of the plan, since any fallback may serve it. Money is integer nano-dollars.
+
 ``SWITCHYARD_LIMITS_ON_REDIS_FAILURE=closed`` turns a Redis outage into 503; ``open`` serves keys
 verified within ``fail_open_window_s`` without limits, counted in a metric and logged (once a
 second at most). Recovery needs no restart: the next request simply finds Redis again.
@@ -46,18 +50,37 @@ def usage_from(data: Any) -> Usage | None:
     return Usage(prompt, completion, cached if isinstance(cached, int) else 0)
 
 
+# Routes whose answers produce no completion tokens: their estimate is the prompt alone.
+PROMPT_ONLY_ROUTES = frozenset({"embeddings"})
+
+
 def key_limits(principal: Principal) -> KeyLimits | None:
     record = principal.record
-    if record.rpm is None and record.tpm is None and record.budget_usd is None:
+    if record.rpm is None and record.tpm is None and record.budget_nanos is None:
         return None
-    return KeyLimits(record.rpm, record.tpm, record.budget_usd, record.budget_period or "month")
+    return KeyLimits(record.rpm, record.tpm, record.budget_nanos, record.budget_period or "month")
 
 
-def cost_of(policy: Policy, model: str, usage: Usage) -> float:
+def cost_of(policy: Policy, model: str, usage: Usage) -> int:
+    """Nano-dollars, exact: tokens times the model's per-token prices (0 for unknown models)."""
     config = policy.models.get(model)
     if config is None:
-        return 0.0
-    return config.price.cost_usd(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+        return 0
+    return config.price.cost_nanos(
+        usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens
+    )
+
+
+def worst_case_cost(policy: Policy, plan: RoutePlan, usage: Usage) -> int:
+    """The estimate priced at the plan's most expensive candidate: any of them may serve."""
+    return max((cost_of(policy, c.model, usage) for c in plan.candidates), default=0)
+
+
+def estimate_usage(body: Mapping[str, Any], route: str, default_max_tokens: int) -> Usage:
+    prompt = estimate_prompt_tokens(body)
+    if route in PROMPT_ONLY_ROUTES:
+        return Usage(prompt, 0)
+    return Usage(prompt, expected_output_tokens(body, default_max_tokens))
 
 
 def _fail_open(services: Services, principal: Principal, why: str) -> None:
@@ -75,24 +98,23 @@ async def reserve(
     body: Mapping[str, Any],
     policy: Policy,
     reservation_id: str,
+    route: str = "chat.completions",
 ) -> tuple[Reservation | None, Usage]:
     """One Redis round trip; returns the reservation (None when unlimited) and the estimate."""
-    prompt = estimate_prompt_tokens(body)
-    completion = expected_output_tokens(body, services.settings.default_max_tokens)
-    estimate = Usage(prompt, completion)
+    estimate = estimate_usage(body, route, services.settings.default_max_tokens)
     limits = key_limits(principal)
     if limits is None:
         return None, estimate
     if principal.degraded:  # Redis was already unreachable at authentication
         _fail_open(services, principal, "redis unreachable at authentication")
         return None, estimate
-    cost = cost_of(policy, plan.candidates[0].model, estimate)
+    cost = worst_case_cost(policy, plan, estimate) if limits.budget_nanos is not None else 0
     try:
         reservation = await services.limiter.reserve(
             principal.key_id,
             limits,
             tokens=estimate.total,
-            cost_usd=cost,
+            cost_nanos=cost,
             request_id=reservation_id,
         )
     except LimiterUnavailable:

@@ -210,7 +210,7 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
         outcome.record_id = accounting.record_id
         headers[USAGE_ID_HEADER] = accounting.record_id
         accounting.reservation, accounting.estimate = await limits_gate.reserve(
-            services, principal, plan, raw, accounting.policy, accounting.record_id
+            services, principal, plan, raw, accounting.policy, accounting.record_id, endpoint.route
         )
         if accounting.reservation is not None:
             headers.update(accounting.reservation.headers)

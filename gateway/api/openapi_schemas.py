@@ -11,6 +11,7 @@ from typing import Any
 
 from gateway.api.admin import MAX_GRACE_S
 from gateway.api.validation import ROLES
+from gateway.money import MAX_BUDGET_USD
 from gateway.reports import GROUP_BYS, MAX_EVENTS_LIMIT
 
 Schema = dict[str, Any]
@@ -93,15 +94,15 @@ USAGE_ROW = obj(
         "completion_tokens": INTEGER,
         "cached_tokens": INTEGER,
         "total_tokens": INTEGER,
-        "cost": NUMBER,
-        "cost_micros": INTEGER,
+        "cost": {"type": "number", "description": "USD, a rendering of cost_nanos"},
+        "cost_nanos": {"type": "integer", "description": "nano-dollars (1e-9 USD), exact"},
         "errors": INTEGER,
         "error_rate": NUMBER,
         "avg_latency_ms": NUMBER,
         "streamed": INTEGER,
         "estimated": INTEGER,
     },
-    ["requests", "total_tokens", "cost", "cost_micros", "errors"],
+    ["requests", "total_tokens", "cost", "cost_nanos", "errors"],
 )
 ROUTE_ROW = obj(
     {"model": STRING, "provider": STRING, "upstream_model": STRING, "reason": STRING},
@@ -115,7 +116,14 @@ KEY_FIELDS: dict[str, Schema] = {
     ),
     "rpm": _int_range(0, 10_000_000),
     "tpm": _int_range(0, 10_000_000_000),
-    "budget_usd": _number_range(0, 1_000_000_000),
+    "budget_usd": nullable(
+        {
+            "type": "number",
+            "minimum": 0,
+            "maximum": MAX_BUDGET_USD,
+            "description": "USD with at most 9 decimal places (kept as integer nano-dollars)",
+        }
+    ),
     "budget_period": nullable({"enum": ["day", "month", "total"]}),
     "expires_at": nullable(
         {
@@ -229,7 +237,7 @@ SCHEMAS: dict[str, Schema] = {
             "from": {"type": "string", "format": "date"},
             "to": {"type": "string", "format": "date"},
             "total_cost": NUMBER,
-            "total_cost_micros": INTEGER,
+            "total_cost_nanos": INTEGER,
             "total_tokens": INTEGER,
             "prompt_tokens": INTEGER,
             "completion_tokens": INTEGER,

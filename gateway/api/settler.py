@@ -28,7 +28,7 @@ from gateway.usage import UsageEvent, UsageLedger
 class Settlement:
     reservation: Reservation | None
     tokens: int
-    cost_usd: float
+    cost_nanos: int
     event: UsageEvent | None
 
 
@@ -80,7 +80,7 @@ class SettleBatcher:
             for item in batch:
                 if item.reservation is not None:
                     self.limiter.queue_settle(
-                        commands, item.reservation, tokens=item.tokens, cost_usd=item.cost_usd
+                        commands, item.reservation, tokens=item.tokens, cost_nanos=item.cost_nanos
                     )
                 if item.event is not None:
                     self.ledger.queue_record(commands, item.event)

@@ -2,10 +2,15 @@
 -- KEYS, all in one hash slot ({key:<id>}):
 --   1 rpm      hash  sub-bucket index -> requests
 --   2 tpm      hash  sub-bucket index -> tokens
---   3 held     hash  request id -> "tokens micro bucket period window[ r]"
+--   3 held     hash  request id -> "tokens nanos bucket period window n[ r]"
 --   4 leases   zset  request id -> lease deadline (ms); a crashed holder's budget comes back
---   5..7       hash  budget:day / budget:month / budget:total -> window, spent, reserved (micro-USD)
+--   5..7       hash  budget:day / budget:month / budget:total -> window, spent, reserved
+--                    (nano-USD), unit = 'nano'
+-- Money is integer nano-dollars; Lua numbers are doubles, exact below 2^53 (about $9M), and the
+-- gateway keeps budgets and charges below that. Data written before the unit changed holds
+-- micro-dollars: held entries without the ' n' marker, budget hashes without unit = 'nano'.
 local BUDGET_KEY = {day = 5, month = 6, total = 7}
+local NANOS_PER_MICRO = 1000
 
 -- Lua turns numbers into "%.14g" strings; large counters must go to Redis as integers.
 local function int(x)
@@ -88,17 +93,35 @@ local function budget_window(period, now)
   return string.format('%04d-%02d', y, m), days_from_civil(y, m + 1, 1) * 86400000
 end
 
--- tokens, micro, bucket, period, window, reclaimed
+-- tokens, nanos, bucket, period, window, reclaimed. The trailing flags: ' n' = the amount is in
+-- nano-dollars (entries without it are older, in micro-dollars), ' r' = its budget hold was
+-- already given back by a lease reclaim.
 local function parse_hold(value)
   local t, m, b, p, w, rest = string.match(value, '^(%d+) (%d+) (%-?%d+) (%S+) (%S+)(.*)$')
-  return tonumber(t), tonumber(m), tonumber(b), p, w, rest == ' r'
+  local nanos = tonumber(m)
+  if not string.find(rest, 'n', 1, true) then
+    nanos = nanos * NANOS_PER_MICRO
+  end
+  return tonumber(t), nanos, tonumber(b), p, w, string.sub(rest, -2) == ' r'
+end
+
+-- A budget hash's window, spent and reserved in nano-dollars. A hash from before the unit
+-- changed (no unit field) is scaled from micro-dollars in place, once, inside this script.
+local function budget_state(key)
+  local state = redis.call('HMGET', key, 'window', 'spent', 'reserved', 'unit')
+  local spent, held = tonumber(state[2]) or 0, tonumber(state[3]) or 0
+  if state[1] and state[4] ~= 'nano' then
+    spent, held = spent * NANOS_PER_MICRO, held * NANOS_PER_MICRO
+    redis.call('HSET', key, 'spent', int(spent), 'reserved', int(held), 'unit', 'nano')
+  end
+  return state[1], spent, held
 end
 
 -- Give a budget hold back, unless the window it was taken in has rolled over since.
-local function unhold_budget(period, window, micro)
+local function unhold_budget(period, window, nanos)
   local index = BUDGET_KEY[period]
-  if index and redis.call('HGET', KEYS[index], 'window') == window then
-    redis.call('HINCRBY', KEYS[index], 'reserved', int(-micro))
+  if index and budget_state(KEYS[index]) == window then
+    redis.call('HINCRBY', KEYS[index], 'reserved', int(-nanos))
   end
 end
 

@@ -1,12 +1,12 @@
--- Check and take 1 request, ARGV tokens and ARGV micro-USD of budget, all or nothing.
--- ARGV: 1 request id, 2 tokens, 3 micro-USD, 4 rpm, 5 tpm, 6 budget micro-USD (-1 = no limit),
+-- Check and take 1 request, ARGV tokens and ARGV nano-USD of budget, all or nothing.
+-- ARGV: 1 request id, 2 tokens, 3 nano-USD, 4 rpm, 5 tpm, 6 budget nano-USD (-1 = no limit),
 --       7 budget period, 8 window ms, 9 sub-buckets per window, 10 lease ms
 -- Returns {1, now, rpm used, tpm used, rpm reset ms, tpm reset ms, budget window}
 --      or {0, reason, retry ms (-1 = never fits), now, rpm used, tpm used, rpm reset, tpm reset,
 --          spent, held}
 --      or {-1} when the request id already holds a reservation.
 local rid = ARGV[1]
-local tokens, micro = tonumber(ARGV[2]), tonumber(ARGV[3])
+local tokens, nanos = tonumber(ARGV[2]), tonumber(ARGV[3])
 local rpm, tpm, budget = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local period = ARGV[7]
 local window_ms, buckets, lease_ms = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
@@ -24,8 +24,8 @@ local cur = math.floor(now / bucket_ms)
 for _, old in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 8)) do
   local value = redis.call('HGET', KEYS[3], old)
   if value and string.sub(value, -2) ~= ' r' then
-    local _, old_micro, _, old_period, old_window = parse_hold(value)
-    unhold_budget(old_period, old_window, old_micro)
+    local _, old_nanos, _, old_period, old_window = parse_hold(value)
+    unhold_budget(old_period, old_window, old_nanos)
     redis.call('HSET', KEYS[3], old, value .. ' r')
     redis.call('ZADD', KEYS[4], now + lease_ms, old)
   else
@@ -41,12 +41,11 @@ local budget_key, window, window_end, spent, held, rolled
 if budget >= 0 then
   budget_key = KEYS[BUDGET_KEY[period]]
   window, window_end = budget_window(period, now)
-  local state = redis.call('HMGET', budget_key, 'window', 'spent', 'reserved')
-  rolled = state[1] ~= window
+  local stored_window
+  stored_window, spent, held = budget_state(budget_key)
+  rolled = stored_window ~= window
   if rolled then
     spent, held = 0, 0
-  else
-    spent, held = tonumber(state[2]) or 0, tonumber(state[3]) or 0
   end
 end
 
@@ -70,10 +69,13 @@ local function wait_for(live, need)
   return window_ms
 end
 
+-- Admission: budget - spent - held > 0 and estimate <= budget - spent - held. Written as
+-- differences so that every intermediate stays an exact integer below 2^53.
 local reason, retry
-if budget_key and (spent + held >= budget or spent + held + micro > budget) then
+local room = budget_key and budget - spent - held
+if budget_key and (room <= 0 or nanos > room) then
   reason = 'budget'
-  if spent + micro <= budget and spent < budget then
+  if budget - spent > 0 and nanos <= budget - spent then
     retry = 1000 -- only holds of requests in flight are in the way; they settle soon
   else
     retry = window_end
@@ -103,9 +105,10 @@ if tokens > 0 then
 end
 if budget_key then
   if rolled then
-    redis.call('HSET', budget_key, 'window', window, 'spent', 0, 'reserved', int(micro))
+    redis.call('HSET', budget_key, 'window', window, 'spent', 0, 'reserved', int(nanos),
+      'unit', 'nano')
   else
-    redis.call('HINCRBY', budget_key, 'reserved', int(micro))
+    redis.call('HINCRBY', budget_key, 'reserved', int(nanos))
   end
   if window_end >= 0 then
     -- a day past the window's end, so late settles still find it
@@ -113,7 +116,8 @@ if budget_key then
   end
 end
 redis.call('HSET', KEYS[3], rid,
-  string.format('%d %d %d %s %s', tokens, micro, cur, budget_key and period or '-', window or '-'))
+  string.format('%d %d %d %s %s n', tokens, nanos, cur, budget_key and period or '-',
+    window or '-'))
 redis.call('ZADD', KEYS[4], int(now + lease_ms), rid)
 redis.call('PEXPIRE', KEYS[3], int(2 * lease_ms + window_ms))
 redis.call('PEXPIRE', KEYS[4], int(2 * lease_ms + window_ms))

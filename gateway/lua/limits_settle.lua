@@ -1,5 +1,5 @@
 -- Settle (ARGV 2 = 'settle') or release (= 'release') one reservation, exactly once.
--- ARGV: 1 request id, 2 mode, 3 tokens used, 4 micro-USD used, 5 window ms, 6 sub-buckets
+-- ARGV: 1 request id, 2 mode, 3 tokens used, 4 nano-USD used, 5 window ms, 6 sub-buckets
 -- Returns 1 when applied, 0 when the request id holds nothing (already settled or unknown).
 local value = redis.call('HGET', KEYS[3], ARGV[1])
 if not value then
@@ -8,8 +8,8 @@ end
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 
-local est_tokens, est_micro, bucket, period, window, reclaimed = parse_hold(value)
-local used_tokens, used_micro = tonumber(ARGV[3]), tonumber(ARGV[4])
+local est_tokens, est_nanos, bucket, period, window, reclaimed = parse_hold(value)
+local used_tokens, used_nanos = tonumber(ARGV[3]), tonumber(ARGV[4])
 local window_ms, buckets = tonumber(ARGV[5]), tonumber(ARGV[6])
 local bucket_ms = window_ms / buckets
 local cur = math.floor(now_ms() / bucket_ms)
@@ -17,7 +17,7 @@ local cur = math.floor(now_ms() / bucket_ms)
 local in_window = bucket > cur - buckets
 
 if ARGV[2] == 'release' then
-  used_tokens, used_micro = 0, 0
+  used_tokens, used_nanos = 0, 0
   if in_window then
     refund_bucket(KEYS[1], bucket, 1)
   end
@@ -33,12 +33,12 @@ elseif extra > 0 then
 end
 
 local index = BUDGET_KEY[period]
-if index and redis.call('HGET', KEYS[index], 'window') == window then
+if index and budget_state(KEYS[index]) == window then
   if not reclaimed then
-    redis.call('HINCRBY', KEYS[index], 'reserved', int(-est_micro))
+    redis.call('HINCRBY', KEYS[index], 'reserved', int(-est_nanos))
   end
-  if used_micro > 0 then
-    redis.call('HINCRBY', KEYS[index], 'spent', int(used_micro))
+  if used_nanos > 0 then
+    redis.call('HINCRBY', KEYS[index], 'spent', int(used_nanos))
   end
 end
 return 1

@@ -16,10 +16,10 @@ local function reset_ms(newest)
   return (newest + buckets) * bucket_ms - now
 end
 local window, window_end = budget_window(period, now)
-local state = redis.call('HMGET', KEYS[BUDGET_KEY[period]], 'window', 'spent', 'reserved')
+local stored_window, stored_spent, stored_held = budget_state(KEYS[BUDGET_KEY[period]])
 local spent, held = 0, 0
-if state[1] == window then
-  spent, held = tonumber(state[2]) or 0, tonumber(state[3]) or 0
+if stored_window == window then
+  spent, held = stored_spent, stored_held
 end
 return {int(now), int(rpm_used), int(tpm_used), int(reset_ms(rpm_newest)),
   int(reset_ms(tpm_newest)), window, int(window_end), int(spent), int(held),

@@ -25,6 +25,7 @@ from redis.retry import Retry
 
 from gateway.api.settler import SettleBatcher, Settlement
 from gateway.limits import KeyLimits, Limiter
+from gateway.money import usd_to_nanos
 from gateway.redis_embedded import redis_server_binary
 from gateway.usage import UsageEvent
 
@@ -226,7 +227,7 @@ async def settle_round(
     for index, key_id in enumerate(key_ids):
         request_id = f"{tag}-{key_id}"
         reservation = await limiter.reserve(
-            key_id, limits, tokens=100, cost_usd=0.5, request_id=request_id
+            key_id, limits, tokens=100, cost_nanos=usd_to_nanos(0.5), request_id=request_id
         )
         event = UsageEvent(
             time=time.time(),
@@ -236,7 +237,9 @@ async def settle_round(
             provider="fake",
             prompt_tokens=10,
             completion_tokens=index,
-            cost_usd=0.001 * (index + 1),
+            cost_nanos=usd_to_nanos(0.001) * (index + 1),
         )
-        futures.append(settler.submit(Settlement(reservation, 10 + index, 0.001, event)))
+        futures.append(
+            settler.submit(Settlement(reservation, 10 + index, usd_to_nanos(0.001), event))
+        )
     await asyncio.gather(*futures)

@@ -22,6 +22,7 @@ from gateway.auth import Authenticator
 from gateway.errors import AuthenticationFailed
 from gateway.keys import KeyStore, parse_key, record_key
 from gateway.limits import KeyLimits, Limiter
+from gateway.money import usd_to_nanos
 from gateway.redis_connect import connect_redis
 from gateway.reports import UsageReports
 from gateway.spool import Spool
@@ -50,14 +51,14 @@ async def test_settle_and_usage_pipeline_spans_slots(
     settler = SettleBatcher(client, limiter, ledger, structlog.get_logger())
     key_ids = [f"parts{i:02d}" for i in range(12)]
     assert _masters_of(cluster, [record_key(k) for k in key_ids]) == {n.port for n in cluster.nodes}
-    limits = KeyLimits(rpm=1000, tpm=100_000, budget_usd=10.0, budget_period="day")
+    limits = KeyLimits(rpm=1000, tpm=100_000, budget_nanos=usd_to_nanos(10.0), budget_period="day")
     await settle_round(limiter, settler, key_ids, limits, "req")
     assert ledger.spool_depth() == 0  # nothing failed over to the spool
     # Settled: the estimate (100 tokens, $0.50) was replaced by what was used.
     status = await limiter.status(key_ids[5], limits)
     assert status["tokens"]["used"] == 15
-    assert status["budget"]["reserved_usd"] == 0
-    assert status["budget"]["spent_usd"] == pytest.approx(0.001)
+    assert status["budget"]["reserved_nanos"] == 0
+    assert status["budget"]["spent_nanos"] == usd_to_nanos(0.001)
     # Recording the same request again is a no-op, on whichever master holds the key.
     again = UsageEvent(
         time=time.time(), request_id="req-parts03", key_id="parts03", model="m", provider="p"
@@ -70,8 +71,8 @@ async def test_settle_and_usage_pipeline_spans_slots(
     rows = {row["key"]: row for row in report["data"] if row["key"] in key_ids}
     assert len(rows) == len(key_ids)
     assert sum(row["completion_tokens"] for row in rows.values()) == sum(range(12))
-    assert sum(row["cost_micros"] for row in rows.values()) == sum(
-        1000 * (i + 1) for i in range(12)
+    assert sum(row["cost_nanos"] for row in rows.values()) == sum(
+        1_000_000 * (i + 1) for i in range(12)
     )
     events = await reports.events(limit=500)
     seen = {e["request_id"] for e in events["data"]}

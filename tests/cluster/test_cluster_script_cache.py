@@ -15,6 +15,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from gateway.api.settler import SettleBatcher
 from gateway.limits import KeyLimits, Limiter
+from gateway.money import usd_to_nanos
 from gateway.redis_connect import connect_redis
 from gateway.spool import Spool
 from gateway.usage import RECORD_LUA, UsageLedger, stream_key
@@ -44,7 +45,7 @@ async def test_settle_batch_after_script_flush_on_every_master(
     settler = SettleBatcher(client, limiter, ledger, structlog.get_logger())
     key_ids = [f"noscript{i:02d}" for i in range(12)]
     assert len({cluster.owner_of(stream_key(k)).port for k in key_ids}) == 3
-    limits = KeyLimits(rpm=1000, tpm=100_000, budget_usd=10.0, budget_period="day")
+    limits = KeyLimits(rpm=1000, tpm=100_000, budget_nanos=usd_to_nanos(10.0), budget_period="day")
 
     await client.script_flush()  # every master
     await settle_round(limiter, settler, key_ids, limits, "a")
@@ -57,6 +58,6 @@ async def test_settle_batch_after_script_flush_on_every_master(
         status = await limiter.status(key_id, limits)
         assert status["in_flight"] == 0
         assert status["tokens"]["used"] == 2 * (10 + index)
-        assert status["budget"]["reserved_usd"] == 0
-        assert status["budget"]["spent_usd"] == pytest.approx(0.002)
+        assert status["budget"]["reserved_nanos"] == 0
+        assert status["budget"]["spent_nanos"] == usd_to_nanos(0.002)
         assert await client.xlen(stream_key(key_id)) == 2

@@ -102,6 +102,6 @@ async def test_admin_usage_equals_what_upstream_served(
         assert after["completion_tokens"] - totals_before["completion_tokens"] == served_completion
     # And the cost figures agree between groupings (integers, no float drift).
     assert (
-        sum(r["cost_micros"] for r in _report(urls[0], "model")["data"])
-        == (_report(urls[0], "model")["totals"]["cost_micros"])
+        sum(r["cost_nanos"] for r in _report(urls[0], "model")["data"])
+        == (_report(urls[0], "model")["totals"]["cost_nanos"])
     )

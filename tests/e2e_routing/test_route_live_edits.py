@@ -131,7 +131,7 @@ async def test_invalid_edit_under_load_changes_nothing(rig: RouteRig) -> None:
         error = await asyncio.to_thread(wait_for, rejected, TAKES_EFFECT_S)
         await asyncio.sleep(0.5)
     assert error["path"] == "models.m-alpha.price.input"
-    assert "greater than or equal to 0" in error["message"]
+    assert "must not be negative" in error["message"]
     after = policy_state(rig)
     assert after["version"] == before["version"]
     assert after["policy"] == before["policy"]

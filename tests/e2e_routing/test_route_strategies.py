@@ -7,6 +7,7 @@ as each real request: its first candidate that could serve must be the model tha
 from __future__ import annotations
 
 from collections import Counter
+from decimal import Decimal
 from typing import Any
 
 import yaml
@@ -33,8 +34,11 @@ def first_servable(explained: dict[str, Any]) -> str:
     return first
 
 
-def expected_cost(price: dict[str, float], prompt_tokens: int, output_tokens: int) -> float:
-    return (prompt_tokens * price.get("input", 0) + output_tokens * price.get("output", 0)) / 1e6
+def expected_cost(price: dict[str, float], prompt_tokens: int, output_tokens: int) -> Decimal:
+    """Exact USD from the price list (per 1M tokens)."""
+    per_mtok = {k: Decimal(str(v)) for k, v in price.items()}
+    total = prompt_tokens * per_mtok.get("input", 0) + output_tokens * per_mtok.get("output", 0)
+    return total / 1_000_000
 
 
 def test_ordered_and_pinned_match_explain(rig: RouteRig) -> None:
@@ -88,7 +92,7 @@ def test_cheapest_follows_the_price_table_and_the_request(rig: RouteRig) -> None
         got = served(rig, body, headers)
         assert got["x-switchyard-model"] == cheapest
         assert got["x-switchyard-route"] == (
-            f"task=save; strategy=cheapest; reason=cheapest: est ${costs[cheapest]:.6f}"
+            f"task=save; strategy=cheapest; reason=cheapest: est ${costs[cheapest].normalize():f}"
         )
     assert served(rig, short, headers)["x-switchyard-model"] == "m-alpha"
     assert served(rig, long, headers)["x-switchyard-model"] == "m-gamma"

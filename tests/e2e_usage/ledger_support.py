@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,8 @@ from gateway.redis_embedded import free_port
 ADMIN_KEY = "sy-admin-ledger-0123456789abcdef"
 PEPPER = "ledger-pepper-0123456789abcdef"
 
-# USD per 1M tokens; odd figures so that per-event rounding to µ$ matters.
+# USD per 1M tokens; odd figures (fractions of a micro-dollar a request) so that any rounding
+# per event would show.
 PRICES = {
     "m-alpha": {"input": 1.25, "output": 10.0},
     "m-beta": {"input": 0.15, "output": 0.6, "cached_input": 0.075},
@@ -64,8 +65,9 @@ def policy_yaml(base_url: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def expected_micros(model: str, served: Served) -> int:
-    """The provider-side bill of one request: exact decimal arithmetic, rounded half up."""
+def expected_nanos(model: str, served: Served) -> int:
+    """The provider-side bill of one request in nano-dollars: exact decimal arithmetic on the
+    price list (USD per 1M tokens), no rounding (the prices make it a whole number)."""
     price = {k: Decimal(str(v)) for k, v in PRICES[model].items()}
     cached_rate = price.get("cached_input", price["input"])
     usd = (
@@ -73,7 +75,9 @@ def expected_micros(model: str, served: Served) -> int:
         + served.cached * cached_rate
         + served.completion * price["output"]
     ) / Decimal(1_000_000)
-    return int(usd.scaleb(6).to_integral_value(ROUND_HALF_UP))
+    nanos = usd.scaleb(9)
+    assert nanos == nanos.to_integral_value(), nanos
+    return int(nanos)
 
 
 class GatewayProcess:
@@ -283,7 +287,7 @@ class Reconciled:
     prompt: int
     completion: int
     cached: int
-    cost_micros: int
+    cost_nanos: int
     estimated: int
 
 
@@ -297,7 +301,7 @@ def reconcile(
     """Join client calls, provider books and ledger events per request; check each event.
 
     Every answered call has an event; every event matches the provider's own record of that
-    request to the token and its bill to the micro-dollar. Returns the ledger's totals.
+    request to the token and its bill to the nano-dollar. Returns the ledger's totals.
     """
     by_usage_id = {call.usage_id: call for call in calls if call.usage_id}
     for call in calls:
@@ -315,7 +319,7 @@ def reconcile(
         assert event["prompt_tokens"] == served.prompt, where
         assert event["completion_tokens"] == served.completion, where
         assert event["cached_tokens"] == served.cached, where
-        assert event["cost_micros"] == expected_micros(model, served), where
+        assert event["cost_nanos"] == expected_nanos(model, served), where
         assert event["usage_source"] == ("provider" if served.reported else "estimated"), where
         assert event["streamed"] == (call.kind != "json"), where
         if answers_complete:  # (a killed gateway may record an answer it never delivered)
@@ -324,7 +328,7 @@ def reconcile(
         totals.prompt += event["prompt_tokens"]
         totals.completion += event["completion_tokens"]
         totals.cached += event["cached_tokens"]
-        totals.cost_micros += event["cost_micros"]
+        totals.cost_nanos += event["cost_nanos"]
         totals.estimated += event["usage_source"] == "estimated"
     return totals
 
@@ -335,7 +339,7 @@ def provider_totals(books: dict[str, Served]) -> Reconciled:
         totals.prompt += served.prompt
         totals.completion += served.completion
         totals.cached += served.cached
-        totals.cost_micros += expected_micros(MODEL_OF_UPSTREAM[served.model], served)
+        totals.cost_nanos += expected_nanos(MODEL_OF_UPSTREAM[served.model], served)
         totals.estimated += not served.reported
     return totals
 
@@ -349,6 +353,6 @@ def admin_report_totals(admin: httpx.Client, group_by: str = "model") -> Reconci
         sum(row["prompt_tokens"] for row in rows),
         sum(row["completion_tokens"] for row in rows),
         sum(row["cached_tokens"] for row in rows),
-        sum(row["cost_micros"] for row in rows),
+        sum(row["cost_nanos"] for row in rows),
         sum(row["estimated"] for row in rows),
     )

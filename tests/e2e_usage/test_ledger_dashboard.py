@@ -113,9 +113,9 @@ async def test_dashboard_of_the_running_gateway_in_chromium(
         def total(chart: str) -> int:
             return round(sum(value for name, value in spend_bars if name == chart))
 
-        # The bars carry the ledger's own integers: µ$ and tokens, summed over the month.
-        assert total("spend-by-model") == report["totals"]["cost_micros"]
-        assert total("spend-by-key") == report["totals"]["cost_micros"]
+        # The bars carry the ledger's own integers: nano-dollars and tokens, over the month.
+        assert total("spend-by-model") == report["totals"]["cost_nanos"]
+        assert total("spend-by-key") == report["totals"]["cost_nanos"]
         assert total("tokens-by-model") == report["totals"]["total_tokens"]
     finally:
         if browser is not None and browser.returncode is None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import httpx
@@ -59,11 +60,11 @@ async def test_reports_http_and_cli_agree_with_the_provider(
             page = admin.get("/admin/usage/events", params={"limit": 7, "key": key_id}).json()
             assert len(page["data"]) == 7 and page["next_cursor"]
             assert admin.get("/admin/usage/events", params={"limit": 0}).status_code == 400
-        assert by_model["totals"]["cost_micros"] == expected.cost_micros
+        assert by_model["totals"]["cost_nanos"] == expected.cost_nanos
 
         auth = {"Authorization": f"Bearer {key}"}
         own = httpx.get(gateway.url + "/v1/usage", params={"days": 30}, headers=auth).json()
-        assert own["requests"] == 40 and own["total_cost_micros"] == expected.cost_micros
+        assert own["requests"] == 40 and own["total_cost_nanos"] == expected.cost_nanos
         bad_days = httpx.get(gateway.url + "/v1/usage", params={"days": 0}, headers=auth)
         assert bad_days.status_code == 400 and bad_days.json()["error"]["param"] == "days"
 
@@ -77,14 +78,15 @@ async def test_reports_http_and_cli_agree_with_the_provider(
         rows = list(csv.DictReader(io.StringIO(as_csv.stdout)))
         assert [r["team"] for r in rows] == ["'=cmd"]  # defused for spreadsheets
         assert int(rows[0]["prompt_tokens"]) == expected.prompt
-        assert int(rows[0]["cost_micros"]) == expected.cost_micros
+        assert int(rows[0]["cost_nanos"]) == expected.cost_nanos
+        assert Decimal(rows[0]["cost"]) * 10**9 == expected.cost_nanos
 
         table = _cli(gateway, "--group-by", "model")
         assert table.returncode == 0, table.stderr
         print("\n" + table.stdout)
         total_line = table.stdout.strip().splitlines()[-1].split()
         assert total_line[:4] == ["TOTAL", "40", str(expected.prompt), str(expected.completion)]
-        assert total_line[5] == f"{expected.cost_micros / 1e6:.6f}"
+        assert Decimal(total_line[5]) * 10**9 == expected.cost_nanos  # exact, all 9 decimals
         assert {line.split()[0] for line in table.stdout.splitlines()[3:-2]} == {
             row["model"] for row in by_model["data"]
         }

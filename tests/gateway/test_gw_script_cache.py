@@ -13,10 +13,11 @@ import redis.asyncio
 from gw_support import GatewayThread, RunningGateway, make_settings
 
 from gateway.limits import KeyLimits, Limiter
+from gateway.money import usd_to_nanos
 from gateway.redis_embedded import EmbeddedRedis
 
 HI = [{"role": "user", "content": "x" * 24}]
-LIMITS = KeyLimits(rpm=1000, tpm=1_000_000, budget_usd=100.0, budget_period="day")
+LIMITS = KeyLimits(rpm=1000, tpm=1_000_000, budget_nanos=usd_to_nanos(100.0), budget_period="day")
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ def _create_limited_key(gateway: RunningGateway) -> tuple[str, str]:
         name="script-cache",
         rpm=LIMITS.rpm,
         tpm=LIMITS.tpm,
-        budget_usd=LIMITS.budget_usd,
+        budget_usd=100.0,
         budget_period=LIMITS.budget_period,
     )
 
@@ -77,13 +78,13 @@ async def _assert_books(
     finally:
         await client.aclose()
     assert status["in_flight"] == 0  # no reservation left unsettled
-    assert status["budget"]["reserved_usd"] == 0
+    assert status["budget"]["reserved_nanos"] == 0
     assert status["requests"]["used"] == requests
     assert status["tokens"]["used"] == tokens  # estimates replaced by what was used, once
     usage = _usage(gateway, key)
     assert usage["requests"] == requests
     assert usage["total_tokens"] == tokens
-    assert status["budget"]["spent_usd"] == pytest.approx(usage["total_cost"])
+    assert status["budget"]["spent_nanos"] == usage["total_cost_nanos"]
     assert gateway.services.ledger.spool_depth() == 0  # nothing fell back to the spool
 
 

@@ -43,7 +43,7 @@ def test_requests_are_recorded_with_tokens_cost_and_errors(gateway: RunningGatew
     assert usage["requests"] == 3 and usage["errors"] == 1
     assert usage["prompt_tokens"] == 20 and usage["completion_tokens"] == 10
     # fake-model: 10 prompt × $1000/M + n completion × $2000/M, for n = 7 and 3
-    assert usage["total_cost_micros"] == 2 * 10_000 + 10 * 2_000
+    assert usage["total_cost_nanos"] == 2 * 10_000_000 + 10 * 2_000_000
     assert {row["model"] for row in usage["by_model"]} == {"fake-model", "upstream-500"}
 
 

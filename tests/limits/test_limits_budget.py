@@ -1,4 +1,4 @@
-"""Budgets stop exactly at the limit, per UTC day, month or in total, in micro-dollars."""
+"""Budgets stop exactly at the limit, per UTC day, month or in total, in nano-dollars."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import redis.asyncio
 
 from gateway.errors import RateLimited
 from gateway.limits import KeyLimits, Limiter, Reservation
+from gateway.money import usd_to_nanos
 
 from .conftest import ClientFactory
 
@@ -31,15 +32,19 @@ async def test_budget_stops_exactly_at_the_budget(
     period: str, client: redis.asyncio.Redis, clean_redis: str, make_client: ClientFactory
 ) -> None:
     replicas = [Limiter(client), Limiter(make_client(clean_redis))]
-    limits = KeyLimits(budget_usd=0.3, budget_period=period)  # type: ignore[arg-type]
-    # 0.1 + 0.1 + 0.1 is not <= 0.3 in floats; in micro-dollars it is
+    limits = KeyLimits(budget_nanos=usd_to_nanos(0.3), budget_period=period)  # type: ignore[arg-type]
+    # 0.1 + 0.1 + 0.1 is not <= 0.3 in floats; in nano-dollars it is
     held = [
-        await replicas[i % 2].reserve("k", limits, tokens=0, cost_usd=0.1, request_id=f"r{i}")
+        await replicas[i % 2].reserve(
+            "k", limits, tokens=0, cost_nanos=usd_to_nanos(0.1), request_id=f"r{i}"
+        )
         for i in range(3)
     ]
     assert {h.budget_window for h in held} == {_expected_window(period, held[0].at)}
     with pytest.raises(RateLimited) as refused:
-        await replicas[0].reserve("k", limits, tokens=0, cost_usd=0.000001, request_id="over")
+        await replicas[0].reserve(
+            "k", limits, tokens=0, cost_nanos=usd_to_nanos(0.000001), request_id="over"
+        )
     error = refused.value
     assert (error.type, error.code, error.status) == ("insufficient_quota",) * 2 + (429,)
     assert "$0.3" in error.message
@@ -47,15 +52,15 @@ async def test_budget_stops_exactly_at_the_budget(
     assert error.headers["retry-after"] == "1"
     assert "x-should-retry" not in error.headers
     for h in held:
-        await replicas[1].settle(h, tokens=0, cost_usd=0.1)
+        await replicas[1].settle(h, tokens=0, cost_nanos=usd_to_nanos(0.1))
     with pytest.raises(RateLimited) as spent:
-        await replicas[0].reserve("k", limits, tokens=0, cost_usd=0.0, request_id="free")
+        await replicas[0].reserve("k", limits, tokens=0, cost_nanos=0, request_id="free")
     assert spent.value.headers["x-should-retry"] == "false"
     if period != "total":
         assert int(spent.value.headers["retry-after"]) > 1  # until the window rolls over
     status = await replicas[0].status("k", limits)
-    assert status["budget"]["spent_usd"] == 0.3
-    assert status["budget"]["remaining_usd"] == 0
+    assert status["budget"]["spent_nanos"] == usd_to_nanos(0.3)
+    assert status["budget"]["remaining_nanos"] == 0
 
 
 async def test_concurrent_budget_reserves_are_exact(
@@ -66,12 +71,12 @@ async def test_concurrent_budget_reserves_are_exact(
         Limiter(make_client(clean_redis)),
         Limiter(make_client(clean_redis)),
     ]
-    limits = KeyLimits(budget_usd=1.0, budget_period="month")
+    limits = KeyLimits(budget_nanos=usd_to_nanos(1.0), budget_period="month")
 
     async def attempt(i: int) -> Reservation | RateLimited:
         try:
             return await replicas[i % 3].reserve(
-                "k", limits, tokens=0, cost_usd=0.05, request_id=f"r{i}"
+                "k", limits, tokens=0, cost_nanos=usd_to_nanos(0.05), request_id=f"r{i}"
             )
         except RateLimited as refusal:
             return refusal
@@ -83,11 +88,13 @@ async def test_concurrent_budget_reserves_are_exact(
 
 async def test_a_new_window_starts_from_zero(client: redis.asyncio.Redis) -> None:
     limiter = Limiter(client)
-    limits = KeyLimits(budget_usd=1.0, budget_period="day")
+    limits = KeyLimits(budget_nanos=usd_to_nanos(1.0), budget_period="day")
     day_key = limiter.keys("k")[4]
     # yesterday's counter, fully spent
     await client.hset(day_key, mapping={"window": "2000-01-01", "spent": 1_000_000, "reserved": 0})
-    held = await limiter.reserve("k", limits, tokens=0, cost_usd=0.9, request_id="r1")
+    held = await limiter.reserve(
+        "k", limits, tokens=0, cost_nanos=usd_to_nanos(0.9), request_id="r1"
+    )
     assert held.budget_window == _expected_window("day", held.at)
     assert await client.hget(day_key, "spent") == b"0"
     ttl_ms = await client.pttl(day_key)
@@ -98,11 +105,13 @@ async def test_periods_are_counted_separately_and_total_never_expires(
     client: redis.asyncio.Redis,
 ) -> None:
     limiter = Limiter(client)
-    total = KeyLimits(budget_usd=1.0, budget_period="total")
-    held = await limiter.reserve("k", total, tokens=0, cost_usd=1.0, request_id="r1")
-    await limiter.settle(held, tokens=0, cost_usd=1.0)
+    total = KeyLimits(budget_nanos=usd_to_nanos(1.0), budget_period="total")
+    held = await limiter.reserve(
+        "k", total, tokens=0, cost_nanos=usd_to_nanos(1.0), request_id="r1"
+    )
+    await limiter.settle(held, tokens=0, cost_nanos=usd_to_nanos(1.0))
     assert await client.pttl(limiter.keys("k")[6]) == -1
     # switching the key to a monthly budget does not inherit (or erase) the lifetime spend
-    monthly = KeyLimits(budget_usd=1.0, budget_period="month")
-    await limiter.reserve("k", monthly, tokens=0, cost_usd=0.5, request_id="r2")
-    assert (await limiter.status("k", total))["budget"]["spent_usd"] == 1.0
+    monthly = KeyLimits(budget_nanos=usd_to_nanos(1.0), budget_period="month")
+    await limiter.reserve("k", monthly, tokens=0, cost_nanos=usd_to_nanos(0.5), request_id="r2")
+    assert (await limiter.status("k", total))["budget"]["spent_nanos"] == usd_to_nanos(1.0)

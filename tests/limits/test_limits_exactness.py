@@ -14,7 +14,7 @@ from .conftest import ClientFactory
 async def _attempt(limiter: Limiter, limits: KeyLimits, tokens: int, request_id: str):
     try:
         return await limiter.reserve(
-            "team-a", limits, tokens=tokens, cost_usd=0.0, request_id=request_id
+            "team-a", limits, tokens=tokens, cost_nanos=0, request_id=request_id
         )
     except RateLimited as refusal:
         return refusal
@@ -87,8 +87,8 @@ async def test_refusal_waits_for_oldest_sub_bucket(
 ) -> None:
     limiter = Limiter(make_client(clean_redis), window_s=2.0, buckets=20)
     limits = KeyLimits(rpm=2)
-    await limiter.reserve("team-a", limits, tokens=0, cost_usd=0, request_id="a")
-    await limiter.reserve("team-a", limits, tokens=0, cost_usd=0, request_id="b")
+    await limiter.reserve("team-a", limits, tokens=0, cost_nanos=0, request_id="a")
+    await limiter.reserve("team-a", limits, tokens=0, cost_nanos=0, request_id="b")
     refusal = await _attempt(limiter, limits, 0, "c")
     assert isinstance(refusal, RateLimited)
     assert refusal.headers["retry-after"] == "2"

@@ -9,6 +9,7 @@ from redis.crc import key_slot
 
 from gateway.errors import RateLimited
 from gateway.limits import KeyLimits, Limiter, format_duration
+from gateway.money import usd_to_nanos
 
 from .conftest import ClientFactory
 
@@ -36,7 +37,7 @@ async def test_headers_report_limit_remaining_and_reset(
 ) -> None:
     limiter = Limiter(make_client(clean_redis))
     limits = KeyLimits(rpm=5, tpm=1000)
-    held = await limiter.reserve("k", limits, tokens=300, cost_usd=0, request_id="r1")
+    held = await limiter.reserve("k", limits, tokens=300, cost_nanos=0, request_id="r1")
     headers = held.headers
     assert headers["x-ratelimit-limit-requests"] == "5"
     assert headers["x-ratelimit-remaining-requests"] == "4"
@@ -54,9 +55,9 @@ async def test_limits_a_key_lacks_get_no_headers(
 ) -> None:
     limiter = Limiter(make_client(clean_redis))
     assert (
-        await limiter.reserve("k", KeyLimits(), tokens=5, cost_usd=0, request_id="a")
+        await limiter.reserve("k", KeyLimits(), tokens=5, cost_nanos=0, request_id="a")
     ).headers == {}
-    only_rpm = await limiter.reserve("k", KeyLimits(rpm=9), tokens=5, cost_usd=0, request_id="b")
+    only_rpm = await limiter.reserve("k", KeyLimits(rpm=9), tokens=5, cost_nanos=0, request_id="b")
     assert set(only_rpm.headers) == {
         "x-ratelimit-limit-requests",
         "x-ratelimit-remaining-requests",
@@ -70,18 +71,18 @@ async def test_refusals_say_which_limit_and_when_to_retry(
 ) -> None:
     limiter = Limiter(make_client(clean_redis))
     limits = KeyLimits(rpm=100, tpm=50)
-    await limiter.reserve("k", limits, tokens=40, cost_usd=0, request_id="r1")
+    await limiter.reserve("k", limits, tokens=40, cost_nanos=0, request_id="r1")
     with pytest.raises(RateLimited) as busy:
-        await limiter.reserve("k", limits, tokens=20, cost_usd=0, request_id="r2")
+        await limiter.reserve("k", limits, tokens=20, cost_nanos=0, request_id="r2")
     assert "tokens per minute (tpm): limit 50" in busy.value.message
     assert busy.value.headers["x-ratelimit-remaining-tokens"] == "10"
     assert 59 <= int(busy.value.headers["retry-after"]) <= 60
     with pytest.raises(RateLimited) as too_big:
-        await limiter.reserve("k", limits, tokens=51, cost_usd=0, request_id="r3")
+        await limiter.reserve("k", limits, tokens=51, cost_nanos=0, request_id="r3")
     assert "Request too large" in too_big.value.message
     assert too_big.value.headers["x-should-retry"] == "false"
     with pytest.raises(RateLimited) as closed:
-        await limiter.reserve("k", KeyLimits(rpm=0), tokens=0, cost_usd=0, request_id="r4")
+        await limiter.reserve("k", KeyLimits(rpm=0), tokens=0, cost_nanos=0, request_id="r4")
     assert "limit 0" in closed.value.message
     assert closed.value.body()["error"]["type"] == "rate_limit_exceeded"
 
@@ -93,7 +94,11 @@ async def test_keys_share_one_slot_and_expire(clean_redis: str, make_client: Cli
     assert keys[0] == "sy:{key:team-a}:rpm"
     assert len({key_slot(k.encode()) for k in keys}) == 1
     await limiter.reserve(
-        "team-a", KeyLimits(rpm=1, tpm=10, budget_usd=1), tokens=3, cost_usd=0.1, request_id="r"
+        "team-a",
+        KeyLimits(rpm=1, tpm=10, budget_nanos=usd_to_nanos(1)),
+        tokens=3,
+        cost_nanos=usd_to_nanos(0.1),
+        request_id="r",
     )
     for key in keys[:4]:
         assert 0 < await client.pttl(key) <= 3 * 3600 * 1000, key

@@ -10,13 +10,14 @@ import pytest
 import redis.exceptions
 
 from gateway.limits import KeyLimits, Limiter
+from gateway.money import usd_to_nanos
 from gateway.redis_scripts import ScriptBatch
 from gateway.spool import Spool
 from gateway.usage import RECORD_LUA, UsageEvent, UsageLedger
 
 from .conftest import ClientFactory
 
-LIMITS = KeyLimits(rpm=100, tpm=10_000, budget_usd=5.0, budget_period="day")
+LIMITS = KeyLimits(rpm=100, tpm=10_000, budget_nanos=usd_to_nanos(5.0), budget_period="day")
 
 
 def _event(request_id: str, completion: int) -> UsageEvent:
@@ -28,7 +29,7 @@ def _event(request_id: str, completion: int) -> UsageEvent:
         provider="p",
         prompt_tokens=10,
         completion_tokens=completion,
-        cost_usd=0.01,
+        cost_nanos=usd_to_nanos(0.01),
     )
 
 
@@ -39,7 +40,9 @@ async def test_a_half_flushed_cache_runs_each_script_exactly_once(
     limiter = Limiter(client)
     ledger = UsageLedger(client, spool=Spool(tmp_path / "spool"), retention_days=30)
     held = [
-        await limiter.reserve("batch-key", LIMITS, tokens=100, cost_usd=0.5, request_id=f"r{i}")
+        await limiter.reserve(
+            "batch-key", LIMITS, tokens=100, cost_nanos=usd_to_nanos(0.5), request_id=f"r{i}"
+        )
         for i in range(3)
     ]
     await client.script_flush()
@@ -47,7 +50,9 @@ async def test_a_half_flushed_cache_runs_each_script_exactly_once(
     batch = ScriptBatch()
     positions = []
     for index, reservation in enumerate(held):
-        settle = limiter.queue_settle(batch, reservation, tokens=10 + index, cost_usd=0.01)
+        settle = limiter.queue_settle(
+            batch, reservation, tokens=10 + index, cost_nanos=usd_to_nanos(0.01)
+        )
         record = ledger.queue_record(batch, _event(reservation.request_id, index))
         positions.append((settle, record))
     replies = await batch.execute(client)
@@ -56,15 +61,15 @@ async def test_a_half_flushed_cache_runs_each_script_exactly_once(
 
     status = await limiter.status("batch-key", LIMITS)
     assert status["tokens"]["used"] == 10 + 11 + 12
-    assert status["budget"]["reserved_usd"] == 0
-    assert status["budget"]["spent_usd"] == pytest.approx(0.03)
+    assert status["budget"]["reserved_nanos"] == 0
+    assert status["budget"]["spent_nanos"] == usd_to_nanos(0.03)
     assert status["in_flight"] == 0
 
     # The same batch again, after another flush: both kinds are no-ops now.
     await client.script_flush()
     again = ScriptBatch()
     for reservation in held:
-        limiter.queue_settle(again, reservation, tokens=99, cost_usd=1.0)
+        limiter.queue_settle(again, reservation, tokens=99, cost_nanos=usd_to_nanos(1.0))
         ledger.queue_record(again, _event(reservation.request_id, 99))
     replies = await again.execute(client)
     assert [replies[s] for s, _ in positions] == [0, 0, 0]

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gateway.limits import KeyLimits, Limiter, _script_source
+from gateway.money import usd_to_nanos
 
 from .conftest import ClientFactory
 
@@ -54,12 +55,14 @@ async def test_works_with_decoded_responses(clean_redis: str) -> None:
     client = redis.asyncio.Redis.from_url(clean_redis, decode_responses=True)
     try:
         limiter = Limiter(client)
-        limits = KeyLimits(rpm=3, budget_usd=1, budget_period="day")
-        held = await limiter.reserve("k", limits, tokens=1, cost_usd=0.5, request_id="r")
+        limits = KeyLimits(rpm=3, budget_nanos=usd_to_nanos(1), budget_period="day")
+        held = await limiter.reserve(
+            "k", limits, tokens=1, cost_nanos=usd_to_nanos(0.5), request_id="r"
+        )
         assert held.budget_window == datetime.fromtimestamp(held.at, UTC).strftime("%Y-%m-%d")
-        assert await limiter.settle(held, tokens=1, cost_usd=0.25)
+        assert await limiter.settle(held, tokens=1, cost_nanos=usd_to_nanos(0.25))
         status = await limiter.status("k", limits)
-        assert status["budget"]["spent_usd"] == 0.25
+        assert status["budget"]["spent_nanos"] == usd_to_nanos(0.25)
         assert status["requests"]["remaining"] == 2
     finally:
         await client.aclose()

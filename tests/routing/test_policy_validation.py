@@ -24,7 +24,7 @@ def test_base_policy_is_valid(policy_data) -> None:
     assert policy.tasks["mix"].weights == {"big": 70, "small": 20, "other": 10}
     assert policy.providers["home"].spill_when.kv_usage == 0.9
     assert policy.resolve_model("best") == "big"
-    assert policy.models["big"].price.cost_usd(1_000_000, 0, 500_000) == pytest.approx(1.25)
+    assert policy.models["big"].price.cost_nanos(1_000_000, 0, 500_000) == 1_250_000_000
 
 
 def test_shipped_policy_is_valid_and_realistic() -> None:
@@ -46,7 +46,38 @@ def test_shipped_policy_is_valid_and_realistic() -> None:
         (
             lambda d: d["models"]["big"]["price"].update(input=-1),
             "models.big.price.input",
-            "greater than or equal to 0",
+            "must not be negative",
+        ),
+        # Every number is finite, and a price is a whole number of nano-dollars a token.
+        (
+            lambda d: d["models"]["big"]["price"].update(input=float("inf")),
+            "models.big.price.input",
+            "finite",
+        ),
+        (
+            lambda d: d["models"]["big"]["price"].update(output=float("nan")),
+            "models.big.price.output",
+            "finite",
+        ),
+        (
+            lambda d: d["models"]["big"]["price"].update(cached_input=0.01875),
+            "models.big.price.cached_input",
+            "at most 3 decimal places",
+        ),
+        (
+            lambda d: d["providers"]["alpha"].update(timeout_s=float("inf")),
+            "providers.alpha.timeout_s",
+            "finite",
+        ),
+        (
+            lambda d: d["tasks"]["mix"]["weights"].update(big=float("inf")),
+            "tasks.mix.weights.big",
+            "finite",
+        ),
+        (
+            lambda d: d.update(canaries=[{"from": "big", "to": "small", "percent": float("nan")}]),
+            "canaries.0.percent",
+            "finite",
         ),
         (lambda d: d["aliases"].update(ghost="nothing"), "aliases.ghost", "unknown model"),
         (lambda d: d["aliases"].update(big="small"), "aliases.big", "shadow"),

@@ -42,7 +42,7 @@ def make_events(count: int, *, seed: int, keys: int = 5, days: int = 3) -> list[
                 prompt_tokens=prompt,
                 completion_tokens=rng.randint(0, 2000),
                 cached_tokens=rng.randint(0, prompt),
-                cost_usd=rng.randint(0, 90_000) / 1_000_000 + rng.random() * 1e-7,
+                cost_nanos=rng.randint(0, 90_000_000),
                 policy_version="v1",
                 latency_ms=rng.randint(5, 3000),
                 ttft_ms=rng.randint(1, 500),
@@ -72,7 +72,7 @@ def expected_groups(events: list[UsageEvent], by: str) -> dict[str, dict[str, An
             "prompt_tokens": 0,
             "completion_tokens": 0,
             "cached_tokens": 0,
-            "cost_micros": 0,
+            "cost_nanos": 0,
             "errors": 0,
         }
     )
@@ -85,7 +85,7 @@ def expected_groups(events: list[UsageEvent], by: str) -> dict[str, dict[str, An
         row["prompt_tokens"] += event.prompt_tokens
         row["completion_tokens"] += event.completion_tokens
         row["cached_tokens"] += event.cached_tokens
-        row["cost_micros"] += event.cost_micros
+        row["cost_nanos"] += event.cost_nanos
         row["errors"] += 1 if event.status >= 400 else 0
     return dict(groups)
 
@@ -98,7 +98,7 @@ def pick(row: dict[str, Any]) -> dict[str, Any]:
             "prompt_tokens",
             "completion_tokens",
             "cached_tokens",
-            "cost_micros",
+            "cost_nanos",
             "errors",
         )
     }

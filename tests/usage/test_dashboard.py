@@ -188,28 +188,28 @@ async def test_dashboard_in_headless_chromium(
     by_key = {r["key"]: r for r in by_key_rows}
 
     spend = numbers.bars["spend-by-model"]
-    assert sums(spend, "data-series") == {m: r["cost_micros"] for m, r in by_model.items()}
+    assert sums(spend, "data-series") == {m: r["cost_nanos"] for m, r in by_model.items()}
     assert sums(spend, "data-day") == {
-        d: r["cost_micros"] for d, r in by_day.items() if r["cost_micros"]
+        d: r["cost_nanos"] for d, r in by_day.items() if r["cost_nanos"]
     }
     # ...and independently of the report code, equal to the events' own sums.
     assert sums(spend, "data-series") == {
-        m: g["cost_micros"] for m, g in expected_groups(events, "model").items()
+        m: g["cost_nanos"] for m, g in expected_groups(events, "model").items()
     }
     tokens = numbers.bars["tokens-by-model"]
     assert sums(tokens, "data-series") == {m: r["total_tokens"] for m, r in by_model.items()}
 
     per_key = sums(numbers.bars["spend-by-key"], "data-series")
     top = [r["key"] for r in by_key_rows[:KEY_SERIES]]
-    assert {k: per_key[k] for k in top} == {k: by_key[k]["cost_micros"] for k in top}
-    assert per_key["other keys"] == sum(r["cost_micros"] for r in by_key_rows[KEY_SERIES:])
+    assert {k: per_key[k] for k in top} == {k: by_key[k]["cost_nanos"] for k in top}
+    assert per_key["other keys"] == sum(r["cost_nanos"] for r in by_key_rows[KEY_SERIES:])
 
     tokens_per_key = sums(numbers.bars["tokens-by-key"], "data-series")
     assert {k: tokens_per_key[k] for k in top} == {k: by_key[k]["total_tokens"] for k in top}
     assert tokens_per_key["other keys"] == sum(r["total_tokens"] for r in by_key_rows[KEY_SERIES:])
 
     ranked = [(b["data-series"], int(b["data-value"])) for b in numbers.bars["top-keys"]]
-    assert ranked == [(r["key"], r["cost_micros"]) for r in by_key_rows[:TOP_KEYS]]
+    assert ranked == [(r["key"], r["cost_nanos"]) for r in by_key_rows[:TOP_KEYS]]
 
     rates = {b["data-day"]: int(b["data-value"]) for b in numbers.bars["error-rate"]}
     assert rates == {
@@ -218,9 +218,9 @@ async def test_dashboard_in_headless_chromium(
 
     totals = (await reports.admin_usage(start, end, "key"))["totals"]
     assert (
-        int(numbers.metrics["cost_micros"])
-        == totals["cost_micros"]
-        == sum(e.cost_micros for e in events)
+        int(numbers.metrics["cost_nanos"])
+        == totals["cost_nanos"]
+        == sum(e.cost_nanos for e in events)
     )
     assert int(numbers.metrics["total_tokens"]) == totals["total_tokens"]
     assert int(numbers.metrics["requests"]) == totals["requests"] == len(events)
@@ -230,8 +230,7 @@ async def test_dashboard_in_headless_chromium(
         row = numbers.key_rows[entry["id"]]
         assert row["data-status"] == entry["status"]
         assert (
-            int(row["data-cost-micros"])
-            == by_key.get(entry["id"], {"cost_micros": 0})["cost_micros"]
+            int(row["data-cost-nanos"]) == by_key.get(entry["id"], {"cost_nanos": 0})["cost_nanos"]
         )
     assert numbers.key_rows["key11"]["data-status"] == "unlisted"
     assert numbers.titles >= len(spend)  # every bar has its tooltip

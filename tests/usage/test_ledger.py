@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from gateway.money import usd_to_nanos
 from gateway.redis_embedded import EmbeddedRedis
 from gateway.reports import UsageReports
 from gateway.spool import Spool
@@ -19,7 +20,6 @@ from gateway.usage import (
     UsageEvent,
     UsageLedger,
     marker_key,
-    usd_to_micros,
 )
 
 from .helpers import expected_groups, make_events, pick
@@ -34,7 +34,7 @@ def event(request_id: str = "req-1", **overrides: object) -> UsageEvent:
         "provider": "openai",
         "prompt_tokens": 100,
         "completion_tokens": 20,
-        "cost_usd": 0.000123,
+        "cost_nanos": 123_456,
     }
     fields.update(overrides)
     return UsageEvent(**fields)  # type: ignore[arg-type]
@@ -50,7 +50,8 @@ async def test_same_request_id_is_counted_once(
     usage = await reports.usage_for_key("key-a", days=1)
     assert usage["requests"] == 1
     assert usage["prompt_tokens"] == 100
-    assert usage["total_cost_micros"] == 123
+    assert usage["total_cost_nanos"] == 123_456
+    assert usage["total_cost"] == 0.000123456
     assert await redis_client.xlen("sy:{key:key-a}:usage:events") == 1
     ttl = await redis_client.ttl(marker_key("key-a", "req-1"))
     assert ttl >= ledger.retention_s
@@ -89,8 +90,8 @@ async def test_aggregates_equal_event_sums_under_concurrency(
         assert got.keys() == want.keys(), by
         for name, row in want.items():
             assert got[name] == row, (by, name)
-        assert report["totals"]["cost_micros"] == sum(e.cost_micros for e in events)
-        assert report["totals"]["cost"] == sum(e.cost_micros for e in events) / 1_000_000
+        assert report["totals"]["cost_nanos"] == sum(e.cost_nanos for e in events)
+        assert report["totals"]["cost"] == sum(e.cost_nanos for e in events) / 1_000_000_000
 
 
 async def test_event_validation_names_the_field() -> None:
@@ -101,7 +102,7 @@ async def test_event_validation_names_the_field() -> None:
         "cached_tokens": {"cached_tokens": 101},
         "status": {"status": 42},
         "usage_source": {"usage_source": "guessed"},
-        "cost_usd": {"cost_usd": -0.5},
+        "cost_nanos": {"cost_nanos": -1},
         "streamed": {"streamed": "yes"},
     }
     for field, overrides in cases.items():
@@ -111,9 +112,17 @@ async def test_event_validation_names_the_field() -> None:
     with pytest.raises(UsageError) as caught:
         UsageEvent.from_json(b'{"time": 1, "request_id": "r", "bogus": 1}')
     assert caught.value.field == "bogus"
-    # Round half up on the decimal text: no float artefact (0.0000025 * 1e6 = 2.4999...).
-    assert usd_to_micros(0.0000025) == 3
-    assert event(cost_usd=0.0000025).cost_usd == 0.000003
+    # cost_usd is only a rendering of the integer: setting it alone is refused, not rounded.
+    with pytest.raises(UsageError) as caught:
+        event(cost_nanos=0, cost_usd=0.0000025)
+    assert caught.value.field == "cost_usd"
+    assert usd_to_nanos(0.0000025) == 2500  # exact from the decimal text: no float artefact
+    assert event(cost_nanos=2500).cost_usd == 0.0000025
+    # An event recorded before nano-dollars (a spool line, a stream entry) reads x1000.
+    legacy = event().to_dict()
+    legacy.pop("cost_nanos")
+    legacy.update(cost_micros=7, cost_usd=7e-6)
+    assert UsageEvent.from_dict(legacy).cost_nanos == 7000
     original = event(ttft_ms=12, streamed=True, usage_source="estimated")
     assert UsageEvent.from_json(original.to_json()) == original
 
@@ -249,18 +258,18 @@ async def test_settle_and_record_share_one_pipeline_with_the_real_limiter(
     from gateway.limits import KeyLimits, Limiter
 
     limiter = Limiter(redis_client)
-    limits = KeyLimits(rpm=100, tpm=100_000, budget_usd=10.0)
+    limits = KeyLimits(rpm=100, tpm=100_000, budget_nanos=usd_to_nanos(10.0))
     reservation = await limiter.reserve(
-        "key-a", limits, tokens=500, cost_usd=0.01, request_id="req-limited"
+        "key-a", limits, tokens=500, cost_nanos=usd_to_nanos(0.01), request_id="req-limited"
     )
-    used = event("req-limited", prompt_tokens=100, completion_tokens=20, cost_usd=0.000123)
+    used = event("req-limited", prompt_tokens=100, completion_tokens=20, cost_nanos=123_456)
     pipe = redis_client.pipeline(transaction=False)
-    limiter.add_settle(pipe, reservation, tokens=used.total_tokens, cost_usd=used.cost_usd)
+    limiter.add_settle(pipe, reservation, tokens=used.total_tokens, cost_nanos=used.cost_nanos)
     position = ledger.add_record(pipe, used)
     outcome, replies = await ledger.commit(pipe, used, position)
     assert outcome is RecordOutcome.RECORDED
     assert len(replies) == 5  # one settle, three index writes, one record: one round trip
     status = await limiter.status("key-a", limits)
     assert status["tokens"]["used"] == used.total_tokens  # the estimate of 500 was replaced
-    assert status["budget"]["spent_usd"] == used.cost_usd
-    assert (await reports.usage_for_key("key-a", days=1))["total_cost_micros"] == 123
+    assert status["budget"]["spent_nanos"] == used.cost_nanos == 123_456
+    assert (await reports.usage_for_key("key-a", days=1))["total_cost_nanos"] == 123_456

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 from datetime import timedelta
+from decimal import Decimal
 from functools import partial
 
 import httpx
@@ -46,9 +47,9 @@ async def test_admin_report_every_group_by_and_range(
             report = await reports.admin_usage(start, stop, by)
             got = {row[by]: pick(row) for row in report["data"] if row["requests"]}
             assert got == expected_groups(inside, by), (by, start, stop)
-            assert report["totals"]["cost_micros"] == sum(e.cost_micros for e in inside)
+            assert report["totals"]["cost_nanos"] == sum(e.cost_nanos for e in inside)
             assert report["totals"]["total_tokens"] == sum(e.total_tokens for e in inside)
-            costs = [row["cost_micros"] for row in report["data"]]
+            costs = [row["cost_nanos"] for row in report["data"]]
             if by != "day":
                 assert costs == sorted(costs, reverse=True)
         days = await reports.admin_usage(start, stop, "day")
@@ -62,8 +63,8 @@ async def test_usage_for_key(reports: UsageReports, filled: list[UsageEvent]) ->
     recent = [e for e in filled if e.key_id == "key2" and e.day >= today - timedelta(days=1)]
     usage = await reports.usage_for_key("key2", days=2)
     assert usage["requests"] == len(recent)
-    assert usage["total_cost_micros"] == sum(e.cost_micros for e in recent)
-    assert usage["total_cost"] == sum(e.cost_micros for e in recent) / 1_000_000
+    assert usage["total_cost_nanos"] == sum(e.cost_nanos for e in recent)
+    assert usage["total_cost"] == sum(e.cost_nanos for e in recent) / 1_000_000_000
     assert usage["total_tokens"] == sum(e.total_tokens for e in recent)
     assert usage["prompt_tokens"] == sum(e.prompt_tokens for e in recent)
     assert usage["completion_tokens"] == sum(e.completion_tokens for e in recent)
@@ -164,9 +165,10 @@ async def test_http_handlers(reports: UsageReports, filled: list[UsageEvent]) ->
             for row, want in zip(rows, as_json["data"], strict=True):
                 name = want[by]
                 assert row[by] == ("'" + name if name.startswith("=") else name)
-                assert int(row["cost_micros"]) == want["cost_micros"]
+                assert int(row["cost_nanos"]) == want["cost_nanos"]
                 assert int(row["total_tokens"]) == want["total_tokens"]
-                assert round(float(row["cost"]) * 1_000_000) == want["cost_micros"]
+                assert Decimal(row["cost"]) * 10**9 == want["cost_nanos"]  # exact decimal text
+                assert len(row["cost"].split(".")[1]) == 9
 
         bad = {
             "/v1/usage?days=zero": "days",
