@@ -10,6 +10,8 @@ The upstream model name picks the behaviour (words joined by ``-``):
 - ``mute``: no usage at all in streams (the gateway must estimate);
 - ``cache``: half the prompt is reported as cached.
 
+``/v1/embeddings`` books one prompt token per word of ``input``.
+
 Its tokenizer: one token per whitespace-separated word of the message contents. A stream emits
 one token per content chunk and notices a closed connection before producing the next one, so
 what it books is what it produced.
@@ -78,6 +80,7 @@ class CountingProvider:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/embeddings", self._embeddings)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0, backlog=1024)
@@ -119,6 +122,26 @@ class CountingProvider:
                 }
             )
         return await self._stream(request, body, model, traits, tag, prompt, completion, cached)
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        """One token per word of ``input`` (a string or a list of strings), booked per tag."""
+        body = await request.json(loads=orjson.loads)
+        model = str(body.get("model", ""))
+        inputs = body.get("input")
+        texts = [inputs] if isinstance(inputs, str) else [str(t) for t in inputs or []]
+        prompt = sum(len(text.split()) for text in texts)
+        self._book(str(body.get("user", "")), Served(model, prompt, 0, 0))
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {"object": "embedding", "index": i, "embedding": [0.25, 0.5]}
+                    for i in range(len(texts))
+                ],
+                "model": model,
+                "usage": {"prompt_tokens": prompt, "total_tokens": prompt},
+            }
+        )
 
     async def _stream(
         self,

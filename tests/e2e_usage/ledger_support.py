@@ -36,6 +36,8 @@ PRICES = {
     "m-flaky": {"input": 3.0, "output": 15.0},
     "m-drip": {"input": 0.4, "output": 1.6},
     "m-mute": {"input": 0.5, "output": 1.5},
+    "m-exact": {"input": 0.15, "output": 0.6},  # $7.2e-6 for 12 + 9 tokens
+    "m-embed": {"input": 0.02},  # 25 tokens: $5e-7, below a micro-dollar
 }
 UPSTREAM = {
     "m-alpha": "alpha-plain",
@@ -43,9 +45,19 @@ UPSTREAM = {
     "m-flaky": "alpha-flaky",
     "m-drip": "beta-drip-cont",
     "m-mute": "alpha-drip-mute",
+    "m-exact": "exact-plain",
+    "m-embed": "embed-plain",
 }
 MODEL_OF_UPSTREAM = {upstream: model for model, upstream in UPSTREAM.items()}
-PROVIDER_OF = {"m-alpha": "a", "m-beta": "b", "m-flaky": "a", "m-drip": "b", "m-mute": "a"}
+PROVIDER_OF = {
+    "m-alpha": "a",
+    "m-beta": "b",
+    "m-flaky": "a",
+    "m-drip": "b",
+    "m-mute": "a",
+    "m-exact": "b",
+    "m-embed": "a",
+}
 
 
 def policy_yaml(base_url: str) -> str:
@@ -73,11 +85,22 @@ def expected_nanos(model: str, served: Served) -> int:
     usd = (
         (served.prompt - served.cached) * price["input"]
         + served.cached * cached_rate
-        + served.completion * price["output"]
+        + served.completion * price.get("output", Decimal(0))
     ) / Decimal(1_000_000)
     nanos = usd.scaleb(9)
     assert nanos == nanos.to_integral_value(), nanos
     return int(nanos)
+
+
+def run_usage_cli(gateway: GatewayProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    """``switchyard usage report ARGS`` against the gateway's Redis, as an operator runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", "usage", "report", *args],
+        env=gateway.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 class GatewayProcess:

@@ -9,8 +9,6 @@ import asyncio
 import csv
 import io
 import json
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -24,21 +22,12 @@ from ledger_support import (
     Workload,
     provider_totals,
     reconcile,
+    run_usage_cli,
     run_workload,
     wait_for_events,
 )
 
 from gateway.router import estimate_prompt_tokens
-
-
-def _cli(gateway: GatewayProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", "usage", "report", *args],
-        env=gateway.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 async def test_reports_http_and_cli_agree_with_the_provider(
@@ -68,12 +57,14 @@ async def test_reports_http_and_cli_agree_with_the_provider(
         bad_days = httpx.get(gateway.url + "/v1/usage", params={"days": 0}, headers=auth)
         assert bad_days.status_code == 400 and bad_days.json()["error"]["param"] == "days"
 
-        as_json = _cli(gateway, "--group-by", "model", "--format", "json")
+        as_json = run_usage_cli(gateway, "--group-by", "model", "--format", "json")
         assert as_json.returncode == 0, as_json.stderr
         assert json.loads(as_json.stdout)["data"] == by_model["data"]
 
         today = datetime.now(UTC).date()
-        as_csv = _cli(gateway, "--group-by", "team", "--format", "csv", "--from", str(today))
+        as_csv = run_usage_cli(
+            gateway, "--group-by", "team", "--format", "csv", "--from", str(today)
+        )
         assert as_csv.returncode == 0, as_csv.stderr
         rows = list(csv.DictReader(io.StringIO(as_csv.stdout)))
         assert [r["team"] for r in rows] == ["'=cmd"]  # defused for spreadsheets
@@ -81,7 +72,7 @@ async def test_reports_http_and_cli_agree_with_the_provider(
         assert int(rows[0]["cost_nanos"]) == expected.cost_nanos
         assert Decimal(rows[0]["cost"]) * 10**9 == expected.cost_nanos
 
-        table = _cli(gateway, "--group-by", "model")
+        table = run_usage_cli(gateway, "--group-by", "model")
         assert table.returncode == 0, table.stderr
         print("\n" + table.stdout)
         total_line = table.stdout.strip().splitlines()[-1].split()
@@ -92,11 +83,11 @@ async def test_reports_http_and_cli_agree_with_the_provider(
         }
 
         past = str(today - timedelta(days=3))
-        empty = _cli(gateway, "--from", past, "--to", past, "--format", "json")
+        empty = run_usage_cli(gateway, "--from", past, "--to", past, "--format", "json")
         assert json.loads(empty.stdout)["totals"]["requests"] == 0
-        wrong = _cli(gateway, "--from", "yesterday")
+        wrong = run_usage_cli(gateway, "--from", "yesterday")
         assert wrong.returncode == 1 and "--from" in wrong.stderr and "YYYY-MM-DD" in wrong.stderr
-        backwards = _cli(gateway, "--from", str(today), "--to", past)
+        backwards = run_usage_cli(gateway, "--from", str(today), "--to", past)
         assert backwards.returncode == 1 and "error" in backwards.stderr
     finally:
         gateway.stop()

@@ -10,7 +10,7 @@ import pytest
 from gateway.canary import canary_bucket, in_canary
 from gateway.errors import InvalidRequest, NotFound, PermissionDenied
 from gateway.policy_store import PolicyStore
-from gateway.router import Router, estimate_prompt_tokens
+from gateway.router import Router, estimate_prompt_tokens, expected_output_tokens
 from gateway.routing_state import RoutingState
 
 
@@ -183,6 +183,28 @@ def test_prompt_estimate_counts_text_parts() -> None:
         ]
     }
     assert 200 <= estimate_prompt_tokens(body) <= 220
+
+
+def test_prompt_estimate_counts_everything_the_model_reads() -> None:
+    plain = {"messages": [{"role": "user", "content": "x" * 84}]}
+    assert estimate_prompt_tokens(plain) == (84 + 16) // 4
+    tools = [{"type": "function", "function": {"name": "f", "description": "d" * 4000}}]
+    assert estimate_prompt_tokens({**plain, "tools": tools}) > 1000
+    assert estimate_prompt_tokens({**plain, "functions": [tools[0]["function"]]}) > 1000
+    schema = {"type": "json_schema", "json_schema": {"name": "s", "schema": {"d": "x" * 4000}}}
+    assert estimate_prompt_tokens({**plain, "response_format": schema}) > 1000
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "a" * 4000}}
+    with_calls = {"messages": [{"role": "assistant", "content": None, "tool_calls": [call]}]}
+    assert estimate_prompt_tokens(with_calls) > 1000
+    assert estimate_prompt_tokens({"input": [[1, 2, 3, 4]]}) == 4  # token ids: one each
+
+
+def test_completion_estimate_counts_every_choice() -> None:
+    assert expected_output_tokens({}, 256) == 256
+    assert expected_output_tokens({"max_tokens": 500, "n": 128}, 256) == 64_000
+    assert expected_output_tokens({"max_completion_tokens": 7, "max_tokens": 500}, 256) == 7
+    assert expected_output_tokens({"max_tokens": 10, "n": 2, "best_of": 5}, 256) == 50
+    assert expected_output_tokens({"max_tokens": 10, "n": True, "best_of": "9"}, 256) == 10
 
 
 def test_pinned_model_not_allowed_is_refused_even_with_allowed_fallbacks(make_router) -> None:
