@@ -98,9 +98,10 @@ def estimate_prompt_tokens(body: Mapping[str, Any]) -> int:
         for message in messages:
             if isinstance(message, dict):
                 chars += _text_length(message.get("content")) + MESSAGE_FRAMING_CHARS
-                for name, value in message.items():
-                    if name not in _MESSAGE_FRAMING_FIELDS and value is not None:
-                        chars += _json_length(value)
+                if len(message) > 2 or "content" not in message:  # more than role + content
+                    for name, value in message.items():
+                        if name not in _MESSAGE_FRAMING_FIELDS and value is not None:
+                            chars += _json_length(value)
     for key in ("prompt", "input"):
         chars += _text_length(body.get(key))
     for key in PROMPT_SIDE_FIELDS:
@@ -137,17 +138,15 @@ def expected_output_tokens(body: Mapping[str, Any], default: int) -> int:
     per_choice = default
     for key in ("max_completion_tokens", "max_tokens"):
         value = body.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        if type(value) is int and value > 0:  # not a bool
             per_choice = value
             break
-    return per_choice * max(_count(body, "n"), _count(body, "best_of"))
-
-
-def _count(body: Mapping[str, Any], name: str) -> int:
-    value = body.get(name)
-    if isinstance(value, int) and not isinstance(value, bool) and value > 1:
-        return value
-    return 1
+    choices = 1
+    for key in ("n", "best_of"):
+        value = body.get(key)
+        if type(value) is int and value > choices:
+            choices = value
+    return per_choice * choices
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
