@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import socket
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -57,6 +58,19 @@ def _listen(host: str, port: int) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+class _RefusedStartFilter(logging.Filter):
+    """A start refused with a reason (``app.state.startup_error``) is said in one line, not
+    with the traceback uvicorn would print for it."""
+
+    def __init__(self, app: Any) -> None:
+        super().__init__()
+        self._app = app
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        refused = self._app.state.startup_error is not None
+        return not (refused and str(record.msg).startswith("Traceback"))
 
 
 def serve(settings: Settings, workers: int) -> int:
@@ -119,6 +133,7 @@ def serve(settings: Settings, workers: int) -> int:
                 return 0
             app = create_app(settings)
             server = uvicorn.Server(uvicorn.Config(app, **options))
+            logging.getLogger("uvicorn.error").addFilter(_RefusedStartFilter(app))
             try:
                 server.run(sockets=[sock])
             except SystemExit:

@@ -346,8 +346,8 @@ class UpstreamStream:
                     data = b"\n".join(data_lines)
                     data_lines = []
                     size = 0
-                    # OpenAI's mid-stream error event; a cheap test first, chunks are hot.
-                    if data[:1] == b"{" and b'"error"' in data[:16]:
+                    # OpenAI's mid-stream error event: a ~0.1 µs test first, chunks are hot.
+                    if data.find(b'"error"', 0, 24) >= 0:
                         error = provider.error_event(data)
                         if error is not None:
                             raise error

@@ -258,3 +258,18 @@ def test_readyz_says_states_only_and_metrics_can_ask_for_a_token(
         assert "OPSTOKEN" not in gateway.output()
     finally:
         gateway.stop()
+
+
+def test_refused_start_stops_its_embedded_redis(tmp_path: Path, upstream: FakeUpstream):
+    """The embedded Redis remembers the pepper too: a DATA_DIR whose pepper changed (a lost
+    key_pepper file regenerated, a new SWITCHYARD_KEY_PEPPER) refuses to start, and the Redis it
+    had started for the check is stopped again."""
+    gateway = GatewayProcess(tmp_path / "data", write_policy(tmp_path, upstream.base_url))
+    gateway.start()
+    gateway.stop()
+    gateway.env["SWITCHYARD_KEY_PEPPER"] = "a-changed-pepper-0123456789abcdef"
+    code, took_s, output = _exits(gateway)
+    assert code == 3, output[-2000:]
+    assert "error: the gateway did not start: SWITCHYARD_KEY_PEPPER differs" in output
+    print(f"refused start exited {code} after {took_s:.2f}s")
+    assert _redis_children(gateway.data_dir) == []
