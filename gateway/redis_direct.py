@@ -60,10 +60,12 @@ class DirectRedis:
     async def script(self, evalsha: tuple[Any, ...], fallback: tuple[Any, ...]) -> Any:
         """``EVALSHA …``; on NOSCRIPT, ``fallback`` (the same run as ``EVAL <source> …``) on the
         same connection. Other error replies raise, as ``call`` does."""
-        replies = await self.batch([evalsha], [fallback])
-        if isinstance(replies[0], Exception):
-            raise replies[0]
-        return replies[0]
+        if self._pool is None:  # a cluster routes both by the script's keys: the same node
+            try:
+                return await self._client.execute_command(*evalsha)
+            except NoScriptError:
+                return await self._client.execute_command(*fallback)
+        return await self._run(_Script(evalsha, fallback))
 
     async def batch(
         self,
@@ -77,7 +79,7 @@ class DirectRedis:
             return await pipelined_batch(self._client, commands, fallbacks)
         return await self._run(_Batch(commands, fallbacks))
 
-    async def _run(self, work: _Single | _Batch) -> Any:
+    async def _run(self, work: _Single | _Script | _Batch) -> Any:
         assert self._pool is not None
         connection = self._idle.pop() if self._idle else await self._pool.get_connection()
         try:
@@ -108,6 +110,22 @@ class _Single:
     async def run(self, connection: AbstractConnection) -> Any:
         await connection.send_command(*self.args)
         return await connection.read_response()
+
+
+class _Script:
+    __slots__ = ("evalsha", "fallback")
+
+    def __init__(self, evalsha: tuple[Any, ...], fallback: tuple[Any, ...]) -> None:
+        self.evalsha = evalsha
+        self.fallback = fallback
+
+    async def run(self, connection: AbstractConnection) -> Any:
+        await connection.send_command(*self.evalsha)
+        try:
+            return await connection.read_response()
+        except NoScriptError:  # the reply was read whole: ask again on this very connection
+            await connection.send_command(*self.fallback)
+            return await connection.read_response()
 
 
 class _Batch:

@@ -91,14 +91,20 @@ async def _read_capped(response: aiohttp.ClientResponse, cap: int) -> bytes:
 
 
 async def _read_error_body(response: aiohttp.ClientResponse) -> bytes:
-    """At most ``_ERROR_BODY_BYTES`` of an error answer; the rest is never read."""
+    """The first ``_ERROR_BODY_BYTES`` (or so) of an error answer; the rest is never read."""
+    chunks: list[bytes] = []
+    size = 0
     try:
-        return await _read_capped(response, _ERROR_BODY_BYTES)
-    except _TooLarge:
-        response.close()  # unread bytes remain: this connection cannot be reused
-        return b""
+        while size < _ERROR_BODY_BYTES:
+            chunk = await response.content.readany()
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            size += len(chunk)
     except (TimeoutError, aiohttp.ClientError):
-        return b""
+        return b"".join(chunks)
+    response.close()  # unread bytes may remain: this connection cannot be reused
+    return b"".join(chunks)[:_ERROR_BODY_BYTES]
 
 
 def _short_field(value: Any, secrets: tuple[str, ...]) -> str | None:

@@ -214,6 +214,9 @@ def thread_settings(data_dir: Path, policy_file: Path, redis_url: str, **overrid
         "key_pepper": SESSION_REDIS_PEPPER,
         "upstream_max_tries": 1,
         "max_body_bytes": 64 * 1024,
+        # Every test shares the session Redis and 127.0.0.1: the per-address throttle of wrong
+        # admin keys (tested in tests/ops/test_ops_admin_sessions.py) must not couple them.
+        "auth_failure_limit": 1_000_000,
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
