@@ -25,25 +25,27 @@ from gateway.api.http import error_response, request_id_of
 from gateway.api.services import Services
 from gateway.api.settler import SettleBatcher
 from gateway.auth import Authenticator
+from gateway.auth_throttle import AuthThrottle
 from gateway.breaker import BreakerSettings
 from gateway.dashboard import DashboardRenderer
 from gateway.dispatch import Dispatcher, RetrySettings
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
-from gateway.keys import KeyStore
+from gateway.keys import PEPPER_FINGERPRINT_KEY, KeyStore, PepperMismatch, check_pepper
 from gateway.limits import Limiter
 from gateway.local_engine import LocalEngineHost
 from gateway.logs import LazyFlushStream, build_logger
 from gateway.metrics import Metrics
 from gateway.policy import PolicyError
 from gateway.policy_store import PolicyStore
-from gateway.providers.openai_compat import Timeouts
+from gateway.providers.openai_compat import ResponseLimits, Timeouts
 from gateway.providers.registry import ProviderRegistry
-from gateway.redis_connect import connect_redis, warm_up
+from gateway.redact import redact
+from gateway.redis_connect import REDIS_FAILURES, RedisClient, connect_redis, warm_up
 from gateway.redis_embedded import EmbeddedRedis
 from gateway.reports import UsageReports
 from gateway.router import Router
 from gateway.routing_state import RoutingState
-from gateway.settings import Secrets, Settings, ensure_secrets, load_settings
+from gateway.settings import Secrets, Settings, SettingsError, ensure_secrets, load_settings
 from gateway.shutdown import Drain, DrainMiddleware, sigterm_drain
 from gateway.spool import Spool
 from gateway.usage import UsageLedger
@@ -63,20 +65,70 @@ async def _supervise(server: EmbeddedRedis, services: Services) -> None:
             services.log.error("embedded_redis_restart_failed", error=str(exc))
 
 
+async def _stop_embedded(server: EmbeddedRedis, log: Any) -> None:
+    await asyncio.to_thread(server.stop)
+    log.info("embedded_redis_stopped")
+
+
+async def _check_pepper(redis: RedisClient, pepper: bytes, log: Any) -> bool:
+    """True once the pepper is known to match this Redis's (adopted or checked); False when
+    Redis cannot say now. A mismatch raises ``SettingsError``: this replica must not serve."""
+    try:
+        adopted = await check_pepper(redis, pepper)
+    except PepperMismatch as exc:
+        raise SettingsError(str(exc)) from None
+    except REDIS_FAILURES as exc:
+        log.warning("key_pepper_unchecked", error=type(exc).__name__)
+        return False
+    if adopted:
+        log.info("key_pepper_adopted", key=PEPPER_FINGERPRINT_KEY)
+    return True
+
+
+async def _check_pepper_later(services: Services, pepper: bytes) -> None:
+    """Redis was away at start: check the pepper once it answers. A mismatch found now makes
+    this replica unready (``/readyz`` → 503) and logs an error naming the setting."""
+    while True:
+        await asyncio.sleep(1.0)
+        try:
+            if await _check_pepper(services.redis, pepper, services.log):
+                return
+        except SettingsError as exc:
+            services.key_pepper_mismatch = True
+            services.log.error("key_pepper_mismatch", error=str(exc))
+            return
+
+
 @contextlib.asynccontextmanager
 async def running_services(
     settings: Settings, secrets: Secrets, log: Any
 ) -> AsyncIterator[Services]:
+    async with (
+        contextlib.AsyncExitStack() as cleanup,
+        _started_services(settings, secrets, log, cleanup) as services,
+    ):
+        yield services
+
+
+@contextlib.asynccontextmanager
+async def _started_services(
+    settings: Settings, secrets: Secrets, log: Any, cleanup: contextlib.AsyncExitStack
+) -> AsyncIterator[Services]:
+    """Everything started before a failure is stopped again by ``cleanup`` (a refused start
+    never leaves the embedded Redis behind)."""
     embedded: EmbeddedRedis | None = None
     url = settings.redis_url
     if settings.embedded_redis:
         embedded = EmbeddedRedis(settings.redis_dir)
         url = await asyncio.to_thread(embedded.start)
+        cleanup.push_async_callback(_stop_embedded, embedded, log)
         log.info("embedded_redis_started", data_dir=str(settings.redis_dir))
     redis = connect_redis(url, settings.redis_timeout_s)
+    cleanup.push_async_callback(redis.aclose)
     warm_up_error = await warm_up(redis)
     if warm_up_error is not None:
         log.warning("redis_cluster_unreachable_at_start", error=warm_up_error)
+    pepper_checked = await _check_pepper(redis, secrets.key_pepper, log)
     policies = PolicyStore(settings.policy_file)
     try:
         loaded = policies.load()
@@ -97,6 +149,13 @@ async def running_services(
         latency_alpha=settings.route_latency_alpha,
     )
     metrics = Metrics(routing=state)
+    auth_throttle = AuthThrottle(
+        redis,
+        limit=settings.auth_failure_limit,
+        window_s=settings.auth_failure_window_s,
+        log=log,
+        metrics=metrics,
+    )
     # The in-process engine (only if the policy has a local provider), loaded in a thread.
     local_engine = LocalEngineHost(settings.data_dir, metrics, log)
     await local_engine.start(policies.current.policy if policies.loaded else None)
@@ -121,6 +180,9 @@ async def running_services(
             ),
             settings.upstream_pool_size,
             local=local_engine,
+            limits=ResponseLimits(
+                settings.upstream_max_body_bytes, settings.upstream_max_event_bytes
+            ),
         ),
         dispatcher=Dispatcher(
             state,
@@ -138,7 +200,13 @@ async def running_services(
         settler=SettleBatcher(redis, limiter, ledger, log),
         ledger=ledger,
         reports=UsageReports(redis),
-        dashboard_auth=build_dashboard_auth(secrets.admin_key, secrets.key_pepper),
+        dashboard_auth=build_dashboard_auth(
+            secrets.admin_key,
+            redis,
+            secure_cookie=settings.dashboard_cookie_secure,
+            throttle=auth_throttle,
+        ),
+        auth_throttle=auth_throttle,
         dashboard_renderer=DashboardRenderer(),
         metrics=metrics,
         log=log,
@@ -147,6 +215,8 @@ async def running_services(
     )
     services.metrics.watch_spool(ledger.spool_depth)
     tasks = [asyncio.create_task(services.auth.watch_changes(redis, log))]
+    if not pepper_checked:
+        tasks.append(asyncio.create_task(_check_pepper_later(services, secrets.key_pepper)))
     if embedded is not None:
         tasks.append(asyncio.create_task(_supervise(embedded, services)))
     policies.start_watching()
@@ -164,10 +234,6 @@ async def running_services(
         await policies.stop()
         await services.providers.close()
         await local_engine.stop()
-        await redis.aclose()
-        if embedded is not None:
-            await asyncio.to_thread(embedded.stop)
-            log.info("embedded_redis_stopped")
 
 
 async def _flush_logs(sink: LazyFlushStream, interval_s: float = 0.2) -> None:
@@ -200,7 +266,10 @@ def _render_unexpected(request: Request, exc: Exception) -> Response:
     request_id = request_id_of(request)
     if services is not None:
         services.log.error(
-            "unhandled_error", request_id=request_id, path=request.url.path, error=repr(exc)
+            "unhandled_error",
+            request_id=request_id,
+            path=request.url.path,
+            error=redact(repr(exc), limit=1000),  # an exception's text may quote a secret
         )
     error = GatewayError("The server had an error while processing your request.")
     return error_response(error, {"x-request-id": request_id})
@@ -224,6 +293,11 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
                 app.state.services = services
                 with sigterm_drain(drain, settings.shutdown_grace_s, log):
                     yield
+        except SettingsError as exc:
+            # Start-up refused (a pepper that does not match this Redis's): said once, plainly.
+            app.state.startup_error = str(exc)
+            log.error("startup_refused", error=str(exc))
+            raise
         finally:
             if flusher is not None:
                 flusher.cancel()
@@ -250,6 +324,7 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
     app.state.settings = settings
     app.state.drain = drain
     app.state.secrets = secrets
+    app.state.startup_error = None
     return app
 
 

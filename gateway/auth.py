@@ -16,7 +16,7 @@ from typing import Any
 
 from gateway.errors import AuthenticationFailed, PermissionDenied, ServiceUnavailable
 from gateway.keys import CHANGES_CHANNEL, KeyRecord, KeyStore, parse_key
-from gateway.redis_connect import REDIS_FAILURES, RedisClient, change_feed
+from gateway.redis_connect import RedisClient, change_feed
 
 MAX_CACHED_KEYS = 100_000
 
@@ -92,7 +92,10 @@ class Authenticator:
             return cached.record, False
         try:
             record = await self.keys.get(key_id)
-        except REDIS_FAILURES as exc:
+        except Exception as exc:
+            # Not only REDIS_FAILURES: redis-py can fail with a plain Python error while a
+            # cluster connection is torn down, and a garbled record fails to decode. Either way
+            # the key store could not answer: 503 (or fail-open), never a 500.
             recent = (
                 cached is not None and time.time() - cached.verified_wall < self.fail_open_window_s
             )
@@ -130,12 +133,21 @@ class Authenticator:
                     await pubsub.aclose()
 
 
-def check_admin(authorization: str | None, admin_key: str) -> None:
-    """Missing credentials -> 401; anything but the admin key -> 403."""
+def admin_token(authorization: str | None) -> str:
+    """The bearer of an admin request; a missing one is a 401."""
     token = bearer_token(authorization)
     if token is None:
         raise AuthenticationFailed(
             "Admin endpoints need 'Authorization: Bearer <admin key>'.", code="missing_api_key"
         )
-    if not hmac.compare_digest(token.encode(), admin_key.encode()):
+    return token
+
+
+def is_admin_key(token: str, admin_key: str) -> bool:
+    return hmac.compare_digest(token.encode(), admin_key.encode())
+
+
+def check_admin(authorization: str | None, admin_key: str) -> None:
+    """Missing credentials -> 401; anything but the admin key -> 403."""
+    if not is_admin_key(admin_token(authorization), admin_key):
         raise PermissionDenied("This endpoint needs the admin key.", code="admin_key_required")

@@ -1,6 +1,7 @@
 """The ``switchyard`` command (also ``python -m gateway``).
 
-- ``serve``: run the gateway (uvicorn, uvloop + httptools), printing the admin key.
+- ``serve``: run the gateway (uvicorn, uvloop + httptools); the admin key is printed only when
+  it was just generated. One gateway per DATA_DIR with the embedded Redis (a lock file).
 - ``keys create|list|show|update|rotate|revoke``: talk to Redis directly through the same
   KeyStore the server uses (SWITCHYARD_REDIS_URL, or the embedded Redis under DATA_DIR, started
   for the command if the gateway is not running). Output is JSON.
@@ -12,6 +13,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
+import socket
 import sys
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -20,8 +23,9 @@ import orjson
 import redis
 
 from gateway.api.admin import KeyCreate, KeyUpdate, RotateRequest, check_models, parse_payload
+from gateway.data_dir import DataDirBusy, DataDirLock
 from gateway.errors import GatewayError
-from gateway.keys import KeyStore
+from gateway.keys import KeyStore, PepperMismatch, check_pepper
 from gateway.policy import Policy, PolicyError, load_policy_file
 from gateway.redis_connect import REDIS_FAILURES
 from gateway.redis_embedded import EmbeddedRedis
@@ -43,8 +47,38 @@ def _fail(message: str, code: int = 1) -> int:
 # -- serve ---------------------------------------------------------------------------------
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything starts: a busy port fails at once."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class _RefusedStartFilter(logging.Filter):
+    """A start refused with a reason (``app.state.startup_error``) is said in one line, not
+    with the traceback uvicorn would print for it."""
+
+    def __init__(self, app: Any) -> None:
+        super().__init__()
+        self._app = app
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        refused = self._app.state.startup_error is not None
+        return not (refused and str(record.msg).startswith("Traceback"))
+
+
 def serve(settings: Settings, workers: int) -> int:
+    """Run the gateway. In order, each failing fast with one line on stderr: the policy file,
+    the DATA_DIR lock (a second gateway on it names the first's pid), the secrets, the port;
+    only then the app (embedded Redis included) starts."""
     import uvicorn
+    from uvicorn.supervisors import Multiprocess
 
     from gateway.app import create_app
     from gateway.http_guard import guarded_protocol
@@ -55,32 +89,59 @@ def serve(settings: Settings, workers: int) -> int:
         load_policy_file(settings.policy_file)
     except PolicyError as exc:
         return _fail(f"policy {settings.policy_file}: {exc}")
-    secrets = ensure_secrets(settings)
-    if settings.admin_key is not None:
-        print("Admin key: (from SWITCHYARD_ADMIN_KEY)", flush=True)
-    else:
-        note = " (generated now)" if secrets.admin_key_generated else ""
-        print(f"Admin key{note}: {secrets.admin_key}", flush=True)
-        print(f"  stored in {settings.data_dir / 'admin_key'}", flush=True)
-    redis_note = settings.redis_url or f"embedded, data in {settings.redis_dir}"
-    print(f"Switchyard on http://{settings.host}:{settings.port} (Redis: {redis_note})", flush=True)
-    options: dict[str, Any] = {
-        "host": settings.host,
-        "port": settings.port,
-        "loop": "uvloop",
-        "access_log": False,
-        "log_level": "warning",
-        "http": guarded_protocol(settings),
-        "timeout_keep_alive": settings.keep_alive_timeout_s,
-        # SIGTERM drains in the app first (shutdown_grace_s); this only bounds what is left.
-        "timeout_graceful_shutdown": 2,
-    }
-    if workers > 1:
-        if settings.embedded_redis:
-            return _fail("--workers > 1 needs SWITCHYARD_REDIS_URL (one shared Redis)")
-        uvicorn.run("gateway.app:create_app_from_env", factory=True, workers=workers, **options)
-    else:
-        uvicorn.run(create_app(settings), **options)
+    if workers > 1 and settings.embedded_redis:
+        return _fail("--workers > 1 needs SWITCHYARD_REDIS_URL (one shared Redis)")
+    lock = DataDirLock(settings.data_dir)
+    try:
+        # Exclusive with the embedded Redis (one owner of its AOF); shared with an external one.
+        lock.acquire(exclusive=settings.embedded_redis)
+    except DataDirBusy as exc:
+        return _fail(str(exc))
+    with lock:
+        secrets = ensure_secrets(settings)
+        if settings.admin_key is not None:
+            print("Admin key: (from SWITCHYARD_ADMIN_KEY)", flush=True)
+        elif secrets.admin_key_generated:  # shown once, like an API key
+            print(f"Admin key (generated now): {secrets.admin_key}", flush=True)
+            print(f"  stored in {settings.data_dir / 'admin_key'} (mode 0600)", flush=True)
+        else:
+            print(f"Admin key: in {settings.data_dir / 'admin_key'}", flush=True)
+        try:
+            sock = _listen(settings.host, settings.port)
+        except OSError as exc:
+            return _fail(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror}")
+        redis_note = settings.redis_url or f"embedded, data in {settings.redis_dir}"
+        print(
+            f"Switchyard on http://{settings.host}:{settings.port} (Redis: {redis_note})",
+            flush=True,
+        )
+        options: dict[str, Any] = {
+            "loop": "uvloop",
+            "access_log": False,
+            "log_level": "warning",
+            "http": guarded_protocol(settings),
+            "timeout_keep_alive": settings.keep_alive_timeout_s,
+            # SIGTERM drains in the app first (shutdown_grace_s); this only bounds what is left.
+            "timeout_graceful_shutdown": 2,
+        }
+        with sock:
+            if workers > 1:
+                config = uvicorn.Config(
+                    "gateway.app:create_app_from_env", factory=True, workers=workers, **options
+                )
+                Multiprocess(config, sockets=[sock]).run()
+                return 0
+            app = create_app(settings)
+            server = uvicorn.Server(uvicorn.Config(app, **options))
+            logging.getLogger("uvicorn.error").addFilter(_RefusedStartFilter(app))
+            try:
+                server.run(sockets=[sock])
+            except SystemExit:
+                if server.started:
+                    raise
+            if not server.started:
+                reason = app.state.startup_error or "see the log above"
+                return _fail(f"the gateway did not start: {reason}", 3)
     return 0
 
 
@@ -93,20 +154,28 @@ async def _key_store(settings: Settings) -> AsyncIterator[KeyStore]:
 
     secrets = ensure_secrets(settings)
     embedded: EmbeddedRedis | None = None
+    lock = DataDirLock(settings.data_dir)
     url = settings.redis_url
     if not url:
         server = EmbeddedRedis(settings.redis_dir)
         url = server.url
         if not _answers(server):
-            embedded = server  # the gateway is not running: start Redis for this command
+            # The gateway is not running: own DATA_DIR and start Redis for this command.
+            lock.acquire(exclusive=True)
+            embedded = server
             await asyncio.to_thread(server.start)
     client = connect_redis(url, settings.redis_timeout_s)
     try:
+        try:
+            await check_pepper(client, secrets.key_pepper)
+        except PepperMismatch as exc:
+            raise SettingsError(str(exc)) from None
         yield KeyStore(client, secrets.key_pepper)
     finally:
         await client.aclose()
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
+        lock.release()
 
 
 def _answers(server: EmbeddedRedis) -> bool:
@@ -291,6 +360,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(_keys_command(settings, args))
     except SettingsError as exc:
         return _fail(str(exc), 2)
+    except DataDirBusy as exc:
+        return _fail(str(exc))
     except GatewayError as exc:
         return _fail(exc.message)
     except REDIS_FAILURES as exc:

@@ -1,23 +1,23 @@
 """The ``/admin/ui`` dashboard: one server-rendered page, charts as inline SVG, no JavaScript.
 
-Login posts the admin key once; the answer is an HttpOnly, SameSite=Strict cookie holding a
-signed expiry (never the key itself). Every chart element carries its exact number in
-``data-value`` and a ``<title>`` tooltip, and the same numbers appear in tables below, so the
-page is readable without JavaScript and checkable by a test.
+Login posts the admin key once; the answer is an HttpOnly, SameSite=Strict, Secure (unless
+configured off) cookie holding a random session token, never the key. Sessions live server-side
+(``gateway.dashboard_sessions``): logout ends one, an admin key change ends them all. Failed
+logins are counted per client address and throttled (``gateway.auth_throttle``). Every chart
+element carries its exact number in ``data-value`` and a ``<title>`` tooltip, and the same
+numbers appear in tables below, so the page is readable without JavaScript and checkable by a
+test.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import inspect
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 import jinja2
@@ -25,7 +25,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from gateway.errors import RateLimited
 from gateway.money import NANOS_PER_USD
+from gateway.redis_connect import REDIS_FAILURES
 from gateway.reports import (
     Cell,
     ReportError,
@@ -70,32 +72,35 @@ def format_count(value: int) -> str:
     return f"{value:,}"
 
 
+class Sessions(Protocol):
+    """Server-side sessions (``gateway.dashboard_sessions.SessionStore``)."""
+
+    ttl_s: int
+
+    async def create(self) -> str: ...
+
+    async def valid(self, token: str | None) -> bool: ...
+
+    async def end(self, token: str | None) -> None: ...
+
+
+class LoginThrottle(Protocol):
+    """Failed-login counting per client address (``gateway.auth_throttle.AuthThrottle``)."""
+
+    async def check(self, address: str) -> None: ...  # raises RateLimited when over
+
+    async def failed(self, address: str, what: str) -> None: ...
+
+
 @dataclass(frozen=True)
 class DashboardAuth:
     """Admin login for the page. ``verify_admin_key`` is the app's constant-time check."""
 
     verify_admin_key: Callable[[str], bool]
-    session_secret: bytes
-    session_ttl_s: int = 8 * 3600
+    sessions: Sessions
+    secure_cookie: bool = True
+    throttle: LoginThrottle | None = None
     cookie_name: str = "sy_admin_session"
-    clock: Callable[[], float] = time.time
-
-    def _sign(self, expiry: str) -> str:
-        return hmac.new(
-            self.session_secret, f"dashboard|{expiry}".encode(), hashlib.sha256
-        ).hexdigest()
-
-    def issue(self) -> str:
-        expiry = str(int(self.clock()) + self.session_ttl_s)
-        return f"{expiry}.{self._sign(expiry)}"
-
-    def valid(self, token: str | None) -> bool:
-        if not token or "." not in token:
-            return False
-        expiry, signature = token.split(".", 1)
-        if not expiry.isdigit() or not hmac.compare_digest(signature, self._sign(expiry)):
-            return False
-        return int(expiry) > self.clock()
 
 
 @dataclass(frozen=True)
@@ -360,7 +365,11 @@ async def dashboard_page(
     renderer: DashboardRenderer,
 ) -> Response:
     """``GET /admin/ui?from=&to=``: the dashboard, or the login form without a session."""
-    if not auth.valid(request.cookies.get(auth.cookie_name)):
+    try:
+        signed_in = await auth.sessions.valid(request.cookies.get(auth.cookie_name))
+    except REDIS_FAILURES:
+        return _unavailable(renderer)
+    if not signed_in:
         return _login_page(renderer, None, 401)
     try:
         end = parse_day(request.query_params.get("to"), "to", reports.today())
@@ -390,26 +399,60 @@ async def dashboard_login(
     key = parse_qs(body.decode("utf-8", "replace")).get("key", [""])[0].strip()
     if not key:
         return _login_page(renderer, "Enter the admin key.", 400)
-    if not auth.verify_admin_key(key):
-        return _login_page(renderer, "That is not the admin key.", 401)
+    address = request.client.host if request.client else "unknown"
+    try:
+        if auth.throttle is not None:
+            await auth.throttle.check(address)
+        if not auth.verify_admin_key(key):
+            if auth.throttle is not None:
+                await auth.throttle.failed(address, "dashboard_login")
+            return _login_page(renderer, "That is not the admin key.", 401)
+        token = await auth.sessions.create()
+    except RateLimited as refused:
+        page = _login_page(renderer, refused.message, 429)
+        page.headers.update(refused.headers)
+        return page
+    except REDIS_FAILURES:
+        return _unavailable(renderer)
     response = RedirectResponse("/admin/ui", status_code=303)
     response.set_cookie(
         auth.cookie_name,
-        auth.issue(),
-        max_age=auth.session_ttl_s,
+        token,
+        max_age=auth.sessions.ttl_s,
         path="/admin",
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=auth.secure_cookie,
     )
     return _security_headers(response)
 
 
-async def dashboard_logout(request: Request, *, auth: DashboardAuth) -> Response:
-    """``POST /admin/ui/logout``: forgets the session cookie."""
+async def dashboard_logout(
+    request: Request, *, auth: DashboardAuth, renderer: DashboardRenderer
+) -> Response:
+    """``POST /admin/ui/logout``: ends the session (server-side) and forgets the cookie."""
+    try:
+        await auth.sessions.end(request.cookies.get(auth.cookie_name))
+    except REDIS_FAILURES:
+        return _unavailable(renderer)
     response = RedirectResponse("/admin/ui", status_code=303)
-    response.delete_cookie(auth.cookie_name, path="/admin")
+    response.delete_cookie(
+        auth.cookie_name,
+        path="/admin",
+        httponly=True,
+        samesite="strict",
+        secure=auth.secure_cookie,
+    )
     return _security_headers(response)
+
+
+def _unavailable(renderer: DashboardRenderer) -> Response:
+    html = renderer.render(
+        "error.html",
+        message="The session store (Redis) is unavailable; try again shortly.",
+        param="",
+    )
+    return _security_headers(HTMLResponse(html, status_code=503))
 
 
 def dashboard_routes(
@@ -430,5 +473,9 @@ def dashboard_routes(
             partial(dashboard_login, auth=auth, renderer=renderer),
             methods=["POST"],
         ),
-        Route("/admin/ui/logout", partial(dashboard_logout, auth=auth), methods=["POST"]),
+        Route(
+            "/admin/ui/logout",
+            partial(dashboard_logout, auth=auth, renderer=renderer),
+            methods=["POST"],
+        ),
     ]

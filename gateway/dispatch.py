@@ -7,8 +7,9 @@ upstream call up to the point where the first byte would go to the client, raisi
 - retryable errors (connect, timeout, 429, 5xx) are retried with exponential backoff and
   jitter, or exactly the upstream's Retry-After, while the total time budget lasts; a
   Retry-After longer than ``max_retry_after_s`` or the time left moves on at once;
-- an upstream 401/403/404 (our key or model is wrong there) and a missing API key are
-  configuration errors of that candidate: no retry, next candidate;
+- an upstream 401/403 (a 502 ``upstream_auth_failed`` by then: our key is wrong there), a 404
+  (our model name is wrong there) and a missing API key are configuration errors of that
+  candidate: no retry, next candidate;
 - any other 4xx is the client's fault: it is raised at once (no retry, no fallback);
 - a candidate whose breaker is open (or half-open with its probe out), or whose provider is at
   ``max_concurrency``, is skipped;
@@ -40,6 +41,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exp
 from gateway.breaker import CircuitBreaker
 from gateway.errors import UpstreamError
 from gateway.policy import ProviderConfig
+from gateway.redact import redact
 from gateway.router import Candidate, RoutePlan
 from gateway.routing_state import RoutingState
 
@@ -435,9 +437,17 @@ class Dispatcher:
             raise
         except Exception as exc:
             # An attempt function that lets a non-UpstreamError escape: treat it as a broken
-            # upstream response so the next candidate still gets its chance.
+            # upstream response so the next candidate still gets its chance. Its text may hold
+            # anything (an URL with a key in it): the client gets the type, the log a scrubbed
+            # excerpt.
+            self._log.warning(
+                "upstream_attempt_error",
+                model=candidate.model,
+                provider=candidate.provider,
+                error=redact(f"{type(exc).__name__}: {exc}"),
+            )
             error = UpstreamError(
-                f"upstream call failed: {type(exc).__name__}: {exc}",
+                f"upstream call failed: {type(exc).__name__}",
                 retryable=False,
                 kind="protocol",
                 provider=candidate.provider,

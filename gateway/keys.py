@@ -4,6 +4,12 @@ A key reads ``sk-sy-<public id>-<secret>``. Redis holds only HMAC-SHA256(pepper,
 public id, in a hash named ``sy:{key:<id>}``; the braces are a hash tag, so the record and its
 rotation idempotency records share one slot and the Lua scripts work on a Redis Cluster.
 Every change is published on ``sy:keys:changed`` so other replicas drop their cached copy.
+
+``check_pepper`` guards the one setting that must match across replicas: ``sy:keys:pepper``
+holds an HMAC fingerprint of the pepper (never the pepper), set by the first gateway that
+starts on a Redis (``SET NX``: existing deployments adopt their first replica's). A gateway
+whose pepper gives another fingerprint would answer 401 to every key made elsewhere, so it
+refuses to start instead, naming ``SWITCHYARD_KEY_PEPPER``.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ ID_LENGTH = 16
 SECRET_LENGTH = 40
 INDEX_KEY = "sy:keys:index"
 CHANGES_CHANNEL = "sy:keys:changed"
+PEPPER_FINGERPRINT_KEY = "sy:keys:pepper"
 IDEMPOTENCY_TTL_S = 24 * 3600
 _ALPHABET = string.ascii_letters + string.digits
 _ID_ALPHABET = string.ascii_lowercase + string.digits
@@ -41,6 +48,35 @@ def _random(alphabet: str, length: int) -> str:
 
 def hash_secret(pepper: bytes, secret: str) -> str:
     return hmac.new(pepper, secret.encode(), hashlib.sha256).hexdigest()
+
+
+class PepperMismatch(ValueError):
+    """This process's key pepper is not the one the keys in this Redis were made with."""
+
+
+def pepper_fingerprint(pepper: bytes) -> bytes:
+    return (
+        hmac.new(pepper, b"switchyard key pepper fingerprint v1", hashlib.sha256)
+        .hexdigest()
+        .encode()
+    )
+
+
+async def check_pepper(redis: Redis, pepper: bytes) -> bool:
+    """Adopt ``pepper`` for this Redis if none is recorded yet (True), or check it is the one
+    recorded (False); raise ``PepperMismatch`` when it is not."""
+    mine = pepper_fingerprint(pepper)
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.set(PEPPER_FINGERPRINT_KEY, mine, nx=True)
+        pipe.get(PEPPER_FINGERPRINT_KEY)
+        adopted, recorded = await pipe.execute()
+    if recorded != mine:
+        raise PepperMismatch(
+            "SWITCHYARD_KEY_PEPPER differs from the pepper the API keys in this Redis were made"
+            f" with (its fingerprint is in {PEPPER_FINGERPRINT_KEY}): every key made by the other"
+            " gateways would be refused here. Give every replica the same SWITCHYARD_KEY_PEPPER."
+        )
+    return bool(adopted)
 
 
 def format_key(key_id: str, secret: str) -> str:

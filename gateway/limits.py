@@ -290,16 +290,22 @@ class Limiter:
 
     async def _call(self, script: LuaScript, keys: list[str], args: list[Any]) -> Any:
         """EVALSHA on a ``DirectRedis`` (redis-py's Script wrapper and pool checkout cost more
-        than the call on the hot path); NOSCRIPT after a restart or failover loads it once."""
+        than the call on the hot path); on NOSCRIPT (a restart, a failover, SCRIPT FLUSH) the
+        same run goes as EVAL with the source on the same connection. Any failure, whatever
+        Redis or the client library raised, is a 503 ``redis_unavailable``, never a 500."""
         command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        fallback = ("EVAL", script.source, len(keys), *keys, *args)
         try:
-            try:
-                return await self._direct.call(*command)
-            except redis.exceptions.NoScriptError:
-                await self._redis.script_load(script.source)
-                return await self._direct.call(*command)
+            return await self._direct.script(command, fallback)
         except _UNAVAILABLE_ERRORS as exc:
-            raise LimiterUnavailable(f"rate limiter unavailable: {type(exc).__name__}") from exc
+            raise LimiterUnavailable(
+                f"rate limiter unavailable: {type(exc).__name__}", code="redis_unavailable"
+            ) from exc
+        except Exception as exc:  # an error reply, or redis-py failing mid-teardown
+            raise LimiterUnavailable(
+                f"rate limiter unavailable: unexpected {type(exc).__name__} from Redis",
+                code="redis_unavailable",
+            ) from exc
 
     def _headers(
         self, limits: KeyLimits, rpm_used: int, tpm_used: int, rpm_reset: Any, tpm_reset: Any

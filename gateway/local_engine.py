@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway.data_dir import private_dir
 from gateway.errors import UpstreamError
 from gateway.policy import LocalEngineSettings, Policy, ProviderConfig
 
@@ -60,12 +61,12 @@ class EngineHealth:
 
 def write_default_checkpoint(models_dir: Path) -> Path:
     """The embedded default model: written once (atomically), reused on every later start."""
+    private_dir(models_dir)
     target = models_dir / DEFAULT_CHECKPOINT_NAME
     if (target / "config.json").is_file():
         return target
     from engine.tiny_checkpoint import write_tiny_checkpoint
 
-    models_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".writing-", dir=models_dir))
     try:
         write_tiny_checkpoint(staging, arch="qwen3", seed=0, vocab_size=512)

@@ -107,7 +107,7 @@ class Metrics:
         )
         self.upstream_errors = Counter(
             "switchyard_upstream_errors_total",
-            "Upstream failures by provider and kind (connect, timeout, status, protocol).",
+            "Upstream failures by provider and kind (connect, timeout, status, protocol, auth).",
             ["provider", "kind"],
             registry=self.registry,
         )
@@ -119,6 +119,12 @@ class Metrics:
         self.redis_restarts = Counter(
             "switchyard_embedded_redis_restarts_total",
             "Times the supervisor restarted the embedded Redis.",
+            registry=self.registry,
+        )
+        self.admin_auth_failures = Counter(
+            "switchyard_admin_auth_failures_total",
+            "Wrong admin credentials by door: admin_bearer (/admin/*), dashboard_login.",
+            ["what"],
             registry=self.registry,
         )
         self.redis_up = Gauge(

@@ -11,7 +11,10 @@ and keeps redis-py's semantics where they matter:
 - a connection that failed or was cancelled mid-call is disconnected before reuse, so no stale
   reply is ever read by the next call; error replies (``NOSCRIPT``, a script error) leave it clean;
 - replies are those of ``execute_command`` for commands without a response callback (scripts),
-  and those of ``pipeline(transaction=False).execute(raise_on_error=False)`` for a batch.
+  and those of ``pipeline(transaction=False).execute(raise_on_error=False)`` for a batch;
+- a script sent by SHA that comes back NOSCRIPT is sent again as EVAL with its source on the
+  same connection, so the run never depends on a SCRIPT LOAD having reached the same server
+  (a failover, a restart, two servers taking turns on one socket path).
 
 The connections stay checked out of the client's pool, so ``client.aclose()`` disconnects them
 with the rest. A Redis Cluster client goes through redis-py as before (it routes by slot).
@@ -25,7 +28,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.redis_connect import RedisClient
@@ -54,16 +57,29 @@ class DirectRedis:
             return await self._client.execute_command(*args)
         return await self._run(_Single(args))
 
-    async def batch(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """Commands in one round trip; error replies come back in place, as exceptions."""
-        if self._pool is None:
-            async with self._client.pipeline(transaction=False) as pipe:
-                for command in commands:
-                    pipe.execute_command(*command)
-                return await pipe.execute(raise_on_error=False)
-        return await self._run(_Batch(commands))
+    async def script(self, evalsha: tuple[Any, ...], fallback: tuple[Any, ...]) -> Any:
+        """``EVALSHA …``; on NOSCRIPT, ``fallback`` (the same run as ``EVAL <source> …``) on the
+        same connection. Other error replies raise, as ``call`` does."""
+        if self._pool is None:  # a cluster routes both by the script's keys: the same node
+            try:
+                return await self._client.execute_command(*evalsha)
+            except NoScriptError:
+                return await self._client.execute_command(*fallback)
+        return await self._run(_Script(evalsha, fallback))
 
-    async def _run(self, work: _Single | _Batch) -> Any:
+    async def batch(
+        self,
+        commands: Sequence[tuple[Any, ...]],
+        fallbacks: Sequence[tuple[Any, ...] | None] | None = None,
+    ) -> list[Any]:
+        """Commands in one round trip; error replies come back in place, as exceptions. A
+        command answered NOSCRIPT is replaced by its ``fallbacks`` entry (an EVAL), sent on the
+        same connection in a second round trip."""
+        if self._pool is None:
+            return await pipelined_batch(self._client, commands, fallbacks)
+        return await self._run(_Batch(commands, fallbacks))
+
+    async def _run(self, work: _Single | _Script | _Batch) -> Any:
         assert self._pool is not None
         connection = self._idle.pop() if self._idle else await self._pool.get_connection()
         try:
@@ -96,18 +112,86 @@ class _Single:
         return await connection.read_response()
 
 
-class _Batch:
-    __slots__ = ("commands",)
+class _Script:
+    __slots__ = ("evalsha", "fallback")
 
-    def __init__(self, commands: Sequence[tuple[Any, ...]]) -> None:
+    def __init__(self, evalsha: tuple[Any, ...], fallback: tuple[Any, ...]) -> None:
+        self.evalsha = evalsha
+        self.fallback = fallback
+
+    async def run(self, connection: AbstractConnection) -> Any:
+        await connection.send_command(*self.evalsha)
+        try:
+            return await connection.read_response()
+        except NoScriptError:  # the reply was read whole: ask again on this very connection
+            await connection.send_command(*self.fallback)
+            return await connection.read_response()
+
+
+class _Batch:
+    __slots__ = ("commands", "fallbacks")
+
+    def __init__(
+        self,
+        commands: Sequence[tuple[Any, ...]],
+        fallbacks: Sequence[tuple[Any, ...] | None] | None,
+    ) -> None:
         self.commands = commands
+        self.fallbacks = fallbacks
 
     async def run(self, connection: AbstractConnection) -> list[Any]:
-        await connection.send_packed_command(connection.pack_commands(self.commands))
-        replies: list[Any] = []
-        for _ in self.commands:
-            try:
-                replies.append(await connection.read_response())
-            except ResponseError as error:
-                replies.append(error)
+        replies = await _exchange(connection, self.commands)
+        again = _noscript_retries(replies, self.fallbacks)
+        if again:
+            for position, reply in zip(
+                again, await _exchange(connection, list(again.values())), strict=True
+            ):
+                replies[position] = reply
         return replies
+
+
+async def _exchange(connection: AbstractConnection, commands: Sequence[tuple[Any, ...]]) -> list:
+    await connection.send_packed_command(connection.pack_commands(commands))
+    replies: list[Any] = []
+    for _ in commands:
+        try:
+            replies.append(await connection.read_response())
+        except ResponseError as error:
+            replies.append(error)
+    return replies
+
+
+def _noscript_retries(
+    replies: list[Any], fallbacks: Sequence[tuple[Any, ...] | None] | None
+) -> dict[int, tuple[Any, ...]]:
+    """Reply position → the fallback to send for each command answered NOSCRIPT."""
+    if not fallbacks:
+        return {}
+    return {
+        position: fallback
+        for position, (reply, fallback) in enumerate(zip(replies, fallbacks, strict=True))
+        if fallback is not None and isinstance(reply, NoScriptError)
+    }
+
+
+async def pipelined_batch(
+    client: RedisClient,
+    commands: Sequence[tuple[Any, ...]],
+    fallbacks: Sequence[tuple[Any, ...] | None] | None = None,
+) -> list[Any]:
+    """``DirectRedis.batch`` through redis-py's pipeline (a cluster routes each command by its
+    keys, so a fallback goes to the node that answered NOSCRIPT)."""
+    replies = await _pipelined(client, commands)
+    again = _noscript_retries(replies, fallbacks)
+    if again:
+        retried = await _pipelined(client, list(again.values()))
+        for position, reply in zip(again, retried, strict=True):
+            replies[position] = reply
+    return replies
+
+
+async def _pipelined(client: RedisClient, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    async with client.pipeline(transaction=False) as pipe:
+        for command in commands:
+            pipe.execute_command(*command)
+        return await pipe.execute(raise_on_error=False)

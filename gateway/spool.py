@@ -22,6 +22,8 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+from gateway.data_dir import private_dir
+
 ACTIVE = "active.jsonl"
 REJECTED = "rejected.jsonl"
 SEGMENT_GLOB = "seg-*.jsonl"
@@ -79,7 +81,7 @@ class Segment:
 class Spool:
     def __init__(self, directory: Path | str) -> None:
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_dir(self.directory)
         self._append_lock = self.directory / "append.lock"
         self._replay_lock = self.directory / "replay.lock"
 

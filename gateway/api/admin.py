@@ -1,7 +1,8 @@
 """Admin API for keys: create, list, show, update, rotate (with grace), revoke.
 
 Every endpoint needs ``Authorization: Bearer <admin key>`` (compared in constant time): none
-→ 401, any other key → 403. Payloads are strict: an unknown or malformed field is a 400 that
+→ 401, any other key → 403, and past ``SWITCHYARD_AUTH_FAILURE_LIMIT`` wrong ones from one
+address → 429 for the rest of the window (``gateway.auth_throttle``). Payloads are strict: an unknown or malformed field is a 400 that
 names it. Secrets appear only in the create and rotate responses, never in a log.
 """
 
@@ -29,10 +30,23 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.api.http import error_response, json_response, read_json_object, request_id_of
+from gateway.api.http import (
+    client_address,
+    error_response,
+    json_response,
+    read_json_object,
+    request_id_of,
+)
 from gateway.api.services import Services
-from gateway.auth import check_admin
-from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound, ServiceUnavailable
+from gateway.auth import admin_token, is_admin_key
+from gateway.errors import (
+    Conflict,
+    GatewayError,
+    InvalidRequest,
+    NotFound,
+    PermissionDenied,
+    ServiceUnavailable,
+)
 from gateway.keys import ID_LENGTH, KeyRecord
 from gateway.money import MAX_BUDGET_USD, usd_to_nanos
 from gateway.policy import Policy
@@ -171,6 +185,17 @@ def _view(record: KeyRecord) -> dict[str, Any]:
 Handler = Callable[[Request, Services], Awaitable[Response]]
 
 
+async def _check_admin(request: Request, services: Services) -> None:
+    """401 without a bearer; 403 for a wrong one (counted against the client's address, and
+    logged with it); 429 while that address has failed too often, even with the right key."""
+    token = admin_token(request.headers.get("authorization"))
+    address = client_address(request)
+    await services.auth_throttle.check(address)
+    if not is_admin_key(token, services.admin_key):
+        await services.auth_throttle.failed(address, "admin_bearer")
+        raise PermissionDenied("This endpoint needs the admin key.", code="admin_key_required")
+
+
 def admin_endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     """Admin auth, the error envelope, request id and one log line around ``handler``."""
 
@@ -179,7 +204,7 @@ def admin_endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]
         request_id = request_id_of(request)
         started = time.perf_counter()
         try:
-            check_admin(request.headers.get("authorization"), services.admin_key)
+            await _check_admin(request, services)
             response = await handler(request, services)
         except GatewayError as exc:
             response = error_response(exc)

@@ -1,12 +1,12 @@
 """The admin dashboard (gateway/dashboard.py) mounted with the app's reports, keys and auth.
 
-The dashboard signs its own session cookie; its login checks the admin key with the same
-constant-time comparison as the admin API.
+Sessions live in Redis (``gateway.dashboard_sessions``); the login checks the admin key with the
+same constant-time comparison as the admin API, and its failures count towards the same
+per-address throttle as failed admin bearers.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,24 +16,34 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.api.services import Services
+from gateway.auth_throttle import AuthThrottle
 from gateway.dashboard import (
     DashboardAuth,
     dashboard_login,
     dashboard_logout,
     dashboard_page,
 )
+from gateway.dashboard_sessions import SessionStore
+from gateway.redis_connect import RedisClient
 
 MAX_KEYS_SHOWN = 1000
 
 
-def build_dashboard_auth(admin_key: str, pepper: bytes) -> DashboardAuth:
-    # Derived from the pepper: stable across restarts and replicas, never the admin key itself.
-    session_secret = hmac.new(pepper, b"switchyard dashboard session", hashlib.sha256).digest()
+SESSION_TTL_S = 8 * 3600
 
+
+def build_dashboard_auth(
+    admin_key: str, redis: RedisClient, *, secure_cookie: bool, throttle: AuthThrottle
+) -> DashboardAuth:
     def verify(token: str) -> bool:
         return hmac.compare_digest(token.encode(), admin_key.encode())
 
-    return DashboardAuth(verify_admin_key=verify, session_secret=session_secret)
+    return DashboardAuth(
+        verify_admin_key=verify,
+        sessions=SessionStore(redis, admin_key, SESSION_TTL_S),
+        secure_cookie=secure_cookie,
+        throttle=throttle,
+    )
 
 
 async def _key_views(services: Services) -> Sequence[Mapping[str, Any]]:
@@ -61,7 +71,9 @@ async def _login(request: Request) -> Response:
 
 async def _logout(request: Request) -> Response:
     services: Services = request.app.state.services
-    return await dashboard_logout(request, auth=services.dashboard_auth)
+    return await dashboard_logout(
+        request, auth=services.dashboard_auth, renderer=services.dashboard_renderer
+    )
 
 
 routes = [

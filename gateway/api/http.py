@@ -25,6 +25,11 @@ def request_id_of(request: Request) -> str:
     return uuid.uuid4().hex
 
 
+def client_address(request: Request) -> str:
+    """The peer's address (behind a proxy: what uvicorn's proxy-headers handling made it)."""
+    return request.client.host if request.client else "unknown"
+
+
 async def read_body(request: Request, max_bytes: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None:

@@ -43,6 +43,7 @@ from gateway.dispatch import AttemptRecord
 from gateway.errors import GatewayError, RateLimited, ServiceUnavailable, UpstreamError
 from gateway.policy import Policy
 from gateway.providers.openai_compat import UpstreamResponse, UpstreamStream
+from gateway.redact import redact
 from gateway.router import Candidate, RoutePlan
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -160,7 +161,7 @@ def route_headers(
     route = plan.header_value(served)
     for record in attempts or ():  # a local engine passed over (not loaded, unhealthy): why
         if record.outcome == "skipped" and record.kind == "unavailable":
-            why = "".join(c if " " <= c <= "~" else "?" for c in record.detail)[:160]
+            why = "".join(c if " " <= c <= "~" else "?" for c in redact(record.detail, limit=160))
             route += f"; skipped {record.model}: {why}"
     return {
         "x-switchyard-model": served.model,

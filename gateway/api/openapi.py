@@ -31,7 +31,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
         408: "the request did not arrive in time",
         409: "conflict",
         413: "body too large",
-        429: "rate limit or budget exceeded",
+        429: "rate limit or budget exceeded, or too many failed admin credentials",
         431: "headers too large",
         502: "upstream failed",
         503: "Redis, policy or upstream unavailable, or the gateway is shutting down",
@@ -44,7 +44,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
 
 
 V1_ERRORS = (400, 401, 403, 404, 413, 429, 502, 503, 504)
-ADMIN_ERRORS = (400, 401, 403, 503)
+ADMIN_ERRORS = (400, 401, 403, 429, 503)
 
 
 def _v1_post(summary: str, body: str, ok: str, streamable: bool) -> Operation:
@@ -240,6 +240,11 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                 body="ExplainRequest",
             )
         },
+        "/admin/health": {
+            "get": _admin(
+                "Readiness checks with details (policy error, engine error)", "AdminHealth"
+            )
+        },
         "/healthz": {
             "get": {
                 "summary": "Liveness",
@@ -251,7 +256,7 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
         },
         "/readyz": {
             "get": {
-                "summary": "Readiness: Redis reachable, policy loaded, not draining",
+                "summary": "Readiness (states only): Redis reachable, policy loaded, not draining",
                 "tags": ["ops"],
                 "responses": {
                     "200": {"description": "ready", "content": _json_content(ref("Readiness"))},
@@ -261,14 +266,15 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
         },
         "/metrics": {
             "get": {
-                "summary": "Prometheus metrics",
+                "summary": "Prometheus metrics (bearer SWITCHYARD_METRICS_TOKEN when set)",
                 "tags": ["ops"],
                 "responses": {
                     "200": {
                         "description": "text exposition format",
                         "content": {"text/plain": {"schema": {"type": "string"}}},
                     }
-                },
+                }
+                | _errors(401),
             }
         },
         "/openapi.json": {

@@ -366,6 +366,14 @@ SCHEMAS: dict[str, Schema] = {
         },
         ["status", "checks"],
     ),
+    "AdminHealth": obj(
+        {
+            "status": {"enum": ["ready", "not ready"]},
+            "checks": {"type": "object", "additionalProperties": STRING},
+            "details": {"type": "object"},
+        },
+        ["status", "checks", "details"],
+    ),
 }
 
 QUERY_LIMITS = {"max_events": MAX_EVENTS_LIMIT, "max_usage_days": 400}

@@ -1,34 +1,55 @@
 """Operations endpoints: liveness, readiness (Redis reachable, policy loaded, not draining),
-Prometheus, and the OpenAPI document.
+Prometheus, the OpenAPI document, and ``GET /admin/health`` (the same checks with details).
 
-The local engine shows in ``checks.local_engine`` (ready, loading, ``failed: <load error>``,
-``unhealthy: <why>``). A broken engine makes the gateway unready only when no upstream provider
-of the policy could serve instead (none configured, or none with its API key set): while one
-can, routing skips the engine and this replica keeps its traffic.
+``/readyz`` needs no credentials, so it says states only (``ok``, ``unreachable``, ``failed``…):
+a policy reload error or an engine load error can quote a file, and files can hold secrets.
+The details are for the admin: ``GET /admin/health`` (and ``GET /admin/policy`` for the policy's
+last error). ``/metrics`` asks for ``Authorization: Bearer <SWITCHYARD_METRICS_TOKEN>`` when
+that is set.
+
+The local engine shows in ``checks.local_engine`` (ready, loading, failed, unhealthy). A broken
+engine makes the gateway unready only when no upstream provider of the policy could serve
+instead (none configured, or none with its API key set): while one can, routing skips the engine
+and this replica keeps its traffic.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import os
+from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.api.http import json_response
+from gateway.api.admin import admin_endpoint
+from gateway.api.http import error_response, json_response
 from gateway.api.openapi import openapi_json
 from gateway.api.services import Services
+from gateway.auth import bearer_token
+from gateway.errors import AuthenticationFailed
 from gateway.policy import Policy
 from gateway.redis_connect import REDIS_FAILURES
+
+
+@dataclass
+class Readiness:
+    ready: bool
+    checks: dict[str, str]  # states only: safe for anyone to read
+    details: dict[str, Any] = field(default_factory=dict)  # for the admin
+
+    def body(self) -> dict[str, Any]:
+        return {"status": "ready" if self.ready else "not ready", "checks": self.checks}
 
 
 async def healthz(request: Request) -> Response:
     return json_response({"status": "ok"})
 
 
-async def readyz(request: Request) -> Response:
-    services: Services = request.app.state.services
+async def check_readiness(services: Services, draining: bool, detailed: bool = False) -> Readiness:
     try:
         redis_ok = bool(await asyncio.wait_for(services.redis.ping(), timeout=1.0))
     except REDIS_FAILURES:
@@ -38,28 +59,44 @@ async def readyz(request: Request) -> Response:
     policy_ok = policies.loaded
     checks = {
         "redis": "ok" if redis_ok else "unreachable",
-        "policy": (f"ok (version {policies.current.version})" if policy_ok else "not loaded"),
+        "policy": "ok" if policy_ok else "not loaded",
     }
+    details: dict[str, Any] = {}
+    if detailed:
+        state = policies.describe()
+        details["policy"] = {name: state[name] for name in ("version", "source", "last_error")}
     if policies.last_error is not None:
-        checks["policy_last_error"] = str(policies.last_error)
-    draining = request.app.state.drain.draining
+        checks["policy_reload"] = "failed"  # the error itself: GET /admin/policy
     if draining:
         checks["shutdown"] = "draining"
-    ready = redis_ok and policy_ok and not draining
+    if services.key_pepper_mismatch:
+        checks["key_pepper"] = "mismatch"  # see the log: SWITCHYARD_KEY_PEPPER
+    ready = redis_ok and policy_ok and not draining and not services.key_pepper_mismatch
     local = services.local_engine
     health = local.health() if local is not None else None
     if health is not None and health.state != "absent":
-        checks["local_engine"] = health.describe()
+        checks["local_engine"] = health.state
+        if detailed:
+            details["local_engine"] = health.describe()
         if (
             health.state != "ready"
             and policy_ok
             and not _upstream_can_serve(policies.current.policy)
         ):
             ready = False  # the engine was the only way to answer
-    return json_response(
-        {"status": "ready" if ready else "not ready", "checks": checks},
-        status=200 if ready else 503,
-    )
+    return Readiness(ready, checks, details)
+
+
+async def readyz(request: Request) -> Response:
+    services: Services = request.app.state.services
+    readiness = await check_readiness(services, request.app.state.drain.draining)
+    return json_response(readiness.body(), status=200 if readiness.ready else 503)
+
+
+async def admin_health(request: Request, services: Services) -> Response:
+    """``GET /admin/health``: the readiness checks, and what each failure was about."""
+    readiness = await check_readiness(services, request.app.state.drain.draining, detailed=True)
+    return json_response({**readiness.body(), "details": readiness.details})
 
 
 def _upstream_can_serve(policy: Policy) -> bool:
@@ -73,6 +110,15 @@ def _upstream_can_serve(policy: Policy) -> bool:
 
 async def metrics(request: Request) -> Response:
     services: Services = request.app.state.services
+    expected = services.settings.metrics_token
+    if expected is not None and expected.get_secret_value():
+        token = bearer_token(request.headers.get("authorization")) or ""
+        if not hmac.compare_digest(token.encode(), expected.get_secret_value().encode()):
+            error = AuthenticationFailed(
+                "/metrics needs 'Authorization: Bearer <SWITCHYARD_METRICS_TOKEN>'.",
+                code="metrics_token_required",
+            )
+            return error_response(error, {"www-authenticate": "Bearer"})
     return Response(
         services.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
     )
@@ -83,4 +129,5 @@ routes = [
     Route("/readyz", readyz, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
     Route("/openapi.json", openapi_json, methods=["GET"]),
+    Route("/admin/health", admin_endpoint(admin_health), methods=["GET"]),
 ]

@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 from gateway.api.settler import SettleBatcher
 from gateway.auth import Authenticator
+from gateway.auth_throttle import AuthThrottle
 from gateway.dashboard import DashboardAuth, DashboardRenderer
 from gateway.dispatch import Dispatcher
 from gateway.keys import KeyStore
@@ -43,6 +44,8 @@ class Services:
     ledger: UsageLedger
     reports: UsageReports
     dashboard_auth: DashboardAuth
+    # Failed admin bearers and dashboard logins, counted per client address.
+    auth_throttle: AuthThrottle
     dashboard_renderer: DashboardRenderer
     metrics: Metrics
     log: Any
@@ -50,6 +53,8 @@ class Services:
     # The in-process engine behind a `kind: local` provider (idle when the policy has none).
     local_engine: LocalEngineHost | None = None
     background: set[asyncio.Task[Any]] = field(default_factory=set)
+    # Set when the key pepper, checked late (Redis was away at start), differs from Redis's.
+    key_pepper_mismatch: bool = False
     # Last time a fail-open warning was logged (monotonic), so an outage logs once a second.
     last_fail_open_warning: float = 0.0
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from gateway.errors import UpstreamError
 from gateway.policy import ProviderConfig
-from gateway.providers.openai_compat import OpenAICompatProvider, Timeouts
+from gateway.providers.openai_compat import OpenAICompatProvider, ResponseLimits, Timeouts
 
 if TYPE_CHECKING:
     from gateway.local_engine import LocalEngineHost
@@ -16,10 +16,15 @@ if TYPE_CHECKING:
 
 class ProviderRegistry:
     def __init__(
-        self, timeouts: Timeouts, pool_size: int, local: LocalEngineHost | None = None
+        self,
+        timeouts: Timeouts,
+        pool_size: int,
+        local: LocalEngineHost | None = None,
+        limits: ResponseLimits | None = None,
     ) -> None:
         self.timeouts = timeouts
         self.pool_size = pool_size
+        self.limits = limits or ResponseLimits()
         self.local = local  # the in-process engine behind `kind: local`, when one is loaded
         self._clients: dict[str, OpenAICompatProvider] = {}
         self._retired: list[OpenAICompatProvider] = []
@@ -44,7 +49,7 @@ class ProviderRegistry:
         if client is not None:
             # In-flight requests may still use the old session; close it at shutdown.
             self._retired.append(client)
-        client = OpenAICompatProvider(name, config, self.timeouts, self.pool_size)
+        client = OpenAICompatProvider(name, config, self.timeouts, self.pool_size, self.limits)
         self._clients[name] = client
         return client
 

@@ -26,7 +26,9 @@ from ledger_provider import Served
 from gateway.redis_embedded import free_port
 
 ADMIN_KEY = "sy-admin-ledger-0123456789abcdef"
-PEPPER = "ledger-pepper-0123456789abcdef"
+# The session Redis is shared: every gateway on it must use one pepper (a gateway whose
+# pepper differs from the fingerprint in Redis refuses to start).
+PEPPER = "test-pepper-0123456789abcdef"
 
 # USD per 1M tokens; odd figures (fractions of a micro-dollar a request) so that any rounding
 # per event would show.

@@ -22,6 +22,8 @@ from gateway.redis_embedded import free_port
 from gateway.settings import Settings
 
 ADMIN_KEY = "sy-admin-test-0123456789abcdef"
+# The session Redis is shared: every gateway on it must use one pepper (a gateway whose
+# pepper differs from the fingerprint in Redis refuses to start).
 PEPPER = "test-pepper-0123456789abcdef"
 
 POLICY = """
@@ -86,6 +88,9 @@ def make_settings(data_dir: Path, policy_file: Path, redis_url: str, **overrides
         "upstream_max_tries": 1,
         "max_body_bytes": 64 * 1024,
         "auth_cache_ttl_s": 0.5,
+        # Every test shares the session Redis and 127.0.0.1: the per-address throttle of wrong
+        # admin keys (tested in tests/ops/test_ops_admin_sessions.py) must not couple them.
+        "auth_failure_limit": 1_000_000,
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]

@@ -12,7 +12,7 @@ import pytest
 import redis
 from gw_support import ADMIN_KEY, PEPPER, GatewayThread, RunningGateway, make_settings
 
-from gateway.keys import parse_key, record_key
+from gateway.keys import PEPPER_FINGERPRINT_KEY, parse_key, pepper_fingerprint, record_key
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -217,3 +217,28 @@ def test_iso_expiry_and_admin_key_is_not_an_api_key(gateway: RunningGateway) -> 
     _, key = gateway.create_key(name="iso", expires_at="2999-01-01T00:00:00Z")
     assert _chat(gateway, key).status_code == 200
     assert _chat(gateway, ADMIN_KEY).status_code == 401
+
+
+def test_pepper_checked_late_when_redis_was_away_at_start(own_redis, policy_file, tmp_path):
+    """Redis down at start: the gateway starts (unready), and checks the pepper as soon as Redis
+    answers; another pepper's fingerprint there makes it unready (`key_pepper: mismatch`) with an
+    error naming the setting, instead of answering 401 to every key."""
+    control = redis.Redis.from_url(own_redis.url)
+    control.set(PEPPER_FINGERPRINT_KEY, pepper_fingerprint(b"another-replica-pepper-0123"))
+    control.close()
+    own_redis.stop()  # SIGTERM: the AOF keeps the foreign fingerprint
+    runner = GatewayThread(make_settings(tmp_path / "gw", policy_file, own_redis.url))
+    gateway = runner.start()
+    try:
+        assert "key_pepper_unchecked" in gateway.log.getvalue()
+        own_redis.start()
+        deadline = time.monotonic() + 10
+        while "key_pepper_mismatch" not in gateway.log.getvalue():
+            assert time.monotonic() < deadline, gateway.log.getvalue()[-2000:]
+            time.sleep(0.1)
+        ready = httpx.get(gateway.base_url + "/readyz", timeout=5)
+        assert ready.status_code == 503 and ready.json()["checks"]["key_pepper"] == "mismatch"
+        assert ready.json()["checks"]["redis"] == "ok"
+        assert "SWITCHYARD_KEY_PEPPER differs" in gateway.log.getvalue()
+    finally:
+        runner.stop()

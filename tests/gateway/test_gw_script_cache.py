@@ -1,20 +1,28 @@
 """Settles and usage records go to Redis as EVALSHA: an empty script cache (SCRIPT FLUSH, or a
-Redis restart) between requests must neither lose nor double-count anything."""
+Redis restart) between requests must neither lose nor double-count anything, NOSCRIPT falls back
+to EVAL on the same connection, and any error reply on the hot path is a 503, never a 500."""
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
+import redis as sync_redis
 import redis.asyncio
 from gw_support import GatewayThread, RunningGateway, make_settings
 
 from gateway.limits import KeyLimits, Limiter
 from gateway.money import usd_to_nanos
-from gateway.redis_embedded import EmbeddedRedis
+from gateway.redis_connect import connect_redis
+from gateway.redis_direct import DirectRedis
+from gateway.redis_embedded import EmbeddedRedis, free_port, redis_server_binary
+from gateway.redis_scripts import LuaScript, ScriptBatch
 
 HI = [{"role": "user", "content": "x" * 24}]
 LIMITS = KeyLimits(rpm=1000, tpm=1_000_000, budget_nanos=usd_to_nanos(100.0), budget_period="day")
@@ -117,4 +125,98 @@ async def test_redis_restart_between_requests_loses_and_doubles_nothing(
         await client.close()
         await _assert_books(own_redis.url, gateway, key_id, key, requests=3, tokens=tokens)
     finally:
+        runner.stop()
+
+
+def _run_id(client: redis.Redis) -> str:
+    return str(client.info("server")["run_id"])
+
+
+async def test_second_server_on_the_socket_path_never_strands_a_script(tmp_path: Path) -> None:
+    """The issue-13 scenario: a second Redis takes over the unix socket while the first still
+    runs. Connections already open reach the first, new ones the second, so a SCRIPT LOAD on a
+    new connection never helps an EVALSHA on an old one: the run must go as EVAL on the same
+    connection, for the limiter's own calls and for a pipelined ``ScriptBatch`` alike."""
+    first_port = free_port()
+    first = EmbeddedRedis(tmp_path / "one", extra_args=["--port", str(first_port)])
+    first.start()
+    first_control = sync_redis.Redis(port=first_port)
+    second: subprocess.Popen[bytes] | None = None
+    client = connect_redis(first.url, 1.0)
+    try:
+        limiter = Limiter(client)
+        direct = DirectRedis(client)
+        limits = KeyLimits(rpm=100)
+        await limiter.reserve("stranded", limits, tokens=1, cost_nanos=0, request_id="r1")
+        assert await direct.call("PING")  # a connection to the first server, kept idle
+
+        (tmp_path / "two").mkdir()
+        second = subprocess.Popen(
+            [
+                redis_server_binary(),
+                *("--port", "0", "--unixsocket", str(first.socket_path)),
+                *("--dir", str(tmp_path / "two"), "--save", "", "--appendonly", "no"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        first_id = _run_id(first_control)
+        deadline = time.monotonic() + 10
+        while True:  # until a new connection on the path reaches the second server
+            with contextlib.suppress(sync_redis.RedisError, OSError):
+                probe = sync_redis.Redis(unix_socket_path=str(first.socket_path))
+                if _run_id(probe) != first_id:
+                    break
+            assert time.monotonic() < deadline, "the second server never took the socket"
+            time.sleep(0.05)
+        first_control.script_flush()  # the first server's cache is empty: NOSCRIPT
+
+        await limiter.reserve("stranded", limits, tokens=1, cost_nanos=0, request_id="r2")
+        batch = ScriptBatch()
+        position = batch.call(LuaScript.of(COUNT), ["counted"], [])
+        first_control.script_flush()
+        assert (await batch.execute(direct))[position] == 1
+        # Everything ran on the first server, where the old connections go.
+        assert first_control.get("counted") == b"1"
+        assert sum(1 for _ in first_control.scan_iter("sy:{key:stranded}:*")) > 0
+        probe = sync_redis.Redis(unix_socket_path=str(first.socket_path))
+        assert probe.get("counted") is None  # the second server saw none of it
+    finally:
+        await client.aclose()
+        if second is not None:
+            second.kill()
+            second.wait()
+        first_control.close()
+        first.stop()
+
+
+COUNT = "return redis.call('INCR', KEYS[1])"
+
+
+async def test_error_replies_on_the_hot_path_are_503_not_500(
+    own_redis: EmbeddedRedis, policy_file: Path, tmp_path: Path
+) -> None:
+    """A Redis that answers with an error (here a master refusing writes without replicas:
+    NOREPLICAS, after a SCRIPT FLUSH so the EVAL fallback runs too) is a 503
+    ``redis_unavailable`` for limited keys, never a 500; service comes back by itself."""
+    runner = GatewayThread(make_settings(tmp_path / "gw", policy_file, own_redis.url))
+    gateway = runner.start()
+    control = sync_redis.Redis.from_url(own_redis.url)
+    try:
+        _, key = _create_limited_key(gateway)
+        client = openai.OpenAI(base_url=gateway.v1, api_key=key, max_retries=0)
+        assert client.chat.completions.create(model="fake", messages=HI).usage  # type: ignore[arg-type]
+        control.script_flush()
+        control.config_set("min-replicas-to-write", 1)
+        for _ in range(3):
+            with pytest.raises(openai.APIStatusError) as caught:
+                client.chat.completions.create(model="fake", messages=HI)  # type: ignore[arg-type]
+            assert caught.value.status_code == 503
+            assert caught.value.code == "redis_unavailable"
+        control.config_set("min-replicas-to-write", 0)
+        assert client.chat.completions.create(model="fake", messages=HI).usage  # type: ignore[arg-type]
+        assert "unhandled_error" not in gateway.log.getvalue()
+    finally:
+        control.config_set("min-replicas-to-write", 0)
+        control.close()
         runner.stop()

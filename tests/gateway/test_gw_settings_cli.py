@@ -107,3 +107,8 @@ def test_keys_cli_lifecycle_shares_the_store_with_the_gateway(
     assert "models[0]" in capsys.readouterr().err
     assert main(["keys", "show", "zzzzzzzzzzzzzzzz"]) == 1
     assert "no key" in capsys.readouterr().err
+
+    # A CLI with another pepper would make keys no gateway of this Redis accepts: refused.
+    monkeypatch.setenv("SWITCHYARD_KEY_PEPPER", "some-other-pepper-0123456789")
+    assert main(["keys", "create", "--name", "orphan"]) == 2
+    assert "SWITCHYARD_KEY_PEPPER differs" in capsys.readouterr().err

@@ -86,5 +86,8 @@ def test_dashboard_login_page_and_session(gateway: RunningGateway) -> None:
         assert browser.post("/admin/ui/login", data={"key": "wrong"}).status_code in (401, 403)
         login = browser.post("/admin/ui/login", data={"key": ADMIN_KEY})
         assert login.status_code == 303
-        dashboard = browser.get("/admin/ui")
+        # Secure by default: a client must hand it back itself over plain http (httpx will not).
+        assert "secure" in login.headers["set-cookie"].lower()
+        session = {"cookie": f"sy_admin_session={login.cookies['sy_admin_session']}"}
+        dashboard = browser.get("/admin/ui", headers=session)
         assert dashboard.status_code == 200 and "<svg" in dashboard.text

@@ -19,7 +19,9 @@ from gateway.redis_embedded import free_port
 from gateway.settings import Settings
 
 ADMIN_KEY = "sy-admin-local-0123456789abcdef"
-PEPPER = "local-pepper-0123456789abcdef"
+# The session Redis is shared: every gateway on it must use one pepper (a gateway whose
+# pepper differs from the fingerprint in Redis refuses to start).
+PEPPER = "test-pepper-0123456789abcdef"
 
 POLICY = """
 providers:

@@ -20,6 +20,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 ADMIN_KEY = "sy-admin-OPSSECRET-admin-0123456789"
 PEPPER = "OPSSECRET-pepper-abcdef0123456789"
 PROVIDER_KEY = "sk-provider-OPSSECRET-9876543210"
+# The session Redis is shared: every gateway on it must use one pepper (a gateway whose
+# pepper differs from the fingerprint in Redis refuses to start).
+SESSION_REDIS_PEPPER = "test-pepper-0123456789abcdef"
 
 POLICY = """
 providers:
@@ -208,9 +211,12 @@ def thread_settings(data_dir: Path, policy_file: Path, redis_url: str, **overrid
         "data_dir": data_dir,
         "policy_file": policy_file,
         "admin_key": ADMIN_KEY,
-        "key_pepper": PEPPER,
+        "key_pepper": SESSION_REDIS_PEPPER,
         "upstream_max_tries": 1,
         "max_body_bytes": 64 * 1024,
+        # Every test shares the session Redis and 127.0.0.1: the per-address throttle of wrong
+        # admin keys (tested in tests/ops/test_ops_admin_sessions.py) must not couple them.
+        "auth_failure_limit": 1_000_000,
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]

@@ -18,7 +18,8 @@ def documented_default(field_name: str) -> str:
     field = Settings.model_fields[field_name]
     default = field.default
     if default is None and field.annotation in (SecretStr | None,):
-        return "generated"
+        # ensure_secrets generates these two; other optional secrets stay off when unset.
+        return "generated" if field_name in ("admin_key", "key_pepper") else "unset"
     if default == "":
         return "empty"
     if isinstance(default, Path) and not default.is_absolute():

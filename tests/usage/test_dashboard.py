@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import os
 import shutil
 from collections import defaultdict
 from datetime import timedelta
@@ -20,6 +19,7 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
 from gateway.dashboard import KEY_SERIES, TOP_KEYS, DashboardAuth, dashboard_routes
+from gateway.dashboard_sessions import SessionStore
 from gateway.reports import UsageReports
 from gateway.usage import UsageEvent, UsageLedger
 
@@ -90,7 +90,7 @@ async def dashboard_app(
 
     auth = DashboardAuth(
         verify_admin_key=lambda key: hmac.compare_digest(key.encode(), ADMIN_KEY.encode()),
-        session_secret=os.urandom(32),
+        sessions=SessionStore(ledger.redis, ADMIN_KEY, ttl_s=3600),
     )
 
     async def list_keys() -> list[dict[str, str]]:
@@ -119,22 +119,31 @@ async def test_login_and_cookie_flow(dashboard_app: tuple[Starlette, list[UsageE
         assert "set-cookie" not in wrong.headers
         as_json = await client.post("/admin/ui/login", json={"key": ADMIN_KEY})
         assert as_json.status_code == 400
-        forged = await client.get("/admin/ui", cookies={"sy_admin_session": "9999999999.deadbeef"})
+        forged = await client.get("/admin/ui", headers=_session("9999999999.deadbeef"))
         assert forged.status_code == 401
 
         ok = await client.post("/admin/ui/login", data={"key": ADMIN_KEY})
         assert ok.status_code == 303 and ok.headers["location"] == "/admin/ui"
         cookie = ok.headers["set-cookie"].lower()
         assert "httponly" in cookie and "samesite=strict" in cookie and "path=/admin" in cookie
-        assert ADMIN_KEY.lower() not in cookie  # a signed session, never the key
-        page = await client.get("/admin/ui")
+        assert "secure" in cookie  # by default, even on http://127.0.0.1
+        assert ADMIN_KEY.lower() not in cookie  # a random session id, never the key
+        token = ok.cookies["sy_admin_session"]
+        page = await client.get("/admin/ui", headers=_session(token))
         assert page.status_code == 200 and 'data-chart="spend-by-model"' in page.text
         assert "no-store" in page.headers["cache-control"]
-        bad = await client.get("/admin/ui", params={"from": "someday"})
+        bad = await client.get("/admin/ui", params={"from": "someday"}, headers=_session(token))
         assert bad.status_code == 400 and 'data-param="from"' in bad.text
-        out = await client.post("/admin/ui/logout")
+        out = await client.post("/admin/ui/logout", headers=_session(token))
         assert out.status_code == 303
-        assert (await client.get("/admin/ui")).status_code == 401
+        assert "max-age=0" in out.headers["set-cookie"].lower()
+        # Ended server-side: the cookie a client kept is worth nothing now.
+        assert (await client.get("/admin/ui", headers=_session(token))).status_code == 401
+
+
+def _session(token: str) -> dict[str, str]:
+    """The session cookie by hand: it is Secure, and httpx keeps those off plain http."""
+    return {"cookie": f"sy_admin_session={token}"}
 
 
 async def run_chromium(*args: str, timeout: float = 90) -> bytes:
