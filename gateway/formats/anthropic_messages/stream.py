@@ -1,0 +1,253 @@
+"""Anthropic Messages streams: SSE events into internal stream events, and back.
+
+Anthropic's events map one to one onto the internal ones (``message_start``,
+``content_block_start/delta/stop``, ``message_delta``, ``message_stop``, ``error``); ``ping`` is
+dropped. Usage arrives in two parts: the prompt's tokens in ``message_start`` and cumulative
+output (sometimes updated input) counts in ``message_delta``; the parser merges them so every
+``MessageDelta`` carries the whole usage. Blocks the shape does not model (server tools) pass as
+``Raw`` with their deltas verbatim, which only this format renders.
+
+Rendering re-numbers blocks from 0 and, when the upstream told the prompt's usage only at the
+end (OpenAI formats), sends zeros in ``message_start`` and the real counts in ``message_delta``,
+whose values replace the start's in Anthropic's accumulation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.formats.anthropic_messages.errors import parse_error, render_stream_error
+from gateway.formats.anthropic_messages.response import (
+    parse_block,
+    parse_stop,
+    parse_usage,
+    render_stop,
+    render_usage,
+)
+from gateway.formats.errors import ErrorInfo, UpstreamProtocolError
+from gateway.formats.internal import (
+    ChatRequest,
+    Raw,
+    RedactedThinking,
+    Refusal,
+    Text,
+    Thinking,
+    ToolCall,
+    Usage,
+)
+from gateway.formats.portability import raw_output
+from gateway.formats.sse import encode_sse
+from gateway.formats.stream import (
+    ArgumentsDelta,
+    BlockStart,
+    BlockStop,
+    MessageDelta,
+    MessageStart,
+    MessageStop,
+    RawDelta,
+    SignatureDelta,
+    StreamError,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+)
+
+NAME = "anthropic_messages"
+
+
+class StreamParser:
+    """Feed each SSE ``data`` payload; ``close()`` when the upstream's stream ends."""
+
+    def __init__(self) -> None:
+        self._finished = False
+        self._blocks: dict[int, Any] = {}  # index -> the block it started
+        self.usage: Usage | None = None
+
+    def feed(self, data: bytes | str) -> list[StreamEvent]:
+        if self._finished:
+            return []
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise UpstreamProtocolError("upstream sent a stream event that is not JSON") from None
+        if not isinstance(event, dict):
+            raise UpstreamProtocolError("upstream sent a stream event that is not an object")
+        kind = event.get("type")
+        if kind == "message_start":
+            return [self._start(event)]
+        if kind == "content_block_start":
+            return self._block_start(event)
+        if kind == "content_block_delta":
+            return self._block_delta(event)
+        if kind == "content_block_stop":
+            return [BlockStop(self._index(event))]
+        if kind == "message_delta":
+            delta = event.get("delta") or {}
+            usage = event.get("usage")
+            if isinstance(usage, dict):
+                self.usage = parse_usage(usage, self.usage)
+            stop = delta.get("stop_sequence")
+            return [
+                MessageDelta(
+                    parse_stop(delta.get("stop_reason")),
+                    self.usage,
+                    stop if isinstance(stop, str) else None,
+                )
+            ]
+        if kind == "message_stop":
+            self._finished = True
+            return [MessageStop()]
+        if kind == "error":
+            self._finished = True
+            return [StreamError(parse_error(None, event))]
+        return []  # ping, and event types newer than this parser
+
+    def close(self) -> list[StreamEvent]:
+        if self._finished:
+            return []
+        self._finished = True
+        return [StreamError(ErrorInfo(502, "the upstream stream ended early", "api_error"))]
+
+    def _start(self, event: dict[str, Any]) -> MessageStart:
+        message = event.get("message")
+        if not isinstance(message, dict):
+            raise UpstreamProtocolError("upstream message_start has no message")
+        usage = message.get("usage")
+        if isinstance(usage, dict):
+            self.usage = parse_usage(usage)
+        return MessageStart(
+            id=str(message.get("id") or ""), model=str(message.get("model") or ""), usage=self.usage
+        )
+
+    def _index(self, event: dict[str, Any]) -> int:
+        index = event.get("index")
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise UpstreamProtocolError(f"upstream {event.get('type')} has no index")
+        return index
+
+    def _block_start(self, event: dict[str, Any]) -> list[StreamEvent]:
+        index = self._index(event)
+        block = parse_block(event.get("content_block"))
+        self._blocks[index] = block
+        if isinstance(block, Text) and block.text:
+            return [BlockStart(index, Text("")), TextDelta(index, block.text)]
+        if isinstance(block, Thinking):
+            shell = Thinking("")
+            events: list[StreamEvent] = [BlockStart(index, shell)]
+            if block.text:
+                events.append(ThinkingDelta(index, block.text))
+            if block.signature:
+                events.append(SignatureDelta(index, block.signature))
+            return events
+        if isinstance(block, ToolCall):
+            events = [BlockStart(index, ToolCall(block.id, block.name, ""))]
+            if block.arguments not in ("", "{}"):
+                events.append(ArgumentsDelta(index, block.arguments))
+            return events
+        return [BlockStart(index, block)]
+
+    def _block_delta(self, event: dict[str, Any]) -> list[StreamEvent]:
+        index = self._index(event)
+        delta = event.get("delta")
+        if not isinstance(delta, dict):
+            raise UpstreamProtocolError("upstream content_block_delta has no delta")
+        if isinstance(self._blocks.get(index), Raw):
+            return [RawDelta(index, delta)]
+        kind = delta.get("type")
+        fields = {
+            "text_delta": ("text", TextDelta),
+            "input_json_delta": ("partial_json", ArgumentsDelta),
+            "thinking_delta": ("thinking", ThinkingDelta),
+            "signature_delta": ("signature", SignatureDelta),
+        }
+        if kind not in fields:
+            return []  # citations: no other format has them
+        key, event_type = fields[kind]
+        value = delta.get(key)
+        if not isinstance(value, str):
+            raise UpstreamProtocolError(f"upstream {kind} has no {key}")
+        return [event_type(index, value)]
+
+
+class StreamRenderer:
+    """Renders internal stream events as Anthropic SSE bytes for one client."""
+
+    def __init__(self, request: ChatRequest | None = None) -> None:
+        self._indexes: dict[int, int] = {}  # internal block index -> this stream's index
+        self._usage = Usage()
+
+    def render(self, event: StreamEvent) -> bytes:
+        if isinstance(event, MessageStart):
+            self._usage = event.usage or Usage()
+            message = {
+                "id": event.id,
+                "type": "message",
+                "role": "assistant",
+                "model": event.model,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": render_usage(self._usage),
+            }
+            return _event("message_start", {"message": message})
+        if isinstance(event, BlockStart):
+            return self._block_start(event)
+        if isinstance(event, BlockStop):
+            return _event("content_block_stop", {"index": self._indexes[event.index]})
+        if isinstance(event, MessageDelta):
+            self._usage = event.usage or self._usage
+            delta = {
+                "stop_reason": render_stop(event.stop_reason),
+                "stop_sequence": event.stop_sequence,
+            }
+            return _event("message_delta", {"delta": delta, "usage": render_usage(self._usage)})
+        if isinstance(event, MessageStop):
+            return _event("message_stop", {})
+        if isinstance(event, StreamError):
+            return render_stream_error(event.error)
+        return self._delta(event)
+
+    def _block_start(self, event: BlockStart) -> bytes:
+        index = len(self._indexes)
+        self._indexes[event.index] = index
+        block = event.block
+        follow: dict[str, Any] | None = None
+        if isinstance(block, Text | Refusal):
+            shell: dict[str, Any] = {"type": "text", "text": ""}
+            follow = {"type": "text_delta", "text": block.text} if block.text else None
+        elif isinstance(block, ToolCall):
+            shell = {"type": "tool_use", "id": block.id, "name": block.name, "input": {}}
+            if block.arguments:
+                follow = {"type": "input_json_delta", "partial_json": block.arguments}
+        elif isinstance(block, Thinking):
+            shell = {"type": "thinking", "thinking": "", "signature": ""}
+            follow = {"type": "thinking_delta", "thinking": block.text} if block.text else None
+        elif isinstance(block, RedactedThinking):
+            shell = {"type": "redacted_thinking", "data": block.data}
+        else:
+            shell = raw_output(block, NAME)
+        out = _event("content_block_start", {"index": index, "content_block": shell})
+        if follow is not None:
+            out += _event("content_block_delta", {"index": index, "delta": follow})
+        return out
+
+    def _delta(
+        self, event: TextDelta | ArgumentsDelta | ThinkingDelta | SignatureDelta | RawDelta
+    ) -> bytes:
+        if isinstance(event, TextDelta):
+            delta: dict[str, Any] = {"type": "text_delta", "text": event.text}
+        elif isinstance(event, ArgumentsDelta):
+            delta = {"type": "input_json_delta", "partial_json": event.json}
+        elif isinstance(event, ThinkingDelta):
+            delta = {"type": "thinking_delta", "thinking": event.text}
+        elif isinstance(event, SignatureDelta):
+            delta = {"type": "signature_delta", "signature": event.signature}
+        else:
+            delta = event.data
+        return _event("content_block_delta", {"index": self._indexes[event.index], "delta": delta})
+
+
+def _event(kind: str, payload: dict[str, Any]) -> bytes:
+    return encode_sse(orjson.dumps({"type": kind, **payload}), kind)

@@ -1,0 +1,19 @@
+"""OpenAI Chat Completions (``/v1/chat/completions``): requests, answers, streams and errors."""
+
+from gateway.formats.openai_chat.request import NAME, parse_request, render_request
+from gateway.formats.openai_chat.response import parse_response, render_response
+from gateway.formats.openai_chat.stream import StreamParser, StreamRenderer
+from gateway.formats.openai_errors import parse_error, render_error, render_stream_error
+
+__all__ = [
+    "NAME",
+    "StreamParser",
+    "StreamRenderer",
+    "parse_error",
+    "parse_request",
+    "parse_response",
+    "render_error",
+    "render_request",
+    "render_response",
+    "render_stream_error",
+]
