@@ -1,18 +1,11 @@
 """Anthropic Messages (``/v1/messages``): requests, answers, streams and errors."""
 
-from gateway.formats.anthropic_messages.errors import (
-    parse_error,
-    render_error,
-    render_stream_error,
-)
-from gateway.formats.anthropic_messages.request import (
-    DEFAULT_MAX_TOKENS,
-    NAME,
-    parse_request,
-    render_request,
-)
+from gateway.formats.anthropic_messages.errors import parse_error, render_error, render_stream_error
+from gateway.formats.anthropic_messages.request_parse import NAME, parse_request
+from gateway.formats.anthropic_messages.request_render import DEFAULT_MAX_TOKENS, render_request
 from gateway.formats.anthropic_messages.response import parse_response, render_response
-from gateway.formats.anthropic_messages.stream import StreamParser, StreamRenderer
+from gateway.formats.anthropic_messages.stream_parse import StreamParser
+from gateway.formats.anthropic_messages.stream_render import StreamRenderer
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",

@@ -29,7 +29,7 @@ from gateway.formats.internal import (
     ToolCall,
     Usage,
 )
-from gateway.formats.openai_responses.request import (
+from gateway.formats.openai_responses.request_render import (
     render_reasoning,
     render_text,
     render_tool,

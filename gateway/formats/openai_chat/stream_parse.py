@@ -1,40 +1,21 @@
-"""Chat Completions streams: ``chat.completion.chunk`` events into internal stream events, and back.
+"""Chat Completions streams from upstreams: ``chat.completion.chunk`` events into internal events.
 
-Parsing opens one block per kind of delta (reasoning, text, refusal, each tool call) and closes
-it when another kind starts, so the internal stream never has two blocks open. The stop reason
-arrives before the usage chunk, so ``MessageDelta`` is emitted at ``[DONE]`` (or at the end of
-the upstream's stream) with both. Rendering asks ``request.include_usage`` before sending the
-final usage chunk, as OpenAI does: clients that did not ask may not expect empty ``choices``.
+One block opens per kind of delta (reasoning, text, refusal, each tool call) and closes when
+another kind starts, so the internal stream never has two blocks open. The stop reason arrives
+before the usage chunk, so ``MessageDelta`` is emitted at ``[DONE]`` (or at the end of the
+upstream's stream) with both. Azure's leading ``prompt_filter_results`` chunk is skipped.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any, Literal
 
 import orjson
 
 from gateway.formats.errors import ErrorInfo, UpstreamProtocolError
-from gateway.formats.internal import (
-    ChatRequest,
-    Raw,
-    Refusal,
-    StopReason,
-    Text,
-    Thinking,
-    ToolCall,
-    Usage,
-)
-from gateway.formats.openai_chat.response import (
-    FINISH_TO_STOP,
-    finish_reason,
-    parse_usage,
-    reasoning_text,
-    render_usage,
-)
-from gateway.formats.openai_errors import parse_error, render_stream_error
-from gateway.formats.portability import raw_output
-from gateway.formats.sse import encode_sse
+from gateway.formats.internal import Refusal, StopReason, Text, Thinking, ToolCall, Usage
+from gateway.formats.openai_chat.response import FINISH_TO_STOP, parse_usage, reasoning_text
+from gateway.formats.openai_errors import parse_error
 from gateway.formats.stream import (
     ArgumentsDelta,
     BlockStart,
@@ -42,16 +23,12 @@ from gateway.formats.stream import (
     MessageDelta,
     MessageStart,
     MessageStop,
-    RawDelta,
-    SignatureDelta,
     StreamError,
     StreamEvent,
     TextDelta,
     ThinkingDelta,
 )
 
-NAME = "openai_chat"
-DONE = b"data: [DONE]\n\n"
 _Kind = Literal["thinking", "text", "refusal", "tool"]
 
 
@@ -184,84 +161,3 @@ class StreamParser:
         events.append(MessageDelta(self._stop or "end_turn", self.usage))
         events.append(MessageStop())
         return events
-
-
-class StreamRenderer:
-    """Renders internal stream events as Chat Completions SSE bytes for one client."""
-
-    def __init__(self, request: ChatRequest | None = None) -> None:
-        self._include_usage = True if request is None else bool(request.include_usage)
-        self._id = ""
-        self._model = ""
-        self._created = 0
-        self._tools: dict[int, int] = {}  # block index -> the chunk's tool-call index
-        self._refusals: set[int] = set()
-
-    def render(self, event: StreamEvent) -> bytes:
-        if isinstance(event, MessageStart):
-            self._id, self._model = event.id, event.model
-            self._created = event.created if event.created is not None else int(time.time())
-            return self._chunk({"role": "assistant", "content": ""})
-        if isinstance(event, BlockStart):
-            return self._start(event)
-        if isinstance(event, TextDelta):
-            key = "refusal" if event.index in self._refusals else "content"
-            return self._chunk({key: event.text})
-        if isinstance(event, ArgumentsDelta):
-            call = {"index": self._tools[event.index], "function": {"arguments": event.json}}
-            return self._chunk({"tool_calls": [call]})
-        if isinstance(event, ThinkingDelta):
-            return self._chunk({"reasoning_content": event.text})
-        if isinstance(event, MessageDelta):
-            out = self._chunk({}, finish_reason(event.stop_reason))
-            if self._include_usage and event.usage is not None:
-                out += self._event(
-                    {**self._head(), "choices": [], "usage": render_usage(event.usage)}
-                )
-            return out
-        if isinstance(event, MessageStop):
-            return DONE
-        if isinstance(event, StreamError):
-            return render_stream_error(event.error)
-        assert isinstance(event, SignatureDelta | RawDelta | BlockStop)
-        return b""  # no place for signatures here; blocks end implicitly
-
-    def _start(self, event: BlockStart) -> bytes:
-        block = event.block
-        if isinstance(block, ToolCall):
-            position = len(self._tools)
-            self._tools[event.index] = position
-            call = {
-                "index": position,
-                "id": block.id,
-                "type": "function",
-                "function": {"name": block.name, "arguments": block.arguments},
-            }
-            return self._chunk({"tool_calls": [call]})
-        if isinstance(block, Raw):
-            raw_output(block, NAME)  # raises: no other format's raw content fits a chunk
-            return b""
-        if isinstance(block, Refusal):
-            self._refusals.add(event.index)
-            return self._chunk({"refusal": block.text}) if block.text else b""
-        if isinstance(block, Text) and block.text:
-            return self._chunk({"content": block.text})
-        if isinstance(block, Thinking) and block.text:
-            return self._chunk({"reasoning_content": block.text})
-        return b""
-
-    def _head(self) -> dict[str, Any]:
-        return {
-            "id": self._id,
-            "object": "chat.completion.chunk",
-            "created": self._created,
-            "model": self._model,
-        }
-
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return self._event({**self._head(), "choices": [choice]})
-
-    @staticmethod
-    def _event(payload: dict[str, Any]) -> bytes:
-        return encode_sse(orjson.dumps(payload))
