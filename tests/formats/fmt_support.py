@@ -118,7 +118,8 @@ def accumulate_chat(raw: bytes, tools: list[dict[str, Any]] | None = None) -> Ch
     for name, data in pairs[:-1]:
         assert name is None
         list(state.handle_chunk(ChatCompletionChunk.model_validate_json(data)))
-    return state.get_final_completion()
+    # The snapshot, not get_final_completion(): that raises for length and content_filter.
+    return ChatCompletion.model_validate(state.current_completion_snapshot.model_dump())
 
 
 def accumulate_responses(raw: bytes) -> tuple[Response, dict[str, str]]:

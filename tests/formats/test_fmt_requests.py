@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -366,6 +367,12 @@ def test_untranslatable_content_names_its_path(
     with pytest.raises(InvalidRequest) as caught:
         wire_format(target).render_request(request, "m")  # type: ignore[arg-type]
     assert caught.value.param == param and caught.value.status == 400
+
+
+def test_every_refused_field_is_in_the_docs_table() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "formats.md").read_text()
+    for _, _, _, param in REFUSED:
+        assert f"`{param.split('[')[0]}" in docs, param
 
 
 def test_responses_file_input_is_refused_outside_responses() -> None:

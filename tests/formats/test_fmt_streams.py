@@ -26,7 +26,16 @@ from fmt_support import (
 )
 
 from gateway.formats import FORMAT_NAMES, wire_format
-from gateway.formats.internal import ChatRequest, Text, Thinking, ToolCall, Usage
+from gateway.formats.errors import UpstreamProtocolError
+from gateway.formats.internal import (
+    ChatRequest,
+    RedactedThinking,
+    Refusal,
+    Text,
+    Thinking,
+    ToolCall,
+    Usage,
+)
 from gateway.formats.stream import (
     ArgumentsDelta,
     BlockStart,
@@ -34,6 +43,7 @@ from gateway.formats.stream import (
     MessageDelta,
     MessageStart,
     MessageStop,
+    StreamAccumulator,
     StreamError,
     TextDelta,
     accumulate,
@@ -286,8 +296,6 @@ def test_interleaved_tool_call_deltas_are_refused() -> None:
         ],
     }
     back = {**chunks[5][1]}
-    from gateway.formats.errors import UpstreamProtocolError
-
     with pytest.raises(UpstreamProtocolError, match="interleaved"):
         parse_stream("openai_chat", sse([*chunks[:5], (None, second), (None, back)]))
 
@@ -320,3 +328,62 @@ def test_responses_deltas_without_content_part_added() -> None:
     ]
     response = accumulate(parse_stream("openai_responses", sse(stream)))
     assert [b.text for b in response.content if isinstance(b, Text)] == [SAID]
+
+
+def _synthetic(stop: str) -> list:
+    return [
+        MessageStart("msg_1", "m", Usage(prompt_tokens=10)),
+        BlockStart(0, RedactedThinking("opaque")),
+        BlockStop(0),
+        BlockStart(1, Text("")),
+        TextDelta(1, "partial ans"),
+        BlockStop(1),
+        BlockStart(2, Refusal("")),
+        TextDelta(2, "I can't."),
+        BlockStop(2),
+        MessageDelta(stop, Usage(prompt_tokens=10, completion_tokens=4)),  # type: ignore[arg-type]
+        MessageStop(),
+    ]
+
+
+@pytest.mark.parametrize("stop", ["max_tokens", "refusal", "end_turn"])
+def test_refusal_redacted_thinking_and_cut_answers_in_every_format(stop: str) -> None:
+    events = _synthetic(stop)
+    message = accumulate_anthropic(render_stream("anthropic_messages", events))
+    assert [b.type for b in message.content] == ["redacted_thinking", "text", "text"]
+    assert message.stop_reason == stop and message.usage.output_tokens == 4
+    chat = accumulate_chat(
+        render_stream(
+            "openai_chat", events, ChatRequest("m", "openai_chat", [], include_usage=True)
+        )
+    )
+    assert chat.choices[0].message.content == "partial ans"
+    assert chat.choices[0].message.refusal == "I can't."
+    assert (
+        chat.choices[0].finish_reason
+        == {"max_tokens": "length", "refusal": "content_filter", "end_turn": "stop"}[stop]
+    )
+    response, _ = accumulate_responses(render_stream("openai_responses", events))
+    assert [item.type for item in response.output] == ["message", "message"]  # redacted: no item
+    assert response.output[1].content[0].type == "refusal"
+    status, reason = {
+        "max_tokens": ("incomplete", "max_output_tokens"),
+        "refusal": ("incomplete", "content_filter"),
+        "end_turn": ("completed", None),
+    }[stop]
+    assert response.status == status
+    assert (response.incomplete_details.reason if response.incomplete_details else None) == reason
+
+
+def test_accumulator_rejects_a_broken_order() -> None:
+    for broken in (
+        [TextDelta(0, "x")],
+        [MessageStart("i", "m"), BlockStart(0, Text("")), BlockStart(1, Text(""))],
+        [MessageStart("i", "m"), BlockStart(0, Text("")), ArgumentsDelta(0, "{}")],
+        [MessageStart("i", "m"), BlockStart(0, Text("")), MessageDelta("end_turn")],
+        [MessageStart("i", "m"), MessageStop(), MessageStop()],
+    ):
+        accumulator = StreamAccumulator()
+        with pytest.raises(UpstreamProtocolError):
+            for event in broken:
+                accumulator.add(event)
