@@ -75,12 +75,13 @@ class ToolResult:
 @dataclass(slots=True)
 class Thinking:
     """Reasoning text. ``signature`` is the producing provider's opaque proof (Anthropic's
-    ``signature``, the Responses API's ``encrypted_content``); ``item_id`` is set only when it
-    came from a Responses ``reasoning`` item."""
+    ``signature``, the Responses API's ``encrypted_content``), ``origin`` the upstream format
+    that made it (only that provider can verify it), ``item_id`` a Responses item's id."""
 
     text: str
     signature: str | None = None
     item_id: str | None = None
+    origin: FormatName | None = None
     path: str = ""
 
 

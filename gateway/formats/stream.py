@@ -207,7 +207,7 @@ def _fresh(block: StreamBlock) -> StreamBlock:
     if isinstance(block, ToolCall):
         return ToolCall(block.id, block.name, block.arguments)
     if isinstance(block, Thinking):
-        return Thinking(block.text, block.signature, block.item_id)
+        return Thinking(block.text, block.signature, block.item_id, block.origin)
     if isinstance(block, Raw):
         return Raw(block.format, dict(block.data))
     return RedactedThinking(block.data)

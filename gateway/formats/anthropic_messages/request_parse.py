@@ -35,13 +35,13 @@ from gateway.formats.internal import (
     RedactedThinking,
     ResponseFormat,
     Text,
-    Thinking,
     Tool,
     ToolCall,
     ToolChoice,
     ToolResult,
 )
 from gateway.formats.media import ANTHROPIC_IMAGE_TYPES
+from gateway.formats.signatures import from_client
 
 NAME = "anthropic_messages"
 THINKING_MODES = ("enabled", "adaptive", "disabled", "between_tools")
@@ -160,7 +160,7 @@ def _parse_block(block: dict[str, Any], path: str) -> Block:
         signature = string(
             required(block, "signature", at(path, "signature")), at(path, "signature")
         )
-        return Thinking(thinking, signature, path=path)
+        return from_client(thinking, signature, NAME, path=path)
     if kind == "redacted_thinking":
         return RedactedThinking(
             string(required(block, "data", at(path, "data")), at(path, "data")), path

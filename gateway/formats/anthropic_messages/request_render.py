@@ -131,7 +131,7 @@ def _render_block(block: Block, message: Message) -> dict[str, Any] | None:
         return _render_tool_result(block)
     if isinstance(block, Thinking):
         # Only Anthropic's own signatures verify; reasoning from other providers is not resent.
-        if not block.signature or block.item_id is not None:
+        if not block.signature or block.origin != NAME:
             return None
         return {"type": "thinking", "thinking": block.text, "signature": block.signature}
     if isinstance(block, RedactedThinking):

@@ -28,6 +28,7 @@ from gateway.formats.internal import (
     Usage,
 )
 from gateway.formats.portability import raw_output
+from gateway.formats.signatures import for_client
 
 NAME = "anthropic_messages"
 
@@ -80,7 +81,8 @@ def parse_block(block: Any) -> Block:
             arguments="" if tool_input is None else dumps(tool_input),
         )
     if kind == "thinking":
-        return Thinking(_text(block, "thinking"), block.get("signature") or None)
+        signature = block.get("signature") or None
+        return Thinking(_text(block, "thinking"), signature, origin=NAME)
     if kind == "redacted_thinking":
         return RedactedThinking(_text(block, "data"))
     return Raw(NAME, block)
@@ -139,7 +141,8 @@ def render_block(block: Block) -> dict[str, Any]:
     if isinstance(block, ToolCall):
         return {"type": "tool_use", "id": block.id, "name": block.name, "input": tool_input(block)}
     if isinstance(block, Thinking):
-        return {"type": "thinking", "thinking": block.text, "signature": block.signature or ""}
+        signature = for_client(block, NAME) or ""
+        return {"type": "thinking", "thinking": block.text, "signature": signature}
     if isinstance(block, RedactedThinking):
         return {"type": "redacted_thinking", "data": block.data}
     if isinstance(block, Raw):

@@ -33,6 +33,8 @@ from gateway.formats.stream import (
     ThinkingDelta,
 )
 
+NAME = "anthropic_messages"
+
 
 class StreamParser:
     """Feed each SSE ``data`` payload; ``close()`` when the upstream's stream ends."""
@@ -111,7 +113,7 @@ class StreamParser:
         if isinstance(block, Text) and block.text:
             return [BlockStart(index, Text("")), TextDelta(index, block.text)]
         if isinstance(block, Thinking):
-            shell = Thinking("")
+            shell = Thinking("", origin=NAME)
             events: list[StreamEvent] = [BlockStart(index, shell)]
             if block.text:
                 events.append(ThinkingDelta(index, block.text))

@@ -23,6 +23,7 @@ from gateway.formats.internal import (
     Usage,
 )
 from gateway.formats.portability import raw_output
+from gateway.formats.signatures import for_client
 from gateway.formats.sse import encode_sse
 from gateway.formats.stream import (
     ArgumentsDelta,
@@ -48,6 +49,8 @@ class StreamRenderer:
     def __init__(self, request: ChatRequest | None = None) -> None:
         self._indexes: dict[int, int] = {}  # internal block index -> this stream's index
         self._usage = Usage()
+        # Another provider's reasoning proof, gathered to be sent wrapped at the block's end.
+        self._foreign: dict[int, Thinking] = {}
 
     def render(self, event: StreamEvent) -> bytes:
         if isinstance(event, MessageStart):
@@ -66,7 +69,14 @@ class StreamRenderer:
         if isinstance(event, BlockStart):
             return self._block_start(event)
         if isinstance(event, BlockStop):
-            return _event("content_block_stop", {"index": self._indexes[event.index]})
+            index = self._indexes[event.index]
+            out = b""
+            foreign = self._foreign.pop(event.index, None)
+            signature = for_client(foreign, NAME) if foreign is not None else None
+            if signature:
+                delta = {"type": "signature_delta", "signature": signature}
+                out = _event("content_block_delta", {"index": index, "delta": delta})
+            return out + _event("content_block_stop", {"index": index})
         if isinstance(event, MessageDelta):
             self._usage = event.usage or self._usage
             delta = {
@@ -94,6 +104,8 @@ class StreamRenderer:
                 follow = {"type": "input_json_delta", "partial_json": block.arguments}
         elif isinstance(block, Thinking):
             shell = {"type": "thinking", "thinking": "", "signature": ""}
+            if block.origin not in (None, NAME):
+                self._foreign[event.index] = Thinking("", None, block.item_id, block.origin)
             follow = {"type": "thinking_delta", "thinking": block.text} if block.text else None
         elif isinstance(block, RedactedThinking):
             shell = {"type": "redacted_thinking", "data": block.data}
@@ -114,6 +126,10 @@ class StreamRenderer:
         elif isinstance(event, ThinkingDelta):
             delta = {"type": "thinking_delta", "thinking": event.text}
         elif isinstance(event, SignatureDelta):
+            if event.index in self._foreign:
+                foreign = self._foreign[event.index]
+                foreign.signature = (foreign.signature or "") + event.signature
+                return b""
             delta = {"type": "signature_delta", "signature": event.signature}
         else:
             delta = event.data

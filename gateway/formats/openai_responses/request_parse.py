@@ -47,6 +47,7 @@ from gateway.formats.internal import (
     ToolResult,
 )
 from gateway.formats.media import parse_data_url
+from gateway.formats.signatures import from_client
 
 NAME = "openai_responses"
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
@@ -266,9 +267,10 @@ def _parse_reasoning_item(item: dict[str, Any], path: str) -> Thinking:
             )
         if texts:
             break  # the summary when there is one, else the raw reasoning text
-    return Thinking(
+    return from_client(
         "\n\n".join(texts),
-        signature=opt_str(item, "encrypted_content", at(path, "encrypted_content")),
+        opt_str(item, "encrypted_content", at(path, "encrypted_content")),
+        NAME,
         item_id=string(required(item, "id", at(path, "id")), at(path, "id")),
         path=path,
     )

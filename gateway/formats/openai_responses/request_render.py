@@ -157,7 +157,7 @@ def _render_assistant(message: Message) -> list[dict[str, Any]]:
             )
         elif isinstance(block, Thinking):
             # Only reasoning items OpenAI produced can be resent; other providers' is dropped.
-            if block.item_id is not None:
+            if block.origin == NAME and block.item_id:
                 items.append(render_reasoning_item(block, block.item_id))
         elif isinstance(block, Raw):
             items.append(raw_data(block, NAME, message.path))

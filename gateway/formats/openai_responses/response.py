@@ -36,6 +36,7 @@ from gateway.formats.openai_responses.request_render import (
     render_tool_choice,
 )
 from gateway.formats.portability import raw_output
+from gateway.formats.signatures import for_client
 
 NAME = "openai_responses"
 _INCOMPLETE: dict[str, StopReason] = {
@@ -117,6 +118,7 @@ def parse_reasoning(item: dict[str, Any]) -> Thinking:
         "\n\n".join(texts),
         signature=signature if isinstance(signature, str) else None,
         item_id=str(item.get("id") or ""),
+        origin=NAME,
     )
 
 
@@ -178,13 +180,15 @@ def output_item(
             "status": status,
         }
     if isinstance(block, Thinking):
+        own = block.origin == NAME and block.item_id
         item: dict[str, Any] = {
             "type": "reasoning",
-            "id": block.item_id or item_id("rs", response_id, index),
+            "id": block.item_id if own else item_id("rs", response_id, index),
             "summary": [{"type": "summary_text", "text": block.text}] if block.text else [],
         }
-        if block.signature:
-            item["encrypted_content"] = block.signature
+        signature = for_client(block, NAME)
+        if signature:
+            item["encrypted_content"] = signature
         return item
     if isinstance(block, Raw):
         return raw_output(block, NAME)

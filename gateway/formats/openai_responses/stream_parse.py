@@ -178,7 +178,9 @@ class StreamParser:
             self._items[output_index] = ("function_call", index)
             return events + self._text(index, item.get("arguments"), ArgumentsDelta)
         if kind == "reasoning":
-            index, events = self._new_block(Thinking("", item_id=str(item.get("id") or "")))
+            index, events = self._new_block(
+                Thinking("", item_id=str(item.get("id") or ""), origin=NAME)
+            )
             self._items[output_index] = ("reasoning", index)
             return events
         index, events = self._new_block(Raw(NAME, item))

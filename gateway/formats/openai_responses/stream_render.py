@@ -35,6 +35,7 @@ from gateway.formats.openai_responses.response import (
     status_of,
 )
 from gateway.formats.portability import raw_output
+from gateway.formats.signatures import for_client
 from gateway.formats.sse import encode_sse
 from gateway.formats.stream import (
     ArgumentsDelta,
@@ -67,6 +68,7 @@ class StreamRenderer:
         self._slots: dict[int, int] = {}  # internal block index -> output index
         self._blocks: dict[int, Block] = {}
         self._summary_open: set[int] = set()
+        self._signatures: dict[int, Thinking] = {}  # reasoning proofs gathered per block
         self._stop: StopReason | None = None
         self._usage: Usage | None = None
 
@@ -148,7 +150,9 @@ class StreamRenderer:
         if isinstance(block, ToolCall):
             item = output_item(ToolCall(block.id, block.name, ""), self._id, slot, "in_progress")
         elif isinstance(block, Thinking):
-            item = output_item(Thinking("", item_id=block.item_id), self._id, slot)
+            shell = Thinking("", item_id=block.item_id, origin=block.origin)
+            self._signatures[index] = shell
+            item = output_item(shell, self._id, slot)
         else:
             item = dict(raw_output(block, NAME))  # type: ignore[arg-type]
         self._output.append(item)
@@ -197,7 +201,9 @@ class StreamRenderer:
                 delta=event.json,
             )
         if isinstance(event, SignatureDelta):
-            item["encrypted_content"] = item.get("encrypted_content", "") + event.signature
+            shell = self._signatures[event.index]
+            shell.signature = (shell.signature or "") + event.signature
+            item["encrypted_content"] = for_client(shell, NAME)
             return b""
         out = b""
         if event.index not in self._summary_open:
