@@ -1,0 +1,180 @@
+"""Anthropic Messages answers: an upstream's ``message`` into the internal response, and back.
+
+Usage is where the formats differ most: Anthropic's ``input_tokens`` leaves out cache reads and
+writes, which it counts apart, while the internal record (like OpenAI) counts every prompt token
+in ``prompt_tokens``. Both directions are exact. Refusals become text (Anthropic marks them with
+``stop_reason: refusal``); tool inputs must be JSON objects, so arguments a model wrote as
+anything else cannot be shown to an Anthropic client (502).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.formats.errors import UpstreamProtocolError
+from gateway.formats.fields import dumps, load_upstream, upstream_int
+from gateway.formats.internal import (
+    Block,
+    ChatResponse,
+    Raw,
+    RedactedThinking,
+    Refusal,
+    StopReason,
+    Text,
+    Thinking,
+    ToolCall,
+    Usage,
+)
+from gateway.formats.portability import raw_output
+from gateway.formats.signatures import for_client
+
+NAME = "anthropic_messages"
+
+TO_STOP: dict[str, StopReason] = {
+    "end_turn": "end_turn",
+    "max_tokens": "max_tokens",
+    "stop_sequence": "stop_sequence",
+    "tool_use": "tool_use",
+    "pause_turn": "pause_turn",
+    "refusal": "refusal",
+    "model_context_window_exceeded": "context_window_exceeded",
+}
+FROM_STOP: dict[str, str] = {value: key for key, value in TO_STOP.items()}
+
+
+def parse_response(body: bytes | str | dict[str, Any]) -> ChatResponse:
+    data = load_upstream(body, "message")
+    content = data.get("content")
+    if not isinstance(content, list):
+        raise UpstreamProtocolError("upstream message has no content list")
+    usage = data.get("usage")
+    stop = data.get("stop_sequence")
+    return ChatResponse(
+        id=str(data.get("id") or ""),
+        model=str(data.get("model") or ""),
+        content=[parse_block(block) for block in content],
+        stop_reason=parse_stop(data.get("stop_reason")),
+        usage=parse_usage(usage) if isinstance(usage, dict) else None,
+        stop_sequence=stop if isinstance(stop, str) else None,
+    )
+
+
+def parse_stop(value: Any) -> StopReason | None:
+    if value is None:
+        return None
+    return TO_STOP.get(value, "end_turn")
+
+
+def parse_block(block: Any) -> Block:
+    if not isinstance(block, dict):
+        raise UpstreamProtocolError("upstream content block is not an object")
+    kind = block.get("type")
+    if kind == "text":
+        return Text(_text(block, "text"))
+    if kind == "tool_use":
+        tool_input = block.get("input")
+        return ToolCall(
+            id=_text(block, "id"),
+            name=_text(block, "name"),
+            arguments="" if tool_input is None else dumps(tool_input),
+        )
+    if kind == "thinking":
+        signature = block.get("signature") or None
+        return Thinking(_text(block, "thinking"), signature, origin=NAME)
+    if kind == "redacted_thinking":
+        return RedactedThinking(_text(block, "data"))
+    return Raw(NAME, block)
+
+
+def _text(block: dict[str, Any], key: str) -> str:
+    value = block.get(key)
+    if not isinstance(value, str):
+        raise UpstreamProtocolError(f"upstream {block.get('type')} block has no {key}")
+    return value
+
+
+def parse_usage(usage: dict[str, Any], base: Usage | None = None) -> Usage:
+    """Anthropic's usage as the internal record; ``base`` supplies fields a delta leaves out."""
+    base = base or Usage()
+    uncached = _count(usage, "input_tokens", base.uncached_prompt_tokens)
+    read = _count(usage, "cache_read_input_tokens", base.cached_tokens)
+    write = _count(usage, "cache_creation_input_tokens", base.cache_write_tokens)
+    details = usage.get("output_tokens_details")
+    thinking = base.reasoning_tokens
+    if isinstance(details, dict):
+        thinking = upstream_int(details, "thinking_tokens", "usage.output_tokens_details")
+    return Usage(
+        prompt_tokens=uncached + read + write,
+        completion_tokens=_count(usage, "output_tokens", base.completion_tokens),
+        cached_tokens=read,
+        cache_write_tokens=write,
+        reasoning_tokens=thinking,
+    )
+
+
+def _count(usage: dict[str, Any], key: str, default: int) -> int:
+    return default if usage.get(key) is None else upstream_int(usage, key, "usage")
+
+
+def render_usage(usage: Usage) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "input_tokens": usage.uncached_prompt_tokens,
+        "output_tokens": usage.completion_tokens,
+        "cache_creation_input_tokens": usage.cache_write_tokens,
+        "cache_read_input_tokens": usage.cached_tokens,
+    }
+    if usage.reasoning_tokens:
+        out["output_tokens_details"] = {"thinking_tokens": usage.reasoning_tokens}
+    return out
+
+
+def render_stop(stop: StopReason | None) -> str:
+    return FROM_STOP.get(stop or "end_turn", "end_turn")
+
+
+def render_block(block: Block) -> dict[str, Any]:
+    """An output block as Anthropic shows it."""
+    if isinstance(block, Text | Refusal):
+        return {"type": "text", "text": block.text}
+    if isinstance(block, ToolCall):
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": tool_input(block)}
+    if isinstance(block, Thinking):
+        signature = for_client(block, NAME) or ""
+        return {"type": "thinking", "thinking": block.text, "signature": signature}
+    if isinstance(block, RedactedThinking):
+        return {"type": "redacted_thinking", "data": block.data}
+    if isinstance(block, Raw):
+        return raw_output(block, NAME)
+    raise UpstreamProtocolError(f"the upstream answered with {type(block).__name__} content")
+
+
+def tool_input(call: ToolCall) -> dict[str, Any]:
+    if not call.arguments.strip():
+        return {}
+    try:
+        value = orjson.loads(call.arguments)
+    except orjson.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise UpstreamProtocolError(
+            f"the model's arguments for tool {call.name!r} are not a JSON object"
+        )
+    return value
+
+
+def render_response(response: ChatResponse, request: object | None = None) -> dict[str, Any]:
+    """A ``message`` body; ``request`` is accepted for symmetry and not needed here."""
+    content = [render_block(block) for block in response.content]
+    usage = render_usage(response.usage or Usage())
+    return {
+        "id": response.id,
+        "type": "message",
+        "role": "assistant",
+        "model": response.model,
+        "content": content,
+        "stop_reason": render_stop(response.stop_reason),
+        "stop_sequence": response.stop_sequence,
+        "usage": usage,
+    }

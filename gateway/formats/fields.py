@@ -1,0 +1,159 @@
+"""Typed reads of JSON fields that fail with ``InvalidRequest`` naming the field's path.
+
+``path`` arguments are the full path of the field read (``messages[2].content``); ``at`` joins
+a parent path and a key or index. Absent and ``null`` are the same for optional fields, as in
+every format handled here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import orjson
+
+from gateway.formats.errors import InvalidRequest, UpstreamProtocolError
+
+
+def at(parent: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{parent}[{key}]"
+    return f"{parent}.{key}" if parent else key
+
+
+def load_object(body: bytes | str | dict[str, Any], what: str = "request body") -> dict[str, Any]:
+    """A JSON object from bytes, text or an already parsed body."""
+    if isinstance(body, dict):
+        return body
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise InvalidRequest(f"the {what} is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest(f"the {what} must be a JSON object")
+    return data
+
+
+def load_upstream(body: bytes | str | dict[str, Any], what: str) -> dict[str, Any]:
+    """The same for an upstream's body: a failure is the upstream's fault (502), not the client's."""
+    try:
+        return load_object(body, what)
+    except InvalidRequest as exc:
+        raise UpstreamProtocolError(f"upstream {exc.message}") from None
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def required(parent: dict[str, Any], key: str, path: str) -> Any:
+    value = parent.get(key)
+    if value is None:
+        raise InvalidRequest(f"{path} is required", param=path)
+    return value
+
+
+def obj(value: Any, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidRequest(f"{path} must be an object", param=path)
+    return value
+
+
+def array(value: Any, path: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise InvalidRequest(f"{path} must be an array", param=path)
+    return value
+
+
+def string(value: Any, path: str, *, non_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{path} must be a string", param=path)
+    if non_empty and not value:
+        raise InvalidRequest(f"{path} must not be empty", param=path)
+    return value
+
+
+def opt_obj(parent: dict[str, Any], key: str, path: str) -> dict[str, Any] | None:
+    value = parent.get(key)
+    return None if value is None else obj(value, path)
+
+
+def opt_str(parent: dict[str, Any], key: str, path: str) -> str | None:
+    value = parent.get(key)
+    return None if value is None else string(value, path)
+
+
+def opt_bool(parent: dict[str, Any], key: str, path: str) -> bool | None:
+    value = parent.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"{path} must be a boolean", param=path)
+    return value
+
+
+def opt_int(parent: dict[str, Any], key: str, path: str, low: int, high: int) -> int | None:
+    value = parent.get(key)
+    if value is None:
+        return None
+    if not is_int(value) or not low <= value <= high:
+        raise InvalidRequest(f"{path} must be an integer from {low} to {high}", param=path)
+    return value
+
+
+def opt_number(
+    parent: dict[str, Any], key: str, path: str, low: float, high: float
+) -> float | None:
+    value = parent.get(key)
+    if value is None:
+        return None
+    if not is_number(value) or not low <= value <= high:
+        raise InvalidRequest(f"{path} must be a number from {low:g} to {high:g}", param=path)
+    return value
+
+
+def opt_choice(parent: dict[str, Any], key: str, path: str, choices: tuple[str, ...]) -> str | None:
+    value = parent.get(key)
+    if value is None:
+        return None
+    if value not in choices:
+        raise InvalidRequest(f"{path} must be one of: {', '.join(choices)}", param=path)
+    return value
+
+
+def string_map(value: Any, path: str) -> dict[str, str]:
+    mapping = obj(value, path)
+    for key, item in mapping.items():
+        string(item, at(path, key))
+    return mapping
+
+
+def json_object_text(arguments: str, path: str) -> dict[str, Any]:
+    """Tool-call arguments (JSON text) as the object that formats with structured input need."""
+    if not arguments.strip():
+        return {}
+    try:
+        value = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise InvalidRequest(f"the arguments of {path} are not a JSON object", param=path)
+    return value
+
+
+def dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def upstream_int(parent: dict[str, Any], key: str, what: str) -> int:
+    """A non-negative token count from an upstream body; absent counts as 0."""
+    value = parent.get(key)
+    if value is None:
+        return 0
+    if not is_int(value) or value < 0:
+        raise UpstreamProtocolError(f"upstream {what}.{key} is not a token count")
+    return value

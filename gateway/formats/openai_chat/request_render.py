@@ -1,0 +1,253 @@
+"""Chat Completions requests for upstreams: the internal shape into a body.
+
+Tool results are written back as ``tool`` messages ahead of the rest of their turn; the token
+limit goes as ``max_completion_tokens``; a stream always asks for usage (the gateway meters from
+it). Reasoning goes as ``reasoning_effort`` only: Anthropic's thinking budget has no equivalent.
+Thinking blocks are not resent, ``is_error`` of tool results and ``cache_control`` hints are
+dropped (docs/formats.md lists every rule).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.formats.errors import Untranslatable
+from gateway.formats.internal import (
+    Block,
+    ChatRequest,
+    Image,
+    Message,
+    Raw,
+    Reasoning,
+    Refusal,
+    ResponseFormat,
+    Text,
+    Tool,
+    ToolCall,
+    ToolChoice,
+    ToolResult,
+)
+from gateway.formats.media import data_url
+from gateway.formats.portability import (
+    TITLES,
+    check_unportable,
+    merge_extras,
+    raw_data,
+    refuse_cache_warming,
+    refuse_unless,
+)
+
+NAME = "openai_chat"
+TARGET = TITLES[NAME]
+
+
+def render_request(request: ChatRequest, model: str) -> dict[str, Any]:
+    """A Chat Completions body for ``model``; raises ``Untranslatable`` naming the client's field."""
+    check_unportable(request, NAME)
+    refuse_unless(request, "top_k", NAME, request.top_k, None, "Chat Completions has no top_k")
+    refuse_cache_warming(request, NAME)
+    body: dict[str, Any] = {"model": model, "messages": _render_messages(request)}
+    if request.tools:
+        body["tools"] = [_render_tool(tool) for tool in request.tools]
+        if request.parallel_tool_calls is not None:
+            body["parallel_tool_calls"] = request.parallel_tool_calls
+    if request.tool_choice is not None and request.tools:  # OpenAI refuses it without tools
+        body["tool_choice"] = _render_tool_choice(request.tool_choice)
+    optional = {
+        "max_completion_tokens": request.max_tokens,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "n": request.n,
+        "seed": request.seed,
+        "presence_penalty": request.presence_penalty,
+        "frequency_penalty": request.frequency_penalty,
+        "user": request.user,
+        "metadata": request.metadata,
+    }
+    body.update({key: value for key, value in optional.items() if value is not None})
+    if request.stop:
+        body["stop"] = list(request.stop)
+    if request.response_format is not None:
+        body["response_format"] = _render_response_format(request.response_format)
+    effort = _effort(request.reasoning)
+    if effort is not None:
+        body["reasoning_effort"] = effort
+    if request.stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    merge_extras(body, request, NAME)
+    return body
+
+
+def _effort(reasoning: Reasoning | None) -> str | None:
+    """OpenAI takes an effort only: Anthropic's budget and thinking mode have no equivalent."""
+    if reasoning is None:
+        return None
+    return reasoning.effort
+
+
+def _render_messages(request: ChatRequest) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    if request.system:
+        messages.append({"role": "system", "content": _text_content(request.system)})
+    for message in request.messages:
+        if message.role == "system":
+            texts = [_system_text(block) for block in message.content]
+            messages.append({"role": "system", "content": _text_content(texts)})
+        elif message.role == "assistant":
+            messages.append(_render_assistant(message))
+        else:
+            messages.extend(_render_user(message))
+    return messages
+
+
+def _system_text(block: Block) -> Text:
+    if not isinstance(block, Text):
+        raise Untranslatable(block.path or "system", TARGET, "system messages carry only text")
+    return block
+
+
+def _text_content(texts: list[Text]) -> str | list[dict[str, Any]]:
+    if len(texts) == 1:
+        return texts[0].text
+    return [{"type": "text", "text": text.text} for text in texts]
+
+
+def _render_user(message: Message) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    for block in message.content:
+        if isinstance(block, ToolResult):
+            out.append(_render_tool_result(block))
+        elif isinstance(block, Text):
+            parts.append({"type": "text", "text": block.text})
+        elif isinstance(block, Image):
+            parts.append(_render_image(block))
+        elif isinstance(block, Raw):
+            data = raw_data(block, NAME, message.path)
+            if data.get("role") == "function":
+                out.append(data)
+            else:
+                parts.append(data)
+        else:
+            raise Untranslatable(
+                block.path or message.path, TARGET, f"user messages cannot carry {_kind(block)}"
+            )
+    if parts:
+        only_text = len(parts) == 1 and parts[0]["type"] == "text"
+        out.append({"role": "user", "content": parts[0]["text"] if only_text else parts})
+    return out
+
+
+def _render_tool_result(result: ToolResult) -> dict[str, Any]:
+    """``is_error`` has no field here: the result's text goes as it is (documented)."""
+    texts: list[Text] = []
+    for block in result.content:
+        if not isinstance(block, Text):
+            raise Untranslatable(
+                block.path or result.path, TARGET, "tool results carry only text there"
+            )
+        texts.append(block)
+    content = _text_content(texts) if texts else ""
+    return {"role": "tool", "tool_call_id": result.call_id, "content": content}
+
+
+def _render_image(image: Image) -> dict[str, Any]:
+    if image.url is not None:
+        url = image.url
+    elif image.data is not None and image.media_type is not None:
+        url = data_url(image.media_type, image.data)
+    else:
+        raise Untranslatable(
+            image.path or "content", TARGET, "images by file id stay with their provider"
+        )
+    spec: dict[str, Any] = {"url": url}
+    if image.detail is not None:
+        spec["detail"] = image.detail
+    return {"type": "image_url", "image_url": spec}
+
+
+def _render_assistant(message: Message) -> dict[str, Any]:
+    texts: list[str] = []
+    refusals: list[str] = []
+    calls: list[dict[str, Any]] = []
+    out: dict[str, Any] = {"role": "assistant"}
+    for block in message.content:
+        if isinstance(block, Text):
+            texts.append(block.text)
+        elif isinstance(block, Refusal):
+            refusals.append(block.text)
+        elif isinstance(block, ToolCall):
+            calls.append(_render_tool_call(block))
+        elif isinstance(block, Raw):
+            data = raw_data(block, NAME, message.path)
+            if "type" in data:
+                calls.append(data)  # a custom tool call
+            else:
+                out.update(data)  # legacy function_call, audio reference
+        elif isinstance(block, ToolResult | Image):
+            raise Untranslatable(
+                block.path or message.path,
+                TARGET,
+                f"assistant messages cannot carry {_kind(block)}",
+            )
+        # Thinking is not sent back: Chat Completions has no field for it (documented).
+    out["content"] = "".join(texts) if texts or not calls else None
+    if refusals:
+        out["refusal"] = "".join(refusals)
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def _render_tool_call(call: ToolCall) -> dict[str, Any]:
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+
+
+def _render_tool(tool: Tool | Raw) -> dict[str, Any]:
+    if isinstance(tool, Raw):
+        return raw_data(tool, NAME, "tools")
+    function: dict[str, Any] = {"name": tool.name}
+    if tool.description is not None:
+        function["description"] = tool.description
+    if tool.parameters is not None:
+        function["parameters"] = tool.parameters
+    if tool.strict is not None:
+        function["strict"] = tool.strict
+    return {"type": "function", "function": function}
+
+
+def _render_tool_choice(choice: ToolChoice | Raw) -> Any:
+    if isinstance(choice, Raw):
+        return raw_data(choice, NAME, "tool_choice")
+    if choice.mode == "tool":
+        return {"type": "function", "function": {"name": choice.name}}
+    return choice.mode
+
+
+def _render_response_format(spec: ResponseFormat) -> dict[str, Any]:
+    if spec.kind != "json_schema":
+        return {"type": spec.kind}
+    schema: dict[str, Any] = {"name": spec.name or "response"}
+    if spec.description is not None:
+        schema["description"] = spec.description
+    if spec.schema is not None:
+        schema["schema"] = spec.schema
+    if spec.strict is not None:
+        schema["strict"] = spec.strict
+    return {"type": "json_schema", "json_schema": schema}
+
+
+def _kind(block: Block) -> str:
+    return {
+        "ToolResult": "tool results",
+        "Image": "images",
+        "Thinking": "thinking",
+        "RedactedThinking": "redacted thinking",
+        "Refusal": "refusals",
+        "ToolCall": "tool calls",
+    }.get(type(block).__name__, "this content")

@@ -1,0 +1,201 @@
+"""Chat Completions answers: an upstream's ``chat.completion`` into the internal response, and back.
+
+Reasoning text travels in ``message.reasoning_content`` (the field DeepSeek, vLLM and others use;
+``reasoning`` is read too), since the official format has none. Only one choice translates: an
+``n > 1`` answer exists only when client and upstream both speak Chat Completions, and then the
+gateway relays the body untouched.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gateway.formats.errors import UpstreamProtocolError
+from gateway.formats.fields import load_upstream, upstream_int
+from gateway.formats.internal import (
+    Block,
+    ChatResponse,
+    Raw,
+    Refusal,
+    StopReason,
+    Text,
+    Thinking,
+    ToolCall,
+    Usage,
+)
+from gateway.formats.portability import raw_output
+
+NAME = "openai_chat"
+
+FINISH_TO_STOP: dict[str, StopReason] = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "refusal",
+}
+STOP_TO_FINISH: dict[str, str] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "max_tokens": "length",
+    "context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+
+
+def parse_response(body: bytes | str | dict[str, Any]) -> ChatResponse:
+    data = load_upstream(body, "chat completion")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise UpstreamProtocolError("upstream chat completion has no choices")
+    if len(choices) > 1:
+        raise UpstreamProtocolError("an answer with several choices cannot be translated")
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict):
+        raise UpstreamProtocolError("upstream chat completion choice has no message")
+    usage = data.get("usage")
+    return ChatResponse(
+        id=str(data.get("id") or ""),
+        model=str(data.get("model") or ""),
+        content=_parse_message(message),
+        stop_reason=FINISH_TO_STOP.get(choice.get("finish_reason") or "stop", "end_turn"),
+        usage=parse_usage(usage) if isinstance(usage, dict) else None,
+        created=data.get("created") if isinstance(data.get("created"), int) else None,
+    )
+
+
+def reasoning_text(message: dict[str, Any]) -> str | None:
+    for key in ("reasoning_content", "reasoning"):
+        value = message.get(key)
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def _parse_message(message: dict[str, Any]) -> list[Block]:
+    blocks: list[Block] = []
+    thinking = reasoning_text(message)
+    if thinking:
+        blocks.append(Thinking(thinking))
+    content = message.get("content")
+    if isinstance(content, str) and content:
+        blocks.append(Text(content))
+    refusal = message.get("refusal")
+    if isinstance(refusal, str) and refusal:
+        blocks.append(Refusal(refusal))
+    calls = message.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise UpstreamProtocolError("upstream message.tool_calls is not a list")
+    for call in calls:
+        blocks.append(_parse_tool_call(call))
+    return blocks
+
+
+def _parse_tool_call(call: Any) -> Block:
+    if not isinstance(call, dict):
+        raise UpstreamProtocolError("upstream tool call is not an object")
+    if call.get("type", "function") != "function":
+        return Raw(NAME, call)
+    function = call.get("function")
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise UpstreamProtocolError("upstream tool call has no function name")
+    arguments = function.get("arguments")
+    return ToolCall(
+        id=str(call.get("id") or ""),
+        name=function["name"],
+        arguments=arguments if isinstance(arguments, str) else "",
+    )
+
+
+def parse_usage(usage: dict[str, Any]) -> Usage:
+    prompt_details = usage.get("prompt_tokens_details")
+    prompt_details = prompt_details if isinstance(prompt_details, dict) else {}
+    output_details = usage.get("completion_tokens_details")
+    output_details = output_details if isinstance(output_details, dict) else {}
+    record = Usage(
+        prompt_tokens=upstream_int(usage, "prompt_tokens", "usage"),
+        completion_tokens=upstream_int(usage, "completion_tokens", "usage"),
+        cached_tokens=upstream_int(prompt_details, "cached_tokens", "usage.prompt_tokens_details"),
+        cache_write_tokens=upstream_int(
+            prompt_details, "cache_write_tokens", "usage.prompt_tokens_details"
+        ),
+        reasoning_tokens=upstream_int(
+            output_details, "reasoning_tokens", "usage.completion_tokens_details"
+        ),
+    )
+    if record.uncached_prompt_tokens < 0:
+        raise UpstreamProtocolError("upstream usage counts more cached tokens than prompt tokens")
+    return record
+
+
+def render_usage(usage: Usage) -> dict[str, Any]:
+    prompt_details: dict[str, int] = {"cached_tokens": usage.cached_tokens}
+    if usage.cache_write_tokens:
+        prompt_details["cache_write_tokens"] = usage.cache_write_tokens
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": prompt_details,
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+    }
+
+
+def finish_reason(stop: StopReason | None) -> str:
+    return STOP_TO_FINISH.get(stop or "end_turn", "stop")
+
+
+def render_response(response: ChatResponse, request: object | None = None) -> dict[str, Any]:
+    """A ``chat.completion`` body; ``request`` is accepted for symmetry and not needed here."""
+    texts: list[str] = []
+    refusals: list[str] = []
+    thinking: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block in response.content:
+        if isinstance(block, Text):
+            texts.append(block.text)
+        elif isinstance(block, Refusal):
+            refusals.append(block.text)
+        elif isinstance(block, Thinking):
+            thinking.append(block.text)
+        elif isinstance(block, ToolCall):
+            calls.append(
+                {
+                    "id": block.id,
+                    "type": "function",
+                    "function": {"name": block.name, "arguments": block.arguments},
+                }
+            )
+        elif isinstance(block, Raw):
+            calls.append(raw_output(block, NAME))
+        # RedactedThinking has no readable text and no field here.
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": "".join(texts) if texts or not (calls or refusals) else None,
+        "refusal": "".join(refusals) if refusals else None,
+    }
+    if calls:
+        message["tool_calls"] = calls
+    if thinking:
+        message["reasoning_content"] = "".join(thinking)
+    body: dict[str, Any] = {
+        "id": response.id,
+        "object": "chat.completion",
+        "created": response.created if response.created is not None else int(time.time()),
+        "model": response.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": finish_reason(response.stop_reason),
+                "logprobs": None,
+            }
+        ],
+    }
+    if response.usage is not None:
+        body["usage"] = render_usage(response.usage)
+    return body

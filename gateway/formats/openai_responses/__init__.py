@@ -1,0 +1,21 @@
+"""OpenAI Responses API (``/v1/responses``), stateless: requests, answers, streams and errors."""
+
+from gateway.formats.openai_errors import parse_error, render_error
+from gateway.formats.openai_responses.request_parse import NAME, parse_request
+from gateway.formats.openai_responses.request_render import render_request
+from gateway.formats.openai_responses.response import parse_response, render_response
+from gateway.formats.openai_responses.stream_parse import StreamParser
+from gateway.formats.openai_responses.stream_render import StreamRenderer, render_stream_error
+
+__all__ = [
+    "NAME",
+    "StreamParser",
+    "StreamRenderer",
+    "parse_error",
+    "parse_request",
+    "parse_response",
+    "render_error",
+    "render_request",
+    "render_response",
+    "render_stream_error",
+]

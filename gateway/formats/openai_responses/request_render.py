@@ -1,0 +1,274 @@
+"""Responses API requests for upstreams: the internal shape into a body, always ``store: false``.
+
+Function tools whose ``strict`` the client left unset go with ``strict: false`` (the Responses
+default is true, every other format's is false). Reasoning items are resent only when they came
+from a Responses upstream (they carry its id and encrypted content). Stop sequences, top_k,
+penalties and several choices have no place here and are refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.formats.errors import Untranslatable
+from gateway.formats.internal import (
+    ChatRequest,
+    Image,
+    Message,
+    Raw,
+    Refusal,
+    ResponseFormat,
+    Text,
+    Thinking,
+    Tool,
+    ToolCall,
+    ToolChoice,
+    ToolResult,
+)
+from gateway.formats.media import data_url
+from gateway.formats.portability import (
+    TITLES,
+    check_unportable,
+    merge_extras,
+    raw_data,
+    refuse_cache_warming,
+    refuse_unless,
+)
+
+NAME = "openai_responses"
+TARGET = TITLES[NAME]
+
+
+def render_request(request: ChatRequest, model: str) -> dict[str, Any]:
+    """A Responses body for ``model`` (always ``store: false``); raises ``Untranslatable``."""
+    check_unportable(request, NAME)
+    _refuse_unsupported(request)
+    body: dict[str, Any] = {"model": model}
+    items: list[dict[str, Any]] = []
+    if len(request.system) == 1:
+        body["instructions"] = request.system[0].text
+    elif request.system:
+        items.append(_system_item(request.system))
+    for message in request.messages:
+        items.extend(_render_message(message))
+    body["input"] = items
+    if request.tools:
+        body["tools"] = [render_tool(tool, request) for tool in request.tools]
+        if request.parallel_tool_calls is not None:
+            body["parallel_tool_calls"] = request.parallel_tool_calls
+    if request.tool_choice is not None and request.tools:  # OpenAI refuses it without tools
+        body["tool_choice"] = render_tool_choice(request.tool_choice)
+    optional = {
+        "max_output_tokens": request.max_tokens,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "user": request.user,
+        "metadata": request.metadata,
+    }
+    body.update({key: value for key, value in optional.items() if value is not None})
+    text = render_text(request)
+    if text is not None:
+        body["text"] = text
+    reasoning = render_reasoning(request)
+    if reasoning is not None:
+        body["reasoning"] = reasoning
+    if request.stream:
+        body["stream"] = True
+    body["store"] = False
+    if request.same_format(NAME) and "text" in request.extras:
+        body["text"] = {**request.extras["text"], **body.get("text", {})}
+    merge_extras(body, request, NAME)
+    return body
+
+
+def _refuse_unsupported(request: ChatRequest) -> None:
+    refuse_unless(request, "n", NAME, request.n, 1, "the Responses API returns one answer")
+    refuse_unless(request, "top_k", NAME, request.top_k, None, "the Responses API has no top_k")
+    refuse_unless(
+        request, "stop", NAME, request.stop, [], "the Responses API has no stop sequences"
+    )
+    refuse_cache_warming(request, NAME)
+    for name in ("presence_penalty", "frequency_penalty"):
+        refuse_unless(
+            request, name, NAME, getattr(request, name), 0, "the Responses API has no penalties"
+        )
+
+
+def _system_item(texts: list[Text]) -> dict[str, Any]:
+    content = [{"type": "input_text", "text": text.text} for text in texts]
+    return {"type": "message", "role": "system", "content": content}
+
+
+def _render_message(message: Message) -> list[dict[str, Any]]:
+    if message.role == "system":
+        texts = []
+        for block in message.content:
+            if not isinstance(block, Text):
+                raise Untranslatable(
+                    block.path or message.path, TARGET, "system messages carry only text"
+                )
+            texts.append(block)
+        return [_system_item(texts)]
+    if message.role == "assistant":
+        return _render_assistant(message)
+    items: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    for block in message.content:
+        if isinstance(block, ToolResult):
+            items.append(_render_tool_result(block))
+        elif isinstance(block, Text):
+            parts.append({"type": "input_text", "text": block.text})
+        elif isinstance(block, Image):
+            parts.append(_render_image(block))
+        elif isinstance(block, Raw):
+            data = raw_data(block, NAME, message.path)
+            (parts if data.get("type") == "input_file" else items).append(data)
+        else:
+            raise Untranslatable(
+                block.path or message.path, TARGET, "user messages cannot carry this"
+            )
+    if parts:
+        items.append({"type": "message", "role": "user", "content": parts})
+    return items
+
+
+def _render_assistant(message: Message) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    texts: list[str] = []
+
+    def flush() -> None:
+        if texts:
+            items.append({"type": "message", "role": "assistant", "content": "".join(texts)})
+            texts.clear()
+
+    for block in message.content:
+        if isinstance(block, Text | Refusal):
+            texts.append(block.text)
+            continue
+        flush()
+        if isinstance(block, ToolCall):
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": block.id,
+                    "name": block.name,
+                    "arguments": block.arguments,
+                }
+            )
+        elif isinstance(block, Thinking):
+            # Only reasoning items OpenAI produced can be resent; other providers' is dropped.
+            if block.origin == NAME and block.item_id:
+                items.append(render_reasoning_item(block, block.item_id))
+        elif isinstance(block, Raw):
+            items.append(raw_data(block, NAME, message.path))
+        elif isinstance(block, ToolResult | Image):
+            raise Untranslatable(
+                block.path or message.path, TARGET, "assistant turns cannot carry this"
+            )
+    flush()
+    return items
+
+
+def render_reasoning_item(block: Thinking, item_id: str) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "type": "reasoning",
+        "id": item_id,
+        "summary": [{"type": "summary_text", "text": block.text}] if block.text else [],
+    }
+    if block.signature:
+        item["encrypted_content"] = block.signature
+    return item
+
+
+def _render_tool_result(result: ToolResult) -> dict[str, Any]:
+    """``is_error`` has no field here: the output goes as it is (documented)."""
+    parts: list[dict[str, Any]] = []
+    for block in result.content:
+        if isinstance(block, Text):
+            parts.append({"type": "input_text", "text": block.text})
+        elif isinstance(block, Image):
+            parts.append(_render_image(block))
+        elif isinstance(block, Raw):
+            parts.append(raw_data(block, NAME, result.path))
+        else:
+            raise Untranslatable(
+                block.path or result.path, TARGET, "tool outputs carry text and images"
+            )
+    output: str | list[dict[str, Any]] = parts
+    if not parts:
+        output = ""
+    elif len(parts) == 1 and parts[0]["type"] == "input_text":
+        output = parts[0]["text"]
+    return {"type": "function_call_output", "call_id": result.call_id, "output": output}
+
+
+def _render_image(image: Image) -> dict[str, Any]:
+    part: dict[str, Any] = {"type": "input_image", "detail": image.detail or "auto"}
+    if image.file_id is not None:
+        if image.origin != NAME:
+            raise Untranslatable(
+                image.path or "content", TARGET, "images by file id stay with their provider"
+            )
+        part["file_id"] = image.file_id
+    elif image.data is not None and image.media_type is not None:
+        part["image_url"] = data_url(image.media_type, image.data)
+    else:
+        part["image_url"] = image.url
+    return part
+
+
+def render_tool(tool: Tool | Raw, request: ChatRequest | None) -> dict[str, Any]:
+    if isinstance(tool, Raw):
+        return raw_data(tool, NAME, "tools")
+    out: dict[str, Any] = {
+        "type": "function",
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": tool.parameters,
+        "strict": tool.strict if tool.strict is not None else False,
+    }
+    if request is not None and request.same_format(NAME):
+        out.update(tool.extras)
+    return out
+
+
+def render_tool_choice(choice: ToolChoice | Raw) -> Any:
+    if isinstance(choice, Raw):
+        return raw_data(choice, NAME, "tool_choice")
+    if choice.mode == "tool":
+        return {"type": "function", "name": choice.name}
+    return choice.mode
+
+
+def render_format(spec: ResponseFormat) -> dict[str, Any]:
+    if spec.kind != "json_schema":
+        return {"type": spec.kind}
+    out: dict[str, Any] = {
+        "type": "json_schema",
+        "name": spec.name or "response",
+        "schema": spec.schema,
+    }
+    if spec.description is not None:
+        out["description"] = spec.description
+    if spec.strict is not None:
+        out["strict"] = spec.strict
+    return out
+
+
+def render_text(request: ChatRequest) -> dict[str, Any] | None:
+    if request.response_format is None:
+        return None
+    return {"format": render_format(request.response_format)}
+
+
+def render_reasoning(request: ChatRequest) -> dict[str, Any] | None:
+    """Effort and summary; Anthropic's thinking budget has no equivalent and is dropped."""
+    reasoning = request.reasoning
+    if reasoning is None or (reasoning.effort is None and reasoning.summary is None):
+        return None
+    out: dict[str, Any] = {}
+    if reasoning.effort is not None:
+        out["effort"] = reasoning.effort
+    if reasoning.summary is not None:
+        out["summary"] = reasoning.summary
+    return out
