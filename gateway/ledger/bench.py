@@ -190,16 +190,20 @@ async def truncate(url: str) -> None:
         await conn.close()
 
 
-async def time_inserts(insert: InsertBatch, events: list[LedgerEvent], batch: int) -> float:
-    """Events per second of inserting ``events`` in batches of ``batch``, one after another."""
-    started = time.perf_counter()
+async def time_inserts(
+    insert: InsertBatch, events: list[LedgerEvent], batch: int
+) -> tuple[float, float]:
+    """Events per second of inserting ``events`` in batches of ``batch``, one after another,
+    and this process's CPU microseconds per event (the driver's share, less load-sensitive)."""
+    started, cpu_started = time.perf_counter(), time.process_time()
     inserted = 0
     for start in range(0, len(events), batch):
         inserted += await insert(events[start : start + batch])
     elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu_started
     if inserted != len(events):
         raise RuntimeError(f"inserted {inserted} of {len(events)} events")
-    return len(events) / elapsed
+    return len(events) / elapsed, cpu * 1e6 / len(events)
 
 
 def driver_available(driver: str) -> bool:
@@ -210,10 +214,41 @@ def driver_available(driver: str) -> bool:
     return True
 
 
+class Results:
+    """Events/s and client CPU us/event of every run, by configuration name."""
+
+    def __init__(self) -> None:
+        self.rates: dict[str, list[float]] = {}
+        self.cpu: dict[str, list[float]] = {}
+
+    def add(self, round_index: int, name: str, rate: float, cpu: float) -> None:
+        self.rates.setdefault(name, []).append(rate)
+        self.cpu.setdefault(name, []).append(cpu)
+        print(
+            f"  round {round_index + 1}: {name}: {rate:,.0f} events/s, cpu {cpu:.1f} us/event",
+            flush=True,
+        )
+
+    def medians(self) -> dict[str, dict[str, float]]:
+        return {
+            name: {
+                "events_per_s": statistics.median(rates),
+                "min": min(rates),
+                "max": max(rates),
+                "client_cpu_us_per_event": statistics.median(self.cpu[name]),
+            }
+            for name, rates in self.rates.items()
+        }
+
+
 async def bench_postgres(
-    events_per_run: int, repeat: int, batches: list[int], drivers: list[str], methods: list[str]
-) -> dict[str, list[float]]:
-    results: dict[str, list[float]] = {}
+    results: Results,
+    events_per_run: int,
+    repeat: int,
+    batches: list[int],
+    drivers: list[str],
+    methods: list[str],
+) -> None:
     makers = {"asyncpg": asyncpg_method, "psycopg": psycopg_method}
     with ScratchPostgres(durable=True) as server:
         await prepare_database(server.url)
@@ -225,23 +260,19 @@ async def bench_postgres(
                         events = make_events(events_per_run, seed=round_index)
                         insert, close = await makers[driver](server.url, method)
                         try:
-                            rate = await time_inserts(insert, events, batch)
+                            rate, cpu = await time_inserts(insert, events, batch)
                         finally:
                             await close()
-                        name = f"postgres {driver} {method} batch={batch}"
-                        results.setdefault(name, []).append(rate)
-                        print(
-                            f"  round {round_index + 1}: {name}: {rate:,.0f} events/s", flush=True
+                        results.add(
+                            round_index, f"postgres {driver} {method} batch={batch}", rate, cpu
                         )
-    return results
 
 
 async def bench_sqlite(
-    events_per_run: int, repeat: int, batches: list[int]
-) -> dict[str, list[float]]:
+    results: Results, events_per_run: int, repeat: int, batches: list[int]
+) -> None:
     from gateway.ledger.sqlite_store import SqliteStore
 
-    results: dict[str, list[float]] = {}
     for round_index in range(repeat):
         for synchronous in ("FULL", "NORMAL"):
             for batch in batches:
@@ -250,13 +281,11 @@ async def bench_sqlite(
                     await store.open()
                     try:
                         events = make_events(events_per_run, seed=round_index)
-                        rate = await time_inserts(store.insert, events, batch)
+                        rate, cpu = await time_inserts(store.insert, events, batch)
                     finally:
                         await store.close()
                 name = f"sqlite synchronous={synchronous} batch={batch}"
-                results.setdefault(name, []).append(rate)
-                print(f"  round {round_index + 1}: {name}: {rate:,.0f} events/s", flush=True)
-    return results
+                results.add(round_index, name, rate, cpu)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -266,6 +295,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batches", default="100,500,1000")
     parser.add_argument("--drivers", default=",".join(DRIVERS))
     parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--no-sqlite", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the medians here")
     args = parser.parse_args(argv)
@@ -282,16 +312,21 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"unknown method {sorted(unknown)[0]!r}; choose from {', '.join(METHODS)}")
     load = os.getloadavg()
     print(f"cpus={os.cpu_count()} load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    results = asyncio.run(bench_postgres(args.events, args.repeat, batches, drivers, methods))
+    results = Results()
+    if not args.no_postgres:
+        asyncio.run(bench_postgres(results, args.events, args.repeat, batches, drivers, methods))
     if not args.no_sqlite:
-        results.update(asyncio.run(bench_sqlite(args.events, args.repeat, batches)))
+        asyncio.run(bench_sqlite(results, args.events, args.repeat, batches))
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    print(f"\nmedian of {args.repeat} runs, {args.events} events per run (events/s):")
-    medians = {name: statistics.median(rates) for name, rates in results.items()}
-    for name, rate in medians.items():
-        spread = f"{min(results[name]):,.0f}-{max(results[name]):,.0f}"
-        print(f"  {name:45s} {rate:>10,.0f}   (range {spread})")
+    print(f"\nmedian of {args.repeat} runs, {args.events} events per run:")
+    medians = results.medians()
+    for name, row in medians.items():
+        print(
+            f"  {name:42s} {row['events_per_s']:>9,.0f} events/s"
+            f"  (range {row['min']:,.0f}-{row['max']:,.0f})"
+            f"  client cpu {row['client_cpu_us_per_event']:5.1f} us/event"
+        )
     if args.json:
         args.json.write_bytes(orjson.dumps(medians, option=orjson.OPT_INDENT_2))
 

@@ -120,7 +120,7 @@ class RollupRow:
 def _check_filter_value(param: str, value: object) -> None:
     if not isinstance(value, str) or len(value) > MAX_ID_LENGTH or not value.isprintable():
         raise LedgerQueryError(param, f"must be a string of at most {MAX_ID_LENGTH} characters")
-    if param == "tag":
+    if param == "tag" and value:  # "" selects untagged requests
         try:
             check_tag(value)
         except LedgerError as exc:

@@ -1,7 +1,8 @@
 """The usage store's contract (``UsageStore``) and ``open_store``, which picks the backend.
 
 ``SWITCHYARD_USAGE_STORE_URL`` empty means the embedded SQLite file
-``DATA_DIR/usage/usage.sqlite3``; ``sqlite:///<path>`` names another file; ``postgresql://``
+``DATA_DIR/usage/usage.sqlite3``; ``sqlite:///<relative path>`` or ``sqlite:////<absolute
+path>`` names another file; ``postgresql://``
 (or ``postgres://``) means a PostgreSQL server shared by every replica. Both backends keep the
 same contract, proven by one set of tests: ``insert`` is idempotent by event id and updates the
 rollups in the same transaction, only for rows it actually inserted; ``rollup`` reads rollup
@@ -102,7 +103,8 @@ def redact(url: str) -> str:
 
 
 def check_store_url(url: str) -> str:
-    """Empty, ``sqlite:///<path>`` or ``postgresql://...``; anything else is refused."""
+    """Empty, ``sqlite:///<path>`` (a fourth slash for an absolute path) or
+    ``postgresql://...``; anything else is refused."""
     url = url.strip()
     if not url:
         return url
@@ -111,7 +113,9 @@ def check_store_url(url: str) -> str:
         return url
     if scheme == "sqlite":
         if not url.startswith("sqlite:///") or url == "sqlite:///":
-            raise StoreConfigError("a sqlite URL names a file: sqlite:///path/to/usage.sqlite3")
+            raise StoreConfigError(
+                "a sqlite URL names a file: sqlite:///relative.sqlite3 or sqlite:////abs/usage.sqlite3"
+            )
         return url
     raise StoreConfigError(
         f"unsupported usage store URL {redact(url)!r}: use empty (embedded SQLite),"
@@ -135,7 +139,8 @@ def make_store(
         return PostgresStore(url, retention_days=retention_days, clock=clock)
     from gateway.ledger.sqlite_store import SqliteStore
 
-    path = Path(url.removeprefix("sqlite://")) if url else data_dir / SQLITE_FILE
+    # As SQLAlchemy writes them: sqlite:///relative/path, sqlite:////absolute/path.
+    path = Path(url.removeprefix("sqlite:///")) if url else data_dir / SQLITE_FILE
     return SqliteStore(path, retention_days=retention_days, clock=clock)
 
 

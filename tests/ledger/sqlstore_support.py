@@ -160,3 +160,7 @@ async def raw_sql(store: object, sql: str) -> list[tuple[object, ...]]:
             conn.close()
 
     return await asyncio.to_thread(run)
+
+
+# Group-bys whose rows must survive a retention pass unchanged for the kept days.
+GROUP_BYS_FOR_RETENTION = ((), ("day",), ("day", "key"), ("day", "tag"), ("day", "user", "model"))
