@@ -124,13 +124,17 @@ class PostgresStore:
                 f"cannot connect to the usage store {redact(self.url)}: {type(exc).__name__}: "
                 f"{str(exc).replace(self.url, redact(self.url))}"
             ) from None
-        async with self.pool.acquire() as conn:
-            await self._migrate(conn)
-        await self._load_partitions()
-        today = self.today()
-        await self._ensure_partitions(
-            today + timedelta(days=n) for n in range(PARTITIONS_AHEAD + 1)
-        )
+        try:
+            async with self.pool.acquire() as conn:
+                await self._migrate(conn)
+            await self._load_partitions()
+            today = self.today()
+            await self._ensure_partitions(
+                today + timedelta(days=n) for n in range(PARTITIONS_AHEAD + 1)
+            )
+        except BaseException:
+            await self.close()
+            raise
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None

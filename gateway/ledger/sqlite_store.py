@@ -219,6 +219,7 @@ class _Worker:
     def __init__(self, name: str) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
         self._conn: sqlite3.Connection | None = None
+        self._closed = False
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._conn is None:
@@ -236,6 +237,11 @@ class _Worker:
         await asyncio.get_running_loop().run_in_executor(self._executor, attach)
 
     async def close(self) -> None:
+        """Close the connection and end the thread; closing twice is harmless."""
+        if self._closed:
+            return
+        self._closed = True
+
         def detach() -> None:
             if self._conn is not None:
                 self._conn.close()
@@ -290,7 +296,11 @@ class SqliteStore:
             await self._writer.run(self._migrate)
             await self._reader.connect(functools.partial(self._connect, read_only=True))
         except (OSError, sqlite3.Error) as exc:
+            await self.close()
             raise StoreConfigError(f"cannot open the usage store {self.path}: {exc}") from None
+        except BaseException:
+            await self.close()
+            raise
 
     async def close(self) -> None:
         await self._reader.close()
