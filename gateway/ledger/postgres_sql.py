@@ -8,8 +8,10 @@ duplicate always lands on the same day and is refused there.
 
 One statement inserts a batch and updates the three rollups: a data-modifying CTE inserts the
 events with ``ON CONFLICT DO NOTHING RETURNING``, and the rollup upserts read only what it
-returned, so a duplicate never counts twice. Rollup rows are upserted in sorted order, and
-callers sort a batch by (day, event_id), so concurrent writers take row locks in one order.
+returned, so a duplicate never counts twice. Its source is the connection's temp staging table
+filled by COPY (``INSERT_FROM_STAGE``, read in (day, event_id) order), or, for the benchmark's
+comparison, arrays (``INSERT_UNNEST``) or a ``VALUES`` list. Rollup rows are upserted in sorted
+order too, so concurrent writers take row locks in one order.
 """
 
 from __future__ import annotations

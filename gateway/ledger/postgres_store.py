@@ -1,9 +1,12 @@
 """The usage store on a shared PostgreSQL server, through an asyncpg connection pool.
 
-asyncpg was chosen by measurement over psycopg 3 (``python -m gateway.ledger.bench``; figures
-in docs/usage.md). A batch goes in as one statement, its columns bound as arrays and expanded
-with ``unnest`` (``postgres_sql.INSERT_UNNEST``): one round trip, no staging table, no explicit
-transaction, and the rollups update inside the same statement.
+asyncpg and COPY were chosen by measurement over psycopg 3 and over unnest, executemany or
+multi-row VALUES (``python -m gateway.ledger.bench``; figures in docs/usage.md). A batch is one
+transaction: binary COPY into the connection's temp staging table (created when the pool opens
+the connection, emptied at every commit), then one ``INSERT ... SELECT ... ON CONFLICT DO
+NOTHING RETURNING`` statement that also updates the rollups (``postgres_sql.INSERT_FROM_STAGE``).
+The staging table lives in the session, so the store needs a direct connection or session
+pooling (asyncpg's prepared statements need that too), not a transaction-pooling proxy.
 
 Day partitions of ``usage_events`` are created ahead (today plus ``PARTITIONS_AHEAD``) and on
 demand for any other day a batch holds, under an advisory lock so replicas never race on DDL.
@@ -25,20 +28,22 @@ import structlog
 
 from gateway.ledger.event import LedgerEvent
 from gateway.ledger.postgres_sql import (
+    CREATE_STAGE,
     CREATE_VERSION_TABLE,
+    EVENT_COLUMNS,
     EVENT_SELECT,
-    INSERT_UNNEST,
+    INSERT_FROM_STAGE,
     LIST_PARTITIONS,
     MIGRATIONS,
     PARTITION_LOCK,
     PARTITIONS_AHEAD,
     SCHEMA_LOCK,
     SCHEMA_VERSION,
+    STAGE_TABLE,
     create_partition_sql,
     drop_partition_sql,
     event_row,
     partition_day,
-    unnest_columns,
 )
 from gateway.ledger.query import (
     EventPage,
@@ -63,7 +68,7 @@ from gateway.ledger.store import (
 log = structlog.get_logger(__name__)
 
 ROLLUP_TABLES = ("usage_rollup", "usage_rollup_tag", "usage_rollup_user")
-# Deadlocks cannot happen between our own writers (sorted batches, sorted upserts), but a
+# Deadlocks cannot happen between our own writers (sorted inserts, sorted upserts), but a
 # retry keeps a batch alive against anything else holding rows in another order.
 RETRIES = 3
 DDL_LOCK_TIMEOUT = "5s"
@@ -79,6 +84,11 @@ def _same_day(day: date) -> date:
 
 def _iso(day: date) -> str:
     return day.isoformat()
+
+
+async def _create_stage(conn: asyncpg.Connection) -> None:
+    """Every pooled connection gets its own staging table for COPY (temp: per session)."""
+    await conn.execute(CREATE_STAGE)
 
 
 class PostgresStore:
@@ -117,7 +127,11 @@ class PostgresStore:
     async def open(self) -> None:
         try:
             self._pool = await asyncpg.create_pool(
-                self.url, min_size=1, max_size=self.pool_size, command_timeout=60
+                self.url,
+                min_size=1,
+                max_size=self.pool_size,
+                command_timeout=60,
+                init=_create_stage,
             )
         except (OSError, asyncpg.PostgresError, ValueError) as exc:
             raise StoreConfigError(
@@ -196,13 +210,12 @@ class PostgresStore:
             log.warning("usage_events_past_retention", skipped=len(batch) - len(kept))
         if not kept:
             return 0
-        rows = sorted((event_row(event) for event in kept), key=lambda row: (row[0], row[1]))
-        columns = unnest_columns(rows)
+        rows = [event_row(event) for event in kept]  # staged rows are read back sorted
         days = {row[0] for row in rows}
         for attempt in range(1, RETRIES + 1):
             await self._ensure_partitions(days)
             try:
-                return await self.pool.fetchval(INSERT_UNNEST, *columns)
+                return await self._copy_insert(rows)
             except asyncpg.CheckViolationError:
                 # A partition this replica believed in was dropped elsewhere: look again.
                 if attempt == RETRIES:
@@ -213,6 +226,11 @@ class PostgresStore:
                     raise
                 await asyncio.sleep(0.01 * attempt)
         raise AssertionError("unreachable")
+
+    async def _copy_insert(self, rows: list[tuple[object, ...]]) -> int:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.copy_records_to_table(STAGE_TABLE, records=rows, columns=EVENT_COLUMNS)
+            return await conn.fetchval(INSERT_FROM_STAGE)
 
     # -- reads ---------------------------------------------------------------------------
 
