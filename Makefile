@@ -8,7 +8,7 @@ PY := $(BIN)/python
 TORCH_CPU ?= torch==2.13.0
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 1)
 
-.PHONY: venv run test test-fast bench bench-engine soak lint format clean
+.PHONY: venv run test test-fast bench bench-engine bench-ledger soak lint format clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ bench: venv
 
 bench-engine: venv
 	$(PY) -m engine.bench
+
+# Usage-store inserts per driver and method on a throwaway PostgreSQL, and SQLite; e.g.
+# make bench-ledger LEDGER_BENCH_ARGS="--events 20000 --repeat 5"
+bench-ledger: venv
+	$(PY) -m gateway.ledger.bench $(LEDGER_BENCH_ARGS)
 
 # Fixed-rate mixed load for a set time (default 10 min); prints RSS over time.
 # e.g. make soak SOAK_ARGS="--rate 100 --duration 300"

@@ -18,6 +18,7 @@ from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_va
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gateway.data_dir import private_dir
+from gateway.ledger.store import check_store_url
 from gateway.redis_connect import check_redis_url
 
 ENV_PREFIX = "SWITCHYARD_"
@@ -132,6 +133,17 @@ class Settings(BaseSettings):
     @property
     def redis_dir(self) -> Path:
         return self.data_dir / "redis"
+
+    # Usage events' SQL store: empty = embedded SQLite at DATA_DIR/usage/usage.sqlite3,
+    # sqlite:///<path> = another file, postgresql://... = one PostgreSQL shared by replicas.
+    usage_store_url: str = ""
+    # Days of usage kept in the store, today included; older days are dropped whole.
+    usage_retention_days: int = Field(default=400, ge=1, le=36_500)
+
+    @field_validator("usage_store_url")
+    @classmethod
+    def _usage_store_url_form(cls, value: str) -> str:
+        return check_store_url(value)  # its errors never repeat a password
 
 
 def load_settings(**overrides: object) -> Settings:

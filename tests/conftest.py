@@ -1,9 +1,10 @@
-"""Shared fixtures: a real Redis server process (embedded, or SWITCHYARD_REDIS_URL)."""
+"""Shared fixtures: a real Redis server process (embedded, or SWITCHYARD_REDIS_URL) and a real
+PostgreSQL server (a scratch one in a temp dir, or SWITCHYARD_TEST_POSTGRES_URL)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,3 +54,35 @@ def own_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url() -> Iterator[str]:
+    """One scratch PostgreSQL for the session (initdb + pg_ctl in a temp dir, fsync off), or
+    SWITCHYARD_TEST_POSTGRES_URL: a server where the test user may create databases."""
+    from gateway.ledger.scratch_postgres import ScratchPostgres
+
+    external = os.environ.get("SWITCHYARD_TEST_POSTGRES_URL")
+    if external:
+        yield external
+        return
+    with ScratchPostgres() as server:
+        yield server.url
+
+
+@pytest.fixture
+async def postgres_url(postgres_server_url: str) -> AsyncIterator[str]:
+    """A fresh, empty database on the session's PostgreSQL, dropped after the test."""
+    import uuid
+    from urllib.parse import urlsplit
+
+    import asyncpg
+
+    name = f"test_{uuid.uuid4().hex[:16]}"
+    admin = await asyncpg.connect(postgres_server_url)
+    try:
+        await admin.execute(f"CREATE DATABASE {name}")
+        yield urlsplit(postgres_server_url)._replace(path="/" + name).geturl()
+        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    finally:
+        await admin.close()

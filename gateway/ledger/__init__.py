@@ -1,0 +1,52 @@
+"""The SQL usage store: every usage event kept in SQLite (embedded) or PostgreSQL (shared).
+
+``open_store(url, data_dir=...)`` returns a ``UsageStore``: ``insert`` batches of
+``LedgerEvent`` idempotently, read exact integer totals with ``rollup(RollupQuery(...))``
+(rollup tables only, never raw events), page raw events with ``list_events(EventQuery(...))``
+and run ``maintain()`` periodically for partitions and retention. Nothing here knows Redis:
+the exporter that feeds it from the Redis buffer lives with the gateway's metering.
+"""
+
+from gateway.ledger.event import MAX_TAGS, LedgerError, LedgerEvent
+from gateway.ledger.query import (
+    GROUP_BYS,
+    EventCursor,
+    EventPage,
+    EventQuery,
+    LedgerQueryError,
+    RollupQuery,
+    RollupRow,
+    Totals,
+    UsageFilter,
+)
+from gateway.ledger.store import (
+    DEFAULT_RETENTION_DAYS,
+    RetentionResult,
+    StoreConfigError,
+    UsageStore,
+    check_store_url,
+    make_store,
+    open_store,
+)
+
+__all__ = [
+    "DEFAULT_RETENTION_DAYS",
+    "GROUP_BYS",
+    "MAX_TAGS",
+    "EventCursor",
+    "EventPage",
+    "EventQuery",
+    "LedgerError",
+    "LedgerEvent",
+    "LedgerQueryError",
+    "RetentionResult",
+    "RollupQuery",
+    "RollupRow",
+    "StoreConfigError",
+    "Totals",
+    "UsageFilter",
+    "UsageStore",
+    "check_store_url",
+    "make_store",
+    "open_store",
+]

@@ -1,0 +1,198 @@
+"""The usage event as the SQL store keeps it: ``LedgerEvent``, validated on construction.
+
+One answered request is one event, identified by its usage id (``event_id``). Time is integer
+epoch milliseconds (exact, and a clean pagination cursor); the UTC day it falls on is the
+partition and rollup day. Cost is integer nano-dollars. ``end_user`` and ``tags`` carry the
+attribution of issue 18. Every field is checked here, so a bad event is refused with a
+``LedgerError`` naming the field before it reaches a database (PostgreSQL text cannot even hold
+a NUL).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import Any
+
+import orjson
+
+USAGE_SOURCES = ("provider", "estimated")
+MAX_ID_LENGTH = 200
+MAX_TAGS = 8
+MAX_TAG_LENGTH = 64
+TAG_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:/=@")
+# Bounds keep every sum inside a signed 64-bit column for any realistic number of events.
+MAX_TOKENS = 2**40
+MAX_COST_NANOS = 10**18  # one billion dollars for one request
+MAX_MILLIS = 2**31 - 1  # latency and time to first token
+MAX_TIME_MS = 10**14  # year 5138; epoch seconds passed by mistake are caught below
+MIN_TIME_MS = 10**12  # 2001-09-09
+MS_PER_DAY = 86_400_000
+EPOCH_DAY = date(1970, 1, 1)
+
+
+class LedgerError(ValueError):
+    """An event the store refuses; ``field`` names the offending attribute."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+def day_number(time_ms: int) -> int:
+    """Days since 1970-01-01 (UTC) of an epoch-milliseconds time."""
+    return time_ms // MS_PER_DAY
+
+
+def day_of_ms(time_ms: int) -> date:
+    return datetime.fromtimestamp(time_ms / 1000, UTC).date()
+
+
+def _check_id(field: str, value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise LedgerError(field, "must be a non-empty string")
+    if len(value) > MAX_ID_LENGTH:
+        raise LedgerError(field, f"longer than {MAX_ID_LENGTH} characters")
+    if any(ch in "{}" or not ch.isprintable() or ch.isspace() for ch in value):
+        raise LedgerError(field, "contains braces, whitespace or control characters")
+
+
+def _check_text(field: str, value: object) -> None:
+    if not isinstance(value, str) or len(value) > MAX_ID_LENGTH:
+        raise LedgerError(field, f"must be a string of at most {MAX_ID_LENGTH} characters")
+    if not value.isprintable():
+        raise LedgerError(field, "contains control characters")
+
+
+def _check_int(field: str, value: object, upper: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= upper:
+        raise LedgerError(field, f"must be an integer from 0 to {upper}")
+
+
+def check_tag(tag: object) -> None:
+    """A tag: 1 to MAX_TAG_LENGTH characters of letters, digits and ``- _ . : / = @``."""
+    if not isinstance(tag, str) or not 1 <= len(tag) <= MAX_TAG_LENGTH:
+        raise LedgerError("tags", f"each tag must be a string of 1 to {MAX_TAG_LENGTH} characters")
+    if not TAG_CHARS.issuperset(tag):
+        raise LedgerError("tags", f"tag {tag!r} may hold only letters, digits and - _ . : / = @")
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEvent:
+    """One request's usage, as stored. ``cost_nanos`` is exact integer nano-dollars."""
+
+    event_id: str
+    time_ms: int
+    key_id: str
+    model: str
+    provider: str
+    team: str = ""
+    task: str = ""
+    route: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_nanos: int = 0
+    status: int = 200
+    streamed: bool = False
+    usage_source: str = "provider"
+    attempts: int = 1
+    latency_ms: int = 0
+    ttft_ms: int | None = None
+    policy_version: str = ""
+    end_user: str = ""
+    tags: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_id("event_id", self.event_id)
+        if isinstance(self.time_ms, bool) or not isinstance(self.time_ms, int):
+            raise LedgerError("time_ms", "must be integer epoch milliseconds")
+        if not MIN_TIME_MS <= self.time_ms < MAX_TIME_MS:
+            raise LedgerError("time_ms", "out of range (epoch milliseconds expected)")
+        _check_id("key_id", self.key_id)
+        for name in ("model", "provider", "team", "task", "route", "policy_version", "end_user"):
+            _check_text(name, getattr(self, name))
+        for name in ("prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens"):
+            _check_int(name, getattr(self, name), MAX_TOKENS)
+        if self.cached_tokens > self.prompt_tokens:
+            raise LedgerError("cached_tokens", "exceeds prompt_tokens")
+        _check_int("cost_nanos", self.cost_nanos, MAX_COST_NANOS)
+        if isinstance(self.status, bool) or not isinstance(self.status, int):
+            raise LedgerError("status", "must be an HTTP status code")
+        if not 100 <= self.status <= 599:
+            raise LedgerError("status", "must be an HTTP status code")
+        if not isinstance(self.streamed, bool):
+            raise LedgerError("streamed", "must be a boolean")
+        if self.usage_source not in USAGE_SOURCES:
+            raise LedgerError("usage_source", f"must be one of {', '.join(USAGE_SOURCES)}")
+        _check_int("attempts", self.attempts, 1000)
+        _check_int("latency_ms", self.latency_ms, MAX_MILLIS)
+        if self.ttft_ms is not None:
+            _check_int("ttft_ms", self.ttft_ms, MAX_MILLIS)
+        self._check_tags()
+
+    def _check_tags(self) -> None:
+        tags = self.tags
+        if isinstance(tags, list):  # JSON gives lists; keep the record immutable
+            tags = tuple(tags)
+            object.__setattr__(self, "tags", tags)
+        if not isinstance(tags, tuple):
+            raise LedgerError("tags", "must be a list of strings")
+        if len(tags) > MAX_TAGS:
+            raise LedgerError("tags", f"at most {MAX_TAGS} tags")
+        for tag in tags:
+            check_tag(tag)
+        # A repeated tag would count the request twice in that tag's totals.
+        if len(set(tags)) != len(tags):
+            raise LedgerError("tags", "a tag is repeated")
+
+    @property
+    def day(self) -> date:
+        return day_of_ms(self.time_ms)
+
+    @property
+    def day_number(self) -> int:
+        return day_number(self.time_ms)
+
+    @property
+    def is_error(self) -> bool:
+        return self.status >= 400
+
+    @property
+    def estimated(self) -> bool:
+        return self.usage_source == "estimated"
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LedgerEvent:
+        unknown = set(data) - FIELD_NAMES
+        if unknown:
+            raise LedgerError(sorted(unknown)[0], "unknown field")
+        try:
+            return cls(**data)
+        except TypeError as exc:  # a missing required field
+            raise LedgerError("event", str(exc)) from exc
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> LedgerEvent:
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise LedgerError("event", f"invalid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise LedgerError("event", "must be a JSON object")
+        return cls.from_dict(data)
+
+
+FIELD_NAMES = frozenset(field.name for field in dataclasses.fields(LedgerEvent))

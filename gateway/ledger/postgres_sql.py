@@ -1,0 +1,288 @@
+"""PostgreSQL schema and statements of the usage store, independent of the driver.
+
+Raw events go to ``usage_events``, range-partitioned by UTC day (one table per day, named
+``usage_events_pYYYYMMDD``), so retention drops whole partitions. PostgreSQL requires the
+partition key in every unique constraint, so the event's identity is ``(day, event_id)``: the
+day is derived from the event's own time, which a re-delivery carries unchanged, hence a
+duplicate always lands on the same day and is refused there.
+
+One statement inserts a batch and updates the three rollups: a data-modifying CTE inserts the
+events with ``ON CONFLICT DO NOTHING RETURNING``, and the rollup upserts read only what it
+returned, so a duplicate never counts twice. Its source is the connection's temp staging table
+filled by COPY (``INSERT_FROM_STAGE``, read in (day, event_id) order), or, for the benchmark's
+comparison, arrays (``INSERT_UNNEST``) or a ``VALUES`` list. Rollup rows are upserted in sorted
+order too, so concurrent writers take row locks in one order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import date, timedelta
+from typing import Any
+
+from gateway.ledger.event import LedgerEvent
+from gateway.ledger.query import COUNTERS
+
+# Column order of usage_events (and of every row a driver sends).
+EVENT_COLUMNS = (
+    "day",
+    "event_id",
+    "time_ms",
+    "key_id",
+    "team",
+    "model",
+    "provider",
+    "task",
+    "route",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "cache_write_tokens",
+    "cost_nanos",
+    "status",
+    "streamed",
+    "usage_source",
+    "attempts",
+    "latency_ms",
+    "ttft_ms",
+    "policy_version",
+    "end_user",
+    "tags",
+)
+EVENT_TYPES = (
+    "date",
+    "text",
+    "bigint",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "bigint",
+    "bigint",
+    "bigint",
+    "bigint",
+    "bigint",
+    "smallint",
+    "boolean",
+    "text",
+    "integer",
+    "integer",
+    "integer",
+    "text",
+    "text",
+    "text[]",
+)
+STAGE_TABLE = "usage_events_stage"
+PARTITION_PREFIX = "usage_events_p"
+# Partitions are created this many days ahead of today, so midnight never waits on DDL.
+PARTITIONS_AHEAD = 3
+# Advisory lock ids (any fixed 64-bit numbers): schema migration and partition DDL.
+SCHEMA_LOCK = 0x5359_4C45_0001
+PARTITION_LOCK = 0x5359_4C45_0002
+
+_COUNTER_COLUMNS = ",\n  ".join(f"{name} bigint NOT NULL" for name in COUNTERS)
+_DIMENSIONS = "key_id text NOT NULL, team text NOT NULL, model text NOT NULL,\n  provider text NOT NULL, task text NOT NULL"
+_EVENT_DDL = ",\n  ".join(
+    f"{name} {kind}{'' if name == 'ttft_ms' else ' NOT NULL'}"
+    for name, kind in zip(EVENT_COLUMNS, EVENT_TYPES, strict=True)
+)
+
+# Each entry upgrades the schema by one version; never edit one that has shipped.
+MIGRATIONS: tuple[str, ...] = (
+    f"""
+CREATE TABLE usage_events (
+  {_EVENT_DDL},
+  PRIMARY KEY (day, event_id)
+) PARTITION BY RANGE (day);
+CREATE INDEX usage_events_time ON usage_events (time_ms, event_id);
+CREATE INDEX usage_events_key_time ON usage_events (key_id, time_ms, event_id);
+CREATE TABLE usage_rollup (
+  day date NOT NULL, {_DIMENSIONS},
+  {_COUNTER_COLUMNS},
+  PRIMARY KEY (day, key_id, team, model, provider, task)
+);
+CREATE INDEX usage_rollup_key_day ON usage_rollup (key_id, day);
+CREATE TABLE usage_rollup_tag (
+  day date NOT NULL, tag text NOT NULL, {_DIMENSIONS},
+  {_COUNTER_COLUMNS},
+  PRIMARY KEY (day, tag, key_id, team, model, provider, task)
+);
+CREATE TABLE usage_rollup_user (
+  day date NOT NULL, end_user text NOT NULL, {_DIMENSIONS},
+  {_COUNTER_COLUMNS},
+  PRIMARY KEY (day, end_user, key_id, team, model, provider, task)
+);
+""",
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+CREATE_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS usage_schema_version (
+  version integer PRIMARY KEY,
+  applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+CREATE_STAGE = f"""
+CREATE TEMP TABLE IF NOT EXISTS {STAGE_TABLE} (
+  {_EVENT_DDL.replace(" NOT NULL", "")}
+) ON COMMIT DELETE ROWS
+"""
+
+LIST_PARTITIONS = f"""
+SELECT child.relname FROM pg_inherits
+JOIN pg_class parent ON parent.oid = pg_inherits.inhparent
+JOIN pg_class child ON child.oid = pg_inherits.inhrelid
+JOIN pg_namespace ns ON ns.oid = parent.relnamespace
+WHERE parent.relname = 'usage_events' AND ns.nspname = current_schema()
+  AND child.relname LIKE '{PARTITION_PREFIX}%'
+"""
+
+
+def partition_name(day: date) -> str:
+    return f"{PARTITION_PREFIX}{day:%Y%m%d}"
+
+
+def partition_day(name: str) -> date | None:
+    digits = name.removeprefix(PARTITION_PREFIX)
+    if len(digits) != 8 or not digits.isdigit():
+        return None
+    return date(int(digits[:4]), int(digits[4:6]), int(digits[6:]))
+
+
+def create_partition_sql(day: date) -> str:
+    # Dates render as ISO text: nothing here comes from a client.
+    return (
+        f"CREATE TABLE IF NOT EXISTS {partition_name(day)} PARTITION OF usage_events "
+        f"FOR VALUES FROM ('{day.isoformat()}') TO ('{(day + timedelta(days=1)).isoformat()}')"
+    )
+
+
+def drop_partition_sql(day: date) -> str:
+    return f"DROP TABLE IF EXISTS {partition_name(day)}"
+
+
+_EVENT_LIST = ", ".join(EVENT_COLUMNS)
+_RETURNED = (
+    "day, key_id, team, model, provider, task, prompt_tokens, completion_tokens, cached_tokens,"
+    " cache_write_tokens, cost_nanos, status, latency_ms, streamed, usage_source, end_user, tags"
+)
+_SUMS = (
+    "count(*), sum(prompt_tokens), sum(completion_tokens), sum(cached_tokens),"
+    " sum(cache_write_tokens), sum(cost_nanos), count(*) FILTER (WHERE status >= 400),"
+    " sum(latency_ms), count(*) FILTER (WHERE streamed),"
+    " count(*) FILTER (WHERE usage_source = 'estimated')"
+)
+_ADD_COUNTERS = ", ".join(f"{name} = r.{name} + EXCLUDED.{name}" for name in COUNTERS)
+_COUNTER_LIST = ", ".join(COUNTERS)
+
+
+def _rollup_cte(name: str, table: str, extra: str, extra_expr: str, source: str) -> str:
+    keys = f"day, {extra + ', ' if extra else ''}key_id, team, model, provider, task"
+    selected = f"day, {extra_expr + ', ' if extra else ''}key_id, team, model, provider, task"
+    return (
+        f"{name} AS (INSERT INTO {table} AS r ({keys}, {_COUNTER_LIST})\n"
+        f"  SELECT {selected}, {_SUMS} FROM {source}\n"
+        f"  GROUP BY {keys} ORDER BY {keys}\n"
+        f"  ON CONFLICT ({keys}) DO UPDATE SET {_ADD_COUNTERS})"
+    )
+
+
+def insert_sql(source: str) -> str:
+    """One statement: insert rows selected by ``source`` (a SELECT yielding EVENT_COLUMNS in
+    order), roll up the ones actually inserted, and return how many that was."""
+    return (
+        f"WITH ins AS (INSERT INTO usage_events ({_EVENT_LIST})\n"
+        f"  {source}\n"
+        f"  ON CONFLICT DO NOTHING RETURNING {_RETURNED}),\n"
+        + _rollup_cte("r_main", "usage_rollup", "", "", "ins")
+        + ",\n"
+        + _rollup_cte(
+            "r_tag",
+            "usage_rollup_tag",
+            "tag",
+            "tag",
+            # An untagged request counts under the empty tag, like an empty team.
+            "ins CROSS JOIN LATERAL unnest(CASE WHEN cardinality(ins.tags) = 0"
+            " THEN ARRAY[''] ELSE ins.tags END) AS t(tag)",
+        )
+        + ",\n"
+        + _rollup_cte("r_user", "usage_rollup_user", "end_user", "end_user", "ins")
+        + "\nSELECT count(*) FROM ins"
+    )
+
+
+# The batch as one array per column; tags travel comma-joined (a comma is not a tag character).
+UNNEST_SOURCE = (
+    "SELECT day, event_id, time_ms, key_id, team, model, provider, task, route, prompt_tokens,"
+    " completion_tokens, cached_tokens, cache_write_tokens, cost_nanos, status, streamed,"
+    " usage_source, attempts, latency_ms, ttft_ms, policy_version, end_user,"
+    " string_to_array(tags, ',') FROM unnest("
+    + ", ".join(
+        f"${index}::{'text' if kind == 'text[]' else kind}[]"
+        for index, kind in enumerate(EVENT_TYPES, start=1)
+    )
+    + f") AS s({_EVENT_LIST})"
+)
+INSERT_UNNEST = insert_sql(UNNEST_SOURCE)
+INSERT_FROM_STAGE = insert_sql(f"SELECT {_EVENT_LIST} FROM {STAGE_TABLE} ORDER BY day, event_id")
+
+
+def values_source(rows: int) -> str:
+    """A multi-row VALUES list of ``rows`` rows with typed placeholders (benchmark method)."""
+    width = len(EVENT_COLUMNS)
+    tuples = []
+    for row in range(rows):
+        base = row * width
+        tuples.append(
+            "("
+            + ", ".join(f"${base + col + 1}::{kind}" for col, kind in enumerate(EVENT_TYPES))
+            + ")"
+        )
+    return f"SELECT * FROM (VALUES {', '.join(tuples)}) AS v({_EVENT_LIST})"
+
+
+EVENT_SELECT = (
+    "SELECT event_id, time_ms, key_id, model, provider, team, task, route, prompt_tokens,"
+    " completion_tokens, cached_tokens, cache_write_tokens, cost_nanos, status, streamed,"
+    " usage_source, attempts, latency_ms, ttft_ms, policy_version, end_user, tags"
+    " FROM usage_events"
+)
+
+
+def event_row(event: LedgerEvent) -> tuple[Any, ...]:
+    """An event as a row in EVENT_COLUMNS order."""
+    return (
+        event.day,
+        event.event_id,
+        event.time_ms,
+        event.key_id,
+        event.team,
+        event.model,
+        event.provider,
+        event.task,
+        event.route,
+        event.prompt_tokens,
+        event.completion_tokens,
+        event.cached_tokens,
+        event.cache_write_tokens,
+        event.cost_nanos,
+        event.status,
+        event.streamed,
+        event.usage_source,
+        event.attempts,
+        event.latency_ms,
+        event.ttft_ms,
+        event.policy_version,
+        event.end_user,
+        list(event.tags),
+    )
+
+
+def unnest_columns(rows: Sequence[tuple[Any, ...]]) -> list[list[Any]]:
+    """The UNNEST_SOURCE parameters: one list per column, tags comma-joined."""
+    columns = [list(column) for column in zip(*rows, strict=True)]
+    columns[-1] = [",".join(tags) for tags in columns[-1]]
+    return columns

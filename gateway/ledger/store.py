@@ -1,0 +1,157 @@
+"""The usage store's contract (``UsageStore``) and ``open_store``, which picks the backend.
+
+``SWITCHYARD_USAGE_STORE_URL`` empty means the embedded SQLite file
+``DATA_DIR/usage/usage.sqlite3``; ``sqlite:///<relative path>`` or ``sqlite:////<absolute
+path>`` names another file; ``postgresql://``
+(or ``postgres://``) means a PostgreSQL server shared by every replica. Both backends keep the
+same contract, proven by one set of tests: ``insert`` is idempotent by event id and updates the
+rollups in the same transaction, only for rows it actually inserted; ``rollup`` reads rollup
+tables only; ``list_events`` pages raw events by index; ``maintain`` creates what the coming
+days need and applies retention (whole days older than ``retention_days``, today included).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from gateway.ledger.event import LedgerError, LedgerEvent
+from gateway.ledger.query import EventPage, EventQuery, RollupQuery, RollupRow
+
+DEFAULT_RETENTION_DAYS = 400
+SQLITE_FILE = Path("usage") / "usage.sqlite3"
+
+
+class StoreConfigError(ValueError):
+    """A store URL or option that cannot work; the message never repeats a password."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionResult:
+    """What one retention pass removed. ``events_deleted`` is None where whole PostgreSQL
+    partitions were dropped without counting their rows."""
+
+    cutoff: date
+    days_dropped: tuple[date, ...]
+    events_deleted: int | None
+    rollup_rows_deleted: int
+
+
+class UsageStore(Protocol):
+    kind: str
+    retention_days: int
+
+    async def open(self) -> None:
+        """Connect and create or migrate the schema (idempotent, safe from many replicas)."""
+
+    async def close(self) -> None: ...
+
+    async def insert(self, events: Sequence[LedgerEvent]) -> int:
+        """Insert a batch in one transaction; returns how many were new. Events whose day
+        is already outside the retention window are skipped (not counted)."""
+        ...
+
+    async def rollup(self, query: RollupQuery) -> list[RollupRow]: ...
+
+    async def list_events(self, query: EventQuery) -> EventPage: ...
+
+    async def maintain(self) -> RetentionResult:
+        """Prepare the coming days (partitions) and drop days past retention."""
+        ...
+
+    async def schema_version(self) -> int: ...
+
+
+def utc_today(clock: Callable[[], float]) -> date:
+    return datetime.fromtimestamp(clock(), UTC).date()
+
+
+def retention_cutoff(today: date, retention_days: int) -> date:
+    """The oldest day kept: ``retention_days`` days up to and including today."""
+    return today - timedelta(days=retention_days - 1)
+
+
+def check_retention_days(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 36_500:
+        raise StoreConfigError("retention_days must be an integer from 1 to 36500")
+    return value
+
+
+def check_batch(events: Sequence[LedgerEvent]) -> list[LedgerEvent]:
+    """Every item must be a LedgerEvent (validated when it was built)."""
+    batch = list(events)
+    for index, event in enumerate(batch):
+        if not isinstance(event, LedgerEvent):
+            raise LedgerError(
+                "event", f"item {index} is a {type(event).__name__}, not a LedgerEvent"
+            )
+    return batch
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+def check_store_url(url: str) -> str:
+    """Empty, ``sqlite:///<path>`` (a fourth slash for an absolute path) or
+    ``postgresql://...``; anything else is refused."""
+    url = url.strip()
+    if not url:
+        return url
+    scheme = urlsplit(url).scheme
+    if scheme in ("postgresql", "postgres"):
+        return url
+    if scheme == "sqlite":
+        if not url.startswith("sqlite:///") or url == "sqlite:///":
+            raise StoreConfigError(
+                "a sqlite URL names a file: sqlite:///relative.sqlite3 or sqlite:////abs/usage.sqlite3"
+            )
+        return url
+    raise StoreConfigError(
+        f"unsupported usage store URL {redact(url)!r}: use empty (embedded SQLite),"
+        " sqlite:///<path> or postgresql://user@host/db"
+    )
+
+
+def make_store(
+    url: str,
+    *,
+    data_dir: Path,
+    retention_days: int = DEFAULT_RETENTION_DAYS,
+    clock: Callable[[], float] = time.time,
+) -> UsageStore:
+    """The store a URL names, not yet opened."""
+    url = check_store_url(url)
+    retention_days = check_retention_days(retention_days)
+    if url.startswith(("postgresql:", "postgres:")):
+        from gateway.ledger.postgres_store import PostgresStore
+
+        return PostgresStore(url, retention_days=retention_days, clock=clock)
+    from gateway.ledger.sqlite_store import SqliteStore
+
+    # As SQLAlchemy writes them: sqlite:///relative/path, sqlite:////absolute/path.
+    path = Path(url.removeprefix("sqlite:///")) if url else data_dir / SQLITE_FILE
+    return SqliteStore(path, retention_days=retention_days, clock=clock)
+
+
+async def open_store(
+    url: str,
+    *,
+    data_dir: Path,
+    retention_days: int = DEFAULT_RETENTION_DAYS,
+    clock: Callable[[], float] = time.time,
+) -> UsageStore:
+    """``make_store`` and ``open``: ready to insert and query."""
+    store = make_store(url, data_dir=data_dir, retention_days=retention_days, clock=clock)
+    await store.open()
+    return store
