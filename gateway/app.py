@@ -21,6 +21,7 @@ from starlette.responses import Response
 
 from gateway.api import admin, admin_mounts, dashboard_mount, openai, ops
 from gateway.api.dashboard_mount import build_dashboard_auth
+from gateway.api.exchange import ExchangeMiddleware
 from gateway.api.http import error_response, request_id_of
 from gateway.api.services import Services
 from gateway.api.settler import SettleBatcher
@@ -28,7 +29,7 @@ from gateway.auth import Authenticator
 from gateway.breaker import BreakerSettings
 from gateway.dashboard import DashboardRenderer
 from gateway.dispatch import Dispatcher, RetrySettings
-from gateway.errors import GatewayError, MethodNotAllowed, NotFound
+from gateway.errors import GatewayError, MethodNotAllowed, NotFound, echo
 from gateway.keys import KeyStore
 from gateway.limits import Limiter
 from gateway.local_engine import LocalEngineHost
@@ -179,10 +180,11 @@ async def _flush_logs(sink: LazyFlushStream, interval_s: float = 0.2) -> None:
 def _render_http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     error: GatewayError
+    path = echo(request.url.path)
     if exc.status_code == 404:
-        error = NotFound(f"no such endpoint: {request.method} {request.url.path}", code=None)
+        error = NotFound(f"no such endpoint: {request.method} {path}", code=None)
     elif exc.status_code == 405:
-        error = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
+        error = MethodNotAllowed(f"{request.method} is not allowed on {path}")
     else:
         error = GatewayError(str(exc.detail))
         error.status = exc.status_code  # type: ignore[misc]
@@ -192,18 +194,6 @@ def _render_http_exception(request: Request, exc: Exception) -> Response:
 def _client_gone(request: Request, exc: Exception) -> Response:
     # The client disconnected (or was cut off by a body deadline): nobody reads this answer.
     return Response(status_code=499)
-
-
-def _render_unexpected(request: Request, exc: Exception) -> Response:
-    """The catch-all: log the failure, answer with the envelope and no stack trace."""
-    services: Services | None = getattr(request.app.state, "services", None)
-    request_id = request_id_of(request)
-    if services is not None:
-        services.log.error(
-            "unhandled_error", request_id=request_id, path=request.url.path, error=repr(exc)
-        )
-    error = GatewayError("The server had an error while processing your request.")
-    return error_response(error, {"x-request-id": request_id})
 
 
 def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None = None) -> Starlette:
@@ -240,11 +230,12 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
             *ops.routes,
         ],
         lifespan=lifespan,
-        middleware=[Middleware(DrainMiddleware, drain=drain)],
+        # The exchange middleware is outermost: it sees every status sent, and it is the
+        # catch-all that turns an unexpected exception into the 500 envelope.
+        middleware=[Middleware(ExchangeMiddleware), Middleware(DrainMiddleware, drain=drain)],
         exception_handlers={
             HTTPException: _render_http_exception,
             ClientDisconnect: _client_gone,
-            Exception: _render_unexpected,
         },
     )
     app.state.settings = settings

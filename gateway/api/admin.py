@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.api.exchange import when_answered
 from gateway.api.http import error_response, json_response, read_json_object, request_id_of
 from gateway.api.services import Services
 from gateway.auth import check_admin
@@ -173,6 +174,17 @@ def admin_endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]
         services: Services = request.app.state.services
         request_id = request_id_of(request)
         started = time.perf_counter()
+
+        def log_line(status: int) -> None:  # with the status the client got
+            services.log.info(
+                "admin_request",
+                request_id=request_id,
+                method=request.method,
+                path=request.url.path[:200],
+                status=status,
+                latency_ms=round((time.perf_counter() - started) * 1000, 3),
+            )
+
         try:
             check_admin(request.headers.get("authorization"), services.admin_key)
             response = await handler(request, services)
@@ -182,15 +194,11 @@ def admin_endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]
             response = error_response(
                 ServiceUnavailable(f"the key store is unavailable ({type(exc).__name__})")
             )
+        except Exception:  # the exchange middleware answers 500 (or 499: the client left)
+            when_answered(request, log_line, 500)
+            raise
         response.headers["x-request-id"] = request_id
-        services.log.info(
-            "admin_request",
-            request_id=request_id,
-            method=request.method,
-            path=request.url.path,
-            status=response.status_code,
-            latency_ms=round((time.perf_counter() - started) * 1000, 3),
-        )
+        when_answered(request, log_line, response.status_code)
         return response
 
     return endpoint

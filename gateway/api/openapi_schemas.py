@@ -1,6 +1,6 @@
 """JSON Schemas (OpenAPI 3.1 dialect) of what the gateway accepts and returns.
 
-Written from the validators that enforce them (``api/validation.py`` for /v1, the pydantic
+Written from the validators that enforce them (``api/request_models.py`` for /v1, the pydantic
 models of ``api/admin.py``, the report and policy handlers); ``tests/ops`` fuzzes the running
 server against them with schemathesis, so a drift on either side fails a test.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.api.admin import MAX_GRACE_S
-from gateway.api.validation import ROLES
+from gateway.api.request_models import ROLES
 from gateway.reports import GROUP_BYS, MAX_EVENTS_LIMIT
 
 Schema = dict[str, Any]
@@ -48,16 +48,25 @@ def _number_range(low: float, high: float) -> Schema:
 
 
 # Unknown fields pass through to the provider, so /v1 bodies allow additional properties.
+# These mirror api/request_models.py field by field.
+NON_EMPTY = {"type": "string", "minLength": 1}
 SAMPLING: dict[str, Schema] = {
     "max_tokens": _int_range(1, 10_000_000),
     "max_completion_tokens": _int_range(1, 10_000_000),
     "n": _int_range(1, 128),
+    "best_of": _int_range(1, 128),
     "temperature": _number_range(0, 2),
     "top_p": _number_range(0, 1),
     "presence_penalty": _number_range(-2, 2),
     "frequency_penalty": _number_range(-2, 2),
     "stop": nullable({"anyOf": [STRING, {"type": "array", "items": STRING}]}),
-    "user": STRING,
+    "user": nullable(STRING),
+    "metadata": nullable(
+        obj(
+            {"task_type": nullable(STRING)},
+            description="task_type picks the routing task; other entries pass through",
+        )
+    ),
 }
 STREAMING: dict[str, Schema] = {
     "stream": nullable(BOOLEAN),
@@ -65,23 +74,95 @@ STREAMING: dict[str, Schema] = {
         obj({"include_usage": nullable(BOOLEAN)}, description="only with stream: true")
     ),
 }
-CONTENT = {"anyOf": [STRING, {"type": "array"}]}
+NOT_STREAMED = {"enum": [False, None]}
+CONTENT = {
+    "anyOf": [
+        STRING,
+        {"type": "array", "items": obj({"type": STRING, "text": nullable(STRING)}, ["type"])},
+    ]
+}
+FUNCTION_CALL = obj({"name": nullable(STRING), "arguments": nullable(STRING)})
 MESSAGE = {
     "oneOf": [
         obj(
-            {"role": {"enum": ["system", "developer", "user"]}, "content": CONTENT},
+            {"role": {"enum": ["system", "developer", "user"]}, "content": CONTENT}
+            | {"name": nullable(STRING)},
             ["role", "content"],
         ),
         obj(
             {
-                "role": {"enum": sorted(ROLES - {"system", "developer", "user"})},
+                "role": {"const": "assistant"},
                 "content": nullable(CONTENT),
+                "name": nullable(STRING),
+                "tool_calls": nullable(
+                    {
+                        "type": "array",
+                        "items": obj(
+                            {"type": nullable(STRING), "function": nullable(FUNCTION_CALL)}
+                        ),
+                    }
+                ),
+                "function_call": nullable(FUNCTION_CALL),
+            },
+            ["role"],
+        ),
+        obj(
+            {
+                "role": {
+                    "enum": [
+                        r for r in ROLES if r not in ("system", "developer", "user", "assistant")
+                    ]
+                },
+                "content": nullable(CONTENT),
+                "name": nullable(STRING),
             },
             ["role"],
         ),
     ]
 }
-
+FUNCTION_DEFINITION = obj(
+    {
+        "name": NON_EMPTY,
+        "description": nullable(STRING),
+        "parameters": nullable({"type": "object"}),
+        "strict": nullable(BOOLEAN),
+    },
+    ["name"],
+)
+TOOLS: dict[str, Schema] = {
+    "tools": nullable(
+        {
+            "type": "array",
+            "items": obj({"type": NON_EMPTY, "function": nullable(FUNCTION_DEFINITION)}, ["type"]),
+        }
+    ),
+    "functions": nullable({"type": "array", "items": FUNCTION_DEFINITION}),
+    "response_format": nullable(
+        obj(
+            {
+                "type": NON_EMPTY,
+                "json_schema": nullable(
+                    obj(
+                        {
+                            "name": NON_EMPTY,
+                            "schema": nullable({"type": "object"}),
+                            "description": nullable(STRING),
+                            "strict": nullable(BOOLEAN),
+                        },
+                        ["name"],
+                    )
+                ),
+            },
+            ["type"],
+        )
+    ),
+}
+# A prompt or embedding input: text, or a non-empty array of texts, token ids or token arrays.
+BATCH = {
+    "type": "array",
+    "minItems": 1,
+    "items": {"anyOf": [STRING, INTEGER, {"type": "array", "items": INTEGER}]},
+}
 USAGE = obj(
     {"prompt_tokens": INTEGER, "completion_tokens": INTEGER, "total_tokens": INTEGER},
     ["prompt_tokens", "total_tokens"],
@@ -153,17 +234,18 @@ SCHEMAS: dict[str, Schema] = {
         ["error"],
     ),
     "ChatCompletionRequest": obj(
-        {"model": MODEL_NAME, "messages": {"type": "array", "minItems": 1, "items": MESSAGE}}
+        {
+            "model": nullable(MODEL_NAME),
+            "messages": {"type": "array", "minItems": 1, "items": MESSAGE},
+        }
         | STREAMING
-        | SAMPLING,
+        | SAMPLING
+        | TOOLS,
         ["messages"],
         description="model is optional: without it the policy routes by task",
     ),
     "CompletionRequest": obj(
-        {
-            "model": MODEL_NAME,
-            "prompt": {"anyOf": [STRING, {"type": "array", "minItems": 1}]},
-        }
+        {"model": nullable(MODEL_NAME), "prompt": {"anyOf": [STRING, BATCH]}}
         | STREAMING
         | SAMPLING,
         ["prompt"],
@@ -171,19 +253,21 @@ SCHEMAS: dict[str, Schema] = {
     "EmbeddingRequest": obj(
         {
             "model": MODEL_NAME,
-            "input": {
-                "anyOf": [{"type": "string", "minLength": 1}, {"type": "array", "minItems": 1}]
-            },
-            "stream": {"enum": [False, None]},
+            "input": {"anyOf": [NON_EMPTY, BATCH]},
+            "stream": NOT_STREAMED,
+            "user": nullable(STRING),
+            "metadata": SAMPLING["metadata"],
         },
         ["model", "input"],
     ),
     "ImageRequest": obj(
         {
             "model": MODEL_NAME,
-            "prompt": {"type": "string", "minLength": 1},
+            "prompt": NON_EMPTY,
             "n": _int_range(1, 10),
-            "stream": {"enum": [False, None]},
+            "stream": NOT_STREAMED,
+            "user": nullable(STRING),
+            "metadata": SAMPLING["metadata"],
         },
         ["model", "prompt"],
     ),

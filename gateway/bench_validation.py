@@ -1,0 +1,253 @@
+"""``python -m gateway.bench_validation``: CPU cost of checking one /v1 chat body, per request.
+
+Times (best of ``--repeat`` timeit runs, µs per call) on three realistic bodies (a small chat,
+a chat with tools, tool calls and a JSON-schema response format, and a 50-message chat):
+
+- ``strict JSON``: ``parse_json_object`` (orjson, depth cap, duplicate-key check);
+- ``msgspec``: the gateway's typed check (``api.validation.validate_chat``);
+- ``pydantic``: the same models written for pydantic v2 (below), the alternative measured.
+
+This is how the validator was chosen; docs/benchmarks.md records a run. Timings only: it
+starts no server and is safe to run on a busy machine (expect noise, not bias).
+"""
+
+from __future__ import annotations
+
+import argparse
+import timeit
+from collections.abc import Callable
+from functools import partial
+from typing import Annotated, Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.api.strict_json import parse_json_object
+from gateway.api.validation import validate_chat
+
+# -- the pydantic v2 mirror of api/request_models.py (chat only), for comparison ---------------
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class _Part(_Model):
+    type: str
+    text: str | None = None
+
+
+_Content = str | list[_Part]
+
+
+class _FunctionCall(_Model):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _ToolCall(_Model):
+    type: str | None = None
+    function: _FunctionCall | None = None
+
+
+class _NeedsContent(_Model):
+    role: Literal["system", "developer", "user"]
+    content: _Content
+    name: str | None = None
+
+
+class _Assistant(_Model):
+    role: Literal["assistant"]
+    content: _Content | None = None
+    name: str | None = None
+    tool_calls: list[_ToolCall] | None = None
+    function_call: _FunctionCall | None = None
+
+
+class _ToolOrFunction(_Model):
+    role: Literal["tool", "function"]
+    content: _Content | None = None
+    name: str | None = None
+
+
+_Message = Annotated[_NeedsContent | _Assistant | _ToolOrFunction, Field(discriminator="role")]
+
+
+class _FunctionDefinition(_Model):
+    name: Annotated[str, Field(min_length=1)]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class _Tool(_Model):
+    type: Annotated[str, Field(min_length=1)]
+    function: _FunctionDefinition | None = None
+
+
+class _JsonSchemaFormat(_Model):
+    name: Annotated[str, Field(min_length=1)]
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    description: str | None = None
+    strict: bool | None = None
+
+
+class _ResponseFormat(_Model):
+    type: Annotated[str, Field(min_length=1)]
+    json_schema: _JsonSchemaFormat | None = None
+
+
+class _StreamOptions(_Model):
+    include_usage: bool | None = None
+
+
+class _Metadata(_Model):
+    task_type: str | None = None
+
+
+_Choices = Annotated[int, Field(ge=1, le=128)]
+_TokenCap = Annotated[int, Field(ge=1, le=10_000_000)]
+
+
+class PydanticChatRequest(_Model):
+    model: Annotated[str, Field(min_length=1)] | None = None
+    messages: Annotated[list[_Message], Field(min_length=1)]
+    stream: bool | None = None
+    stream_options: _StreamOptions | None = None
+    n: _Choices | None = None
+    best_of: _Choices | None = None
+    max_tokens: _TokenCap | None = None
+    max_completion_tokens: _TokenCap | None = None
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Field(ge=0, le=1)] | None = None
+    presence_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
+    frequency_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
+    stop: str | list[str] | None = None
+    user: str | None = None
+    metadata: _Metadata | None = None
+    tools: list[_Tool] | None = None
+    functions: list[_FunctionDefinition] | None = None
+    response_format: _ResponseFormat | None = None
+
+
+# -- the bodies ------------------------------------------------------------------------------
+
+
+def _function(name: str, description: str, properties: dict[str, Any]) -> dict[str, Any]:
+    parameters = {"type": "object", "properties": properties, "required": [next(iter(properties))]}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
+
+
+SMALL_CHAT: dict[str, Any] = {
+    "model": "gpt-4o-mini",
+    "messages": [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Say hi in five words."},
+    ],
+    "max_tokens": 32,
+    "temperature": 0.2,
+}
+TOOLS_CHAT: dict[str, Any] = {
+    "model": "gpt-4o-mini",
+    "messages": [
+        {"role": "system", "content": "Use the tools."},
+        {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "18 C, clear"},
+    ],
+    "tools": [
+        _function(
+            "get_weather",
+            "Current weather for a city",
+            {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
+        ),
+        _function(
+            "search",
+            "Web search",
+            {"q": {"type": "string"}, "k": {"type": "integer", "minimum": 1, "maximum": 10}},
+        ),
+    ],
+    "tool_choice": "auto",
+    "response_format": {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "answer",
+            "schema": {"type": "object", "properties": {"text": {"type": "string"}}},
+            "strict": True,
+        },
+    },
+    "stream": True,
+    "stream_options": {"include_usage": True},
+    "metadata": {"task_type": "chat"},
+    "user": "user-42",
+}
+LONG_CHAT: dict[str, Any] = {
+    "model": "gpt-4o-mini",
+    "messages": [{"role": "system", "content": "Be helpful."}]
+    + [
+        {
+            "role": "user" if turn % 2 else "assistant",
+            "content": f"Turn {turn}: a sentence or two about the topic at hand, as people write.",
+        }
+        for turn in range(49)
+    ],
+    "max_tokens": 256,
+}
+BODIES = {"small chat": SMALL_CHAT, "chat with tools": TOOLS_CHAT, "50-message chat": LONG_CHAT}
+
+
+def per_call_us(function: Callable[[], object], number: int, repeat: int) -> float:
+    return min(timeit.repeat(function, number=number, repeat=repeat)) / number * 1e6
+
+
+def measure(number: int, repeat: int) -> list[dict[str, Any]]:
+    rows = []
+    for name, body in BODIES.items():
+        raw = orjson.dumps(body)
+        validate_chat(body)  # both accept every body: a like-for-like comparison
+        PydanticChatRequest.model_validate(body)
+        rows.append(
+            {
+                "body": name,
+                "bytes": len(raw),
+                "strict_json_us": per_call_us(partial(parse_json_object, raw), number, repeat),
+                "msgspec_us": per_call_us(partial(validate_chat, body), number, repeat),
+                "pydantic_us": per_call_us(
+                    partial(PydanticChatRequest.model_validate, body), number, repeat
+                ),
+            }
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gateway.bench_validation")
+    parser.add_argument("--number", type=int, default=20_000, help="calls per timeit run")
+    parser.add_argument("--repeat", type=int, default=5, help="timeit runs; the best is shown")
+    args = parser.parse_args(argv)
+    print("| body | bytes | strict JSON µs | msgspec µs | pydantic v2 µs | pydantic / msgspec |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for row in measure(args.number, args.repeat):
+        ratio = row["pydantic_us"] / row["msgspec_us"]
+        print(
+            f"| {row['body']} | {row['bytes']} | {row['strict_json_us']:.2f} "
+            f"| {row['msgspec_us']:.2f} | {row['pydantic_us']:.2f} | {ratio:.1f}x |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
