@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
+from gateway.errors import echo
 from gateway.usage import (
     KEY_INDEX,
     Group,
@@ -151,7 +152,9 @@ def parse_day(value: str | None, param: str, default: date) -> date:
     try:
         return date.fromisoformat(value)
     except ValueError:
-        raise ReportError(param, f"{param} must be a date as YYYY-MM-DD, got {value!r}") from None
+        raise ReportError(
+            param, f"{param} must be a date as YYYY-MM-DD, got {echo(value)}"
+        ) from None
 
 
 def _csv_safe(value: Any) -> Any:

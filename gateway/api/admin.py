@@ -22,7 +22,6 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StrictStr,
-    ValidationError,
     field_validator,
 )
 from starlette.requests import Request
@@ -31,9 +30,17 @@ from starlette.routing import Route
 
 from gateway.api.exchange import when_answered
 from gateway.api.http import error_response, json_response, read_json_object, request_id_of
+from gateway.api.payloads import parse_payload, parse_query
 from gateway.api.services import Services
 from gateway.auth import check_admin
-from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound, ServiceUnavailable
+from gateway.errors import (
+    Conflict,
+    GatewayError,
+    InvalidRequest,
+    NotFound,
+    ServiceUnavailable,
+    echo,
+)
 from gateway.keys import ID_LENGTH, KeyRecord
 from gateway.policy import Policy
 from gateway.redis_connect import REDIS_FAILURES
@@ -114,28 +121,14 @@ class RotateRequest(BaseModel):
     grace_seconds: Annotated[StrictInt | StrictFloat, Field(ge=0, le=MAX_GRACE_S)] = 0
 
 
-def _field_path(location: tuple[Any, ...]) -> str:
-    path = ""
-    for part in location:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif not path:
-            path = str(part)
-        elif not str(part).startswith(("function-", "constrained-")):
-            path += f".{part}"
-    return path
+class KeyListQuery(BaseModel):
+    """``GET /admin/keys`` query parameters."""
 
-
-def parse_payload(model: type[BaseModel], data: dict[str, Any]) -> Any:
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        path = _field_path(first["loc"])
-        message = first["msg"].removeprefix("Value error, ")
-        if first["type"] == "extra_forbidden":
-            message = "unknown field"
-        raise InvalidRequest(f"{path}: {message}", param=path) from None
+    model_config = ConfigDict(extra="forbid")
+    limit: Annotated[int, Field(ge=1, le=1000)] = 50
+    after: Annotated[str, Field(max_length=200)] | None = None
+    team: Annotated[str, Field(max_length=200)] | None = None
+    status: Literal["active", "revoked", "expired"] | None = None
 
 
 def check_models(policy: Policy | None, models: list[str] | None) -> None:
@@ -156,7 +149,7 @@ def _policy(services: Services) -> Policy | None:
 def _key_id(request: Request) -> str:
     key_id = request.path_params["key_id"]
     if len(key_id) != ID_LENGTH or not (key_id.isascii() and key_id.isalnum()):
-        raise NotFound(f"no key with id {key_id!r}", param="id")
+        raise NotFound(f"no key with id {echo(key_id)}", param="id")
     return key_id
 
 
@@ -219,20 +212,10 @@ async def create_key(request: Request, services: Services) -> Response:
 
 
 async def list_keys(request: Request, services: Services) -> Response:
-    query = request.query_params
-    unknown = set(query) - {"limit", "after", "team", "status"}
-    if unknown:
-        name = sorted(unknown)[0]
-        raise InvalidRequest(f"{name}: unknown query parameter", param=name)
-    raw_limit = query.get("limit", "50")
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 1000:
-        raise InvalidRequest("limit: must be an integer from 1 to 1000", param="limit")
-    status = query.get("status")
-    if status is not None and status not in ("active", "revoked", "expired"):
-        raise InvalidRequest("status: must be active, revoked or expired", param="status")
+    query = parse_query(KeyListQuery, request)
     try:
         page = await services.keys.list(
-            limit=int(raw_limit), after=query.get("after"), team=query.get("team"), status=status
+            limit=query.limit, after=query.after, team=query.team, status=query.status
         )
     except KeyError:
         raise InvalidRequest("after: no key with that id", param="after") from None

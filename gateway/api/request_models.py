@@ -165,3 +165,14 @@ class ImageRequest(msgspec.Struct):
     stream: bool | None = None
     user: str | None = None
     metadata: Metadata | None = None
+
+
+class RouteRequest(_Generation):
+    """A body ``POST /admin/route/explain`` routes: any /v1 request, every field optional."""
+
+    messages: list[Message] | None = None
+    prompt: str | Batch | None = None
+    input: NonEmptyStr | Batch | None = None
+    tools: list[Tool] | None = None
+    functions: list[FunctionDefinition] | None = None
+    response_format: ResponseFormat | None = None

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from gateway.bounded_load import nesting_depth_exceeds
 from gateway.errors import InvalidRequest
 
 MAX_JSON_DEPTH = 64
@@ -56,18 +57,6 @@ def _reject_duplicates(text: str) -> None:
         ) from None
     except RecursionError:  # unreachable behind the depth check; kept as a guard
         raise _too_deep() from None
-
-
-def nesting_depth_exceeds(data: Any, limit: int) -> bool:
-    """True when ``data`` nests lists/dicts more than ``limit`` levels (iterative: no recursion)."""
-    stack: list[tuple[Any, int]] = [(data, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if depth > limit:
-            return True
-        children = value.values() if isinstance(value, dict) else value
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-    return False
 
 
 def check_depth(raw: bytes, data: Any, limit: int = MAX_JSON_DEPTH) -> None:

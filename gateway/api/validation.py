@@ -19,6 +19,7 @@ from gateway.api.request_models import (
     CompletionRequest,
     EmbeddingRequest,
     ImageRequest,
+    RouteRequest,
 )
 from gateway.errors import InvalidRequest
 
@@ -28,6 +29,7 @@ __all__ = [
     "validate_completion",
     "validate_embedding",
     "validate_image",
+    "validate_routed",
 ]
 
 _TYPE_NAMES = {
@@ -51,16 +53,17 @@ def _plain_types(match: re.Match[str]) -> str:
 
 
 def _join(path: str, field: str) -> str:
-    return f"{path}.{field}" if path else field
+    return f"{path}.{field}" if path and field else path or field
 
 
-def invalid_body(error: msgspec.ValidationError) -> InvalidRequest:
-    """msgspec's error (``Expected `int`, got `str` - at `$.n```) as a 400 naming the path."""
+def invalid_body(error: msgspec.ValidationError, prefix: str = "") -> InvalidRequest:
+    """msgspec's error (``Expected `int`, got `str` - at `$.n```) as a 400 naming the path,
+    under ``prefix`` when the body sits inside another document."""
     text = str(error)
     detail, marker, where = text.rpartition(" - at `$")
     if not marker:
         detail, where = text, "`"
-    path = where[:-1].removeprefix(".")
+    path = _join(prefix, where[:-1].removeprefix(".")) if prefix else where[:-1].removeprefix(".")
     missing = _MISSING.match(detail)
     if missing:
         path, message = _join(path, missing[1]), "is required"
@@ -76,11 +79,11 @@ def invalid_body(error: msgspec.ValidationError) -> InvalidRequest:
     return InvalidRequest(f"{path}: {message}", param=path)
 
 
-def _convert(body: dict[str, Any], model: type[Any]) -> Any:
+def _convert(body: dict[str, Any], model: type[Any], prefix: str = "") -> Any:
     try:
         return msgspec.convert(body, model, strict=True)
     except msgspec.ValidationError as exc:
-        raise invalid_body(exc) from None
+        raise invalid_body(exc, prefix) from None
 
 
 def _stream_options_need_stream(request: ChatRequest | CompletionRequest) -> None:
@@ -112,3 +115,8 @@ def validate_image(body: dict[str, Any]) -> None:
         raise InvalidRequest(
             "stream: image generation is not streamed by this gateway", param="stream"
         )
+
+
+def validate_routed(body: dict[str, Any], prefix: str) -> None:
+    """The fields routing reads, in any /v1 body (the route explanation's ``body``)."""
+    _convert(body, RouteRequest, prefix)
