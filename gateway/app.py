@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import sys
 from collections.abc import AsyncIterator
 from typing import IO, Any
@@ -21,7 +22,7 @@ from starlette.responses import Response
 
 from gateway.api import admin, admin_mounts, dashboard_mount, openai, ops
 from gateway.api.dashboard_mount import build_dashboard_auth
-from gateway.api.exchange import ExchangeMiddleware
+from gateway.api.exchange import ExchangeMiddleware, record_wire_rejection
 from gateway.api.http import error_response, request_id_of
 from gateway.api.services import Services
 from gateway.api.settler import SettleBatcher
@@ -241,6 +242,8 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
     app.state.settings = settings
     app.state.drain = drain
     app.state.secrets = secrets
+    # For http_guard's on_reject: requests the server refuses before the app sees them.
+    app.state.record_wire_rejection = functools.partial(record_wire_rejection, app.state)
     return app
 
 

@@ -70,7 +70,7 @@ def serve(settings: Settings, workers: int) -> int:
         "loop": "uvloop",
         "access_log": False,
         "log_level": "warning",
-        "http": guarded_protocol(settings),
+        "http": guarded_protocol(settings),  # each worker's own app: no on_reject hook
         "timeout_keep_alive": settings.keep_alive_timeout_s,
         # SIGTERM drains in the app first (shutdown_grace_s); this only bounds what is left.
         "timeout_graceful_shutdown": 2,
@@ -80,7 +80,9 @@ def serve(settings: Settings, workers: int) -> int:
             return _fail("--workers > 1 needs SWITCHYARD_REDIS_URL (one shared Redis)")
         uvicorn.run("gateway.app:create_app_from_env", factory=True, workers=workers, **options)
     else:
-        uvicorn.run(create_app(settings), **options)
+        app = create_app(settings)
+        options["http"] = guarded_protocol(settings, app.state.record_wire_rejection)
+        uvicorn.run(app, **options)
     return 0
 
 

@@ -336,6 +336,14 @@ def _security_headers(response: Response) -> Response:
     return response
 
 
+def error_page(
+    renderer: DashboardRenderer, message: str, status: int, param: str | None = None
+) -> Response:
+    """The dashboard's error page (a bad range, a store that is down) with ``status``."""
+    html = renderer.render("error.html", message=message, param=param)
+    return _security_headers(HTMLResponse(html, status_code=status))
+
+
 def _login_page(renderer: DashboardRenderer, message: str | None, status: int) -> Response:
     html = renderer.render("login.html", message=message)
     return _security_headers(HTMLResponse(html, status_code=status))
@@ -366,8 +374,7 @@ async def dashboard_page(
         )
         reports.check_range(start, end)
     except ReportError as exc:
-        html = renderer.render("error.html", message=exc.message, param=exc.param)
-        return _security_headers(HTMLResponse(html, status_code=400))
+        return error_page(renderer, exc.message, 400, exc.param)
     view = build_view(start, end, await reports.cells(start, end), await _list_keys(list_keys))
     return _security_headers(HTMLResponse(renderer.render("dashboard.html", view=view)))
 

@@ -1,14 +1,15 @@
 """The admin dashboard (gateway/dashboard.py) mounted with the app's reports, keys and auth.
 
 The dashboard signs its own session cookie; its login checks the admin key with the same
-constant-time comparison as the admin API.
+constant-time comparison as the admin API. Every dashboard route answers a Redis outage with a
+503 page (``Retry-After``), as the admin API answers it with a 503 envelope.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from starlette.requests import Request
@@ -21,7 +22,9 @@ from gateway.dashboard import (
     dashboard_login,
     dashboard_logout,
     dashboard_page,
+    error_page,
 )
+from gateway.redis_connect import REDIS_FAILURES
 
 MAX_KEYS_SHOWN = 1000
 
@@ -64,8 +67,31 @@ async def _logout(request: Request) -> Response:
     return await dashboard_logout(request, auth=services.dashboard_auth)
 
 
+def _unless_redis_down(
+    handler: Callable[[Request], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        services: Services = request.app.state.services
+        try:
+            return await handler(request)
+        except REDIS_FAILURES as exc:
+            services.log.warning(
+                "dashboard_store_unavailable", path=request.url.path, error=type(exc).__name__
+            )
+            response = error_page(
+                services.dashboard_renderer,
+                "The usage store (Redis) is unavailable right now; try again in a moment.",
+                503,
+            )
+            response.headers["retry-after"] = "5"
+            return response
+
+    endpoint.__name__ = handler.__name__
+    return endpoint
+
+
 routes = [
-    Route("/admin/ui", _page, methods=["GET"]),
-    Route("/admin/ui/login", _login, methods=["POST"]),
-    Route("/admin/ui/logout", _logout, methods=["POST"]),
+    Route("/admin/ui", _unless_redis_down(_page), methods=["GET"]),
+    Route("/admin/ui/login", _unless_redis_down(_login), methods=["POST"]),
+    Route("/admin/ui/logout", _unless_redis_down(_logout), methods=["POST"]),
 ]

@@ -14,6 +14,9 @@ that goes out, so a log line never claims a status the client did not see:
   refusal, a 500 of any route) gets a ``request`` log line and a count in
   ``switchyard_requests_total`` under its route template (``unmatched`` when no route
   matched: the label set stays bounded). Probes and scrapes are left out.
+
+Requests the HTTP server itself refuses (unparsable, headers too large or too slow) never reach
+the app; ``record_wire_rejection`` counts and logs them under the route ``unparsed``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from gateway.errors import GatewayError
 EXCHANGE_KEY = "switchyard.exchange"
 CLIENT_GONE = 499
 UNMATCHED = "unmatched"
+UNPARSED = "unparsed"
 QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 _LOGGED_PATH_CHARS = 200
 
@@ -159,3 +163,14 @@ class ExchangeMiddleware:
                 latency_ms=round(elapsed_s * 1000, 3),
                 error="failed",
             )
+
+
+def record_wire_rejection(state: Any, status: int, reason: str) -> None:
+    """A request the HTTP server refused before the app saw it (``http_guard``'s ``on_reject``):
+    counted and logged like the others, under the route ``unparsed``. ``state`` is the app's."""
+    services = getattr(state, "services", None)
+    if services is None:
+        return
+    services.metrics.requests.labels(UNPARSED, "-", "-", str(status)).inc()
+    if services.settings.access_log:
+        services.log.info("request", route=UNPARSED, status=status, error=reason)
