@@ -214,8 +214,11 @@ async def create_key(request: Request, services: Services) -> Response:
 async def list_keys(request: Request, services: Services) -> Response:
     query = parse_query(KeyListQuery, request)
     try:
-        page = await services.keys.list(
-            limit=query.limit, after=query.after, team=query.team, status=query.status
+        page = await services.keys.list(  # an empty filter is no filter
+            limit=query.limit,
+            after=query.after or None,
+            team=query.team or None,
+            status=query.status,
         )
     except KeyError:
         raise InvalidRequest("after: no key with that id", param="after") from None

@@ -3,7 +3,7 @@
 A failure is a 400 in OpenAI's envelope whose ``param`` names the field (``models[2]``,
 ``limit``). Handlers check everything before they change anything, so a refused request has
 applied nothing. Query strings: an unknown parameter is refused, a parameter given twice is
-refused, and an empty one means its default.
+refused, and an empty value is a value (``limit=`` is not a number).
 """
 
 from __future__ import annotations
@@ -51,14 +51,11 @@ def parse_payload(model: type[Model], data: dict[str, Any]) -> Model:
 def parse_query(model: type[Model], request: Request) -> Model:
     """The query string as ``model`` (its ``extra="forbid"`` refuses unknown parameters)."""
     data: dict[str, str] = {}
-    seen: set[str] = set()
     for name, value in request.query_params.multi_items():
-        if name in seen:
+        if name in data:
             shown = name[:_MAX_NAME_CHARS]
             raise InvalidRequest(f"{shown}: given more than once", param=shown)
-        seen.add(name)
-        if value != "":
-            data[name] = value
+        data[name] = value
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -53,10 +53,13 @@ class OwnUsageQuery(BaseModel):
     days: Annotated[int, Field(ge=1)] = DEFAULT_RANGE_DAYS
 
 
+DAY_PATTERN = r"^\d{4}-\d{2}-\d{2}$"
+
+
 class AdminUsageQuery(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    from_: Annotated[str | None, Field(alias="from", max_length=40)] = None
-    to: Annotated[str | None, Field(max_length=40)] = None
+    from_: Annotated[str | None, Field(alias="from", pattern=DAY_PATTERN)] = None
+    to: Annotated[str | None, Field(pattern=DAY_PATTERN)] = None
     group_by: Literal[GROUP_BYS] = "key"  # type: ignore[valid-type]
     format: Literal["json", "csv"] = "json"
 
@@ -123,8 +126,8 @@ async def admin_usage_events(request: Request, *, reports: UsageReports) -> Resp
     try:
         query = parse_query(UsageEventsQuery, request)
         key = validate_key_filter(query.key)
-        page = await reports.events(
-            key=key, model=query.model, cursor=query.cursor, limit=query.limit
+        page = await reports.events(  # an empty filter is no filter
+            key=key, model=query.model or None, cursor=query.cursor or None, limit=query.limit
         )
     except ReportError as exc:
         return error_response(_invalid(exc))
