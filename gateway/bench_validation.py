@@ -7,6 +7,9 @@ a chat with tools, tool calls and a JSON-schema response format, and a 50-messag
 - ``msgspec``: the gateway's typed check (``api.validation.validate_chat``);
 - ``pydantic``: the same models written for pydantic v2 (below), the alternative measured.
 
+It also times what the exchange middleware (``api/exchange.py``, the status the client got)
+adds to one request: an ASGI call through it against the same call without it.
+
 This is how the validator was chosen; docs/benchmarks.md records a run. Timings only: it
 starts no server and is safe to run on a busy machine (expect noise, not bias).
 """
@@ -14,6 +17,8 @@ starts no server and is safe to run on a busy machine (expect noise, not bias).
 from __future__ import annotations
 
 import argparse
+import asyncio
+import time
 import timeit
 from collections.abc import Callable
 from functools import partial
@@ -22,6 +27,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.api.exchange import ExchangeMiddleware
 from gateway.api.strict_json import parse_json_object
 from gateway.api.validation import validate_chat
 
@@ -233,6 +239,34 @@ def measure(number: int, repeat: int) -> list[dict[str, Any]]:
     return rows
 
 
+async def _answer(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"{}"})
+
+
+async def _discard(message: dict[str, Any]) -> None:
+    return None
+
+
+async def _calls_us(app: Any, number: int) -> float:
+    template = {"type": "http", "path": "/v1/chat/completions", "headers": [], "method": "POST"}
+    started = time.perf_counter()
+    for _ in range(number):
+        await app(dict(template), None, _discard)
+    return (time.perf_counter() - started) / number * 1e6
+
+
+def middleware_cost_us(number: int, repeat: int) -> float:
+    """µs the exchange middleware adds to one answered request (best of ``repeat``)."""
+    wrapped = ExchangeMiddleware(_answer)
+    best = float("inf")
+    for _ in range(repeat):
+        plain = asyncio.run(_calls_us(_answer, number))
+        through = asyncio.run(_calls_us(wrapped, number))
+        best = min(best, through - plain)
+    return best
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gateway.bench_validation")
     parser.add_argument("--number", type=int, default=20_000, help="calls per timeit run")
@@ -246,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
             f"| {row['body']} | {row['bytes']} | {row['strict_json_us']:.2f} "
             f"| {row['msgspec_us']:.2f} | {row['pydantic_us']:.2f} | {ratio:.1f}x |"
         )
+    added = middleware_cost_us(args.number, args.repeat)
+    print(f"\nexchange middleware: +{added:.2f} µs per request")
     return 0
 
 

@@ -8,8 +8,9 @@ that goes out, so a log line never claims a status the client did not see:
   without answering; after the first byte the connection is cut instead;
 - a request whose answer never went out (the client left) counts as 499;
 - a handler that writes its own access line (``/v1``, ``/admin``) registers it with
-  ``exchange_of(request).on_end(callback)``: the callback runs once the answer is sent, with
-  that status;
+  ``exchange_of(request).on_end(callback)``: the callback runs with that status once the
+  status line is out, just before the answer's last byte (or once the exchange ended without
+  one);
 - any other request that ended in an error (a 404 for an unknown path, a 405, a drain
   refusal, a 500 of any route) gets a ``request`` log line and a count in
   ``switchyard_requests_total`` under its route template (``unmatched`` when no route
@@ -45,10 +46,11 @@ Message = dict[str, Any]
 class Exchange:
     """One request/response as the client saw it."""
 
-    __slots__ = ("_on_end", "status")
+    __slots__ = ("_on_end", "finished", "status")
 
     def __init__(self) -> None:
         self.status: int | None = None  # the status line sent; None until then
+        self.finished = False
         self._on_end: Callable[[int], None] | None = None
 
     def on_end(self, callback: Callable[[int], None]) -> None:
@@ -98,6 +100,10 @@ class ExchangeMiddleware:
         async def observed_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 exchange.status = message["status"]
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                # The status line is out; the log line is written before the last byte is, so
+                # a client that has its whole answer finds the line already there.
+                self._finish(scope, exchange, time.perf_counter() - started)
             await send(message)
 
         try:
@@ -142,6 +148,9 @@ class ExchangeMiddleware:
         await send({"type": "http.response.body", "body": body})
 
     def _finish(self, scope: Scope, exchange: Exchange, elapsed_s: float) -> None:
+        if exchange.finished:
+            return
+        exchange.finished = True
         status = exchange.status if exchange.status is not None else CLIENT_GONE
         if exchange.end(status) or status < 400 or scope.get("path") in QUIET_PATHS:
             return

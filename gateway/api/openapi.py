@@ -92,6 +92,7 @@ def _admin(
     }
     if body is not None:
         operation["requestBody"] = {"required": True, "content": _json_content(ref(body))}
+        operation["responses"] |= _errors(413)  # a body over the size limit
     if params:
         operation["parameters"] = params
     return operation
@@ -226,11 +227,17 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
         },
         "/admin/policy": {
             "get": _admin("The policy in force", "PolicyState"),
-            "put": _admin("Replace the policy (validated, written, applied)", "PolicyApplied")
+            "put": _admin(
+                "Replace the policy (validated, written, applied)",
+                "PolicyApplied",
+                errors=(*ADMIN_ERRORS, 413),
+            )
             | {"requestBody": {"required": True, "content": POLICY_BODY}},
         },
         "/admin/policy/validate": {
-            "post": _admin("Validate a policy without applying it", "PolicyValid")
+            "post": _admin(
+                "Validate a policy without applying it", "PolicyValid", errors=(*ADMIN_ERRORS, 413)
+            )
             | {"requestBody": {"required": True, "content": POLICY_BODY}}
         },
         "/admin/route/explain": {

@@ -200,11 +200,9 @@ KEY_FIELDS: dict[str, Schema] = {
     "budget_period": nullable({"enum": ["day", "month", "total"]}),
     "expires_at": nullable(
         {
-            "anyOf": [
-                {"type": "number", "exclusiveMinimum": 0},
-                {"type": "string", "format": "date-time"},
-            ],
-            "description": "unix timestamp or ISO 8601 date-time (UTC if no zone), future",
+            "anyOf": [{"type": "number", "exclusiveMinimum": 0}, STRING],
+            "description": "unix timestamp (a number, or a string of one) or ISO 8601 "
+            "date-time (UTC if no zone), in the future",
         }
     ),
     "metadata": nullable(
