@@ -8,7 +8,9 @@ a chat with tools, tool calls and a JSON-schema response format, and a 50-messag
 - ``pydantic``: the same models written for pydantic v2 (below), the alternative measured.
 
 It also times what the exchange middleware (``api/exchange.py``, the status the client got)
-adds to one request: an ASGI call through it against the same call without it.
+adds to one request: an ASGI call through it against the same call without it. With
+``--before DIR`` (the ``gateway/api`` folder of an older tree, e.g. from ``git archive``) it
+times that tree's ``parse_json_object`` + ``validate_chat`` against this one's, interleaved.
 
 This is how the validator was chosen; docs/benchmarks.md records a run. Timings only: it
 starts no server and is safe to run on a busy machine (expect noise, not bias).
@@ -18,10 +20,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import time
 import timeit
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -267,10 +271,43 @@ def middleware_cost_us(number: int, repeat: int) -> float:
     return best
 
 
+def _load(path: Path, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def before_after(api_dir: Path, number: int, repeat: int) -> list[tuple[str, float, float]]:
+    """(body, µs before, µs after) for strict JSON + chat validation, old tree vs this one."""
+    old_json = _load(api_dir / "strict_json.py", "before_strict_json")
+    old_validation = _load(api_dir / "validation.py", "before_validation")
+    rows = []
+    for name, body in BODIES.items():
+        raw = orjson.dumps(body)
+
+        def before(raw: bytes = raw) -> None:
+            old_validation.validate_chat(old_json.parse_json_object(raw))
+
+        def after(raw: bytes = raw) -> None:
+            validate_chat(parse_json_object(raw))
+
+        old_us, new_us = float("inf"), float("inf")
+        for _ in range(repeat):  # interleaved, so load on the machine hits both alike
+            old_us = min(old_us, per_call_us(before, number, 1))
+            new_us = min(new_us, per_call_us(after, number, 1))
+        rows.append((name, old_us, new_us))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gateway.bench_validation")
     parser.add_argument("--number", type=int, default=20_000, help="calls per timeit run")
     parser.add_argument("--repeat", type=int, default=5, help="timeit runs; the best is shown")
+    parser.add_argument(
+        "--before", type=Path, help="an older tree's gateway/api folder to compare against"
+    )
     args = parser.parse_args(argv)
     print("| body | bytes | strict JSON µs | msgspec µs | pydantic v2 µs | pydantic / msgspec |")
     print("|---|---:|---:|---:|---:|---:|")
@@ -282,6 +319,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     added = middleware_cost_us(args.number, args.repeat)
     print(f"\nexchange middleware: +{added:.2f} µs per request")
+    if args.before is not None:
+        print("\n| body | before: parse + check µs | after: parse + check µs | change µs |")
+        print("|---|---:|---:|---:|")
+        for name, old_us, new_us in before_after(args.before, args.number, args.repeat):
+            print(f"| {name} | {old_us:.2f} | {new_us:.2f} | {new_us - old_us:+.2f} |")
     return 0
 
 
