@@ -12,8 +12,9 @@ size limit). A slow or hostile client then holds a socket and its buffers for ev
 - a request the HTTP parser refuses (bad request line, header or chunked encoding) gets a 400
   in OpenAI's JSON envelope, code ``invalid_http_request``, instead of uvicorn's plain text.
 
-Each of these answers is counted and logged through ``on_reject(status, reason)`` when given
-(the app's metrics and access log; no request ever reached the app).
+Each answer given before a request reached the app is counted and logged through
+``on_reject(status, reason)`` when given; a body deadline's 408 is marked in the request's
+scope instead, so the app's own access line carries it.
 
 Pass ``guarded_protocol(settings)`` as uvicorn's ``http`` option. This subclasses uvicorn
 internals (pinned uvicorn); ``tests/ops`` exercises every path against a real server.
@@ -29,6 +30,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from gateway.api.exchange import SERVER_STATUS_KEY
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.settings import Settings
 
@@ -151,7 +153,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         error = RequestTimeout(f"request body not received within {self.body_timeout_s:g} seconds")
         if not cycle.response_started:
             self.transport.write(_response_bytes(error))
-            self._report(error)
+            # The app logs this request; it must say 408, not the 499 it will see.
+            cycle.scope[SERVER_STATUS_KEY] = error.status
         # The handler waiting for the body gets a disconnect; what it sends later is dropped.
         cycle.disconnected = True
         cycle.message_event.set()

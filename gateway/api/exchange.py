@@ -33,6 +33,9 @@ from gateway.api.http import request_id_of
 from gateway.errors import GatewayError
 
 EXCHANGE_KEY = "switchyard.exchange"
+# Set in a request's scope by the HTTP server (http_guard) when it answered the request itself,
+# e.g. a 408 for a body that stopped arriving: the client got that, whatever the app sent.
+SERVER_STATUS_KEY = "switchyard.server_status"
 CLIENT_GONE = 499
 UNMATCHED = "unmatched"
 UNPARSED = "unparsed"
@@ -152,6 +155,7 @@ class ExchangeMiddleware:
             return
         exchange.finished = True
         status = exchange.status if exchange.status is not None else CLIENT_GONE
+        status = scope.get(SERVER_STATUS_KEY, status)
         if exchange.end(status) or status < 400 or scope.get("path") in QUIET_PATHS:
             return
         services = self._services(scope)

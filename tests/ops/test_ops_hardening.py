@@ -106,6 +106,28 @@ def test_idle_connection_without_a_request_is_closed(gateway: GatewayProcess) ->
     sock.close()
 
 
+def test_a_stalled_body_is_logged_as_the_408_it_got(gateway: GatewayProcess) -> None:
+    _, key = gateway.create_key(name="stalled")
+    sock = _connect(gateway)
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Request-ID: stalled-408\r\n"
+        b"Authorization: Bearer " + key.encode() + b"\r\n"
+        b'Content-Type: application/json\r\nContent-Length: 500\r\n\r\n{"model"'
+    )
+    assert _read_all(sock).startswith(b"HTTP/1.1 408")
+    sock.close()
+    deadline = time.monotonic() + 5
+    lines: list[dict] = []
+    while not lines and time.monotonic() < deadline:
+        time.sleep(0.1)  # the JSON log is flushed a few times a second
+        lines = [
+            json.loads(line)
+            for line in gateway.output().splitlines()
+            if '"request_id":"stalled-408"' in line and '"event":"request"' in line
+        ]
+    assert [line["status"] for line in lines] == [408]
+
+
 def test_oversized_headers_get_431(gateway: GatewayProcess) -> None:
     reply = httpx.get(gateway.base_url + "/healthz", headers={"X-Big": "x" * 10_000})
     assert reply.status_code == 431
