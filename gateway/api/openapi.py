@@ -111,6 +111,7 @@ KEY_ID = {
     "schema": {"type": "string"},
     "description": "the key's id (as returned by create)",
 }
+DAY = {"type": "string", "format": "date", "pattern": r"^\d{4}-\d{2}-\d{2}$"}
 POLICY_BODY = {
     JSON: {"schema": {"type": "object", "description": "the policy as JSON"}},
     "application/yaml": {"schema": {"type": "string", "description": "the policy as YAML"}},
@@ -163,8 +164,12 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                 "KeyList",
                 params=[
                     _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
-                    _query("after", {"type": "string"}, "the last id of the previous page"),
-                    _query("team", {"type": "string"}),
+                    _query(
+                        "after",
+                        {"type": "string", "maxLength": 200},
+                        "the last id of the previous page",
+                    ),
+                    _query("team", {"type": "string", "maxLength": 200}),
                     _query("status", {"enum": ["active", "revoked", "expired"]}),
                 ],
             ),
@@ -204,8 +209,8 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                 "Usage grouped by one dimension over a date range",
                 None,
                 params=[
-                    _query("from", {"type": "string", "format": "date"}),
-                    _query("to", {"type": "string", "format": "date"}),
+                    _query("from", DAY, "YYYY-MM-DD, UTC; default 30 days before to"),
+                    _query("to", DAY, "YYYY-MM-DD, UTC; default today"),
                     _query("group_by", {"enum": list(GROUP_BYS)}),
                     _query("format", {"enum": ["json", "csv"]}),
                 ],
@@ -218,9 +223,9 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                 "Raw usage events, newest first",
                 "UsageEvents",
                 params=[
-                    _query("key", {"type": "string"}),
-                    _query("model", {"type": "string"}),
-                    _query("cursor", {"type": "string"}),
+                    _query("key", {"type": "string", "maxLength": 200}, "a key id"),
+                    _query("model", {"type": "string", "maxLength": 1000}),
+                    _query("cursor", {"type": "string", "maxLength": 1000}),
                     _query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_EVENTS_LIMIT}),
                 ],
             )

@@ -192,7 +192,11 @@ KEY_FIELDS: dict[str, Schema] = {
     "name": nullable({"type": "string", "minLength": 1, "maxLength": 200}),
     "team": nullable({"type": "string", "minLength": 1, "maxLength": 200}),
     "models": nullable(
-        {"type": "array", "maxItems": 1000, "items": {"type": "string", "minLength": 1}}
+        {
+            "type": "array",
+            "maxItems": 1000,
+            "items": {"type": "string", "minLength": 1, "maxLength": 200},
+        }
     ),
     "rpm": _int_range(0, 10_000_000),
     "tpm": _int_range(0, 10_000_000_000),
@@ -413,11 +417,16 @@ SCHEMAS: dict[str, Schema] = {
     ),
     "ExplainRequest": obj(
         {
-            "body": {"type": "object", "description": "the /v1 request body to route"},
+            "body": {
+                "type": "object",
+                "description": "the /v1 request body to route; the fields routing reads are "
+                "checked as a /v1 request checks them",
+            },
             "headers": {"type": "object", "additionalProperties": STRING},
-            "key_id": STRING,
+            "key_id": {"type": "string", "maxLength": 200},
             "allowed_models": nullable({"type": "array", "items": STRING}),
-        }
+        },
+        additionalProperties=False,
     ),
     "RouteExplanation": obj(
         {
