@@ -266,7 +266,7 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
         if not streaming_started:
             if accounting is not None:
                 accounting.close(services, outcome.status, outcome.usage)
-            # The line is written once the answer went out, with the status the client got.
+            # The line is written once the status line is out, with the status the client got.
             when_answered(
                 request,
                 lambda status: outcome.finish(services, endpoint.route, status=status),
