@@ -8,7 +8,7 @@ PY := $(BIN)/python
 TORCH_CPU ?= torch==2.13.0
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 1)
 
-.PHONY: venv run test test-fast bench bench-engine bench-ledger soak lint format clean
+.PHONY: venv run test test-fast fuzz bench bench-engine bench-ledger soak lint format clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,17 @@ test: venv
 
 test-fast: venv
 	$(PY) -m pytest -q -x -m "not slow"
+
+# The OpenAPI fuzz of `make test`, but with a fresh random seed each run (printed first) and
+# more cases; `make fuzz SEED=1234` replays a run. FUZZ_EXAMPLES: cases per operation and mode.
+SEED ?=
+FUZZ_EXAMPLES ?= 200
+fuzz: venv
+	@seed="$(SEED)"; [ -n "$$seed" ] || seed=$$(od -An -N4 -tu4 /dev/urandom | tr -d ' '); \
+	echo "fuzz seed: $$seed (replay with: make fuzz SEED=$$seed)"; \
+	SWITCHYARD_FUZZ_SEED=$$seed SWITCHYARD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
+		$(PY) -m pytest -q -s tests/ops/test_ops_openapi_fuzz.py; \
+	status=$$?; echo "fuzz seed: $$seed"; exit $$status
 
 bench: venv
 	$(PY) -m gateway.bench

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import sys
 from collections.abc import AsyncIterator
 from typing import IO, Any
@@ -21,6 +22,7 @@ from starlette.responses import Response
 
 from gateway.api import admin, admin_mounts, dashboard_mount, openai, ops
 from gateway.api.dashboard_mount import build_dashboard_auth
+from gateway.api.exchange import ExchangeMiddleware, record_wire_rejection
 from gateway.api.http import error_response, request_id_of
 from gateway.api.services import Services
 from gateway.api.settler import SettleBatcher
@@ -29,7 +31,7 @@ from gateway.auth_throttle import AuthThrottle
 from gateway.breaker import BreakerSettings
 from gateway.dashboard import DashboardRenderer
 from gateway.dispatch import Dispatcher, RetrySettings
-from gateway.errors import GatewayError, MethodNotAllowed, NotFound
+from gateway.errors import GatewayError, MethodNotAllowed, NotFound, echo
 from gateway.keys import PEPPER_FINGERPRINT_KEY, KeyStore, PepperMismatch, check_pepper
 from gateway.limits import Limiter
 from gateway.local_engine import LocalEngineHost
@@ -39,7 +41,6 @@ from gateway.policy import PolicyError
 from gateway.policy_store import PolicyStore
 from gateway.providers.openai_compat import ResponseLimits, Timeouts
 from gateway.providers.registry import ProviderRegistry
-from gateway.redact import redact
 from gateway.redis_connect import REDIS_FAILURES, RedisClient, connect_redis, warm_up
 from gateway.redis_embedded import EmbeddedRedis
 from gateway.reports import UsageReports
@@ -245,10 +246,11 @@ async def _flush_logs(sink: LazyFlushStream, interval_s: float = 0.2) -> None:
 def _render_http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     error: GatewayError
+    path = echo(request.url.path)
     if exc.status_code == 404:
-        error = NotFound(f"no such endpoint: {request.method} {request.url.path}", code=None)
+        error = NotFound(f"no such endpoint: {request.method} {path}", code=None)
     elif exc.status_code == 405:
-        error = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
+        error = MethodNotAllowed(f"{request.method} is not allowed on {path}")
     else:
         error = GatewayError(str(exc.detail))
         error.status = exc.status_code  # type: ignore[misc]
@@ -258,21 +260,6 @@ def _render_http_exception(request: Request, exc: Exception) -> Response:
 def _client_gone(request: Request, exc: Exception) -> Response:
     # The client disconnected (or was cut off by a body deadline): nobody reads this answer.
     return Response(status_code=499)
-
-
-def _render_unexpected(request: Request, exc: Exception) -> Response:
-    """The catch-all: log the failure, answer with the envelope and no stack trace."""
-    services: Services | None = getattr(request.app.state, "services", None)
-    request_id = request_id_of(request)
-    if services is not None:
-        services.log.error(
-            "unhandled_error",
-            request_id=request_id,
-            path=request.url.path,
-            error=redact(repr(exc), limit=1000),  # an exception's text may quote a secret
-        )
-    error = GatewayError("The server had an error while processing your request.")
-    return error_response(error, {"x-request-id": request_id})
 
 
 def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None = None) -> Starlette:
@@ -314,17 +301,20 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
             *ops.routes,
         ],
         lifespan=lifespan,
-        middleware=[Middleware(DrainMiddleware, drain=drain)],
+        # The exchange middleware is outermost: it sees every status sent, and it is the
+        # catch-all that turns an unexpected exception into the 500 envelope.
+        middleware=[Middleware(ExchangeMiddleware), Middleware(DrainMiddleware, drain=drain)],
         exception_handlers={
             HTTPException: _render_http_exception,
             ClientDisconnect: _client_gone,
-            Exception: _render_unexpected,
         },
     )
     app.state.settings = settings
     app.state.drain = drain
     app.state.secrets = secrets
     app.state.startup_error = None
+    # For http_guard's on_reject: requests the server refuses before the app sees them.
+    app.state.record_wire_rejection = functools.partial(record_wire_rejection, app.state)
     return app
 
 

@@ -119,7 +119,7 @@ def serve(settings: Settings, workers: int) -> int:
             "loop": "uvloop",
             "access_log": False,
             "log_level": "warning",
-            "http": guarded_protocol(settings),
+            "http": guarded_protocol(settings),  # each worker's own app: no on_reject hook
             "timeout_keep_alive": settings.keep_alive_timeout_s,
             # SIGTERM drains in the app first (shutdown_grace_s); this only bounds what is left.
             "timeout_graceful_shutdown": 2,
@@ -132,6 +132,7 @@ def serve(settings: Settings, workers: int) -> int:
                 Multiprocess(config, sockets=[sock]).run()
                 return 0
             app = create_app(settings)
+            options["http"] = guarded_protocol(settings, app.state.record_wire_rejection)
             server = uvicorn.Server(uvicorn.Config(app, **options))
             logging.getLogger("uvicorn.error").addFilter(_RefusedStartFilter(app))
             try:

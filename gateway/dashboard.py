@@ -27,7 +27,6 @@ from starlette.routing import Route
 
 from gateway.errors import RateLimited
 from gateway.money import NANOS_PER_USD
-from gateway.redis_connect import REDIS_FAILURES
 from gateway.reports import (
     Cell,
     ReportError,
@@ -344,6 +343,14 @@ def _security_headers(response: Response) -> Response:
     return response
 
 
+def error_page(
+    renderer: DashboardRenderer, message: str, status: int, param: str | None = None
+) -> Response:
+    """The dashboard's error page (a bad range, a store that is down) with ``status``."""
+    html = renderer.render("error.html", message=message, param=param)
+    return _security_headers(HTMLResponse(html, status_code=status))
+
+
 def _login_page(renderer: DashboardRenderer, message: str | None, status: int) -> Response:
     html = renderer.render("login.html", message=message)
     return _security_headers(HTMLResponse(html, status_code=status))
@@ -365,10 +372,7 @@ async def dashboard_page(
     renderer: DashboardRenderer,
 ) -> Response:
     """``GET /admin/ui?from=&to=``: the dashboard, or the login form without a session."""
-    try:
-        signed_in = await auth.sessions.valid(request.cookies.get(auth.cookie_name))
-    except REDIS_FAILURES:
-        return _unavailable(renderer)
+    signed_in = await auth.sessions.valid(request.cookies.get(auth.cookie_name))
     if not signed_in:
         return _login_page(renderer, None, 401)
     try:
@@ -378,8 +382,7 @@ async def dashboard_page(
         )
         reports.check_range(start, end)
     except ReportError as exc:
-        html = renderer.render("error.html", message=exc.message, param=exc.param)
-        return _security_headers(HTMLResponse(html, status_code=400))
+        return error_page(renderer, exc.message, 400, exc.param)
     view = build_view(start, end, await reports.cells(start, end), await _list_keys(list_keys))
     return _security_headers(HTMLResponse(renderer.render("dashboard.html", view=view)))
 
@@ -412,8 +415,6 @@ async def dashboard_login(
         page = _login_page(renderer, refused.message, 429)
         page.headers.update(refused.headers)
         return page
-    except REDIS_FAILURES:
-        return _unavailable(renderer)
     response = RedirectResponse("/admin/ui", status_code=303)
     response.set_cookie(
         auth.cookie_name,
@@ -431,10 +432,7 @@ async def dashboard_logout(
     request: Request, *, auth: DashboardAuth, renderer: DashboardRenderer
 ) -> Response:
     """``POST /admin/ui/logout``: ends the session (server-side) and forgets the cookie."""
-    try:
-        await auth.sessions.end(request.cookies.get(auth.cookie_name))
-    except REDIS_FAILURES:
-        return _unavailable(renderer)
+    await auth.sessions.end(request.cookies.get(auth.cookie_name))
     response = RedirectResponse("/admin/ui", status_code=303)
     response.delete_cookie(
         auth.cookie_name,
@@ -444,15 +442,6 @@ async def dashboard_logout(
         secure=auth.secure_cookie,
     )
     return _security_headers(response)
-
-
-def _unavailable(renderer: DashboardRenderer) -> Response:
-    html = renderer.render(
-        "error.html",
-        message="The session store (Redis) is unavailable; try again shortly.",
-        param="",
-    )
-    return _security_headers(HTMLResponse(html, status_code=503))
 
 
 def dashboard_routes(

@@ -2,7 +2,9 @@
 
 Every failure that reaches a client is one of these, rendered as
 ``{"error": {"message", "type", "param", "code"}}`` with the matching status. Nothing else
-(no stack trace, no secret) is ever sent.
+(no stack trace, no secret) is ever sent. A value the client sent is quoted in a message only
+through ``echo`` (cut to ``ECHO_CHARS``), and no message or param is ever longer than
+``MAX_MESSAGE_CHARS``: a 1 MB model name is not sent back whole.
 """
 
 from __future__ import annotations
@@ -10,6 +12,24 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import orjson
+
+ECHO_CHARS = 80
+MAX_MESSAGE_CHARS = 1000
+MAX_PARAM_CHARS = 200
+
+
+def echo(value: object, limit: int = ECHO_CHARS) -> str:
+    """``value`` quoted for an error message, cut to ``limit`` characters with its length said."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= limit:
+        return repr(text) if isinstance(value, str) else text
+    cut = repr(text[:limit]) if isinstance(value, str) else text[:limit]
+    return f"{cut}... ({len(text)} characters)"
+
+
+def clip(text: str, limit: int) -> str:
+    """A message or param cut to ``limit`` characters (the last resort behind ``echo``)."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class GatewayError(Exception):
@@ -26,9 +46,10 @@ class GatewayError(Exception):
         error_type: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
+        message = clip(message, MAX_MESSAGE_CHARS)
         super().__init__(message)
         self.message = message
-        self.param = param
+        self.param = clip(param, MAX_PARAM_CHARS) if param is not None else None
         self.code = code if code is not None else self.default_code
         self.type = error_type or self.error_type
         self.headers = dict(headers or {})

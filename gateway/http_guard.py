@@ -8,7 +8,13 @@ size limit). A slow or hostile client then holds a socket and its buffers for ev
   of the request's first byte on a kept-alive connection), else 408 and close;
 - they must fit in ``max_header_bytes``, else 431 and close;
 - the body must arrive within ``body_timeout_s`` of the headers, else 408 and close (the
-  handler waiting for the body sees a disconnect).
+  handler waiting for the body sees a disconnect);
+- a request the HTTP parser refuses (bad request line, header or chunked encoding) gets a 400
+  in OpenAI's JSON envelope, code ``invalid_http_request``, instead of uvicorn's plain text.
+
+Each answer given before a request reached the app is counted and logged through
+``on_reject(status, reason)`` when given; a body deadline's 408 is marked in the request's
+scope instead, so the app's own access line carries it.
 
 Pass ``guarded_protocol(settings)`` as uvicorn's ``http`` option. This subclasses uvicorn
 internals (pinned uvicorn); ``tests/ops`` exercises every path against a real server.
@@ -18,12 +24,17 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sys
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from gateway.errors import GatewayError
+from gateway.api.exchange import SERVER_STATUS_KEY
+from gateway.errors import GatewayError, InvalidRequest
 from gateway.settings import Settings
+
+RejectionHook = Callable[[int, str], None]
 
 
 class RequestTimeout(GatewayError):
@@ -49,12 +60,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         header_timeout_s: float = 10.0,
         max_header_bytes: int = 64 * 1024,
         body_timeout_s: float = 30.0,
+        on_reject: RejectionHook | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.header_timeout_s = header_timeout_s
         self.max_header_bytes = max_header_bytes
         self.body_timeout_s = body_timeout_s
+        self.on_reject = on_reject
         self._in_head = True
         self._head_bytes = 0
         self._head_timer: asyncio.TimerHandle | None = None
@@ -105,11 +118,18 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
     def send_400_response(self, msg: str) -> None:
-        # uvicorn answers every parser error with this; a rejection of ours says what it is.
+        # uvicorn calls this from inside its ``except HttpParserError`` for every parser error,
+        # so the parser's own reason is the exception being handled. A rejection of ours (431)
+        # says what it is.
         if self._rejection is not None:
             self._reject(self._rejection)
-        else:
-            super().send_400_response(msg)
+            return
+        reason = str(sys.exception() or msg)[:200]
+        self._reject(
+            InvalidRequest(
+                f"the request is not valid HTTP/1.1: {reason}", code="invalid_http_request"
+            )
+        )
 
     # -- deadlines --------------------------------------------------------------------------
 
@@ -133,6 +153,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         error = RequestTimeout(f"request body not received within {self.body_timeout_s:g} seconds")
         if not cycle.response_started:
             self.transport.write(_response_bytes(error))
+            # The app logs this request; it must say 408, not the 499 it will see.
+            cycle.scope[SERVER_STATUS_KEY] = error.status
         # The handler waiting for the body gets a disconnect; what it sends later is dropped.
         cycle.disconnected = True
         cycle.message_event.set()
@@ -143,6 +165,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.write(_response_bytes(error))
             self.transport.close()
+            self._report(error)
+
+    def _report(self, error: GatewayError) -> None:
+        if self.on_reject is not None:
+            self.on_reject(error.status, error.code or error.type)
 
     def _too_large_message(self) -> str:
         return f"request line and headers are larger than {self.max_header_bytes} bytes"
@@ -167,11 +194,13 @@ def _response_bytes(error: GatewayError) -> bytes:
     return STATUS_LINE[error.status] + head + body
 
 
-def guarded_protocol(settings: Settings) -> Any:
-    """The ``http`` option for uvicorn: the guarded protocol with the settings' limits."""
+def guarded_protocol(settings: Settings, on_reject: RejectionHook | None = None) -> Any:
+    """The ``http`` option for uvicorn: the guarded protocol with the settings' limits;
+    ``on_reject`` hears of every request refused here (the app's ``record_wire_rejection``)."""
     return functools.partial(
         GuardedHttpToolsProtocol,
         header_timeout_s=settings.header_timeout_s,
         max_header_bytes=settings.max_header_bytes,
         body_timeout_s=settings.body_timeout_s,
+        on_reject=on_reject,
     )

@@ -25,10 +25,14 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.bounded_load import DocumentTooComplex, load_yaml
 from gateway.money import MAX_PRICE_PER_MTOK, price_to_nanos_per_token
 
 # The model value that asks for task routing instead of naming a model (an absent model too).
 AUTO_MODEL = "auto"
+# Bounds of a policy document (a real one nests 5 levels and has a few thousand nodes).
+MAX_POLICY_DEPTH = 32
+MAX_POLICY_NODES = 100_000
 
 Strategy = Literal["ordered", "cheapest", "lowest_latency", "weighted"]
 
@@ -375,9 +379,14 @@ def validate_policy_data(data: Any) -> Policy:
 
 
 def parse_policy(text: str) -> Policy:
-    """Parse YAML (or JSON, a subset of YAML) into a validated Policy, or raise PolicyError."""
+    """Parse YAML (or JSON, a subset of YAML) into a validated Policy, or raise PolicyError.
+
+    At most ``MAX_POLICY_DEPTH`` levels of nesting and ``MAX_POLICY_NODES`` nodes with every
+    alias expanded: a deeply nested document or an alias bomb is an invalid policy."""
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text, max_depth=MAX_POLICY_DEPTH, max_nodes=MAX_POLICY_NODES)
+    except DocumentTooComplex as exc:
+        raise PolicyError("", f"the policy is {exc}") from None
     except yaml.YAMLError as exc:
         raise PolicyError("", f"invalid YAML: {exc}") from exc
     return validate_policy_data(data)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import tempfile
 import threading
@@ -19,10 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import structlog
 import yaml
 
-from gateway.policy import Policy, PolicyError, parse_policy, policy_version, validate_policy_data
+from gateway.bounded_load import nesting_depth_exceeds
+from gateway.policy import (
+    MAX_POLICY_DEPTH,
+    Policy,
+    PolicyError,
+    parse_policy,
+    policy_version,
+    validate_policy_data,
+)
 
 
 @dataclass(frozen=True)
@@ -39,10 +47,14 @@ class _FileSignature:
     size: int
 
 
+_TOO_DEEP = f"the policy is nested more than {MAX_POLICY_DEPTH} levels deep"
+
+
 def policy_text_from_body(body: bytes, content_type: str | None) -> str:
     """Turn a PUT/validate body (YAML or JSON) into the YAML text that will be stored.
 
-    YAML is kept verbatim (comments survive); JSON is re-emitted as YAML in key order.
+    YAML is kept verbatim (comments survive); JSON is re-emitted as YAML in key order. Both
+    are held to the policy's nesting bound (``MAX_POLICY_DEPTH``) before anything walks them.
     """
     try:
         text = body.decode("utf-8")
@@ -50,9 +62,13 @@ def policy_text_from_body(body: bytes, content_type: str | None) -> str:
         raise PolicyError("", "the policy body must be UTF-8 text") from exc
     if "json" in (content_type or "").lower():
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            if str(exc).startswith("depth limit exceeded"):
+                raise PolicyError("", _TOO_DEEP) from None
             raise PolicyError("", f"invalid JSON: {exc}") from exc
+        if isinstance(data, dict | list) and nesting_depth_exceeds(data, MAX_POLICY_DEPTH):
+            raise PolicyError("", _TOO_DEEP)
         validate_policy_data(data)
         return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
     return text

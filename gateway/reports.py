@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
+from gateway.errors import echo
 from gateway.money import NANOS_PER_MICRO, format_usd_exact, nanos_to_usd
 from gateway.usage import (
     KEY_INDEX,
@@ -159,7 +160,9 @@ def parse_day(value: str | None, param: str, default: date) -> date:
     try:
         return date.fromisoformat(value)
     except ValueError:
-        raise ReportError(param, f"{param} must be a date as YYYY-MM-DD, got {value!r}") from None
+        raise ReportError(
+            param, f"{param} must be a date as YYYY-MM-DD, got {echo(value)}"
+        ) from None
 
 
 def _csv_safe(value: Any) -> Any:

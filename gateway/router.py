@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 import orjson
 
 from gateway.canary import canary_bucket, in_canary
-from gateway.errors import InvalidRequest, NotFound, PermissionDenied
+from gateway.errors import ECHO_CHARS, InvalidRequest, NotFound, PermissionDenied, echo
 from gateway.money import format_usd_short
 from gateway.policy import AUTO_MODEL, Policy, TaskConfig
 from gateway.policy_store import PolicyStore
@@ -242,7 +242,9 @@ class Router:
             if not isinstance(name, str) or name not in policy.tasks:
                 known = ", ".join(sorted(policy.tasks)) or "none"
                 raise InvalidRequest(
-                    f"unknown task type {name!r} (known: {known})", param=param, code="unknown_task"
+                    f"unknown task type {echo(name)} (known: {known})",
+                    param=param,
+                    code="unknown_task",
                 )
             return name
         return None
@@ -250,8 +252,9 @@ class Router:
     def _pinned(self, policy: Policy, requested: str) -> list[tuple[str, str]]:
         model = policy.resolve_model(requested)
         if model is None:
+            shown = requested if len(requested) <= ECHO_CHARS else echo(requested)
             raise NotFound(
-                f"The model `{requested}` does not exist or you do not have access to it.",
+                f"The model `{shown}` does not exist or you do not have access to it.",
                 param="model",
                 code="model_not_found",
             )

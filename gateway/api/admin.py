@@ -23,13 +23,13 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StrictStr,
-    ValidationError,
     field_validator,
 )
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.api.exchange import when_answered
 from gateway.api.http import (
     client_address,
     error_response,
@@ -37,6 +37,7 @@ from gateway.api.http import (
     read_json_object,
     request_id_of,
 )
+from gateway.api.payloads import parse_payload, parse_query
 from gateway.api.services import Services
 from gateway.auth import admin_token, is_admin_key
 from gateway.errors import (
@@ -46,6 +47,7 @@ from gateway.errors import (
     NotFound,
     PermissionDenied,
     ServiceUnavailable,
+    echo,
 )
 from gateway.keys import ID_LENGTH, KeyRecord
 from gateway.money import MAX_BUDGET_USD, usd_to_nanos
@@ -132,28 +134,14 @@ class RotateRequest(BaseModel):
     grace_seconds: Annotated[StrictInt | StrictFloat, Field(ge=0, le=MAX_GRACE_S)] = 0
 
 
-def _field_path(location: tuple[Any, ...]) -> str:
-    path = ""
-    for part in location:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif not path:
-            path = str(part)
-        elif not str(part).startswith(("function-", "constrained-")):
-            path += f".{part}"
-    return path
+class KeyListQuery(BaseModel):
+    """``GET /admin/keys`` query parameters."""
 
-
-def parse_payload(model: type[BaseModel], data: dict[str, Any]) -> Any:
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        path = _field_path(first["loc"])
-        message = first["msg"].removeprefix("Value error, ")
-        if first["type"] == "extra_forbidden":
-            message = "unknown field"
-        raise InvalidRequest(f"{path}: {message}", param=path) from None
+    model_config = ConfigDict(extra="forbid")
+    limit: Annotated[int, Field(ge=1, le=1000)] = 50
+    after: Annotated[str, Field(max_length=200)] | None = None
+    team: Annotated[str, Field(max_length=200)] | None = None
+    status: Literal["active", "revoked", "expired"] | None = None
 
 
 def check_models(policy: Policy | None, models: list[str] | None) -> None:
@@ -174,7 +162,7 @@ def _policy(services: Services) -> Policy | None:
 def _key_id(request: Request) -> str:
     key_id = request.path_params["key_id"]
     if len(key_id) != ID_LENGTH or not (key_id.isascii() and key_id.isalnum()):
-        raise NotFound(f"no key with id {key_id!r}", param="id")
+        raise NotFound(f"no key with id {echo(key_id)}", param="id")
     return key_id
 
 
@@ -203,6 +191,17 @@ def admin_endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]
         services: Services = request.app.state.services
         request_id = request_id_of(request)
         started = time.perf_counter()
+
+        def log_line(status: int) -> None:  # with the status the client got
+            services.log.info(
+                "admin_request",
+                request_id=request_id,
+                method=request.method,
+                path=request.url.path[:200],
+                status=status,
+                latency_ms=round((time.perf_counter() - started) * 1000, 3),
+            )
+
         try:
             await _check_admin(request, services)
             response = await handler(request, services)
@@ -212,15 +211,11 @@ def admin_endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]
             response = error_response(
                 ServiceUnavailable(f"the key store is unavailable ({type(exc).__name__})")
             )
+        except Exception:  # the exchange middleware answers 500 (or 499: the client left)
+            when_answered(request, log_line, 500)
+            raise
         response.headers["x-request-id"] = request_id
-        services.log.info(
-            "admin_request",
-            request_id=request_id,
-            method=request.method,
-            path=request.url.path,
-            status=response.status_code,
-            latency_ms=round((time.perf_counter() - started) * 1000, 3),
-        )
+        when_answered(request, log_line, response.status_code)
         return response
 
     return endpoint
@@ -241,20 +236,13 @@ async def create_key(request: Request, services: Services) -> Response:
 
 
 async def list_keys(request: Request, services: Services) -> Response:
-    query = request.query_params
-    unknown = set(query) - {"limit", "after", "team", "status"}
-    if unknown:
-        name = sorted(unknown)[0]
-        raise InvalidRequest(f"{name}: unknown query parameter", param=name)
-    raw_limit = query.get("limit", "50")
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 1000:
-        raise InvalidRequest("limit: must be an integer from 1 to 1000", param="limit")
-    status = query.get("status")
-    if status is not None and status not in ("active", "revoked", "expired"):
-        raise InvalidRequest("status: must be active, revoked or expired", param="status")
+    query = parse_query(KeyListQuery, request)
     try:
-        page = await services.keys.list(
-            limit=int(raw_limit), after=query.get("after"), team=query.get("team"), status=status
+        page = await services.keys.list(  # an empty filter is no filter
+            limit=query.limit,
+            after=query.after or None,
+            team=query.team or None,
+            status=query.status,
         )
     except KeyError:
         raise InvalidRequest("after: no key with that id", param="after") from None

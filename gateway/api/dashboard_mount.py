@@ -2,13 +2,14 @@
 
 Sessions live in Redis (``gateway.dashboard_sessions``); the login checks the admin key with the
 same constant-time comparison as the admin API, and its failures count towards the same
-per-address throttle as failed admin bearers.
+per-address throttle as failed admin bearers. Every dashboard route answers a Redis outage with
+a 503 page (``Retry-After``), as the admin API answers it with a 503 envelope.
 """
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from starlette.requests import Request
@@ -22,9 +23,10 @@ from gateway.dashboard import (
     dashboard_login,
     dashboard_logout,
     dashboard_page,
+    error_page,
 )
 from gateway.dashboard_sessions import SessionStore
-from gateway.redis_connect import RedisClient
+from gateway.redis_connect import REDIS_FAILURES, RedisClient
 
 MAX_KEYS_SHOWN = 1000
 
@@ -76,8 +78,31 @@ async def _logout(request: Request) -> Response:
     )
 
 
+def _unless_redis_down(
+    handler: Callable[[Request], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        services: Services = request.app.state.services
+        try:
+            return await handler(request)
+        except REDIS_FAILURES as exc:
+            services.log.warning(
+                "dashboard_store_unavailable", path=request.url.path, error=type(exc).__name__
+            )
+            response = error_page(
+                services.dashboard_renderer,
+                "The usage store (Redis) is unavailable right now; try again in a moment.",
+                503,
+            )
+            response.headers["retry-after"] = "5"
+            return response
+
+    endpoint.__name__ = handler.__name__
+    return endpoint
+
+
 routes = [
-    Route("/admin/ui", _page, methods=["GET"]),
-    Route("/admin/ui/login", _login, methods=["POST"]),
-    Route("/admin/ui/logout", _logout, methods=["POST"]),
+    Route("/admin/ui", _unless_redis_down(_page), methods=["GET"]),
+    Route("/admin/ui/login", _unless_redis_down(_login), methods=["POST"]),
+    Route("/admin/ui/logout", _unless_redis_down(_logout), methods=["POST"]),
 ]

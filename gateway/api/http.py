@@ -15,14 +15,22 @@ from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge
 JSON = "application/json"
 REQUEST_ID_HEADER = "x-request-id"
 _MAX_REQUEST_ID = 200
+_REQUEST_ID_KEY = "switchyard.request_id"
 
 
 def request_id_of(request: Request) -> str:
-    """The client's X-Request-ID when it is sane, else a fresh one."""
+    """The client's X-Request-ID when it is sane, else a fresh one; the same for the whole
+    request (kept in its scope), so its log lines and answer agree."""
+    known = request.scope.get(_REQUEST_ID_KEY)
+    if known is not None:
+        return known
     incoming = request.headers.get(REQUEST_ID_HEADER)
     if incoming and len(incoming) <= _MAX_REQUEST_ID and incoming.isprintable():
-        return incoming
-    return uuid.uuid4().hex
+        request_id = incoming
+    else:
+        request_id = uuid.uuid4().hex
+    request.scope[_REQUEST_ID_KEY] = request_id
+    return request_id
 
 
 def client_address(request: Request) -> str:

@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.api import limits_gate
 from gateway.api.accounting import Accounting, produced_tokens
+from gateway.api.exchange import CLIENT_GONE, when_answered
 from gateway.api.http import (
     JSON,
     error_response,
@@ -118,7 +119,14 @@ class Outcome:
         if plan is not None and plan.candidates and plan.candidates[0].model != served.model:
             services.metrics.fallbacks.labels(plan.candidates[0].model, served.model).inc()
 
-    def finish(self, services: Services, route: str, error: str | None = None) -> None:
+    def finish(
+        self, services: Services, route: str, error: str | None = None, status: int | None = None
+    ) -> None:
+        """One access log line and the request metrics; ``status`` is the one the client got
+        when it is known to differ from the outcome's own (the exchange reports it)."""
+        if status is not None:
+            self.status = status
+            error = error or ("failed" if status >= 400 else None)
         elapsed = time.perf_counter() - self.started
         metrics = services.metrics
         metrics.requests.labels(
@@ -249,12 +257,22 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
             accounting.attempts = len(failed_attempts or ())
             await _durable(accounting.close(services, outcome.status, outcome.usage))
         return error_response(exc, headers)
+    except ClientDisconnect:
+        outcome.status = CLIENT_GONE
+        raise
+    except Exception:  # a bug: the exchange middleware answers with the catch-all 500
+        outcome.status = 500
+        raise
     finally:
         if not streaming_started:
             if accounting is not None:
                 accounting.close(services, outcome.status, outcome.usage)
-            error = None if outcome.status < 400 else "failed"
-            outcome.finish(services, endpoint.route, error)
+            # The line is written once the status line is out, with the status the client got.
+            when_answered(
+                request,
+                lambda status: outcome.finish(services, endpoint.route, status=status),
+                outcome.status,
+            )
 
 
 async def _durable(recorded: asyncio.Future[None] | None) -> None:

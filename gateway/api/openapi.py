@@ -92,6 +92,7 @@ def _admin(
     }
     if body is not None:
         operation["requestBody"] = {"required": True, "content": _json_content(ref(body))}
+        operation["responses"] |= _errors(413)  # a body over the size limit
     if params:
         operation["parameters"] = params
     return operation
@@ -110,6 +111,7 @@ KEY_ID = {
     "schema": {"type": "string"},
     "description": "the key's id (as returned by create)",
 }
+DAY = {"type": "string", "format": "date", "pattern": r"^\d{4}-\d{2}-\d{2}$"}
 POLICY_BODY = {
     JSON: {"schema": {"type": "object", "description": "the policy as JSON"}},
     "application/yaml": {"schema": {"type": "string", "description": "the policy as YAML"}},
@@ -162,8 +164,12 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                 "KeyList",
                 params=[
                     _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
-                    _query("after", {"type": "string"}, "the last id of the previous page"),
-                    _query("team", {"type": "string"}),
+                    _query(
+                        "after",
+                        {"type": "string", "maxLength": 200},
+                        "the last id of the previous page",
+                    ),
+                    _query("team", {"type": "string", "maxLength": 200}),
                     _query("status", {"enum": ["active", "revoked", "expired"]}),
                 ],
             ),
@@ -203,8 +209,8 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                 "Usage grouped by one dimension over a date range",
                 None,
                 params=[
-                    _query("from", {"type": "string", "format": "date"}),
-                    _query("to", {"type": "string", "format": "date"}),
+                    _query("from", DAY, "YYYY-MM-DD, UTC; default 30 days before to"),
+                    _query("to", DAY, "YYYY-MM-DD, UTC; default today"),
                     _query("group_by", {"enum": list(GROUP_BYS)}),
                     _query("format", {"enum": ["json", "csv"]}),
                 ],
@@ -217,20 +223,26 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                 "Raw usage events, newest first",
                 "UsageEvents",
                 params=[
-                    _query("key", {"type": "string"}),
-                    _query("model", {"type": "string"}),
-                    _query("cursor", {"type": "string"}),
+                    _query("key", {"type": "string", "maxLength": 200}, "a key id"),
+                    _query("model", {"type": "string", "maxLength": 1000}),
+                    _query("cursor", {"type": "string", "maxLength": 1000}),
                     _query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_EVENTS_LIMIT}),
                 ],
             )
         },
         "/admin/policy": {
             "get": _admin("The policy in force", "PolicyState"),
-            "put": _admin("Replace the policy (validated, written, applied)", "PolicyApplied")
+            "put": _admin(
+                "Replace the policy (validated, written, applied)",
+                "PolicyApplied",
+                errors=(*ADMIN_ERRORS, 413),
+            )
             | {"requestBody": {"required": True, "content": POLICY_BODY}},
         },
         "/admin/policy/validate": {
-            "post": _admin("Validate a policy without applying it", "PolicyValid")
+            "post": _admin(
+                "Validate a policy without applying it", "PolicyValid", errors=(*ADMIN_ERRORS, 413)
+            )
             | {"requestBody": {"required": True, "content": POLICY_BODY}}
         },
         "/admin/route/explain": {

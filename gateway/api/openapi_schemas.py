@@ -1,6 +1,6 @@
 """JSON Schemas (OpenAPI 3.1 dialect) of what the gateway accepts and returns.
 
-Written from the validators that enforce them (``api/validation.py`` for /v1, the pydantic
+Written from the validators that enforce them (``api/request_models.py`` for /v1, the pydantic
 models of ``api/admin.py``, the report and policy handlers); ``tests/ops`` fuzzes the running
 server against them with schemathesis, so a drift on either side fails a test.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.api.admin import MAX_GRACE_S
-from gateway.api.validation import ROLES
+from gateway.api.request_models import ROLES
 from gateway.money import MAX_BUDGET_USD
 from gateway.reports import GROUP_BYS, MAX_EVENTS_LIMIT
 
@@ -49,16 +49,25 @@ def _number_range(low: float, high: float) -> Schema:
 
 
 # Unknown fields pass through to the provider, so /v1 bodies allow additional properties.
+# These mirror api/request_models.py field by field.
+NON_EMPTY = {"type": "string", "minLength": 1}
 SAMPLING: dict[str, Schema] = {
     "max_tokens": _int_range(1, 10_000_000),
     "max_completion_tokens": _int_range(1, 10_000_000),
     "n": _int_range(1, 128),
+    "best_of": _int_range(1, 128),
     "temperature": _number_range(0, 2),
     "top_p": _number_range(0, 1),
     "presence_penalty": _number_range(-2, 2),
     "frequency_penalty": _number_range(-2, 2),
     "stop": nullable({"anyOf": [STRING, {"type": "array", "items": STRING}]}),
-    "user": STRING,
+    "user": nullable(STRING),
+    "metadata": nullable(
+        obj(
+            {"task_type": nullable(STRING)},
+            description="task_type picks the routing task; other entries pass through",
+        )
+    ),
 }
 STREAMING: dict[str, Schema] = {
     "stream": nullable(BOOLEAN),
@@ -66,23 +75,95 @@ STREAMING: dict[str, Schema] = {
         obj({"include_usage": nullable(BOOLEAN)}, description="only with stream: true")
     ),
 }
-CONTENT = {"anyOf": [STRING, {"type": "array"}]}
+NOT_STREAMED = {"enum": [False, None]}
+CONTENT = {
+    "anyOf": [
+        STRING,
+        {"type": "array", "items": obj({"type": STRING, "text": nullable(STRING)}, ["type"])},
+    ]
+}
+FUNCTION_CALL = obj({"name": nullable(STRING), "arguments": nullable(STRING)})
 MESSAGE = {
     "oneOf": [
         obj(
-            {"role": {"enum": ["system", "developer", "user"]}, "content": CONTENT},
+            {"role": {"enum": ["system", "developer", "user"]}, "content": CONTENT}
+            | {"name": nullable(STRING)},
             ["role", "content"],
         ),
         obj(
             {
-                "role": {"enum": sorted(ROLES - {"system", "developer", "user"})},
+                "role": {"const": "assistant"},
                 "content": nullable(CONTENT),
+                "name": nullable(STRING),
+                "tool_calls": nullable(
+                    {
+                        "type": "array",
+                        "items": obj(
+                            {"type": nullable(STRING), "function": nullable(FUNCTION_CALL)}
+                        ),
+                    }
+                ),
+                "function_call": nullable(FUNCTION_CALL),
+            },
+            ["role"],
+        ),
+        obj(
+            {
+                "role": {
+                    "enum": [
+                        r for r in ROLES if r not in ("system", "developer", "user", "assistant")
+                    ]
+                },
+                "content": nullable(CONTENT),
+                "name": nullable(STRING),
             },
             ["role"],
         ),
     ]
 }
-
+FUNCTION_DEFINITION = obj(
+    {
+        "name": NON_EMPTY,
+        "description": nullable(STRING),
+        "parameters": nullable({"type": "object"}),
+        "strict": nullable(BOOLEAN),
+    },
+    ["name"],
+)
+TOOLS: dict[str, Schema] = {
+    "tools": nullable(
+        {
+            "type": "array",
+            "items": obj({"type": NON_EMPTY, "function": nullable(FUNCTION_DEFINITION)}, ["type"]),
+        }
+    ),
+    "functions": nullable({"type": "array", "items": FUNCTION_DEFINITION}),
+    "response_format": nullable(
+        obj(
+            {
+                "type": NON_EMPTY,
+                "json_schema": nullable(
+                    obj(
+                        {
+                            "name": NON_EMPTY,
+                            "schema": nullable({"type": "object"}),
+                            "description": nullable(STRING),
+                            "strict": nullable(BOOLEAN),
+                        },
+                        ["name"],
+                    )
+                ),
+            },
+            ["type"],
+        )
+    ),
+}
+# A prompt or embedding input: text, or a non-empty array of texts, token ids or token arrays.
+BATCH = {
+    "type": "array",
+    "minItems": 1,
+    "items": {"anyOf": [STRING, INTEGER, {"type": "array", "items": INTEGER}]},
+}
 USAGE = obj(
     {"prompt_tokens": INTEGER, "completion_tokens": INTEGER, "total_tokens": INTEGER},
     ["prompt_tokens", "total_tokens"],
@@ -112,7 +193,11 @@ KEY_FIELDS: dict[str, Schema] = {
     "name": nullable({"type": "string", "minLength": 1, "maxLength": 200}),
     "team": nullable({"type": "string", "minLength": 1, "maxLength": 200}),
     "models": nullable(
-        {"type": "array", "maxItems": 1000, "items": {"type": "string", "minLength": 1}}
+        {
+            "type": "array",
+            "maxItems": 1000,
+            "items": {"type": "string", "minLength": 1, "maxLength": 200},
+        }
     ),
     "rpm": _int_range(0, 10_000_000),
     "tpm": _int_range(0, 10_000_000_000),
@@ -127,11 +212,9 @@ KEY_FIELDS: dict[str, Schema] = {
     "budget_period": nullable({"enum": ["day", "month", "total"]}),
     "expires_at": nullable(
         {
-            "anyOf": [
-                {"type": "number", "exclusiveMinimum": 0},
-                {"type": "string", "format": "date-time"},
-            ],
-            "description": "unix timestamp or ISO 8601 date-time (UTC if no zone), future",
+            "anyOf": [{"type": "number", "exclusiveMinimum": 0}, STRING],
+            "description": "unix timestamp (a number, or a string of one) or ISO 8601 "
+            "date-time (UTC if no zone), in the future",
         }
     ),
     "metadata": nullable(
@@ -161,17 +244,18 @@ SCHEMAS: dict[str, Schema] = {
         ["error"],
     ),
     "ChatCompletionRequest": obj(
-        {"model": MODEL_NAME, "messages": {"type": "array", "minItems": 1, "items": MESSAGE}}
+        {
+            "model": nullable(MODEL_NAME),
+            "messages": {"type": "array", "minItems": 1, "items": MESSAGE},
+        }
         | STREAMING
-        | SAMPLING,
+        | SAMPLING
+        | TOOLS,
         ["messages"],
         description="model is optional: without it the policy routes by task",
     ),
     "CompletionRequest": obj(
-        {
-            "model": MODEL_NAME,
-            "prompt": {"anyOf": [STRING, {"type": "array", "minItems": 1}]},
-        }
+        {"model": nullable(MODEL_NAME), "prompt": {"anyOf": [STRING, BATCH]}}
         | STREAMING
         | SAMPLING,
         ["prompt"],
@@ -179,19 +263,21 @@ SCHEMAS: dict[str, Schema] = {
     "EmbeddingRequest": obj(
         {
             "model": MODEL_NAME,
-            "input": {
-                "anyOf": [{"type": "string", "minLength": 1}, {"type": "array", "minItems": 1}]
-            },
-            "stream": {"enum": [False, None]},
+            "input": {"anyOf": [NON_EMPTY, BATCH]},
+            "stream": NOT_STREAMED,
+            "user": nullable(STRING),
+            "metadata": SAMPLING["metadata"],
         },
         ["model", "input"],
     ),
     "ImageRequest": obj(
         {
             "model": MODEL_NAME,
-            "prompt": {"type": "string", "minLength": 1},
+            "prompt": NON_EMPTY,
             "n": _int_range(1, 10),
-            "stream": {"enum": [False, None]},
+            "stream": NOT_STREAMED,
+            "user": nullable(STRING),
+            "metadata": SAMPLING["metadata"],
         },
         ["model", "prompt"],
     ),
@@ -339,11 +425,16 @@ SCHEMAS: dict[str, Schema] = {
     ),
     "ExplainRequest": obj(
         {
-            "body": {"type": "object", "description": "the /v1 request body to route"},
+            "body": {
+                "type": "object",
+                "description": "the /v1 request body to route; the fields routing reads are "
+                "checked as a /v1 request checks them",
+            },
             "headers": {"type": "object", "additionalProperties": STRING},
-            "key_id": STRING,
+            "key_id": {"type": "string", "maxLength": 200},
             "allowed_models": nullable({"type": "array", "items": STRING}),
-        }
+        },
+        additionalProperties=False,
     ),
     "RouteExplanation": obj(
         {

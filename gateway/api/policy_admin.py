@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.api.http import error_response, json_response, read_body, read_json_object
+from gateway.api.payloads import parse_payload
+from gateway.api.validation import validate_routed
 from gateway.dispatch import Dispatcher
-from gateway.errors import GatewayError, InvalidRequest
+from gateway.errors import GatewayError, InvalidRequest, clip
 from gateway.policy import PolicyError, parse_policy
 from gateway.policy_store import PolicyStore, policy_text_from_body
 from gateway.router import Router
@@ -34,8 +37,11 @@ MAX_EXPLAIN_BYTES = 1 << 20
 
 
 def _invalid_policy(error: PolicyError) -> InvalidRequest:
+    # The path and message may quote names from the body: cut them short.
     return InvalidRequest(
-        f"invalid policy: {error}", param=error.path or None, code="invalid_policy"
+        f"invalid policy: {clip(str(error), 500)}",
+        param=clip(error.path, 200) or None,
+        code="invalid_policy",
     )
 
 
@@ -99,26 +105,31 @@ def _would_try(row: dict[str, Any]) -> bool:
     return str(row.get("verdict", "")).startswith("would try")
 
 
+class ExplainRequest(BaseModel):
+    """``POST /admin/route/explain``: a /v1 body to route, as a request would be."""
+
+    model_config = ConfigDict(extra="forbid")
+    body: dict[StrictStr, Any] = Field(default_factory=dict)
+    headers: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    key_id: Annotated[StrictStr, Field(max_length=200)] = "explain"
+    allowed_models: list[StrictStr] | None = None
+
+
 def _explain_inputs(
     payload: dict[str, Any],
 ) -> tuple[dict[str, Any], dict[str, str], str, frozenset[str] | None]:
+    request = parse_payload(ExplainRequest, payload)
+    # The fields routing reads are checked as a /v1 request would check them; the body itself
+    # is routed as sent.
     body = payload.get("body", {})
-    if not isinstance(body, dict):
-        raise InvalidRequest("body must be an object (the chat request)", param="body")
-    headers = payload.get("headers", {})
-    if not isinstance(headers, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-    ):
-        raise InvalidRequest("headers must be an object of strings", param="headers")
-    key_id = payload.get("key_id", "explain")
-    if not isinstance(key_id, str):
-        raise InvalidRequest("key_id must be a string", param="key_id")
-    allowed = payload.get("allowed_models")
-    if allowed is not None and (
-        not isinstance(allowed, list) or not all(isinstance(m, str) for m in allowed)
-    ):
-        raise InvalidRequest("allowed_models must be a list of strings", param="allowed_models")
-    return body, headers, key_id, frozenset(allowed) if allowed is not None else None
+    validate_routed(body, prefix="body")
+    allowed = request.allowed_models
+    return (
+        body,
+        request.headers,
+        request.key_id,
+        frozenset(allowed) if allowed is not None else None,
+    )
 
 
 def policy_admin_routes(store: PolicyStore, router: Router, dispatcher: Dispatcher) -> list[Route]:

@@ -3,6 +3,11 @@
 orjson already rejects invalid UTF-8, lone surrogates and the NaN/Infinity literals. It keeps
 the last of duplicate keys silently, and two parsers reading ``{"model": "a", "model": "b"}``
 (say a WAF and us) may disagree on what was asked, so duplicates are refused too.
+
+Nesting is capped at ``MAX_JSON_DEPTH`` arrays/objects. orjson reads up to 1024 levels but
+writes at most 254, so a deeper body that was accepted could not be forwarded upstream; the
+duplicate check's stdlib scanner recurses once per level. A tighter cap keeps every later step
+(forwarding, schema checks, YAML) far from either limit.
 """
 
 from __future__ import annotations
@@ -12,7 +17,10 @@ from typing import Any
 
 import orjson
 
+from gateway.bounded_load import nesting_depth_exceeds
 from gateway.errors import InvalidRequest
+
+MAX_JSON_DEPTH = 64
 
 
 class _DuplicateKey(ValueError):
@@ -32,28 +40,52 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return mapping
 
 
+def _too_deep() -> InvalidRequest:
+    return InvalidRequest(
+        f"the request body is nested more than {MAX_JSON_DEPTH} levels deep",
+        code="nesting_too_deep",
+    )
+
+
 def _reject_duplicates(text: str) -> None:
     # The C scanner calls the hook once per object: a few microseconds for a chat request.
     try:
         json.loads(text, object_pairs_hook=_unique_pairs)
     except _DuplicateKey as exc:
         raise InvalidRequest(
-            f"the request body has the key {exc.key!r} more than once in one object"
+            f"the request body has the key {exc.key[:80]!r} more than once in one object"
         ) from None
-    except RecursionError:
-        raise InvalidRequest("the request body is nested too deeply") from None
+    except RecursionError:  # unreachable behind the depth check; kept as a guard
+        raise _too_deep() from None
 
 
-def parse_json_object(raw: bytes) -> dict[str, Any]:
-    """The body as a JSON object; InvalidRequest for anything ambiguous or malformed."""
+def check_depth(raw: bytes, data: Any, limit: int = MAX_JSON_DEPTH) -> None:
+    """InvalidRequest when the parsed ``data`` of ``raw`` nests deeper than ``limit``."""
+    # Depth is at most the number of opening brackets: most bodies need no walk at all.
+    if raw.count(b"[") + raw.count(b"{") > limit and nesting_depth_exceeds(data, limit):
+        raise _too_deep()
+
+
+def parse_json_value(raw: bytes) -> Any:
+    """Any JSON document, strict as above; InvalidRequest for anything ambiguous or malformed."""
     if not raw.strip():
         raise InvalidRequest("the request body is empty; send a JSON object")
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if str(exc).startswith("depth limit exceeded"):
+            raise _too_deep() from None
         raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
+    if isinstance(data, dict | list):
+        check_depth(raw, data)
+        # orjson accepted it, so it is valid UTF-8 and decoding cannot fail.
+        _reject_duplicates(raw.decode())
+    return data
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object; InvalidRequest for anything ambiguous or malformed."""
+    data = parse_json_value(raw)
     if not isinstance(data, dict):
         raise InvalidRequest("the request body must be a JSON object")
-    # orjson accepted it, so it is valid UTF-8 and decoding cannot fail.
-    _reject_duplicates(raw.decode())
     return data

@@ -15,11 +15,14 @@ Bad parameters get a 400 in OpenAI's error envelope naming the parameter.
 from __future__ import annotations
 
 from datetime import date, timedelta
+from typing import Annotated, Literal
 
 import orjson
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.api.payloads import parse_query
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.reports import (
     GROUP_BYS,
@@ -43,17 +46,30 @@ def error_response(exc: GatewayError) -> Response:
     return Response(exc.body_bytes(), status_code=exc.status, media_type=JSON, headers=exc.headers)
 
 
-def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidRequest(f"{name} must be an integer, got {raw!r}", param=name) from None
-    if not low <= value <= high:
-        raise InvalidRequest(f"{name} must be between {low} and {high}", param=name)
-    return value
+class OwnUsageQuery(BaseModel):
+    """``GET /v1/usage``; ``days`` is capped by the reports' retention when used."""
+
+    model_config = ConfigDict(extra="forbid")
+    days: Annotated[int, Field(ge=1)] = DEFAULT_RANGE_DAYS
+
+
+DAY_PATTERN = r"^\d{4}-\d{2}-\d{2}$"
+
+
+class AdminUsageQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    from_: Annotated[str | None, Field(alias="from", pattern=DAY_PATTERN)] = None
+    to: Annotated[str | None, Field(pattern=DAY_PATTERN)] = None
+    group_by: Literal[GROUP_BYS] = "key"  # type: ignore[valid-type]
+    format: Literal["json", "csv"] = "json"
+
+
+class UsageEventsQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key: Annotated[str, Field(max_length=200)] | None = None
+    model: Annotated[str, Field(max_length=1000)] | None = None
+    cursor: Annotated[str, Field(max_length=1000)] | None = None
+    limit: Annotated[int, Field(ge=1, le=MAX_EVENTS_LIMIT)] = 50
 
 
 def default_start(end: date) -> date:
@@ -71,7 +87,11 @@ def _invalid(exc: ReportError) -> InvalidRequest:
 async def own_usage(request: Request, *, reports: UsageReports, key_id: str) -> Response:
     """``GET /v1/usage?days=30``: the caller's own key."""
     try:
-        days = _int_param(request, "days", DEFAULT_RANGE_DAYS, 1, reports.retention_days)
+        days = parse_query(OwnUsageQuery, request).days
+        if days > reports.retention_days:
+            raise InvalidRequest(
+                f"days: must be an integer from 1 to {reports.retention_days}", param="days"
+            )
         return json_response(await reports.usage_for_key(key_id, days))
     except ReportError as exc:
         return error_response(_invalid(exc))
@@ -81,19 +101,11 @@ async def own_usage(request: Request, *, reports: UsageReports, key_id: str) -> 
 
 async def admin_usage(request: Request, *, reports: UsageReports) -> Response:
     """``GET /admin/usage?from=&to=&group_by=&format=json|csv`` (dates inclusive, UTC)."""
-    params = request.query_params
     try:
-        group_by = params.get("group_by") or "key"
-        if group_by not in GROUP_BYS:
-            raise InvalidRequest(
-                f"group_by must be one of {', '.join(GROUP_BYS)}, got {group_by!r}",
-                param="group_by",
-            )
-        output = params.get("format") or "json"
-        if output not in ("json", "csv"):
-            raise InvalidRequest(f"format must be json or csv, got {output!r}", param="format")
-        end = parse_day(params.get("to"), "to", reports.today())
-        start = parse_day(params.get("from"), "from", default_start(end))
+        query = parse_query(AdminUsageQuery, request)
+        group_by, output = query.group_by, query.format
+        end = parse_day(query.to, "to", reports.today())
+        start = parse_day(query.from_, "from", default_start(end))
         report = await reports.admin_usage(start, end, group_by)
     except ReportError as exc:
         return error_response(_invalid(exc))
@@ -111,12 +123,12 @@ async def admin_usage(request: Request, *, reports: UsageReports) -> Response:
 
 async def admin_usage_events(request: Request, *, reports: UsageReports) -> Response:
     """``GET /admin/usage/events?key=&model=&cursor=&limit=``: newest first, paginated."""
-    params = request.query_params
     try:
-        limit = _int_param(request, "limit", 50, 1, MAX_EVENTS_LIMIT)
-        key = validate_key_filter(params.get("key"))
-        model = params.get("model") or None
-        page = await reports.events(key=key, model=model, cursor=params.get("cursor"), limit=limit)
+        query = parse_query(UsageEventsQuery, request)
+        key = validate_key_filter(query.key)
+        page = await reports.events(  # an empty filter is no filter
+            key=key, model=query.model or None, cursor=query.cursor or None, limit=query.limit
+        )
     except ReportError as exc:
         return error_response(_invalid(exc))
     except GatewayError as exc:

@@ -1,141 +1,122 @@
-"""Checks of /v1 request bodies: enough of OpenAI's schema to reject bad input with the field.
+"""Checks of /v1 request bodies against the typed models of ``request_models``.
 
-Unknown fields pass through untouched (providers add their own); known fields must have the
-right type, and the error names the offending path (``messages[2].role``).
+The body stays the dict the client sent: it is checked, never rebuilt, so unknown fields and
+known fields the gateway does not read reach the provider untouched. A failure is a 400 in
+OpenAI's envelope whose ``param`` is the field path (``messages[2].role``) and whose message
+says what was expected; no client value longer than a few words is echoed.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import msgspec
+
+from gateway.api.request_models import (
+    ROLES,
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    ImageRequest,
+    RouteRequest,
+)
 from gateway.errors import InvalidRequest
 
-ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+__all__ = [
+    "ROLES",
+    "validate_chat",
+    "validate_completion",
+    "validate_embedding",
+    "validate_image",
+    "validate_routed",
+]
+
+_TYPE_NAMES = {
+    "str": "string",
+    "int": "integer",
+    "float": "number",
+    "bool": "boolean",
+    "dict": "object",
+    "object": "object",
+    "array": "array",
+    "null": "null",
+}
+_TYPES = re.compile(r"`([^`]*)`")
+_MISSING = re.compile(r"Object missing required field `([^`]*)`")
+# Where a value is one of a fixed set, the set (msgspec's own text would echo the value).
+_ALLOWED = {"role": ", ".join(ROLES)}
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _plain_types(match: re.Match[str]) -> str:
+    return " or ".join(_TYPE_NAMES.get(name.strip(), name.strip()) for name in match[1].split("|"))
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+def _join(path: str, field: str) -> str:
+    return f"{path}.{field}" if path and field else path or field
 
 
-def _int_field(body: dict[str, Any], name: str, low: int, high: int) -> None:
-    value = body.get(name)
-    if value is None:
-        return
-    if not _is_int(value) or not low <= value <= high:
-        raise InvalidRequest(f"{name} must be an integer from {low} to {high}", param=name)
+def invalid_body(error: msgspec.ValidationError, prefix: str = "") -> InvalidRequest:
+    """msgspec's error (``Expected `int`, got `str` - at `$.n```) as a 400 naming the path,
+    under ``prefix`` when the body sits inside another document."""
+    text = str(error)
+    detail, marker, where = text.rpartition(" - at `$")
+    if not marker:
+        detail, where = text, "`"
+    path = _join(prefix, where[:-1].removeprefix(".")) if prefix else where[:-1].removeprefix(".")
+    missing = _MISSING.match(detail)
+    if missing:
+        path, message = _join(path, missing[1]), "is required"
+    elif detail.startswith(("Invalid enum value", "Invalid value")):
+        field = path.rpartition(".")[2]
+        allowed = _ALLOWED.get(field)
+        message = f"must be one of {allowed}" if allowed else "is not an allowed value"
+    else:
+        message = _TYPES.sub(_plain_types, detail)
+        message = message[:1].lower() + message[1:]
+    if not path:
+        return InvalidRequest(f"the request body: {message}")
+    return InvalidRequest(f"{path}: {message}", param=path)
 
 
-def _number_field(body: dict[str, Any], name: str, low: float, high: float) -> None:
-    value = body.get(name)
-    if value is None:
-        return
-    if not _is_number(value) or not low <= value <= high:
-        raise InvalidRequest(f"{name} must be a number from {low} to {high}", param=name)
+def _convert(body: dict[str, Any], model: type[Any], prefix: str = "") -> Any:
+    try:
+        return msgspec.convert(body, model, strict=True)
+    except msgspec.ValidationError as exc:
+        raise invalid_body(exc, prefix) from None
 
 
-def _bool_field(body: dict[str, Any], name: str) -> None:
-    value = body.get(name)
-    if value is not None and not isinstance(value, bool):
-        raise InvalidRequest(f"{name} must be a boolean", param=name)
-
-
-def _model_field(body: dict[str, Any], required: bool) -> None:
-    model = body.get("model")
-    if model is None and not required:
-        return
-    if not isinstance(model, str) or not model:
-        raise InvalidRequest("model must be a non-empty string", param="model")
-
-
-def _stream_fields(body: dict[str, Any]) -> None:
-    _bool_field(body, "stream")
-    options = body.get("stream_options")
-    if options is None:
-        return
-    if not isinstance(options, dict):
-        raise InvalidRequest("stream_options must be an object", param="stream_options")
-    include = options.get("include_usage")
-    if include is not None and not isinstance(include, bool):
+def _stream_options_need_stream(request: ChatRequest | CompletionRequest) -> None:
+    if request.stream_options is not None and request.stream is not True:
         raise InvalidRequest(
-            "stream_options.include_usage must be a boolean", param="stream_options.include_usage"
+            "stream_options: only allowed when stream is true", param="stream_options"
         )
-    if not body.get("stream"):
-        raise InvalidRequest(
-            "stream_options is only allowed when stream is true", param="stream_options"
-        )
-
-
-def _sampling_fields(body: dict[str, Any]) -> None:
-    _int_field(body, "max_tokens", 1, 10_000_000)
-    _int_field(body, "max_completion_tokens", 1, 10_000_000)
-    _int_field(body, "n", 1, 128)
-    _number_field(body, "temperature", 0, 2)
-    _number_field(body, "top_p", 0, 1)
-    _number_field(body, "presence_penalty", -2, 2)
-    _number_field(body, "frequency_penalty", -2, 2)
-    stop = body.get("stop")
-    if stop is not None and not isinstance(stop, str | list):
-        raise InvalidRequest("stop must be a string or a list of strings", param="stop")
-    if isinstance(stop, list) and not all(isinstance(item, str) for item in stop):
-        raise InvalidRequest("stop must be a string or a list of strings", param="stop")
 
 
 def validate_chat(body: dict[str, Any]) -> None:
-    _model_field(body, required=False)  # no model = route by task
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise InvalidRequest("messages must be a non-empty array", param="messages")
-    for index, message in enumerate(messages):
-        where = f"messages[{index}]"
-        if not isinstance(message, dict):
-            raise InvalidRequest(f"{where} must be an object", param=where)
-        role = message.get("role")
-        if role not in ROLES:
-            raise InvalidRequest(
-                f"{where}.role must be one of {', '.join(sorted(ROLES))}", param=f"{where}.role"
-            )
-        content = message.get("content")
-        if content is not None and not isinstance(content, str | list):
-            raise InvalidRequest(
-                f"{where}.content must be a string or an array of parts",
-                param=f"{where}.content",
-            )
-        if content is None and role in ("user", "system", "developer"):
-            raise InvalidRequest(f"{where}.content is required", param=f"{where}.content")
-    _stream_fields(body)
-    _sampling_fields(body)
+    request: ChatRequest = _convert(body, ChatRequest)
+    _stream_options_need_stream(request)
 
 
 def validate_completion(body: dict[str, Any]) -> None:
-    _model_field(body, required=False)
-    prompt = body.get("prompt")
-    if not isinstance(prompt, str | list) or (isinstance(prompt, list) and not prompt):
-        raise InvalidRequest("prompt must be a string or a non-empty array", param="prompt")
-    _stream_fields(body)
-    _sampling_fields(body)
+    request: CompletionRequest = _convert(body, CompletionRequest)
+    _stream_options_need_stream(request)
 
 
 def validate_embedding(body: dict[str, Any]) -> None:
-    _model_field(body, required=True)
-    value = body.get("input")
-    if isinstance(value, str):
-        if not value:
-            raise InvalidRequest("input must not be empty", param="input")
-    elif not isinstance(value, list) or not value:
-        raise InvalidRequest("input must be a string or a non-empty array", param="input")
-    if body.get("stream"):
-        raise InvalidRequest("embeddings cannot be streamed", param="stream")
+    request: EmbeddingRequest = _convert(body, EmbeddingRequest)
+    if request.stream:
+        raise InvalidRequest("stream: embeddings cannot be streamed", param="stream")
 
 
 def validate_image(body: dict[str, Any]) -> None:
-    _model_field(body, required=True)
-    prompt = body.get("prompt")
-    if not isinstance(prompt, str) or not prompt:
-        raise InvalidRequest("prompt must be a non-empty string", param="prompt")
-    _int_field(body, "n", 1, 10)
-    if body.get("stream"):
-        raise InvalidRequest("image generation is not streamed by this gateway", param="stream")
+    request: ImageRequest = _convert(body, ImageRequest)
+    if request.stream:
+        raise InvalidRequest(
+            "stream: image generation is not streamed by this gateway", param="stream"
+        )
+
+
+def validate_routed(body: dict[str, Any], prefix: str) -> None:
+    """The fields routing reads, in any /v1 body (the route explanation's ``body``)."""
+    _convert(body, RouteRequest, prefix)

@@ -193,8 +193,8 @@ async def test_a_request_whose_worst_case_does_not_fit_never_reaches_upstream(
         assert await _send_chats(gateway, budget_only, 1, "n128b-", n=128, max_tokens=13) == [
             (429, "insufficient_quota")
         ]
-        # best_of (the larger of it and n) counts the same way: 200 x 9 x $0.60/M = $0.00108.
-        best_of = {"extra_body": {"best_of": 200}}
+        # best_of (the larger of it and n) counts the same way: 128 x 13 x $0.60/M + prompt.
+        best_of = {"max_tokens": 13, "extra_body": {"best_of": 128}}
         assert await _send_chats(gateway, budget_only, 1, "best-", **best_of) == [
             (429, "insufficient_quota")
         ]

@@ -168,7 +168,7 @@ class ThreadGateway:
             host="127.0.0.1",
             port=self.port,
             loop="asyncio",
-            http=guarded_protocol(settings),
+            http=guarded_protocol(settings, self.app.state.record_wire_rejection),
             timeout_keep_alive=settings.keep_alive_timeout_s,
             log_level="warning",
             access_log=False,

@@ -4,6 +4,7 @@ shows up in the process's output, an error message or a metric."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -105,6 +106,28 @@ def test_idle_connection_without_a_request_is_closed(gateway: GatewayProcess) ->
     sock.close()
 
 
+def test_a_stalled_body_is_logged_as_the_408_it_got(gateway: GatewayProcess) -> None:
+    _, key = gateway.create_key(name="stalled")
+    sock = _connect(gateway)
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Request-ID: stalled-408\r\n"
+        b"Authorization: Bearer " + key.encode() + b"\r\n"
+        b'Content-Type: application/json\r\nContent-Length: 500\r\n\r\n{"model"'
+    )
+    assert _read_all(sock).startswith(b"HTTP/1.1 408")
+    sock.close()
+    deadline = time.monotonic() + 5
+    lines: list[dict] = []
+    while not lines and time.monotonic() < deadline:
+        time.sleep(0.1)  # the JSON log is flushed a few times a second
+        lines = [
+            json.loads(line)
+            for line in gateway.output().splitlines()
+            if '"request_id":"stalled-408"' in line and '"event":"request"' in line
+        ]
+    assert [line["status"] for line in lines] == [408]
+
+
 def test_oversized_headers_get_431(gateway: GatewayProcess) -> None:
     reply = httpx.get(gateway.base_url + "/healthz", headers={"X-Big": "x" * 10_000})
     assert reply.status_code == 431
@@ -141,6 +164,50 @@ def test_ambiguous_or_malformed_json_is_a_400(
     )
     assert reply.status_code == 400, reply.text
     assert says in reply.json()["error"]["message"]
+
+
+MALFORMED_HTTP = {
+    "bad request line": b"GET /v1/models HTTP/1.1 extra\r\nHost: x\r\n\r\n",
+    "bad method": b"G(T /v1/models HTTP/1.1\r\nHost: x\r\n\r\n",
+    "control character in the path": b"GET /v1/\x01models HTTP/1.1\r\nHost: x\r\n\r\n",
+    "header without a colon": b"GET /v1/models HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n",
+    "two content lengths": (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        b"Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}"
+    ),
+    "invalid chunk size": (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n"
+    ),
+}
+
+
+def _unparsed_400s(gateway: GatewayProcess) -> float:
+    text = httpx.get(gateway.base_url + "/metrics").text
+    for line in text.splitlines():
+        labels = line.partition("}")[0]
+        wanted = ("switchyard_requests_total{", 'route="unparsed"', 'status="400"')
+        if labels.startswith(wanted[0]) and all(part in labels for part in wanted[1:]):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+@pytest.mark.parametrize("request_bytes", MALFORMED_HTTP.values(), ids=MALFORMED_HTTP.keys())
+def test_http_parser_errors_get_the_json_envelope(
+    gateway: GatewayProcess, request_bytes: bytes
+) -> None:
+    before = _unparsed_400s(gateway)
+    sock = _connect(gateway)
+    sock.sendall(request_bytes)
+    reply = _read_all(sock)
+    sock.close()
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), reply
+    assert b"content-type: application/json" in head.lower()
+    error = json.loads(body)["error"]
+    assert error["code"] == "invalid_http_request" and error["type"] == "invalid_request_error"
+    assert error["message"].startswith("the request is not valid HTTP/1.1: ")
+    assert _unparsed_400s(gateway) == before + 1  # counted, though the app never saw it
 
 
 def test_no_secret_in_logs_errors_or_metrics(gateway: GatewayProcess) -> None:

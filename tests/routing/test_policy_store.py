@@ -125,3 +125,22 @@ def test_removed_file_keeps_the_policy_until_it_returns(policy_data, policy_file
     path.write_text(text)
     assert store.poll_once() is False  # same content: nothing to apply, error cleared
     assert store.last_error is None and store.current is loaded
+
+
+def test_a_hostile_file_edit_is_refused_and_the_policy_stays(policy_data, policy_file) -> None:
+    """The file watcher meets the same bounds as the admin API: no RecursionError, no bomb."""
+    path = policy_file(policy_data())
+    store = PolicyStore(path)
+    store.load()
+    version = store.current.version
+    laughs = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        laughs.append(f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]")
+    for text, says in (
+        ("[" * 3000 + "]" * 3000, "nested more than"),
+        ("\n".join(laughs), "expands to more than"),
+    ):
+        path.write_text(text)
+        assert store.poll_once() is False
+        assert says in str(store.last_error)
+        assert store.current.version == version

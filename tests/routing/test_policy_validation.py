@@ -186,3 +186,16 @@ def test_schema_export_matches_docs(capsys) -> None:
     assert printed == schema
     committed = json.loads((REPO / "docs" / "policy.schema.json").read_text())
     assert committed == schema, "regenerate: python -m gateway.policy --schema > docs/..."
+
+
+def test_policy_documents_are_bounded(policy_data) -> None:
+    deep = "models: " + "[" * 40 + "]" * 40
+    assert "nested more than 32 levels" in str(error_of(deep))
+    assert "contains it" in str(error_of("models: &m {x: *m}"))
+    # Shared blocks are fine: safe_dump writes a shared dict as an anchor and an alias.
+    data = policy_data()
+    data["models"]["other"]["price"] = data["models"]["big"]["price"]
+    text = yaml.safe_dump(data)
+    assert "&id001" in text and "*id001" in text
+    policy = parse_policy(text)
+    assert policy.models["other"].price == policy.models["big"].price
