@@ -7,11 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.errors import ConfigError
+
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-class ConfigError(ValueError):
-    """A setting is out of range or inconsistent; the message names it."""
 
 
 @dataclass

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from engine.block_manager import BlockManager, chain_hash
+from engine.core.block_manager import BlockManager, chain_hash
+from engine.core.sequence import Request, Sequence
 from engine.sampling import SamplingParams
-from engine.sequence import Request, Sequence
 
 BLOCK = 4
 

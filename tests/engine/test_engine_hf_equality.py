@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from engine_helpers import MAX_NEW_TOKENS, assert_all_blocks_free, make_llm
 
-from engine.model_runner import PaddedDecode
+from engine.core.model_runner import PaddedDecode
 from engine.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_NEW_TOKENS)

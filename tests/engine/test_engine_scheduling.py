@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 from engine_helpers import assert_all_blocks_free, make_llm
 
-from engine.config import ConfigError, EngineConfig
-from engine.engine import InvalidPromptError
+from engine.config import EngineConfig
+from engine.errors import ConfigError, InvalidPromptError, RequestTooLargeError
 from engine.sampling import SamplingParams
-from engine.scheduler import RequestTooLargeError
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ import importlib
 import pytest
 
 from engine import kernels
-from engine.engine import LLM
+from engine.core.llm_engine import LLM
 from engine.sampling import SamplingParams
-from engine.tiny_checkpoint import write_tiny_checkpoint
+from engine.tools.tiny_checkpoint import write_tiny_checkpoint
 
 SHARED = list(range(3, 40))  # 37 tokens: two full 16-token blocks are shared
 

@@ -7,20 +7,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.distributed import TensorParallelExecutor
+from engine.core.block_manager import BlockManager
+from engine.core.distributed import TensorParallelExecutor
+from engine.core.model_runner import ModelRunner, SampledToken, build_step_inputs
+from engine.core.scheduler import Scheduler
+from engine.core.sequence import Request, Sequence, TokenLogprobs
+from engine.core.stats import EngineStats, StepRecord
+from engine.errors import InvalidPromptError
 from engine.loader import resolve_model_path
-from engine.model_runner import ModelRunner, SampledToken, build_step_inputs
 from engine.sampling import SamplingParams
-from engine.scheduler import Scheduler
-from engine.sequence import Request, Sequence, TokenLogprobs
-from engine.stats import EngineStats, StepRecord
 from engine.tokenizer import IncrementalDetokenizer, Tokenizer
-
-
-class InvalidPromptError(ValueError):
-    """The prompt is empty or holds token ids outside the vocabulary."""
 
 
 @dataclass

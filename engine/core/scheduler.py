@@ -13,15 +13,12 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.core.block_manager import BlockManager
+from engine.core.sequence import Sequence, SequenceStatus
+from engine.core.stats import EngineStats
+from engine.errors import RequestTooLargeError
 from engine.sampling import SamplingParams
-from engine.sequence import Sequence, SequenceStatus
-from engine.stats import EngineStats
-
-
-class RequestTooLargeError(ValueError):
-    """The request can never be scheduled; the message names the limit it exceeds."""
 
 
 @dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Sequence as Seq
 
-from engine.sequence import Sequence
+from engine.core.sequence import Sequence
 
 
 class Block:

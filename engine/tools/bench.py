@@ -44,7 +44,7 @@ WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
 @dataclass(frozen=True)
 class ModelShape:
     name: str
-    family: str  # a `engine.tiny_checkpoint` family: qwen3 | llama
+    family: str  # a `engine.tools.tiny_checkpoint` family: qwen3 | llama
     hidden_size: int
     num_layers: int
     num_heads: int
@@ -184,13 +184,13 @@ def write_random_checkpoint(
 ) -> Path:
     """A loadable HF directory of ``shape`` with random weights.
 
-    The tokenizer files come from ``engine.tiny_checkpoint`` (a small real BPE); config.json
+    The tokenizer files come from ``engine.tools.tiny_checkpoint`` (a small real BPE); config.json
     is then rewritten with the full shape, so token ids beyond the tokenizer decode to
     nothing, which is all a benchmark with random prompts needs.
     """
     from safetensors.torch import save_file
 
-    from engine.tiny_checkpoint import write_tiny_checkpoint
+    from engine.tools.tiny_checkpoint import write_tiny_checkpoint
 
     write_tiny_checkpoint(path, shape.family, seed=seed, vocab_size=512)
     config_file = path / "config.json"
@@ -364,10 +364,10 @@ def build_engine(model_path: Path, workload: Workload, settings: RunSettings, pr
     """An ``LLMEngine`` for the offline workloads, an ``AsyncEngine`` for W5 (online)."""
     config = engine_config(model_path, workload, settings, prefix_caching)
     if workload.arrival_rate is not None:
-        from engine.async_engine import AsyncEngine
+        from engine.core.async_engine import AsyncEngine
 
         return AsyncEngine(config, progress=False)
-    from engine.engine import LLMEngine
+    from engine.core.llm_engine import LLMEngine
 
     return LLMEngine(config, progress=False)
 

@@ -29,9 +29,10 @@ from typing import Any
 
 import torch
 
-from engine.config import ConfigError, EngineConfig
-from engine.loader import LoaderError, load_model_args
-from engine.model_runner import ModelRunner, SampledToken, StepInputs
+from engine.config import EngineConfig
+from engine.core.model_runner import ModelRunner, SampledToken, StepInputs
+from engine.errors import ConfigError, EngineDeadError, LoaderError
+from engine.loader import load_model_args
 from engine.models.llama import ModelArgs, ParallelSpec
 
 log = logging.getLogger(__name__)
@@ -43,10 +44,6 @@ SHUTDOWN_GRACE_S = 5.0
 
 # errors a rank can hit while loading that mean "bad input", not "broken engine"
 _LOAD_ERRORS: tuple[type[Exception], ...] = (LoaderError, ConfigError)
-
-
-class EngineDeadError(RuntimeError):
-    """A tensor-parallel rank died or failed: the engine cannot serve until it is rebuilt."""
 
 
 @dataclass

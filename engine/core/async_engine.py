@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.config import EngineConfig
-from engine.distributed import EngineDeadError
-from engine.engine import LLMEngine, RequestDelta
+from engine.core.llm_engine import LLMEngine, RequestDelta
+from engine.core.sequence import TokenLogprobs
+from engine.errors import EngineDeadError, EngineNotRunningError, EngineStepError
 from engine.sampling import SamplingParams
-from engine.sequence import TokenLogprobs
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +31,6 @@ __all__ = [
     "EngineStepError",
     "StreamOutput",
 ]
-
-
-class EngineNotRunningError(RuntimeError):
-    """generate() was called before start() or after shutdown()."""
-
-
-class EngineStepError(RuntimeError):
-    """A model step failed; the requests in flight are aborted with this error."""
 
 
 @dataclass

@@ -16,7 +16,10 @@ from pathlib import Path
 
 import torch
 
-from engine.config import ConfigError, EngineConfig
+from engine.config import EngineConfig
+from engine.core.scheduler import SchedulerOutput
+from engine.core.sequence import TokenLogprobs
+from engine.errors import ConfigError
 from engine.kernels import resolve_backend
 from engine.layers.attention import AttentionMetadata
 from engine.layers.linear import kv_heads_per_rank
@@ -24,8 +27,6 @@ from engine.layers.sampler import Sampler, SamplerOutput, SamplingBatch
 from engine.loader import build_model, load_model_args
 from engine.models.llama import ModelArgs, ParallelSpec
 from engine.sampling import SamplingParams
-from engine.scheduler import SchedulerOutput
-from engine.sequence import TokenLogprobs
 
 
 def resolve_max_model_len(config: EngineConfig, args: ModelArgs) -> int:
