@@ -12,6 +12,7 @@ import concurrent.futures
 import logging
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -65,9 +66,27 @@ class _Abort:
     done: concurrent.futures.Future[bool] | None
 
 
+@dataclass(frozen=True)
+class LoopTrace:
+    """One step-loop iteration, for the host benchmark: wall and CPU seconds."""
+
+    step: int  # the engine's step number (`StepRecord.step`)
+    wall_s: float  # schedule .. outputs handed off, on the step thread
+    thread_cpu_s: float  # the step thread's CPU time in that span
+    process_cpu_s: float  # the process's CPU clock (every thread) when the step ended
+
+
 class AsyncEngine:
-    def __init__(self, config: EngineConfig, progress: bool = False) -> None:
-        self.engine = LLMEngine(config, progress=progress)
+    def __init__(
+        self,
+        config: EngineConfig,
+        progress: bool = False,
+        engine: LLMEngine | None = None,
+        trace_steps: bool = False,
+    ) -> None:
+        """`engine` replaces the one built from `config`; `trace_steps` keeps `loop_trace`."""
+        self.engine = engine or LLMEngine(config, progress=progress)
+        self.loop_trace: list[LoopTrace] | None = [] if trace_steps else None
         self._commands: queue.SimpleQueue[_Add | _Abort | None] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._streams: dict[str, _Stream] = {}
@@ -206,6 +225,11 @@ class AsyncEngine:
             if not engine.has_unfinished_requests():
                 self._wake.wait()
                 continue
+            began, began_cpu, steps = (
+                time.perf_counter(),
+                time.thread_time(),
+                engine.stats.num_steps,
+            )
             try:
                 deltas = engine.step()
             except EngineDeadError as exc:  # a rank is gone: nothing can be served again
@@ -220,6 +244,15 @@ class AsyncEngine:
                     stream = self._streams.get(delta.request_id)
                 if stream is None or not self._send(stream, delta):
                     engine.abort_request(delta.request_id)
+            if self.loop_trace is not None and engine.stats.num_steps > steps:
+                self.loop_trace.append(
+                    LoopTrace(
+                        step=steps,
+                        wall_s=time.perf_counter() - began,
+                        thread_cpu_s=time.thread_time() - began_cpu,
+                        process_cpu_s=time.process_time(),
+                    )
+                )
         self._fail_all(EngineNotRunningError("the engine was shut down"))
 
     def _drain_commands(self) -> None:

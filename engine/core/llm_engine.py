@@ -86,12 +86,20 @@ def _held_back(text: str, stops: list[str]) -> int:
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig, progress: bool = True) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        progress: bool = True,
+        runner: ModelRunner | TensorParallelExecutor | None = None,
+    ) -> None:
+        """`runner` replaces the model runner built from `config` (the host benchmark's stub)."""
         self.config = config
         path = resolve_model_path(config.model)
         self.tokenizer = Tokenizer(config.tokenizer or path)
         self.runner: ModelRunner | TensorParallelExecutor
-        if config.tensor_parallel_size > 1:
+        if runner is not None:
+            self.runner = runner
+        elif config.tensor_parallel_size > 1:
             self.runner = TensorParallelExecutor(config, path, progress=progress)
         else:
             self.runner = ModelRunner(config, path, progress=progress)

@@ -6,6 +6,7 @@ W3  256 requests sharing a 1,024-token prefix (64-token unique suffixes): prefix
     on vs off, with the ratio.
 W4  batch-1 decode: time per token against weight bytes / measured copy bandwidth.
 W5  online: Poisson arrivals through ``AsyncEngine``; TTFT and ITL percentiles.
+host  the engine's host work per step, model call stubbed (``engine.tools.host_bench``).
 
 Weights are random (bf16 on CUDA, fp32 on the CPU) in the real shapes, written once to a
 temporary HF-format directory; EOS is ignored so every request makes its full output. Each
@@ -562,7 +563,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m engine.bench", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--workload", default="W1", choices=[*WORKLOADS, "all"])
+    parser.add_argument("--workload", default="W1", choices=[*WORKLOADS, "all", "host"])
     parser.add_argument("--tiny", action="store_true", help="CPU-sized model and workload")
     parser.add_argument(
         "--max-seconds",
@@ -580,6 +581,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument("--rate", type=float, default=None, help="W5 arrivals per second")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--penalties",
+        action="store_true",
+        help="host: sample with presence_penalty and top_p instead of greedy",
+    )
     args = parser.parse_args(argv)
     if args.max_seconds <= 0:
         parser.error("--max-seconds must be > 0")
@@ -614,6 +620,14 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.workload == "host":
+        from engine.tools.host_bench import TINY_HOST, W1_HOST, run_host
+
+        load = TINY_HOST if args.tiny else W1_HOST
+        result = run_host(load, seed=args.seed, penalties=args.penalties)
+        result["command"] = " ".join(["python -m engine.bench", *(argv or sys.argv[1:])])
+        print(json.dumps(result), flush=True)
+        return 0
     settings = settings_from(args)
     if settings.device.type == "cuda" and not torch.cuda.is_available():
         print("error: --device cuda but no CUDA device is available", file=sys.stderr)
