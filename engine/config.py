@@ -31,6 +31,8 @@ class EngineConfig:
     seed: int = 0
     tokenizer: str | None = None  # defaults to `model`
     tensor_parallel_size: int = 1  # ranks (worker processes) the model is sharded over
+    # prepare step N+1 while step N runs; None: on for a single CUDA rank, off elsewhere
+    async_scheduling: bool | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -82,6 +84,9 @@ class EngineConfig:
             raise ConfigError(
                 f"tensor_parallel_size must be an integer >= 1, not {self.tensor_parallel_size!r}"
             )
+
+        if self.async_scheduling and self.tensor_parallel_size > 1:
+            raise ConfigError("async_scheduling needs tensor_parallel_size 1")
 
     def validate_tensor_parallel(
         self, num_heads: int, num_kv_heads: int, intermediate_size: int, device: torch.device

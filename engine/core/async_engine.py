@@ -1,8 +1,11 @@
 """The online engine: the step loop runs in its own thread; asyncio callers stream deltas.
 
-Adds and aborts travel to the engine thread through a queue, and results come back with
-`loop.call_soon_threadsafe`, so nothing on the asyncio side waits on a model step. Only the
-engine thread touches the `LLMEngine`.
+Adds, aborts and stop-string finishes travel to the engine thread through a queue. The
+engine thread does only the step (`LLMEngine.step_core`): each step's raw tokens go to
+every event loop that has streams with one `loop.call_soon_threadsafe`, and the output
+processor runs there, on the consumer's side (detokenization, stop strings, deltas), as
+vLLM's front end does. So nothing on the asyncio side waits on a model step, and the
+step thread never pays for text. Only the engine thread touches the `LLMEngine`.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.config import EngineConfig
-from engine.core.llm_engine import LLMEngine, RequestDelta
+from engine.core.llm_engine import LLMEngine
+from engine.core.output_processor import RequestDelta, RequestState, StepOutput, process_step
 from engine.core.sequence import TokenLogprobs
 from engine.errors import EngineDeadError, EngineNotRunningError, EngineStepError
 from engine.sampling import SamplingParams
@@ -51,6 +55,7 @@ class StreamOutput:
 class _Stream:
     loop: asyncio.AbstractEventLoop
     queue: asyncio.Queue[RequestDelta | BaseException]
+    state: RequestState
 
 
 @dataclass
@@ -64,6 +69,14 @@ class _Add:
 class _Abort:
     request_id: str
     done: concurrent.futures.Future[bool] | None
+
+
+@dataclass
+class _StopSample:
+    """A stop string ended one sample: the engine stops its sequence."""
+
+    request_id: str
+    index: int
 
 
 @dataclass(frozen=True)
@@ -87,10 +100,13 @@ class AsyncEngine:
         """`engine` replaces the one built from `config`; `trace_steps` keeps `loop_trace`."""
         self.engine = engine or LLMEngine(config, progress=progress)
         self.loop_trace: list[LoopTrace] | None = [] if trace_steps else None
-        self._commands: queue.SimpleQueue[_Add | _Abort | None] = queue.SimpleQueue()
+        self._commands: queue.SimpleQueue[_Add | _Abort | _StopSample | None] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._streams: dict[str, _Stream] = {}
         self._streams_lock = threading.Lock()
+        # the request states of each event loop, touched only on that loop
+        self._loop_states: dict[asyncio.AbstractEventLoop, dict[str, RequestState]] = {}
+        self._loops: tuple[asyncio.AbstractEventLoop, ...] = ()  # read by the engine thread
         self._pending_adds = 0
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -149,13 +165,22 @@ class AsyncEngine:
         params = params or SamplingParams()
         self._raise_if_dead()
         token_ids = self.engine.check_request(prompt, params)
-        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
+        loop = asyncio.get_running_loop()
+        text = prompt if isinstance(prompt, str) else None
+        state = RequestState(request_id, text, token_ids, params, self.engine.tokenizer)
+        stream = _Stream(loop, asyncio.Queue(), state)
+        state.sink = stream.queue
         with self._streams_lock:
             self._raise_if_dead()  # under the lock: `_die` cannot miss this stream
             if request_id in self._streams:
                 raise ValueError(f"request id {request_id!r} is already in use")
             self._streams[request_id] = stream
             self._pending_adds += 1
+            states = self._loop_states.get(loop)
+            if states is None:
+                states = self._loop_states[loop] = {}
+                self._loops = tuple(self._loop_states)
+            states[request_id] = state
         self._commands.put(_Add(request_id, token_ids, params))
         self._wake.set()
         finished = False
@@ -181,6 +206,12 @@ class AsyncEngine:
         finally:
             with self._streams_lock:
                 self._streams.pop(request_id, None)
+                states = self._loop_states.get(loop)
+                if states is not None:
+                    states.pop(request_id, None)
+                    if not states:
+                        del self._loop_states[loop]
+                        self._loops = tuple(self._loop_states)
             if not finished:  # the consumer went away (cancelled, broke out): free at once
                 self._commands.put(_Abort(request_id, None))
                 self._wake.set()
@@ -231,7 +262,7 @@ class AsyncEngine:
                 engine.stats.num_steps,
             )
             try:
-                deltas = engine.step()
+                out = engine.step_core()
             except EngineDeadError as exc:  # a rank is gone: nothing can be served again
                 self._die(exc)
                 continue
@@ -239,11 +270,8 @@ class AsyncEngine:
                 log.exception("engine step failed")
                 self._fail_all(EngineStepError(f"engine step failed: {exc}"))
                 continue
-            for delta in deltas:
-                with self._streams_lock:
-                    stream = self._streams.get(delta.request_id)
-                if stream is None or not self._send(stream, delta):
-                    engine.abort_request(delta.request_id)
+            if out is not None and out.seqs:
+                self._publish(out)
             if self.loop_trace is not None and engine.stats.num_steps > steps:
                 self.loop_trace.append(
                     LoopTrace(
@@ -254,6 +282,35 @@ class AsyncEngine:
                     )
                 )
         self._fail_all(EngineNotRunningError("the engine was shut down"))
+
+    def _publish(self, out: StepOutput) -> None:
+        """One call per event loop with streams; the output processor runs over there."""
+        for loop in self._loops:
+            try:
+                loop.call_soon_threadsafe(self._on_step, loop, out)
+            except RuntimeError:  # that event loop is closed: its requests have no reader
+                self._abort_loop(loop)
+
+    def _on_step(self, loop: asyncio.AbstractEventLoop, out: StepOutput) -> None:
+        """On `loop`: detokenize, check stop strings and deliver this loop's deltas."""
+        states = self._loop_states.get(loop)
+        if not states:
+            return
+        results, stops = process_step(out, states, self.engine.stats)
+        for state, delta in results:
+            state.sink.put_nowait(delta)  # type: ignore[attr-defined]
+        if stops:
+            for request_id, index in stops:
+                self._commands.put(_StopSample(request_id, index))
+            self._wake.set()
+
+    def _abort_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._streams_lock:
+            doomed = [rid for rid, stream in self._streams.items() if stream.loop is loop]
+            self._loop_states.pop(loop, None)
+            self._loops = tuple(self._loop_states)
+        for request_id in doomed:
+            self.engine.abort_request(request_id)
 
     def _drain_commands(self) -> None:
         while True:
@@ -267,6 +324,8 @@ class AsyncEngine:
                 found = self.engine.abort_request(command.request_id)
                 if command.done is not None:
                     command.done.set_result(found)
+            elif isinstance(command, _StopSample):
+                self.engine.finish_seq(command.request_id, command.index, "stop")
 
     def _add(self, command: _Add) -> None:
         with self._streams_lock:
@@ -278,7 +337,9 @@ class AsyncEngine:
             self._send(stream, EngineDeadError(f"the engine is dead: {self._dead}"))
             return
         try:
-            self.engine.add_request(command.request_id, command.prompt, command.params)
+            self.engine.add_request(
+                command.request_id, command.prompt, command.params, track_output=False
+            )
         except ValueError as exc:
             self._send(stream, exc)
 

@@ -30,7 +30,8 @@ from typing import Any
 import torch
 
 from engine.config import EngineConfig
-from engine.core.model_runner import ModelRunner, SampledToken, StepInputs
+from engine.core.input_batch import StepInputs
+from engine.core.model_runner import ModelRunner, StepResult
 from engine.errors import ConfigError, EngineDeadError, LoaderError
 from engine.loader import load_model_args
 from engine.models.llama import ModelArgs, ParallelSpec
@@ -191,7 +192,7 @@ class TensorParallelExecutor:
 
     # --- one step ----------------------------------------------------------------------
 
-    def execute(self, inputs: StepInputs) -> list[SampledToken]:
+    def execute(self, inputs: StepInputs) -> StepResult:
         if self._closed:
             raise EngineDeadError("the tensor-parallel workers were shut down")
         if self._error is not None:

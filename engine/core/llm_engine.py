@@ -1,4 +1,13 @@
-"""The synchronous engine (`LLMEngine`: add requests, step) and the offline `LLM` API."""
+"""The synchronous engine (`LLMEngine`: add requests, step) and the offline `LLM` API.
+
+A step is split in two halves. `step_core` (the step thread's whole job) schedules,
+builds the step's inputs from the persistent batch, launches the step, commits it and
+appends the tokens of the step that completed, checking stop tokens, EOS and lengths; it
+returns a `StepOutput`. Turning that into text and deltas (`core/output_processor.py`)
+happens elsewhere: on the consumer's event loop under `AsyncEngine`, inline in `step`.
+With asynchronous scheduling (a single CUDA rank by default) step N+1 is launched before
+step N's tokens are read back, so the host prepares the next step while the GPU runs.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +19,16 @@ from pathlib import Path
 from engine.config import EngineConfig
 from engine.core.block_manager import BlockManager
 from engine.core.distributed import TensorParallelExecutor
-from engine.core.model_runner import ModelRunner, SampledToken, build_step_inputs
-from engine.core.scheduler import Scheduler
-from engine.core.sequence import Request, Sequence, TokenLogprobs
+from engine.core.input_batch import InputBatch
+from engine.core.model_runner import ModelRunner, StepHandle, StepResult
+from engine.core.output_processor import RequestDelta, RequestState, StepOutput, process_step
+from engine.core.scheduler import Scheduler, SchedulerOutput
+from engine.core.sequence import Request, Sequence, SequenceStatus, TokenLogprobs
 from engine.core.stats import EngineStats, StepRecord
-from engine.errors import InvalidPromptError
+from engine.errors import ConfigError, InvalidPromptError
 from engine.loader import resolve_model_path
 from engine.sampling import SamplingParams
-from engine.tokenizer import IncrementalDetokenizer, Tokenizer
+from engine.tokenizer import Tokenizer
 
 
 @dataclass
@@ -55,34 +66,10 @@ class RequestOutput:
 
 
 @dataclass
-class CompletionDelta:
-    """What one sample produced since the last delta (text never splits a character)."""
-
-    index: int
-    text: str
-    token_ids: list[int]
-    logprobs: list[TokenLogprobs] | None
-    finish_reason: str | None
-    num_output_tokens: int  # cumulative
-
-
-@dataclass
-class RequestDelta:
-    request_id: str
-    num_prompt_tokens: int
-    deltas: list[CompletionDelta]
-    finished: bool
-
-
-def _held_back(text: str, stops: list[str]) -> int:
-    """Length of the longest suffix of `text` that could still grow into a stop string."""
-    longest = 0
-    for stop in stops:
-        for size in range(min(len(stop) - 1, len(text)), longest, -1):
-            if text.endswith(stop[:size]):
-                longest = size
-                break
-    return longest
+class _InFlight:
+    step: SchedulerOutput
+    sampled: list[Sequence]
+    handle: StepHandle
 
 
 class LLMEngine:
@@ -105,6 +92,7 @@ class LLMEngine:
             self.runner = ModelRunner(config, path, progress=progress)
         args = self.runner.args
         self.eos_token_ids = self.tokenizer.eos_token_ids | frozenset(args.eos_token_id)
+        self.async_scheduling = self._resolve_async_scheduling()
         self._released_seq_ids: list[int] = []  # seeded sequences done since the last step
         self.max_model_len = self.runner.max_model_len
         self.block_manager = BlockManager(
@@ -112,8 +100,26 @@ class LLMEngine:
         )
         self.stats = EngineStats()
         self.scheduler = Scheduler(config, self.max_model_len, self.block_manager, self.stats)
+        self.input_batch = InputBatch(
+            config.max_num_seqs,
+            -(-self.max_model_len // config.block_size),
+            config.block_size,
+            self.eos_token_ids,
+            args.vocab_size,
+        )
         self.requests: dict[str, Request] = {}
+        self._states: dict[str, RequestState] = {}  # the synchronous API's client views
         self._seq_ids = itertools.count()
+        self._in_flight: _InFlight | None = None
+
+    def _resolve_async_scheduling(self) -> bool:
+        wanted = self.config.async_scheduling
+        can = isinstance(self.runner, ModelRunner)
+        if wanted and not can:
+            raise ConfigError("async_scheduling needs tensor_parallel_size 1")
+        if wanted is None:
+            return can and self.runner.device.type == "cuda"
+        return wanted
 
     # --- requests ----------------------------------------------------------------------
 
@@ -140,14 +146,25 @@ class LLMEngine:
         return token_ids
 
     def add_request(
-        self, request_id: str, prompt: str | list[int], params: SamplingParams | None = None
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        track_output: bool = True,
     ) -> Request:
+        """Queue a request. `track_output`: keep its text and deltas here, for `step` and
+        `request_output`; `AsyncEngine` passes False and processes outputs itself."""
         params = params or SamplingParams()
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in use")
         text, token_ids = self.encode_prompt(prompt)
         self.scheduler.check_fits(len(token_ids), params)
         request = Request(request_id, text, token_ids, params)
+        if track_output:
+            request.state = RequestState(
+                request_id, text, token_ids, params, self.tokenizer, request.arrival_time
+            )
+            self._states[request_id] = request.state
         self.requests[request_id] = request
         if params.n > 1 and len(token_ids) > 1:
             request.pending_forks = params.n - 1  # forked once the shared prompt is cached
@@ -160,8 +177,7 @@ class LLMEngine:
 
     def _new_seq(self, request: Request, index: int) -> Sequence:
         # a seeded sequence's generator lives with the sampler (in the runner, on rank 0)
-        detokenizer = IncrementalDetokenizer(self.tokenizer, request.prompt_token_ids)
-        seq = Sequence(next(self._seq_ids), request, index, detokenizer, None)
+        seq = Sequence(next(self._seq_ids), request, index)
         request.seqs.append(seq)
         return seq
 
@@ -176,6 +192,7 @@ class LLMEngine:
     def abort_request(self, request_id: str) -> bool:
         """Stop a request now and free its blocks; False if it is unknown or already done."""
         request = self.requests.pop(request_id, None)
+        self._states.pop(request_id, None)
         if request is None:
             return False
         request.pending_forks = 0
@@ -183,8 +200,24 @@ class LLMEngine:
             if not seq.is_finished:
                 seq.finish_reason = "abort"
                 self._finish(seq)
+        if request.state is not None:
+            for sample in request.state.samples:
+                if sample.finish_reason is None:
+                    sample.finish_reason = "abort"
         self._record_gauges()
         return True
+
+    def finish_seq(self, request_id: str, index: int, reason: str) -> None:
+        """A sample ended outside the step loop (a stop string): stop its sequence."""
+        request = self.requests.get(request_id)
+        if request is None or index >= len(request.seqs):
+            return
+        seq = request.seqs[index]
+        if not seq.is_finished:
+            seq.finish_reason = reason
+            self._finish(seq)
+        if request.is_finished:
+            self.requests.pop(request_id, None)
 
     def _finish(self, seq: Sequence) -> None:
         self.scheduler.finish(seq)
@@ -192,7 +225,7 @@ class LLMEngine:
             self._released_seq_ids.append(seq.seq_id)
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self.requests)
+        return bool(self.requests) or self._in_flight is not None
 
     @property
     def healthy(self) -> bool:
@@ -206,134 +239,120 @@ class LLMEngine:
     # --- one step ----------------------------------------------------------------------
 
     def step(self) -> list[RequestDelta]:
-        plan = self.scheduler.schedule()
-        if plan.is_empty:
-            self._record_gauges()
+        """One step, its outputs turned into deltas here (the synchronous API)."""
+        out = self.step_core()
+        if out is None or not out.seqs:
             return []
-        inputs = build_step_inputs(
-            plan,
-            self.config.block_size,
-            self.eos_token_ids,
-            self.runner.args.vocab_size,
-            self._released_seq_ids,
-        )
+        results, stops = process_step(out, self._states, self.stats)
+        for request_id, index in stops:
+            self.finish_seq(request_id, index, "stop")
+        deltas = []
+        for state, delta in results:
+            if delta.finished:
+                self._states.pop(state.request_id, None)
+            deltas.append(delta)
+        return deltas
+
+    def step_core(self) -> StepOutput | None:
+        """Schedule, launch and commit a step; return the tokens of the step that completed
+        (with asynchronous scheduling, the one launched before), or None."""
+        step = self.scheduler.schedule()
+        if step.is_empty:
+            out = self._drain()
+            self._record_gauges()
+            return out
+        inputs = self.input_batch.build(step, self._released_seq_ids)
         self._released_seq_ids.clear()
-        sampled = self.runner.execute(inputs)
-        self.scheduler.commit(plan.scheduled)
-        now = time.monotonic()
-        for item in plan.scheduled:
+        if not self.async_scheduling:
+            result = self.runner.execute(inputs)
+            return self._complete(step, self._commit(step), result)
+        assert isinstance(self.runner, ModelRunner)
+        handle = self.runner.launch(inputs)
+        launched = _InFlight(step, self._commit(step), handle)
+        previous, self._in_flight = self._in_flight, launched
+        if previous is None:
+            return None
+        return self._complete(previous.step, previous.sampled, previous.handle.result())
+
+    def _drain(self) -> StepOutput | None:
+        """Nothing to schedule: read back the step in flight, if any."""
+        previous, self._in_flight = self._in_flight, None
+        if previous is None:
+            return None
+        return self._complete(previous.step, previous.sampled, previous.handle.result())
+
+    def _commit(self, step: SchedulerOutput) -> list[Sequence]:
+        sampled = self.scheduler.commit(step)
+        for item in step.scheduled:
             request = item.seq.request
             if request.pending_forks and item.seq.num_computed_tokens == item.seq.compute_target():
                 self._fork(request)
-        touched: dict[str, Request] = {}
-        sampled_items = [item for item in plan.scheduled if item.sample]
-        for item, token in zip(sampled_items, sampled, strict=True):
-            self._append_token(item.seq, token, now)
-            touched[item.seq.request.request_id] = item.seq.request
-        prefills = [item for item in plan.scheduled if item.is_prefill]
-        decodes = [item for item in plan.scheduled if not item.is_prefill]
+        num_seqs = len(step.scheduled)
         self.stats.record_step(
             StepRecord(
                 step=self.stats.num_steps,
-                num_prefill_seqs=len(prefills),
-                num_decode_seqs=len(decodes),
-                num_prefill_tokens=sum(i.num_tokens for i in prefills),
-                num_decode_tokens=sum(i.num_tokens for i in decodes),
-                request_ids=tuple(i.seq.request.request_id for i in plan.scheduled),
+                num_prefill_seqs=step.num_prefill_seqs,
+                num_decode_seqs=num_seqs - step.num_prefill_seqs,
+                num_prefill_tokens=step.num_prefill_tokens,
+                num_decode_tokens=num_seqs - step.num_prefill_seqs,
+                request_ids=tuple([item.seq.request.request_id for item in step.scheduled]),
             )
         )
-        deltas = [self._delta(request) for request in touched.values()]
-        for request in touched.values():
-            if request.is_finished:
-                self.requests.pop(request.request_id, None)
-                self.stats.record_finished(now - request.arrival_time)
-        self._record_gauges()
-        return deltas
+        return sampled
 
-    def _append_token(self, seq: Sequence, token: SampledToken, now: float) -> None:
-        params = seq.params
-        seq.token_ids.append(token.token_id)
-        seq.output_counts[token.token_id] += 1
-        if token.logprobs is not None:
-            seq.logprobs.append(token.logprobs)
-        if seq.first_token_time is None:
-            seq.first_token_time = now
-            self.stats.record_first_token(now - seq.request.arrival_time)
-        elif seq.last_token_time is not None:
-            self.stats.record_inter_token(now - seq.last_token_time)
-        seq.last_token_time = now
-        self.stats.record_tokens(prompt=0, generated=1)
-        previous_len = len(seq.output_text)
-        if seq.detokenizer is not None:
-            seq.output_text += seq.detokenizer.push(token.token_id)
-        reason = None
-        stop_token = token.token_id in params.stop_token_ids or (
-            not params.ignore_eos and token.token_id in self.eos_token_ids
-        )
-        if seq.num_output_tokens >= params.min_tokens and (
-            stop_token or (params.stop and self._cut_at_stop(seq, previous_len))
-        ):
-            reason = "stop"
-        if reason is None and (
-            seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len
-        ):
-            reason = "length"
-        if reason is not None:
+    def _complete(
+        self, step: SchedulerOutput, sampled: list[Sequence], result: StepResult
+    ) -> StepOutput:
+        """The step's tokens reached the host: append them, finish what must stop."""
+        now = time.monotonic()
+        tokens = result.token_ids
+        eos = self.eos_token_ids
+        max_len = self.max_model_len
+        finished: dict[int, str] = {}
+        dropped = False
+        for position, seq in enumerate(sampled):
+            if seq.status is SequenceStatus.FINISHED:
+                dropped = True  # aborted or stopped while the step ran
+                continue
+            token = tokens[position]
+            seq.token_ids.append(token)
+            seq.num_pending = 0
+            params = seq.params
+            num_output = len(seq.token_ids) - seq.num_prompt_tokens
+            if num_output >= params.min_tokens and (
+                token in params.stop_token_ids or (not params.ignore_eos and token in eos)
+            ):
+                finished[position] = "stop"
+            elif num_output >= params.max_tokens or len(seq.token_ids) >= max_len:
+                finished[position] = "length"
+        for position, reason in finished.items():
+            seq = sampled[position]
             seq.finish_reason = reason
             self._finish(seq)
-
-    @staticmethod
-    def _cut_at_stop(seq: Sequence, previous_len: int) -> bool:
-        text = seq.output_text
-        longest = max(len(s) for s in seq.params.stop)
-        start = max(0, previous_len - longest + 1)
-        hits = [i for i in (text.find(s, start) for s in seq.params.stop) if i >= 0]
-        if not hits:
-            return False
-        seq.output_text = text[: min(hits)]
-        return True
-
-    def _delta(self, request: Request) -> RequestDelta:
-        deltas = []
-        for seq in request.seqs:
-            if seq.is_finished:
-                safe_end = len(seq.output_text)
-            else:
-                safe_end = len(seq.output_text) - _held_back(seq.output_text, seq.params.stop)
-            safe_end = max(safe_end, seq.emitted_text_len)
-            text = seq.output_text[seq.emitted_text_len : safe_end]
-            new_ids = seq.output_token_ids[seq.emitted_token_count :]
-            new_logprobs = seq.logprobs[seq.emitted_logprob_count :]
-            finish_news = seq.is_finished and not seq.finish_emitted
-            if not text and not new_ids and not finish_news:
-                continue
-            seq.finish_emitted = seq.is_finished
-            seq.emitted_text_len = safe_end
-            seq.emitted_token_count = seq.num_output_tokens
-            seq.emitted_logprob_count = len(seq.logprobs)
-            deltas.append(
-                CompletionDelta(
-                    index=seq.index,
-                    text=text,
-                    token_ids=new_ids,
-                    logprobs=new_logprobs if seq.params.logprobs is not None else None,
-                    finish_reason=seq.finish_reason,
-                    num_output_tokens=seq.num_output_tokens,
-                )
-            )
-        return RequestDelta(
-            request.request_id, len(request.prompt_token_ids), deltas, request.is_finished
-        )
+            request = seq.request
+            if request.is_finished:
+                self.requests.pop(request.request_id, None)
+        logprobs = result.logprobs
+        if dropped:
+            keep = [i for i, seq in enumerate(sampled) if seq.num_pending == 0]
+            renumber = {old: new for new, old in enumerate(keep)}
+            finished = {renumber[i]: reason for i, reason in finished.items()}
+            sampled = [sampled[i] for i in keep]
+            tokens = [tokens[i] for i in keep]
+            logprobs = None if logprobs is None else [logprobs[i] for i in keep]
+        self.stats.record_tokens(prompt=0, generated=len(sampled))
+        self._record_gauges()
+        return StepOutput(now, sampled, tokens, logprobs, finished)
 
     def _record_gauges(self) -> None:
         bm = self.block_manager
-        running = self.scheduler.running
+        scheduler = self.scheduler
         self.stats.record_gauges(
-            running=len({s.request.request_id for s in running}),
-            waiting=len({s.request.request_id for s in self.scheduler.waiting}),
+            running=scheduler.num_running_requests,
+            waiting=scheduler.num_waiting_requests,
             kv_usage=bm.num_used_blocks / bm.num_blocks,
-            allocated_slots=sum(len(s.block_table) for s in running) * bm.block_size,
-            used_tokens=sum(s.num_computed_tokens for s in running),
+            allocated_slots=scheduler.num_running_blocks * bm.block_size,
+            used_tokens=scheduler.num_running_tokens,
             prefix_hits=bm.prefix_cache_hits,
             prefix_queries=bm.prefix_cache_queries,
         )
@@ -342,22 +361,26 @@ class LLMEngine:
 
     @staticmethod
     def request_output(request: Request) -> RequestOutput:
+        """What the client of a request added with `track_output` has seen so far."""
+        state = request.state
+        if state is None:
+            raise ValueError(f"request {request.request_id!r} was added without track_output")
         outputs = [
             CompletionOutput(
-                index=seq.index,
-                text=seq.output_text,
-                token_ids=seq.output_token_ids,
-                finish_reason=seq.finish_reason,
-                logprobs=list(seq.logprobs) if seq.params.logprobs is not None else None,
+                index=index,
+                text=sample.text,
+                token_ids=list(sample.token_ids),
+                finish_reason=sample.finish_reason,
+                logprobs=list(sample.logprobs) if request.params.logprobs is not None else None,
             )
-            for seq in sorted(request.seqs, key=lambda s: s.index)
+            for index, sample in enumerate(state.samples)
         ]
         return RequestOutput(
             request.request_id,
             request.prompt,
             list(request.prompt_token_ids),
             outputs,
-            request.is_finished,
+            state.finished,
         )
 
 

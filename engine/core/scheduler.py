@@ -12,21 +12,24 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from engine.config import EngineConfig
 from engine.core.block_manager import BlockManager
 from engine.core.sequence import Sequence, SequenceStatus
 from engine.core.stats import EngineStats
-from engine.errors import RequestTooLargeError
+from engine.errors import RequestTooLargeError, SamplingParamsError
 from engine.sampling import SamplingParams
 
 
-@dataclass
 class ScheduledSeq:
-    seq: Sequence
-    num_tokens: int  # new tokens computed this step
-    sample: bool  # this chunk reaches the end, so a token is sampled
-    is_prefill: bool
+    __slots__ = ("is_prefill", "num_tokens", "sample", "seq")
+
+    def __init__(self, seq: Sequence, num_tokens: int, sample: bool, is_prefill: bool) -> None:
+        self.seq = seq
+        self.num_tokens = num_tokens  # new tokens computed this step
+        self.sample = sample  # this chunk reaches the end, so a token is sampled
+        self.is_prefill = is_prefill
 
 
 @dataclass
@@ -34,14 +37,15 @@ class SchedulerOutput:
     scheduled: list[ScheduledSeq] = field(default_factory=list)
     block_copies: list[tuple[int, int]] = field(default_factory=list)
     num_preempted: int = 0
+    num_prefill_seqs: int = 0  # counted at commit
+    num_prefill_tokens: int = 0
 
     @property
     def is_empty(self) -> bool:
         return not self.scheduled
 
 
-def _age(seq: Sequence) -> tuple[float, int]:
-    return (seq.request.arrival_time, seq.index)
+_age = attrgetter("age")  # (arrival time, sequence id): older first
 
 
 class Scheduler:
@@ -57,7 +61,15 @@ class Scheduler:
         self.block_manager = block_manager
         self.stats = stats
         self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []
+        self.running: list[Sequence] = []  # kept in age order
+        self._out_of_order = False  # a readmitted or forked sequence joined out of age order
+        # one persistent input-batch row per running sequence (`core/input_batch.py`)
+        self._free_rows = list(range(config.max_num_seqs - 1, -1, -1))
+        # gauges kept up to date as sequences move, so reading them is O(1)
+        self.num_running_tokens = 0  # computed tokens of the running sequences
+        self.num_running_blocks = 0  # block-table entries of the running sequences
+        self._running_requests: dict[str, int] = {}  # request id -> its running sequences
+        self._waiting_requests: dict[str, int] = {}
         # Admission keeps a little headroom so running decodes are not starved at once.
         self._watermark_blocks = max(1, block_manager.num_blocks // 100)
 
@@ -66,6 +78,11 @@ class Scheduler:
     def check_fits(self, num_prompt_tokens: int, params: SamplingParams) -> None:
         if num_prompt_tokens < 1:
             raise RequestTooLargeError("the prompt is empty: at least one token is required")
+        if params.n > self.config.max_num_seqs:
+            raise SamplingParamsError(
+                f"n ({params.n}) exceeds max_num_seqs ({self.config.max_num_seqs}): "
+                "every sample runs as its own sequence"
+            )
         total = num_prompt_tokens + params.max_tokens
         if total > self.max_model_len:
             raise RequestTooLargeError(
@@ -88,11 +105,40 @@ class Scheduler:
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
         self.waiting.append(seq)
+        _count(self._waiting_requests, seq.request.request_id, 1)
+
+    @property
+    def num_running_requests(self) -> int:
+        return len(self._running_requests)
+
+    @property
+    def num_waiting_requests(self) -> int:
+        return len(self._waiting_requests)
 
     def add_running(self, seq: Sequence) -> None:
-        """A fork joins its parent among the running sequences."""
+        """A fork joins its parent among the running sequences (its seat was reserved)."""
+        self._start_running(seq)
+
+    def _start_running(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.RUNNING
+        seq.row = self._free_rows.pop()
+        seq.row_is_new = True
+        seq.synced_blocks = 0
+        if self.running and self.running[-1].age > seq.age:
+            self._out_of_order = True
         self.running.append(seq)
+        self.num_running_tokens += seq.num_computed_tokens
+        self.num_running_blocks += len(seq.block_table)
+        _count(self._running_requests, seq.request.request_id, 1)
+
+    def _stop_running(self, seq: Sequence) -> None:
+        """Before its blocks are freed: the gauges subtract what it holds."""
+        self.running.remove(seq)
+        self._free_rows.append(seq.row)
+        seq.row = -1
+        self.num_running_tokens -= seq.num_computed_tokens
+        self.num_running_blocks -= len(seq.block_table)
+        _count(self._running_requests, seq.request.request_id, -1)
 
     @property
     def num_unfinished(self) -> int:
@@ -101,39 +147,77 @@ class Scheduler:
     # --- one step ----------------------------------------------------------------------
 
     def schedule(self) -> SchedulerOutput:
+        """Decodes first, then chunked prefills, then admissions; O(running) per step."""
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
         chosen: dict[int, ScheduledSeq] = {}
         copies: dict[int, list[tuple[int, int]]] = {}
-        self.running.sort(key=_age)
+        if self._out_of_order:
+            self.running.sort(key=_age)
+            self._out_of_order = False
 
-        for want_decode in (True, False):
-            for seq in list(self.running):
-                if budget <= 0:
-                    break
-                if seq.status is not SequenceStatus.RUNNING or seq.seq_id in chosen:
-                    continue
-                remaining = seq.compute_target() - seq.num_computed_tokens
-                if remaining <= 0 or (remaining == 1) != want_decode:
-                    continue
-                chunk = min(remaining, budget)
-                made = self._allocate_or_preempt(seq, chunk, chosen, copies, out, want_decode)
-                if made is None:
-                    continue
-                chunk, seq_copies = made
-                chosen[seq.seq_id] = self._entry(seq, chunk)
-                copies[seq.seq_id] = seq_copies
-                # recounted, since a preemption may have dropped an already chosen sequence
-                budget = self.config.max_num_batched_tokens - sum(
-                    c.num_tokens for c in chosen.values()
-                )
+        prefills = []
+        for seq in list(self.running):
+            if budget <= 0:
+                break
+            if seq.status is not SequenceStatus.RUNNING:
+                continue  # preempted by an older sequence this step
+            remaining = seq.compute_target() - seq.num_computed_tokens
+            if remaining != 1:
+                if remaining > 1:
+                    prefills.append(seq)
+                continue
+            if seq.num_pending and self._reaches_a_limit(seq):
+                continue  # its last token is in flight: it finishes when that lands
+            budget = self._schedule(seq, 1, budget, chosen, copies, out, is_decode=True)
+        for seq in prefills:
+            if budget <= 0:
+                break
+            if seq.status is not SequenceStatus.RUNNING:
+                continue
+            remaining = seq.compute_target() - seq.num_computed_tokens
+            budget = self._schedule(seq, min(remaining, budget), budget, chosen, copies, out)
 
+        num_running = len(chosen)
         if not out.num_preempted:
             budget = self._admit(budget, chosen, copies)
 
-        out.scheduled = sorted(chosen.values(), key=lambda s: _age(s.seq))
-        out.block_copies = [pair for seq_copies in copies.values() for pair in seq_copies]
+        scheduled = list(chosen.values())
+        if prefills or len(scheduled) != num_running:  # else already in age order
+            scheduled.sort(key=lambda item: item.seq.age)
+        out.scheduled = scheduled
+        if copies:
+            out.block_copies = [pair for seq_copies in copies.values() for pair in seq_copies]
         return out
+
+    def _reaches_a_limit(self, seq: Sequence) -> bool:
+        return seq.num_output_tokens >= seq.params.max_tokens or seq.num_tokens >= (
+            self.max_model_len
+        )
+
+    def _schedule(
+        self,
+        seq: Sequence,
+        chunk: int,
+        budget: int,
+        chosen: dict[int, ScheduledSeq],
+        copies: dict[int, list[tuple[int, int]]],
+        out: SchedulerOutput,
+        is_decode: bool = False,
+    ) -> int:
+        """Allocate (or preempt) for one running sequence; returns the budget left."""
+        table_len = len(seq.block_table)
+        made = self._allocate_or_preempt(seq, chunk, chosen, copies, out, is_decode)
+        budget += made[2]  # preempted sequences give their tokens back
+        if made[0] is None:
+            return budget
+        self.num_running_blocks += len(seq.block_table) - table_len
+        chunk, seq_copies = made[0], made[1]
+        chosen[seq.seq_id] = self._entry(seq, chunk)
+        if seq_copies:
+            copies[seq.seq_id] = seq_copies
+            seq.synced_blocks = 0  # a block id changed in place: rewrite the row
+        return budget - chunk
 
     def _entry(self, seq: Sequence, chunk: int) -> ScheduledSeq:
         end = seq.num_computed_tokens + chunk
@@ -150,25 +234,26 @@ class Scheduler:
         copies: dict[int, list[tuple[int, int]]],
         out: SchedulerOutput,
         is_decode: bool,
-    ) -> tuple[int, list[tuple[int, int]]] | None:
+    ) -> tuple[int | None, list[tuple[int, int]], int]:
+        """(tokens, copy-on-write pairs, tokens freed by preempting chosen sequences)."""
         bm = self.block_manager
+        refund = 0
         while True:
             result = bm.allocate(seq, chunk)
             if result is not None:
-                return chunk, result
-            others = [s for s in self.running if s is not seq]
-            victim = max(others, key=_age, default=None)
-            if victim is None or _age(victim) < _age(seq):
+                return chunk, result, refund
+            victim = next((s for s in reversed(self.running) if s is not seq), None)
+            if victim is None or victim.age < seq.age:
                 if not is_decode:
                     # An older prefill keeps its blocks and computes what still fits.
                     fit = self._tokens_that_fit(seq)
                     if fit <= 0:
-                        return None
+                        return None, [], refund
                     chunk = min(chunk, fit)
                     continue
-                self._preempt(seq, chosen, copies, out)
-                return None
-            self._preempt(victim, chosen, copies, out)
+                refund += self._preempt(seq, chosen, copies, out)
+                return None, [], refund
+            refund += self._preempt(victim, chosen, copies, out)
 
     def _tokens_that_fit(self, seq: Sequence) -> int:
         bm = self.block_manager
@@ -187,15 +272,18 @@ class Scheduler:
         chosen: dict[int, ScheduledSeq],
         copies: dict[int, list[tuple[int, int]]],
         out: SchedulerOutput,
-    ) -> None:
-        chosen.pop(seq.seq_id, None)
+    ) -> int:
+        """Recompute preemption; returns the tokens `seq` had been given this step."""
+        entry = chosen.pop(seq.seq_id, None)
         copies.pop(seq.seq_id, None)
+        self._stop_running(seq)
         self.block_manager.free(seq)
         seq.reset_for_recompute()
-        self.running.remove(seq)
         self.waiting.appendleft(seq)
+        _count(self._waiting_requests, seq.request.request_id, 1)
         out.num_preempted += 1
         self.stats.record_preemption()
+        return 0 if entry is None else entry.num_tokens
 
     def _admit(
         self,
@@ -203,9 +291,18 @@ class Scheduler:
         chosen: dict[int, ScheduledSeq],
         copies: dict[int, list[tuple[int, int]]],
     ) -> int:
+        if not self.waiting or budget <= 0:
+            return budget
         bm = self.block_manager
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+        # seats promised to the children of running n > 1 requests not yet forked
+        reserved = sum(s.request.pending_forks for s in self.running if s.request.pending_forks)
+        while self.waiting and budget > 0:
             seq = self.waiting[0]
+            if seq.num_pending:
+                break  # preempted with a token in flight: readmitted once it lands
+            seats = 1 + seq.request.pending_forks
+            if len(self.running) + reserved + seats > self.config.max_num_seqs:
+                break
             target = seq.compute_target()
             hits = bm.match_prefix(seq, max(target - 1, 0))
             remaining = target - seq.num_computed_tokens
@@ -221,25 +318,56 @@ class Scheduler:
             assert seq_copies is not None  # free blocks were checked just above
             bm.count_prefix_lookup(max(target - 1, 0), hits)
             self.waiting.popleft()
-            seq.status = SequenceStatus.RUNNING
-            self.running.append(seq)
+            _count(self._waiting_requests, seq.request.request_id, -1)
+            self._start_running(seq)
+            reserved += seats - 1
             chosen[seq.seq_id] = self._entry(seq, chunk)
-            copies[seq.seq_id] = seq_copies
+            if seq_copies:
+                copies[seq.seq_id] = seq_copies
             budget -= chunk
         return budget
 
     # --- after a step ------------------------------------------------------------------
 
-    def commit(self, scheduled: list[ScheduledSeq]) -> None:
-        """The step ran: its tokens' K/V are in the cache."""
-        for item in scheduled:
-            item.seq.num_computed_tokens += item.num_tokens
-            self.block_manager.register_full_blocks(item.seq)
+    def commit(self, step: SchedulerOutput) -> list[Sequence]:
+        """The step is launched: its tokens' K/V will be in the cache before the next one.
+
+        Returns the sampled sequences, in order; each now has one token in flight
+        (`num_pending`) until the engine appends it. Also counts the step's prefills.
+        """
+        caching = self.block_manager.enable_prefix_caching
+        size = self.block_manager.block_size
+        sampled: list[Sequence] = []
+        for item in step.scheduled:
+            seq = item.seq
+            seq.num_computed_tokens += item.num_tokens
+            self.num_running_tokens += item.num_tokens
+            if item.is_prefill:
+                step.num_prefill_seqs += 1
+                step.num_prefill_tokens += item.num_tokens
+            if item.sample:
+                seq.num_pending = 1
+                seq.pending_index = len(sampled)
+                sampled.append(seq)
+            if caching and len(seq.block_hashes) < (
+                min(seq.num_computed_tokens, len(seq.token_ids)) // size
+            ):
+                self.block_manager.register_full_blocks(seq)
+        return sampled
 
     def finish(self, seq: Sequence) -> None:
+        if seq.row >= 0:
+            self._stop_running(seq)
+        elif seq.status is SequenceStatus.WAITING and seq in self.waiting:
+            self.waiting.remove(seq)
+            _count(self._waiting_requests, seq.request.request_id, -1)
         seq.status = SequenceStatus.FINISHED
         self.block_manager.free(seq)
-        if seq in self.running:
-            self.running.remove(seq)
-        elif seq in self.waiting:
-            self.waiting.remove(seq)
+
+
+def _count(counts: dict[str, int], key: str, delta: int) -> None:
+    left = counts.get(key, 0) + delta
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]

@@ -25,9 +25,9 @@ class SamplingBatch:
     min_p: torch.Tensor | None  # [S] float32
     presence_penalty: torch.Tensor | None  # [S] float32
     frequency_penalty: torch.Tensor | None  # [S] float32
-    output_counts: torch.Tensor | None  # [S, V] float32, tokens generated so far
+    output_counts: torch.Tensor | None  # [S, V] (int or float), tokens generated so far
     banned: torch.Tensor | None  # [S, V] bool (EOS/stop ids before min_tokens)
-    generators: list[torch.Generator | None]  # a row's own generator, or None
+    seeded: list[tuple[int, torch.Generator]]  # (row, its own generator): seeded requests
     default_generator: torch.Generator
     num_logprobs: int  # top logprobs to return (0: none)
 
@@ -70,9 +70,8 @@ class Sampler(nn.Module):
             threshold = batch.min_p[:, None] * probs.max(dim=-1, keepdim=True).values
             probs = probs.masked_fill(probs < threshold, 0.0)
         noise = torch.empty_like(probs).exponential_(generator=batch.default_generator)
-        for row, generator in enumerate(batch.generators):
-            if generator is not None:  # a seeded request draws from its own stream
-                noise[row].exponential_(generator=generator)
+        for row, generator in batch.seeded:  # a seeded request draws from its own stream
+            noise[row].exponential_(generator=generator)
         return (probs / noise).argmax(dim=-1)
 
 

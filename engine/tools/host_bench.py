@@ -31,11 +31,12 @@ import torch
 
 from engine.config import EngineConfig
 from engine.core.async_engine import AsyncEngine
+from engine.core.input_batch import StepInputs
 from engine.core.llm_engine import LLMEngine
-from engine.core.model_runner import ModelRunner, SampledToken, StepInputs
+from engine.core.model_runner import ModelRunner, StepHandle
 from engine.errors import ConfigError
 from engine.kernels import resolve_backend
-from engine.layers.sampler import Sampler
+from engine.layers.sampler import SamplerOutput
 from engine.loader import load_model_args
 from engine.models.llama import ParallelSpec
 from engine.sampling import SamplingParams
@@ -58,7 +59,8 @@ HOST_VOCAB = 151936
 
 class StubRunner(ModelRunner):
     """A `ModelRunner` without weights or KV pool: tokens are drawn at random from
-    `token_pool`; the step's host work (tensors, sampling batch, read-back) is kept."""
+    `token_pool`; the step's host work (input staging and tensors, the sampling batch,
+    per-row sampler state, the one read-back) is the runner's own."""
 
     def __init__(self, config: EngineConfig, model_path: Path, token_pool: list[int]) -> None:
         self.config = config
@@ -68,15 +70,11 @@ class StubRunner(ModelRunner):
         self.max_model_len = config.max_model_len or self.args.max_position_embeddings
         self.dtype = config.resolve_dtype(self.args.torch_dtype, self.device)
         self.backend = resolve_backend(config.attention_backend, self.device)
-        self.sampler = Sampler()
-        self.block_size = config.block_size
-        self.num_kv_heads = self.args.num_kv_heads
+        self.model = None  # type: ignore[assignment]
+        self._init_step_state()
         if config.num_gpu_blocks is None:
             raise ConfigError("the stub runner needs num_gpu_blocks")
         self.num_blocks = config.num_gpu_blocks
-        self.default_generator = torch.Generator(self.device).manual_seed(config.seed)
-        self.generators: dict[int, torch.Generator] = {}
-        self.decode = None
         self._pool = torch.tensor(token_pool, dtype=torch.int64, device=self.device)
         self._draws = torch.Generator(self.device).manual_seed(config.seed)
 
@@ -85,17 +83,26 @@ class StubRunner(ModelRunner):
         return 0
 
     @torch.inference_mode()
-    def execute(self, inputs: StepInputs) -> list[SampledToken]:
-        for seq_id in inputs.released_seq_ids:
-            self.generators.pop(seq_id, None)
-        self.to_device(inputs)
-        if not inputs.sampling:
-            return []
-        rows = len(inputs.sampling)
-        self.sampling_batch(inputs.sampling, self.args.vocab_size)
-        picks = torch.randint(len(self._pool), (rows,), generator=self._draws, device=self.device)
-        tokens = self._pool[picks].cpu().tolist()  # the step's one device-to-host read
-        return [SampledToken(t, None) for t in tokens]
+    def launch(self, inputs: StepInputs) -> StepHandle:
+        rows = self.rows
+        assert rows is not None
+        rows.release(inputs.released_seq_ids)
+        rows.setup(inputs.new_rows)
+        batch = self._to_device(inputs)
+        if len(batch.prev_positions):
+            assert self._last_sampled is not None
+            batch.input_ids[batch.prev_positions] = self._last_sampled[batch.prev_indices]
+        if not inputs.num_sampled:
+            return StepHandle.empty()
+        rows.batch(inputs.sample_rows, batch.sample_rows, self.default_generator)
+        picks = torch.randint(
+            len(self._pool), (inputs.num_sampled,), generator=self._draws, device=self.device
+        )
+        tokens = self._pool[picks]  # in place of the forward pass and the sampler's math
+        rows.record(inputs.sample_rows, batch.sample_rows, tokens)
+        self._last_sampled = tokens
+        output = SamplerOutput(tokens, None, None, None)
+        return StepHandle.start(output, rows.num_logprobs[inputs.sample_rows], self.device)
 
 
 def clean_tokens(tokenizer: Tokenizer) -> list[int]:

@@ -11,7 +11,7 @@ BLOCK = 4
 
 def _seq(tokens: list[int], seq_id: int = 0) -> Sequence:
     request = Request(f"r{seq_id}", None, tokens, SamplingParams())
-    seq = Sequence(seq_id, request, 0, None, None)
+    seq = Sequence(seq_id, request, 0)
     request.seqs.append(seq)
     return seq
 
