@@ -273,9 +273,13 @@ class ModelRunner:
             attn.k_cache, attn.v_cache = cache[0, layer], cache[1, layer]
         return cache
 
-    def _unbind_kv_cache(self) -> None:
-        for attn in self.model.attention_layers():
-            attn.k_cache = attn.v_cache = None
+    def _restore_kv_cache(self) -> None:
+        """Back to the pool (or to none, before it exists) after a temporary cache."""
+        for layer, attn in enumerate(self.model.attention_layers()):
+            if self.kv_cache is None:
+                attn.k_cache = attn.v_cache = None
+            else:
+                attn.k_cache, attn.v_cache = self.kv_cache[0, layer], self.kv_cache[1, layer]
 
     def _size_kv_pool(self) -> int:
         if self.config.num_gpu_blocks is not None:
@@ -311,7 +315,7 @@ class ModelRunner:
         try:
             self.launch(inputs).result()
         finally:
-            self._unbind_kv_cache()
+            self._restore_kv_cache()
             self._last_sampled = None
 
     @torch.inference_mode()
@@ -350,7 +354,7 @@ class ModelRunner:
                 torch.cuda.synchronize(self.device)
                 peaks.append(torch.cuda.max_memory_allocated(self.device) - before)
         finally:
-            self._unbind_kv_cache()
+            self._restore_kv_cache()
         itemsize = torch.empty((), dtype=self.dtype).element_size()
         outputs = [size * self.args.hidden_size * itemsize for size, _ in keys]
         return graph_pool_estimate(peaks, outputs)
@@ -376,11 +380,10 @@ class ModelRunner:
         )
         ends = np.cumsum([t, t, t, b + 1, b, s, s, p, p])
         longs = packed[: ends[2]].long()
-        splits = None
-        if self.backend == "triton":
-            splits = choose_kv_splits(
-                b, self.num_kv_heads, inputs.max_query_len, inputs.max_context_len, self.num_sms
-            )
+        # from this step's real longest context (the torch reference ignores it)
+        splits = choose_kv_splits(
+            b, self.num_kv_heads, inputs.max_query_len, inputs.max_context_len, self.num_sms
+        )
         meta = AttentionMetadata(
             slot_mapping=longs[2 * t : 3 * t],
             cu_seqlens_q=packed[ends[2] : ends[3]],

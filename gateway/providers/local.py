@@ -76,7 +76,7 @@ class LocalProvider:
             self.engine.engine.max_model_len,
             self.settings.default_max_tokens,
         )
-        from engine.errors import InvalidPromptError, RequestTooLargeError
+        from engine.errors import InvalidPromptError, RequestTooLargeError, SamplingParamsError
 
         param = "messages" if kind == "chat" else "prompt"
         for prompt in request.prompts:
@@ -86,6 +86,8 @@ class LocalProvider:
                 raise client_error(self.name, str(exc), param, "context_length_exceeded") from None
             except InvalidPromptError as exc:
                 raise client_error(self.name, str(exc), param) from None
+            except SamplingParamsError as exc:  # n beyond the engine's max_num_seqs
+                raise client_error(self.name, str(exc), "n") from None
         return request
 
     async def post_json(
