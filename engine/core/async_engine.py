@@ -22,8 +22,7 @@ from typing import Any
 
 from engine.config import EngineConfig
 from engine.core.llm_engine import LLMEngine
-from engine.core.output_processor import RequestDelta, RequestState, StepOutput, process_step
-from engine.core.sequence import TokenLogprobs
+from engine.core.output_processor import RequestState, StepOutput, StreamOutput, process_step
 from engine.errors import EngineDeadError, EngineNotRunningError, EngineStepError
 from engine.sampling import SamplingParams
 
@@ -38,23 +37,41 @@ __all__ = [
 ]
 
 
-@dataclass
-class StreamOutput:
-    request_id: str
-    index: int  # which of the n samples
-    text: str  # new text since the previous output of this index
-    token_ids: list[int]  # new token ids
-    logprobs: list[TokenLogprobs] | None
-    finish_reason: str | None  # set on the last output of this index
-    num_prompt_tokens: int
-    num_output_tokens: int  # cumulative for this index
-    finished: bool  # the whole request is done
+class _Outbox:
+    """A stream's pending outputs, put and taken on its own event loop only.
+
+    Lighter than `asyncio.Queue` (no size limit to police), and `take` hands over
+    everything that piled up at once, so a consumer that fell behind catches up in one go.
+    """
+
+    __slots__ = ("_items", "_loop", "_waiter")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._items: list[list[StreamOutput] | BaseException] = []
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: list[StreamOutput] | BaseException) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def take(self) -> list[list[StreamOutput] | BaseException]:
+        while not self._items:
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        items, self._items = self._items, []
+        return items
 
 
 @dataclass
 class _Stream:
     loop: asyncio.AbstractEventLoop
-    queue: asyncio.Queue[RequestDelta | BaseException]
+    outbox: _Outbox
     state: RequestState
 
 
@@ -168,8 +185,8 @@ class AsyncEngine:
         loop = asyncio.get_running_loop()
         text = prompt if isinstance(prompt, str) else None
         state = RequestState(request_id, text, token_ids, params, self.engine.tokenizer)
-        stream = _Stream(loop, asyncio.Queue(), state)
-        state.sink = stream.queue
+        stream = _Stream(loop, _Outbox(loop), state)
+        state.sink = stream.outbox
         with self._streams_lock:
             self._raise_if_dead()  # under the lock: `_die` cannot miss this stream
             if request_id in self._streams:
@@ -186,23 +203,13 @@ class AsyncEngine:
         finished = False
         try:
             while not finished:
-                item = await stream.queue.get()
-                if isinstance(item, BaseException):
-                    finished = True
-                    raise item
-                finished = item.finished
-                for delta in item.deltas:
-                    yield StreamOutput(
-                        request_id=request_id,
-                        index=delta.index,
-                        text=delta.text,
-                        token_ids=delta.token_ids,
-                        logprobs=delta.logprobs,
-                        finish_reason=delta.finish_reason,
-                        num_prompt_tokens=item.num_prompt_tokens,
-                        num_output_tokens=delta.num_output_tokens,
-                        finished=item.finished and delta is item.deltas[-1],
-                    )
+                for item in await stream.outbox.take():
+                    if isinstance(item, BaseException):
+                        finished = True
+                        raise item
+                    for output in item:
+                        finished = output.finished
+                        yield output
         finally:
             with self._streams_lock:
                 self._streams.pop(request_id, None)
@@ -297,8 +304,8 @@ class AsyncEngine:
         if not states:
             return
         results, stops = process_step(out, states, self.engine.stats)
-        for state, delta in results:
-            state.sink.put_nowait(delta)  # type: ignore[attr-defined]
+        for state, outputs in results:
+            state.sink.put(outputs)  # type: ignore[attr-defined]
         if stops:
             for request_id, index in stops:
                 self._commands.put(_StopSample(request_id, index))
@@ -359,9 +366,9 @@ class AsyncEngine:
             self._send(stream, error)
 
     @staticmethod
-    def _send(stream: _Stream, item: RequestDelta | BaseException) -> bool:
+    def _send(stream: _Stream, item: BaseException) -> bool:
         try:
-            stream.loop.call_soon_threadsafe(stream.queue.put_nowait, item)
+            stream.loop.call_soon_threadsafe(stream.outbox.put, item)
         except RuntimeError:  # the caller's event loop is closed
             return False
         return True

@@ -247,10 +247,12 @@ class LLMEngine:
         for request_id, index in stops:
             self.finish_seq(request_id, index, "stop")
         deltas = []
-        for state, delta in results:
-            if delta.finished:
+        for state, outputs in results:
+            if state.finished:
                 self._states.pop(state.request_id, None)
-            deltas.append(delta)
+            deltas.append(
+                RequestDelta(state.request_id, state.num_prompt_tokens, outputs, state.finished)
+            )
         return deltas
 
     def step_core(self) -> StepOutput | None:
@@ -282,11 +284,9 @@ class LLMEngine:
         return self._complete(previous.step, previous.sampled, previous.handle.result())
 
     def _commit(self, step: SchedulerOutput) -> list[Sequence]:
-        sampled = self.scheduler.commit(step)
-        for item in step.scheduled:
-            request = item.seq.request
-            if request.pending_forks and item.seq.num_computed_tokens == item.seq.compute_target():
-                self._fork(request)
+        self.scheduler.commit(step)
+        for request in step.ready_to_fork:
+            self._fork(request)
         num_seqs = len(step.scheduled)
         self.stats.record_step(
             StepRecord(
@@ -295,10 +295,10 @@ class LLMEngine:
                 num_decode_seqs=num_seqs - step.num_prefill_seqs,
                 num_prefill_tokens=step.num_prefill_tokens,
                 num_decode_tokens=num_seqs - step.num_prefill_seqs,
-                request_ids=tuple([item.seq.request.request_id for item in step.scheduled]),
+                request_ids=tuple(step.request_ids),
             )
         )
-        return sampled
+        return step.sampled
 
     def _complete(
         self, step: SchedulerOutput, sampled: list[Sequence], result: StepResult

@@ -34,23 +34,28 @@ class StepOutput:
     finished: dict[int, str]  # position in `seqs` -> "stop" | "length"
 
 
-@dataclass
-class CompletionDelta:
-    """What one sample produced since the last delta (text never splits a character)."""
+@dataclass(slots=True)
+class StreamOutput:
+    """What one sample produced since its previous output (text never splits a character)."""
 
-    index: int
-    text: str
-    token_ids: list[int]
+    request_id: str
+    index: int  # which of the n samples
+    text: str  # new text
+    token_ids: list[int]  # new token ids
     logprobs: list[TokenLogprobs] | None
-    finish_reason: str | None
-    num_output_tokens: int  # cumulative
+    finish_reason: str | None  # set on the last output of this index
+    num_prompt_tokens: int
+    num_output_tokens: int  # cumulative for this index
+    finished: bool  # the whole request is done (set on its very last output)
 
 
 @dataclass
 class RequestDelta:
+    """A step's outputs of one request (the synchronous `LLMEngine.step` API)."""
+
     request_id: str
     num_prompt_tokens: int
-    deltas: list[CompletionDelta]
+    deltas: list[StreamOutput]
     finished: bool
 
 
@@ -105,6 +110,7 @@ class RequestState:
         self.request_id = request_id
         self.prompt = prompt
         self.prompt_token_ids = prompt_token_ids
+        self.num_prompt_tokens = len(prompt_token_ids)
         self.params = params
         self.arrival_time = time.monotonic() if arrival_time is None else arrival_time
         self.samples = [
@@ -120,13 +126,14 @@ class RequestState:
 
 def process_step(
     out: StepOutput, states: Mapping[str, RequestState], stats: EngineStats | None
-) -> tuple[list[tuple[RequestState, RequestDelta]], list[tuple[str, int]]]:
-    """Turn a step's tokens into deltas for the requests in `states` (others are skipped).
+) -> tuple[list[tuple[RequestState, list[StreamOutput]]], list[tuple[str, int]]]:
+    """Turn a step's tokens into outputs for the requests in `states` (others are skipped).
 
-    Returns the deltas (one per request touched) and the (request id, index) of every
-    sample a stop string finished, for the engine to stop.
+    Returns each touched request's outputs (one per sample that got a token) and the
+    (request id, index) of every sample a stop string finished, for the engine to stop.
     """
-    touched: dict[str, tuple[RequestState, RequestDelta]] = {}
+    results: list[tuple[RequestState, list[StreamOutput]]] = []
+    grouped: dict[str, list[StreamOutput]] = {}  # requests with n > 1
     stops: list[tuple[str, int]] = []
     first_token: list[float] = []
     inter_token: list[float] = []
@@ -167,24 +174,28 @@ def process_step(
             state.num_unfinished -= 1
             if not state.num_unfinished:
                 finished_requests.append(now - state.arrival_time)
-        delta = CompletionDelta(
-            index=seq.index,
-            text=piece,
-            token_ids=[token],
-            logprobs=None if params.logprobs is None else ([entry] if entry else []),
-            finish_reason=reason,
-            num_output_tokens=len(sample.token_ids),
+        output = StreamOutput(
+            request_id,
+            seq.index,
+            piece,
+            [token],
+            None if params.logprobs is None else ([entry] if entry else []),
+            reason,
+            state.num_prompt_tokens,
+            len(sample.token_ids),
+            False,
         )
-        if request_id in touched:
-            touched[request_id][1].deltas.append(delta)
+        if params.n == 1:
+            output.finished = reason is not None
+            results.append((state, [output]))
+        elif request_id in grouped:
+            grouped[request_id].append(output)
         else:
-            touched[request_id] = (
-                state,
-                RequestDelta(request_id, len(state.prompt_token_ids), [delta], False),
-            )
-    results = list(touched.values())
-    for state, request_delta in results:
-        request_delta.finished = state.finished
+            grouped[request_id] = outputs = [output]
+            results.append((state, outputs))
+    if grouped:
+        for outputs in grouped.values():
+            outputs[-1].finished = states[outputs[-1].request_id].finished
     if stats is not None and (first_token or inter_token or finished_requests):
         stats.record_latencies(first_token, inter_token, finished_requests)
     return results, stops

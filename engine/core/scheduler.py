@@ -16,7 +16,7 @@ from operator import attrgetter
 
 from engine.config import EngineConfig
 from engine.core.block_manager import BlockManager
-from engine.core.sequence import Sequence, SequenceStatus
+from engine.core.sequence import Request, Sequence, SequenceStatus
 from engine.core.stats import EngineStats
 from engine.errors import RequestTooLargeError, SamplingParamsError
 from engine.sampling import SamplingParams
@@ -37,7 +37,11 @@ class SchedulerOutput:
     scheduled: list[ScheduledSeq] = field(default_factory=list)
     block_copies: list[tuple[int, int]] = field(default_factory=list)
     num_preempted: int = 0
-    num_prefill_seqs: int = 0  # counted at commit
+    # filled at commit
+    sampled: list[Sequence] = field(default_factory=list)  # in sampling order
+    ready_to_fork: list[Request] = field(default_factory=list)  # n > 1: prompt cached
+    request_ids: list[str] = field(default_factory=list)
+    num_prefill_seqs: int = 0
     num_prefill_tokens: int = 0
 
     @property
@@ -157,18 +161,33 @@ class Scheduler:
             self._out_of_order = False
 
         prefills = []
-        for seq in list(self.running):
+        running = SequenceStatus.RUNNING
+        size = self.block_manager.block_size
+        blocks = self.block_manager.blocks
+        for seq in tuple(self.running):
             if budget <= 0:
                 break
-            if seq.status is not SequenceStatus.RUNNING:
+            if seq.status is not running:
                 continue  # preempted by an older sequence this step
-            remaining = seq.compute_target() - seq.num_computed_tokens
+            computed = seq.num_computed_tokens
+            remaining = seq.compute_target() - computed
             if remaining != 1:
                 if remaining > 1:
                     prefills.append(seq)
                 continue
             if seq.num_pending and self._reaches_a_limit(seq):
                 continue  # its last token is in flight: it finishes when that lands
+            table = seq.block_table
+            if computed < len(table) * size and blocks[table[computed // size]].ref_count == 1:
+                # the common decode: room in its own last block, nothing to allocate
+                chosen[seq.seq_id] = ScheduledSeq(
+                    seq,
+                    1,
+                    sample=not seq.request.pending_forks,
+                    is_prefill=computed < seq.num_prompt_tokens,
+                )
+                budget -= 1
+                continue
             budget = self._schedule(seq, 1, budget, chosen, copies, out, is_decode=True)
         for seq in prefills:
             if budget <= 0:
@@ -329,31 +348,36 @@ class Scheduler:
 
     # --- after a step ------------------------------------------------------------------
 
-    def commit(self, step: SchedulerOutput) -> list[Sequence]:
+    def commit(self, step: SchedulerOutput) -> None:
         """The step is launched: its tokens' K/V will be in the cache before the next one.
 
-        Returns the sampled sequences, in order; each now has one token in flight
-        (`num_pending`) until the engine appends it. Also counts the step's prefills.
+        Fills `step.sampled` (each now has one token in flight, `num_pending`, until the
+        engine appends it), `step.ready_to_fork`, `step.request_ids` and the prefill counts.
         """
         caching = self.block_manager.enable_prefix_caching
+        register = self.block_manager.register_full_blocks
         size = self.block_manager.block_size
-        sampled: list[Sequence] = []
+        sampled = step.sampled
+        request_ids = step.request_ids
+        tokens = 0
         for item in step.scheduled:
             seq = item.seq
-            seq.num_computed_tokens += item.num_tokens
-            self.num_running_tokens += item.num_tokens
+            request = seq.request
+            request_ids.append(request.request_id)
+            seq.num_computed_tokens = computed = seq.num_computed_tokens + item.num_tokens
+            tokens += item.num_tokens
             if item.is_prefill:
                 step.num_prefill_seqs += 1
                 step.num_prefill_tokens += item.num_tokens
+                if request.pending_forks and computed == seq.compute_target():
+                    step.ready_to_fork.append(request)
             if item.sample:
                 seq.num_pending = 1
                 seq.pending_index = len(sampled)
                 sampled.append(seq)
-            if caching and len(seq.block_hashes) < (
-                min(seq.num_computed_tokens, len(seq.token_ids)) // size
-            ):
-                self.block_manager.register_full_blocks(seq)
-        return sampled
+            if caching and (len(seq.block_hashes) + 1) * size <= computed:
+                register(seq)  # a block filled up (hashed once its tokens are all known)
+        self.num_running_tokens += tokens
 
     def finish(self, seq: Sequence) -> None:
         if seq.row >= 0:
