@@ -92,10 +92,10 @@ class SamplingRows:
             values = values.pin_memory().to(self.device, non_blocking=True)
         greedy = self.values[GREEDY, rows]
         all_greedy = bool(greedy.all())
-        counts = banned = None
+        counts = count_rows = banned = None
         presence = frequency = None
-        if uses[USES_PENALTIES]:
-            counts = self.counts.index_select(0, rows_on_device)
+        if uses[USES_PENALTIES]:  # the sampler gathers the rows it needs on the device
+            counts, count_rows = self.counts, rows_on_device
             presence, frequency = values[PRESENCE], values[FREQUENCY]
         under_min = self.num_output[rows] < self.min_tokens[rows]
         if under_min.any():
@@ -115,6 +115,7 @@ class SamplingRows:
             presence_penalty=presence,
             frequency_penalty=frequency,
             output_counts=counts,
+            count_rows=count_rows,
             banned=banned,
             seeded=seeded,
             default_generator=default_generator,

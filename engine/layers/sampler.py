@@ -25,7 +25,9 @@ class SamplingBatch:
     min_p: torch.Tensor | None  # [S] float32
     presence_penalty: torch.Tensor | None  # [S] float32
     frequency_penalty: torch.Tensor | None  # [S] float32
-    output_counts: torch.Tensor | None  # [S, V] (int or float), tokens generated so far
+    # tokens generated so far: [rows, V] (int or float), the batch's rows picked by count_rows
+    output_counts: torch.Tensor | None
+    count_rows: torch.Tensor | None  # [S] int64 index into output_counts; None: row i is i
     banned: torch.Tensor | None  # [S, V] bool (EOS/stop ids before min_tokens)
     seeded: list[tuple[int, torch.Generator]]  # (row, its own generator): seeded requests
     default_generator: torch.Generator
@@ -46,6 +48,8 @@ class Sampler(nn.Module):
         raw_logprobs = torch.log_softmax(logits, dim=-1) if batch.num_logprobs else None
         if batch.output_counts is not None:
             counts = batch.output_counts
+            if batch.count_rows is not None:
+                counts = counts.index_select(0, batch.count_rows)
             if batch.presence_penalty is not None:
                 logits = logits - batch.presence_penalty[:, None] * (counts > 0)
             if batch.frequency_penalty is not None:
