@@ -309,14 +309,14 @@ class LLMEngine:
         eos = self.eos_token_ids
         max_len = self.max_model_len
         finished: dict[int, str] = {}
-        dropped = False
+        dropped: list[int] = []
         for position, seq in enumerate(sampled):
             if seq.status is SequenceStatus.FINISHED:
-                dropped = True  # aborted or stopped while the step ran
+                dropped.append(position)  # aborted or stopped while the step ran
                 continue
             token = tokens[position]
             seq.token_ids.append(token)
-            seq.num_pending = 0
+            seq.num_pending -= 1
             params = seq.params
             num_output = len(seq.token_ids) - seq.num_prompt_tokens
             if num_output >= params.min_tokens and (
@@ -334,7 +334,8 @@ class LLMEngine:
                 self.requests.pop(request.request_id, None)
         logprobs = result.logprobs
         if dropped:
-            keep = [i for i, seq in enumerate(sampled) if seq.num_pending == 0]
+            gone = set(dropped)
+            keep = [i for i in range(len(sampled)) if i not in gone]
             renumber = {old: new for new, old in enumerate(keep)}
             finished = {renumber[i]: reason for i, reason in finished.items()}
             sampled = [sampled[i] for i in keep]

@@ -372,7 +372,7 @@ class Scheduler:
                 if request.pending_forks and computed == seq.compute_target():
                     step.ready_to_fork.append(request)
             if item.sample:
-                seq.num_pending = 1
+                seq.num_pending += 1  # 2 for a moment: the step before is read back next
                 seq.pending_index = len(sampled)
                 sampled.append(seq)
             if caching and (len(seq.block_hashes) + 1) * size <= computed:

@@ -2,8 +2,8 @@
 
 What the client sees (text, emitted offsets, stop strings) lives in the output processor
 (`core/output_processor.py`), off the step thread. A sequence holds a row of the persistent
-input batch while it runs (`row`), and at most one token that was sampled on the device but
-has not reached the host yet (`num_pending`, asynchronous scheduling).
+input batch while it runs (`row`), and between steps at most one token that was sampled on
+the device but has not reached the host yet (`num_pending`, asynchronous scheduling).
 """
 
 from __future__ import annotations
@@ -49,9 +49,10 @@ class Sequence:
         self.num_cached_tokens = 0  # of those, how many came from the prefix cache
         self.block_hashes: list[int] = []  # chained hashes of the full blocks, in order
         self.finish_reason: str | None = None
-        # asynchronous scheduling: a token sampled in the step in flight, not yet on the host
+        # asynchronous scheduling: tokens sampled on the device, not yet on the host (one
+        # between steps; two while a step is launched before the previous is read back)
         self.num_pending = 0
-        self.pending_index = 0  # its row among that step's sampled tokens
+        self.pending_index = 0  # the latest one's row among its step's sampled tokens
         # the persistent input batch (`core/input_batch.py`); -1 while not running
         self.row = -1
         self.row_is_new = False  # the runner has not been told about this row yet

@@ -586,6 +586,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="host: sample with presence_penalty and top_p instead of greedy",
     )
+    parser.add_argument(
+        "--sync-scheduling",
+        action="store_true",
+        help="host: read each step's tokens back before the next (off on a GPU by default)",
+    )
     args = parser.parse_args(argv)
     if args.max_seconds <= 0:
         parser.error("--max-seconds must be > 0")
@@ -624,7 +629,12 @@ def main(argv: list[str] | None = None) -> int:
         from engine.tools.host_bench import TINY_HOST, W1_HOST, run_host
 
         load = TINY_HOST if args.tiny else W1_HOST
-        result = run_host(load, seed=args.seed, penalties=args.penalties)
+        result = run_host(
+            load,
+            seed=args.seed,
+            penalties=args.penalties,
+            async_scheduling=not args.sync_scheduling,
+        )
         result["command"] = " ".join(["python -m engine.bench", *(argv or sys.argv[1:])])
         print(json.dumps(result), flush=True)
         return 0

@@ -162,7 +162,9 @@ def run_host(
     seed: int = 0,
     max_num_batched_tokens: int = 8192,
     penalties: bool = False,
+    async_scheduling: bool = True,
 ) -> dict[str, Any]:
+    """One run; `async_scheduling` as on a single GPU (the default there)."""
     with tempfile.TemporaryDirectory(prefix="switchyard-host-") as scratch:
         model_dir = write_host_model(Path(scratch))
         tokenizer = Tokenizer(model_dir)
@@ -182,6 +184,7 @@ def run_host(
             max_model_len=max(longest, max_num_batched_tokens),
             num_gpu_blocks=blocks_per_seq * load.num_requests + 16,
             seed=seed,
+            async_scheduling=async_scheduling,
         )
         runner = StubRunner(config, model_dir, pool)
         engine = AsyncEngine(
@@ -203,7 +206,9 @@ def run_host(
         )
         history = {record.step: record for record in engine.engine.stats.step_history()}
         trace = engine.loop_trace or []
-    return summarize(load, trace, history, tokens, chars, wall, cpu + children, penalties)
+    result = summarize(load, trace, history, tokens, chars, wall, cpu + children, penalties)
+    result["async_scheduling"] = async_scheduling
+    return result
 
 
 def summarize(
