@@ -303,8 +303,9 @@ class ModelRunner:
         return int(num_blocks)
 
     @torch.inference_mode()
-    def run_profile_step(self) -> None:
-        """A worst-case step through the serving path, on a temporary KV cache of its own."""
+    def run_profile_step(self) -> int:
+        """A worst-case step through the serving path, on a temporary KV cache of its own;
+        returns that cache's bytes (held through the step, so not activation memory)."""
         inputs, num_blocks = profile_step_inputs(
             self.config.max_num_batched_tokens,
             self.config.max_num_seqs,
@@ -317,6 +318,7 @@ class ModelRunner:
         finally:
             self._restore_kv_cache()
             self._last_sampled = None
+        return num_blocks * self.kv_bytes_per_block
 
     @torch.inference_mode()
     def _profile_cuda_free_bytes(self) -> int:
@@ -324,9 +326,10 @@ class ModelRunner:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(self.device)
         baseline = torch.cuda.memory_allocated(self.device)
-        self.run_profile_step()
+        temporary_cache = self.run_profile_step()
         torch.cuda.synchronize(self.device)
-        activation_peak = torch.cuda.max_memory_allocated(self.device) - baseline
+        peak = torch.cuda.max_memory_allocated(self.device)
+        activation_peak = peak - baseline - temporary_cache
         self.graph_estimate = self._estimate_graph_pool() if self.decode is not None else 0
         torch.cuda.empty_cache()
         free, total = torch.cuda.mem_get_info(self.device)

@@ -59,7 +59,11 @@ def test_profile_step_runs_the_paged_path_and_the_full_width_sampler(llama_path,
     monkeypatch.setattr(kernels, "paged_attention", paged)
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", no_sdpa)
     monkeypatch.setattr(runner, "sampler", sampler)
-    runner.run_profile_step()
+    temporary = runner.run_profile_step()
+
+    # its own paged cache, sized for the step, is not counted as activation memory
+    _, blocks = profile_step_inputs(96, 12, runner.max_model_len, runner.block_size)
+    assert temporary == blocks * runner.kv_bytes_per_block
 
     layers = runner.args.num_layers
     assert attention_tokens == [96] * layers  # every layer, the whole token budget, paged
