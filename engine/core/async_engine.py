@@ -186,7 +186,7 @@ class AsyncEngine:
         text = prompt if isinstance(prompt, str) else None
         state = RequestState(request_id, text, token_ids, params, self.engine.tokenizer)
         stream = _Stream(loop, _Outbox(loop), state)
-        state.sink = stream.outbox
+        state.sink = stream.outbox.put
         with self._streams_lock:
             self._raise_if_dead()  # under the lock: `_die` cannot miss this stream
             if request_id in self._streams:
@@ -305,7 +305,8 @@ class AsyncEngine:
             return
         results, stops = process_step(out, states, self.engine.stats)
         for state, outputs in results:
-            state.sink.put(outputs)  # type: ignore[attr-defined]
+            if state.sink is not None:
+                state.sink(outputs)
         if stops:
             for request_id, index in stops:
                 self._commands.put(_StopSample(request_id, index))

@@ -67,7 +67,8 @@ class RequestOutput:
 
 @dataclass
 class _InFlight:
-    step: SchedulerOutput
+    """A launched step whose tokens have not been read back."""
+
     sampled: list[Sequence]
     handle: StepHandle
 
@@ -267,21 +268,21 @@ class LLMEngine:
         self._released_seq_ids.clear()
         if not self.async_scheduling:
             result = self.runner.execute(inputs)
-            return self._complete(step, self._commit(step), result)
+            return self._complete(self._commit(step), result)
         assert isinstance(self.runner, ModelRunner)
         handle = self.runner.launch(inputs)
-        launched = _InFlight(step, self._commit(step), handle)
+        launched = _InFlight(self._commit(step), handle)
         previous, self._in_flight = self._in_flight, launched
         if previous is None:
             return None
-        return self._complete(previous.step, previous.sampled, previous.handle.result())
+        return self._complete(previous.sampled, previous.handle.result())
 
     def _drain(self) -> StepOutput | None:
         """Nothing to schedule: read back the step in flight, if any."""
         previous, self._in_flight = self._in_flight, None
         if previous is None:
             return None
-        return self._complete(previous.step, previous.sampled, previous.handle.result())
+        return self._complete(previous.sampled, previous.handle.result())
 
     def _commit(self, step: SchedulerOutput) -> list[Sequence]:
         self.scheduler.commit(step)
@@ -300,9 +301,7 @@ class LLMEngine:
         )
         return step.sampled
 
-    def _complete(
-        self, step: SchedulerOutput, sampled: list[Sequence], result: StepResult
-    ) -> StepOutput:
+    def _complete(self, sampled: list[Sequence], result: StepResult) -> StepOutput:
         """The step's tokens reached the host: append them, finish what must stop."""
         now = time.monotonic()
         tokens = result.token_ids

@@ -13,7 +13,7 @@ before it and finishes the sample here; the engine is then told to stop that seq
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from engine.core.detokenizer import Detokenizer, make_detokenizer
@@ -117,7 +117,8 @@ class RequestState:
             SampleState(make_detokenizer(tokenizer, prompt_token_ids)) for _ in range(params.n)
         ]
         self.num_unfinished = params.n
-        self.sink: object = None  # where its deltas go (AsyncEngine: the stream's queue)
+        # where a step's outputs go (AsyncEngine: the stream's outbox); None: kept by the caller
+        self.sink: Callable[[list[StreamOutput]], None] | None = None
 
     @property
     def finished(self) -> bool:
