@@ -7,11 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.errors import ConfigError
+
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-class ConfigError(ValueError):
-    """A setting is out of range or inconsistent; the message names it."""
 
 
 @dataclass
@@ -33,6 +31,8 @@ class EngineConfig:
     seed: int = 0
     tokenizer: str | None = None  # defaults to `model`
     tensor_parallel_size: int = 1  # ranks (worker processes) the model is sharded over
+    # prepare step N+1 while step N runs; None: on for a single CUDA rank, off elsewhere
+    async_scheduling: bool | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -84,6 +84,9 @@ class EngineConfig:
             raise ConfigError(
                 f"tensor_parallel_size must be an integer >= 1, not {self.tensor_parallel_size!r}"
             )
+
+        if self.async_scheduling and self.tensor_parallel_size > 1:
+            raise ConfigError("async_scheduling needs tensor_parallel_size 1")
 
     def validate_tensor_parallel(
         self, num_heads: int, num_kv_heads: int, intermediate_size: int, device: torch.device

@@ -14,16 +14,13 @@ from typing import Any
 
 import torch
 
+from engine.errors import LoaderError, UnsupportedModelError, WeightShapeError
 from engine.kernels import Backend
-from engine.layers.linear import WeightShapeError, default_weight_loader
-from engine.models.llama import LlamaForCausalLM, ModelArgs, ParallelSpec, UnsupportedModelError
+from engine.layers.linear import default_weight_loader
+from engine.models.llama import LlamaForCausalLM, ModelArgs, ParallelSpec
 
 INDEX_FILE = "model.safetensors.index.json"
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
-
-
-class LoaderError(ValueError):
-    """The checkpoint cannot be loaded; the message names what is wrong."""
 
 
 def resolve_model_path(model: str | Path) -> Path:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
-class SamplingParamsError(ValueError):
-    """A sampling setting is out of range; the message names it."""
+from engine.errors import SamplingParamsError
 
 
 @dataclass

@@ -12,11 +12,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from engine.errors import TokenizerError
+
 REPLACEMENT_CHAR = "\ufffd"
-
-
-class TokenizerError(ValueError):
-    """The tokenizer files are missing or a chat template cannot be rendered."""
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from gateway.errors import UpstreamError
 from gateway.policy import LocalEngineSettings, Policy, ProviderConfig
 
 if TYPE_CHECKING:
-    from engine.async_engine import AsyncEngine
+    from engine.core.async_engine import AsyncEngine
     from engine.tokenizer import Tokenizer
     from gateway.metrics import Metrics
     from gateway.providers.local import LocalProvider
@@ -65,7 +65,7 @@ def write_default_checkpoint(models_dir: Path) -> Path:
     target = models_dir / DEFAULT_CHECKPOINT_NAME
     if (target / "config.json").is_file():
         return target
-    from engine.tiny_checkpoint import write_tiny_checkpoint
+    from engine.tools.tiny_checkpoint import write_tiny_checkpoint
 
     staging = Path(tempfile.mkdtemp(prefix=".writing-", dir=models_dir))
     try:
@@ -152,7 +152,7 @@ class LocalEngineHost:
             self.metrics.watch_engine(self.engine.stats)
 
     def _build(self) -> AsyncEngine:
-        from engine.async_engine import AsyncEngine
+        from engine.core.async_engine import AsyncEngine
 
         assert self.settings is not None
         model = self.settings.model or str(write_default_checkpoint(self.data_dir / "models"))

@@ -83,6 +83,9 @@ class LocalEngineSettings(_Strict):
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
     enforce_eager: bool = False
+    async_scheduling: bool | None = Field(
+        default=None, description="prepare step N+1 while N runs; unset: on for one CUDA rank"
+    )
     tensor_parallel_size: int = Field(default=1, ge=1)
     kv_cache_bytes: int | None = Field(default=None, gt=0, description="CPU KV pool size")
     num_gpu_blocks: int | None = Field(default=None, ge=1)

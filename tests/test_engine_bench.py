@@ -83,3 +83,23 @@ def test_gpu_check_dry_run_plans_every_step(tmp_path):
     for step in ("kernel_tests", "engine_triton", "bench_W1", "bench_W2", "bench_W3", "bench_W4"):
         assert f"[plan] {step}" in result.stdout
     assert (tmp_path / "summary.txt").read_text() == result.stdout
+
+
+@pytest.mark.parametrize("extra", [(), ("--penalties",)])
+def test_tiny_host_workload_reports_per_step_figures(extra):
+    result = run_bench("--workload", "host", "--tiny", *extra)
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    assert record["workload"] == "host"
+    assert record["sampling"] == ("presence_penalty+top_p" if extra else "greedy")
+    # every request streamed its whole output (EOS ignored), as text too
+    assert record["output_tokens"] == record["requests"] * record["output_len"] == 16 * 24
+    assert record["output_chars"] >= record["output_tokens"]
+    # decode steps with the batch full enough were found and timed
+    assert 0 < record["decode_steps"] < record["steps"]
+    assert 0 < record["step_wall_ms_p50"] <= record["step_wall_ms_p90"]
+    assert record["step_thread_cpu_ms_p50"] > 0
+    assert record["cpu_ms_per_decode_step"] > 0
+    assert record["cpu_s"] > 0 and record["wall_s"] > 0

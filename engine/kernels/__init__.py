@@ -55,8 +55,10 @@ def paged_attention(
     scale: float,
     backend: Backend = "torch",
     max_query_len: int | None = None,
+    num_kv_splits: int | None = None,
 ) -> torch.Tensor:
-    """``max_query_len`` lets the Triton path size its grid without a host sync."""
+    """``max_query_len`` lets the Triton path size its grid without a host sync;
+    ``num_kv_splits`` fixes its flash-decoding split count (``None``: the kernel picks)."""
     if backend == "triton":
         from engine.kernels.triton_paged_attention import paged_attention_triton
 
@@ -69,6 +71,7 @@ def paged_attention(
             context_lens,
             scale,
             max_query_len=max_query_len,
+            num_kv_splits=num_kv_splits,
         )
     return paged_attention_ref(
         query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale

@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from engine import kernels
@@ -22,6 +21,7 @@ class AttentionMetadata:
     context_lens: torch.Tensor  # [B] int32, KV entries including the new tokens
     block_tables: torch.Tensor  # [B, max_blocks] int32
     max_query_len: int | None = None
+    num_kv_splits: int | None = None  # flash-decoding splits (Triton); None: the kernel picks
 
 
 class Attention(nn.Module):
@@ -46,7 +46,7 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         """`q` `[T, heads, head_dim]`, `k`/`v` `[T, kv_heads, head_dim]` -> `[T, heads * head_dim]`."""
         if self.k_cache is None or self.v_cache is None or meta is None:
-            return self._without_cache(q, k, v)
+            raise RuntimeError("attention runs on the paged KV cache: bind it and pass metadata")
         kernels.store_kv(
             k.contiguous(),
             v.contiguous(),
@@ -65,19 +65,6 @@ class Attention(nn.Module):
             self.scale,
             backend=self.backend,
             max_query_len=meta.max_query_len,
+            num_kv_splits=meta.num_kv_splits,
         )
         return out.reshape(out.shape[0], -1)
-
-    def _without_cache(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """One causal sequence, no cache: only for the memory-profiling forward."""
-        group = self.num_heads // self.num_kv_heads
-        k = k.repeat_interleave(group, dim=1)
-        v = v.repeat_interleave(group, dim=1)
-        out = F.scaled_dot_product_attention(
-            q.transpose(0, 1),
-            k.transpose(0, 1),
-            v.transpose(0, 1),
-            is_causal=True,
-            scale=self.scale,
-        )
-        return out.transpose(0, 1).reshape(q.shape[0], -1)

@@ -17,9 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-class WeightShapeError(ValueError):
-    """A checkpoint tensor does not fit the parameter it is loaded into."""
+from engine.errors import WeightShapeError
 
 
 class WeightSource(Protocol):

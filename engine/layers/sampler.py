@@ -25,9 +25,11 @@ class SamplingBatch:
     min_p: torch.Tensor | None  # [S] float32
     presence_penalty: torch.Tensor | None  # [S] float32
     frequency_penalty: torch.Tensor | None  # [S] float32
-    output_counts: torch.Tensor | None  # [S, V] float32, tokens generated so far
+    # tokens generated so far: [rows, V] (int or float), the batch's rows picked by count_rows
+    output_counts: torch.Tensor | None
+    count_rows: torch.Tensor | None  # [S] int64 index into output_counts; None: row i is i
     banned: torch.Tensor | None  # [S, V] bool (EOS/stop ids before min_tokens)
-    generators: list[torch.Generator | None]  # a row's own generator, or None
+    seeded: list[tuple[int, torch.Generator]]  # (row, its own generator): seeded requests
     default_generator: torch.Generator
     num_logprobs: int  # top logprobs to return (0: none)
 
@@ -46,6 +48,8 @@ class Sampler(nn.Module):
         raw_logprobs = torch.log_softmax(logits, dim=-1) if batch.num_logprobs else None
         if batch.output_counts is not None:
             counts = batch.output_counts
+            if batch.count_rows is not None:
+                counts = counts.index_select(0, batch.count_rows)
             if batch.presence_penalty is not None:
                 logits = logits - batch.presence_penalty[:, None] * (counts > 0)
             if batch.frequency_penalty is not None:
@@ -70,9 +74,8 @@ class Sampler(nn.Module):
             threshold = batch.min_p[:, None] * probs.max(dim=-1, keepdim=True).values
             probs = probs.masked_fill(probs < threshold, 0.0)
         noise = torch.empty_like(probs).exponential_(generator=batch.default_generator)
-        for row, generator in enumerate(batch.generators):
-            if generator is not None:  # a seeded request draws from its own stream
-                noise[row].exponential_(generator=generator)
+        for row, generator in batch.seeded:  # a seeded request draws from its own stream
+            noise[row].exponential_(generator=generator)
         return (probs / noise).argmax(dim=-1)
 
 

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from engine.errors import UnsupportedModelError
 from engine.kernels import Backend
 from engine.layers.activation import SiluAndMul
 from engine.layers.attention import Attention, AttentionMetadata
@@ -32,10 +33,6 @@ SUPPORTED_ARCHITECTURES = (
     "Qwen2ForCausalLM",
     "Qwen3ForCausalLM",
 )
-
-
-class UnsupportedModelError(ValueError):
-    pass
 
 
 @dataclass

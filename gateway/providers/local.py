@@ -33,7 +33,7 @@ from gateway.providers.local_openai import (
 from gateway.providers.openai_compat import UpstreamResponse
 
 if TYPE_CHECKING:
-    from engine.async_engine import AsyncEngine, StreamOutput
+    from engine.core.async_engine import AsyncEngine, StreamOutput
     from gateway.metrics import Metrics
 
 _KINDS = {"/chat/completions": "chat", "/completions": "completion"}
@@ -76,8 +76,7 @@ class LocalProvider:
             self.engine.engine.max_model_len,
             self.settings.default_max_tokens,
         )
-        from engine.engine import InvalidPromptError
-        from engine.scheduler import RequestTooLargeError
+        from engine.errors import InvalidPromptError, RequestTooLargeError, SamplingParamsError
 
         param = "messages" if kind == "chat" else "prompt"
         for prompt in request.prompts:
@@ -87,6 +86,8 @@ class LocalProvider:
                 raise client_error(self.name, str(exc), param, "context_length_exceeded") from None
             except InvalidPromptError as exc:
                 raise client_error(self.name, str(exc), param) from None
+            except SamplingParamsError as exc:  # n beyond the engine's max_num_seqs
+                raise client_error(self.name, str(exc), "n") from None
         return request
 
     async def post_json(
@@ -207,7 +208,7 @@ class LocalRun:
         self._queue.put_nowait(_END)
 
     def _upstream_error(self, exc: BaseException) -> UpstreamError:
-        from engine.async_engine import EngineDeadError, EngineNotRunningError
+        from engine.errors import EngineDeadError, EngineNotRunningError
 
         name = self.provider.name
         if isinstance(exc, EngineDeadError | EngineNotRunningError):

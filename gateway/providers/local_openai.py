@@ -79,7 +79,7 @@ def _message_text(provider: str, index: int, content: Any) -> str:
 
 
 def _chat_prompt(provider: str, tokenizer: Any, body: dict[str, Any]) -> list[int]:
-    from engine.tokenizer import TokenizerError
+    from engine.errors import TokenizerError
 
     messages = []
     for index, message in enumerate(body["messages"]):
@@ -166,7 +166,8 @@ def parse_request(
     default_max_tokens: int | None,
 ) -> LocalRequest:
     """Validate ``body`` for the engine; raise a 400 ``UpstreamError`` naming the bad param."""
-    from engine.sampling import SamplingParams, SamplingParamsError
+    from engine.errors import SamplingParamsError
+    from engine.sampling import SamplingParams
 
     _refuse_unsupported(provider, body, kind)
     if kind == "chat":

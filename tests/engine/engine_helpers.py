@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.engine import LLM
+from engine.core.llm_engine import LLM
 from engine.tokenizer import Tokenizer
 
 # A larger init std than usual gives clear top-1 margins, so greedy tokens compare exactly.

@@ -7,10 +7,10 @@ import asyncio
 import pytest
 from engine_helpers import assert_all_blocks_free
 
-from engine.async_engine import AsyncEngine, EngineNotRunningError
 from engine.config import EngineConfig
+from engine.core.async_engine import AsyncEngine
+from engine.errors import EngineNotRunningError, RequestTooLargeError
 from engine.sampling import SamplingParams
-from engine.scheduler import RequestTooLargeError
 from engine.tokenizer import REPLACEMENT_CHAR
 
 

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from engine.block_manager import BlockManager, chain_hash
+from engine.core.block_manager import BlockManager, chain_hash
+from engine.core.sequence import Request, Sequence
 from engine.sampling import SamplingParams
-from engine.sequence import Request, Sequence
 
 BLOCK = 4
 
 
 def _seq(tokens: list[int], seq_id: int = 0) -> Sequence:
     request = Request(f"r{seq_id}", None, tokens, SamplingParams())
-    seq = Sequence(seq_id, request, 0, None, None)
+    seq = Sequence(seq_id, request, 0)
     request.seqs.append(seq)
     return seq
 

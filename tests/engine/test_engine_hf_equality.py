@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from engine_helpers import MAX_NEW_TOKENS, assert_all_blocks_free, make_llm
 
-from engine.model_runner import PaddedDecode
+from engine.core.cuda_graphs import PaddedDecode
 from engine.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_NEW_TOKENS)
@@ -82,13 +82,15 @@ def test_padded_decode_buffers_match_hf(arch, checkpoints, hf_reference, monkeyp
     llm = make_llm(checkpoints(arch), max_num_seqs=12)
     runner = llm.engine.runner
     # buffers for up to 16 rows: 12-seat batches always carry padding rows
-    runner.decode = PaddedDecode(runner.model, runner.device, 16, runner.max_blocks_per_seq)
+    runner.decode = PaddedDecode(
+        runner.model, runner.device, 16, runner.max_blocks_per_seq, runner.num_kv_heads
+    )
     sizes_used = []
     real_run = runner.decode.run
 
-    def spy(batch, num_seqs):
+    def spy(input_ids, positions, meta, num_seqs, max_context_len):
         sizes_used.append(num_seqs)
-        return real_run(batch, num_seqs)
+        return real_run(input_ids, positions, meta, num_seqs, max_context_len)
 
     monkeypatch.setattr(runner.decode, "run", spy)
     assert _generate(llm, prompts) == expected

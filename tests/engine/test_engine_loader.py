@@ -9,11 +9,12 @@ import pytest
 import torch
 from engine_helpers import make_llm
 
-from engine.loader import LoaderError, build_model, load_model_args, resolve_model_path
+from engine.errors import LoaderError, TokenizerError
+from engine.loader import build_model, load_model_args, resolve_model_path
 from engine.models.llama import SUPPORTED_ARCHITECTURES
 from engine.sampling import SamplingParams
-from engine.tiny_checkpoint import write_tiny_checkpoint
-from engine.tokenizer import Tokenizer, TokenizerError
+from engine.tokenizer import Tokenizer
+from engine.tools.tiny_checkpoint import write_tiny_checkpoint
 
 
 def _load(path):

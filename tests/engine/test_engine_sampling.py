@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from engine_helpers import assert_all_blocks_free, make_llm
 
-from engine.engine import LLMEngine
-from engine.sampling import SamplingParams, SamplingParamsError
+from engine.core.llm_engine import LLMEngine
+from engine.errors import SamplingParamsError
+from engine.sampling import SamplingParams
 
 
 @pytest.fixture(scope="module")

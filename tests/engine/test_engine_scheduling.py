@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 from engine_helpers import assert_all_blocks_free, make_llm
 
-from engine.config import ConfigError, EngineConfig
-from engine.engine import InvalidPromptError
+from engine.config import EngineConfig
+from engine.errors import ConfigError, InvalidPromptError, RequestTooLargeError, SamplingParamsError
 from engine.sampling import SamplingParams
-from engine.scheduler import RequestTooLargeError
 
 
 @pytest.fixture(scope="module")
@@ -118,3 +117,22 @@ def test_bad_engine_config_names_the_setting(settings, message):
 def test_max_model_len_beyond_the_model_is_refused(llama_path):
     with pytest.raises(ConfigError, match="max_model_len"):
         make_llm(llama_path, max_model_len=10**6)
+
+
+def test_samples_never_exceed_the_seats(llm):
+    """n > 1 reserves a seat per sample at admission: rows and max_num_seqs hold."""
+    engine = llm.engine
+    with pytest.raises(SamplingParamsError, match=r"n \(9\) exceeds max_num_seqs \(8\)"):
+        engine.add_request("too-many", "hello", SamplingParams(n=9))
+    params = SamplingParams(n=3, temperature=1.0, seed=1, max_tokens=6, ignore_eos=True)
+    for i in range(5):
+        engine.add_request(f"n3-{i}", f"the lazy dog number {i} " * 3, params)
+    widest = 0
+    while engine.has_unfinished_requests():
+        engine.step()
+        running = engine.scheduler.running
+        widest = max(widest, len(running))
+        assert len(running) <= 8
+        assert len({seq.row for seq in running}) == len(running)
+    assert widest >= 6  # two requests' samples ran side by side
+    assert_all_blocks_free(llm)

@@ -18,13 +18,14 @@ import pytest
 import torch
 from engine_helpers import INIT_STD, assert_all_blocks_free, make_llm, make_prompts
 
-from engine.async_engine import AsyncEngine, EngineDeadError
-from engine.config import ConfigError, EngineConfig
-from engine.loader import LoaderError, SafetensorsSlice, build_model, load_model_args
+from engine.config import EngineConfig
+from engine.core.async_engine import AsyncEngine
+from engine.errors import ConfigError, EngineDeadError, LoaderError
+from engine.loader import SafetensorsSlice, build_model, load_model_args
 from engine.models.llama import ParallelSpec
 from engine.sampling import SamplingParams
-from engine.tiny_checkpoint import write_tiny_checkpoint
 from engine.tokenizer import Tokenizer
+from engine.tools.tiny_checkpoint import write_tiny_checkpoint
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import importlib
 
 import pytest
+import torch
 
 from engine import kernels
-from engine.engine import LLM
+from engine.core.llm_engine import LLM
 from engine.sampling import SamplingParams
-from engine.tiny_checkpoint import write_tiny_checkpoint
+from engine.tools.tiny_checkpoint import write_tiny_checkpoint
 
 SHARED = list(range(3, 40))  # 37 tokens: two full 16-token blocks are shared
 
@@ -71,3 +72,26 @@ def test_importing_triton_modules_keeps_the_dispatchers_callable():
         importlib.import_module(f"engine.kernels.{module}")
     for name in ("paged_attention", "store_kv", "rms_norm", "silu_and_mul", "rotary_embedding"):
         assert callable(getattr(kernels, name)), name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: graphs, overlap")
+def test_cuda_graphs_and_async_scheduling_match_eager_synchronous_steps(checkpoint, device):
+    """On a GPU: decode graphs per (size, KV splits) and step N+1 launched before step N is
+    read back give the tokens of eager, synchronous steps."""
+    expected, _ = generate(
+        checkpoint, device, "triton", enforce_eager=True, async_scheduling=False, max_num_seqs=8
+    )
+    llm = LLM(
+        checkpoint,
+        progress=False,
+        device=device.type,
+        dtype="float32",
+        attention_backend="triton",
+        max_num_seqs=8,
+    )
+    assert llm.engine.async_scheduling
+    decode = llm.engine.runner.decode
+    assert decode is not None and decode.graphs  # captured, with more than one split count
+    assert len({splits for _, splits in decode.graphs}) > 1
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    assert [out.token_ids for out in llm.generate(make_prompts(), params)] == expected

@@ -107,7 +107,7 @@ class LocalGateway:
 
 @pytest.fixture(scope="session")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from engine.tiny_checkpoint import write_tiny_checkpoint
+    from engine.tools.tiny_checkpoint import write_tiny_checkpoint
 
     # A long context, so held streams (ignore_eos) run for as long as a test needs them.
     return write_tiny_checkpoint(

@@ -123,6 +123,13 @@ def test_bad_values_are_400_naming_the_param(client, extra, param):
     assert caught.value.body["param"] == param
 
 
+def test_more_samples_than_engine_seats_is_a_400_naming_n(client):
+    # the test engine has max_num_seqs 2: three samples could never run together
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="tiny", messages=MESSAGES, n=3, max_tokens=2)
+    assert caught.value.body["param"] == "n" and "max_num_seqs (2)" in caught.value.message
+
+
 def test_embeddings_on_a_local_model_is_a_clear_400(client):
     with pytest.raises(openai.BadRequestError) as caught:
         client.embeddings.create(model="tiny", input="hello")

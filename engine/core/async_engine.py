@@ -1,8 +1,11 @@
 """The online engine: the step loop runs in its own thread; asyncio callers stream deltas.
 
-Adds and aborts travel to the engine thread through a queue, and results come back with
-`loop.call_soon_threadsafe`, so nothing on the asyncio side waits on a model step. Only the
-engine thread touches the `LLMEngine`.
+Adds, aborts and stop-string finishes travel to the engine thread through a queue. The
+engine thread does only the step (`LLMEngine.step_core`): each step's raw tokens go to
+every event loop that has streams with one `loop.call_soon_threadsafe`, and the output
+processor runs there, on the consumer's side (detokenization, stop strings, deltas), as
+vLLM's front end does. So nothing on the asyncio side waits on a model step, and the
+step thread never pays for text. Only the engine thread touches the `LLMEngine`.
 """
 
 from __future__ import annotations
@@ -12,15 +15,16 @@ import concurrent.futures
 import logging
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from engine.config import EngineConfig
-from engine.distributed import EngineDeadError
-from engine.engine import LLMEngine, RequestDelta
+from engine.core.llm_engine import LLMEngine
+from engine.core.output_processor import RequestState, StepOutput, StreamOutput, process_step
+from engine.errors import EngineDeadError, EngineNotRunningError, EngineStepError
 from engine.sampling import SamplingParams
-from engine.sequence import TokenLogprobs
 
 log = logging.getLogger(__name__)
 
@@ -33,31 +37,42 @@ __all__ = [
 ]
 
 
-class EngineNotRunningError(RuntimeError):
-    """generate() was called before start() or after shutdown()."""
+class _Outbox:
+    """A stream's pending outputs, put and taken on its own event loop only.
 
+    Lighter than `asyncio.Queue` (no size limit to police), and `take` hands over
+    everything that piled up at once, so a consumer that fell behind catches up in one go.
+    """
 
-class EngineStepError(RuntimeError):
-    """A model step failed; the requests in flight are aborted with this error."""
+    __slots__ = ("_items", "_loop", "_waiter")
 
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._items: list[list[StreamOutput] | BaseException] = []
+        self._waiter: asyncio.Future[None] | None = None
 
-@dataclass
-class StreamOutput:
-    request_id: str
-    index: int  # which of the n samples
-    text: str  # new text since the previous output of this index
-    token_ids: list[int]  # new token ids
-    logprobs: list[TokenLogprobs] | None
-    finish_reason: str | None  # set on the last output of this index
-    num_prompt_tokens: int
-    num_output_tokens: int  # cumulative for this index
-    finished: bool  # the whole request is done
+    def put(self, item: list[StreamOutput] | BaseException) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def take(self) -> list[list[StreamOutput] | BaseException]:
+        while not self._items:
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        items, self._items = self._items, []
+        return items
 
 
 @dataclass
 class _Stream:
     loop: asyncio.AbstractEventLoop
-    queue: asyncio.Queue[RequestDelta | BaseException]
+    outbox: _Outbox
+    state: RequestState
 
 
 @dataclass
@@ -73,13 +88,42 @@ class _Abort:
     done: concurrent.futures.Future[bool] | None
 
 
+@dataclass
+class _StopSample:
+    """A stop string ended one sample: the engine stops its sequence."""
+
+    request_id: str
+    index: int
+
+
+@dataclass(frozen=True)
+class LoopTrace:
+    """One step-loop iteration, for the host benchmark: wall and CPU seconds."""
+
+    step: int  # the engine's step number (`StepRecord.step`)
+    wall_s: float  # schedule .. outputs handed off, on the step thread
+    thread_cpu_s: float  # the step thread's CPU time in that span
+    process_cpu_s: float  # the process's CPU clock (every thread) when the step ended
+
+
 class AsyncEngine:
-    def __init__(self, config: EngineConfig, progress: bool = False) -> None:
-        self.engine = LLMEngine(config, progress=progress)
-        self._commands: queue.SimpleQueue[_Add | _Abort | None] = queue.SimpleQueue()
+    def __init__(
+        self,
+        config: EngineConfig,
+        progress: bool = False,
+        engine: LLMEngine | None = None,
+        trace_steps: bool = False,
+    ) -> None:
+        """`engine` replaces the one built from `config`; `trace_steps` keeps `loop_trace`."""
+        self.engine = engine or LLMEngine(config, progress=progress)
+        self.loop_trace: list[LoopTrace] | None = [] if trace_steps else None
+        self._commands: queue.SimpleQueue[_Add | _Abort | _StopSample | None] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._streams: dict[str, _Stream] = {}
         self._streams_lock = threading.Lock()
+        # the request states of each event loop, touched only on that loop
+        self._loop_states: dict[asyncio.AbstractEventLoop, dict[str, RequestState]] = {}
+        self._loops: tuple[asyncio.AbstractEventLoop, ...] = ()  # read by the engine thread
         self._pending_adds = 0
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -138,38 +182,43 @@ class AsyncEngine:
         params = params or SamplingParams()
         self._raise_if_dead()
         token_ids = self.engine.check_request(prompt, params)
-        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
+        loop = asyncio.get_running_loop()
+        text = prompt if isinstance(prompt, str) else None
+        state = RequestState(request_id, text, token_ids, params, self.engine.tokenizer)
+        stream = _Stream(loop, _Outbox(loop), state)
+        state.sink = stream.outbox.put
         with self._streams_lock:
             self._raise_if_dead()  # under the lock: `_die` cannot miss this stream
             if request_id in self._streams:
                 raise ValueError(f"request id {request_id!r} is already in use")
             self._streams[request_id] = stream
             self._pending_adds += 1
+            states = self._loop_states.get(loop)
+            if states is None:
+                states = self._loop_states[loop] = {}
+                self._loops = tuple(self._loop_states)
+            states[request_id] = state
         self._commands.put(_Add(request_id, token_ids, params))
         self._wake.set()
         finished = False
         try:
             while not finished:
-                item = await stream.queue.get()
-                if isinstance(item, BaseException):
-                    finished = True
-                    raise item
-                finished = item.finished
-                for delta in item.deltas:
-                    yield StreamOutput(
-                        request_id=request_id,
-                        index=delta.index,
-                        text=delta.text,
-                        token_ids=delta.token_ids,
-                        logprobs=delta.logprobs,
-                        finish_reason=delta.finish_reason,
-                        num_prompt_tokens=item.num_prompt_tokens,
-                        num_output_tokens=delta.num_output_tokens,
-                        finished=item.finished and delta is item.deltas[-1],
-                    )
+                for item in await stream.outbox.take():
+                    if isinstance(item, BaseException):
+                        finished = True
+                        raise item
+                    for output in item:
+                        finished = output.finished
+                        yield output
         finally:
             with self._streams_lock:
                 self._streams.pop(request_id, None)
+                states = self._loop_states.get(loop)
+                if states is not None:
+                    states.pop(request_id, None)
+                    if not states:
+                        del self._loop_states[loop]
+                        self._loops = tuple(self._loop_states)
             if not finished:  # the consumer went away (cancelled, broke out): free at once
                 self._commands.put(_Abort(request_id, None))
                 self._wake.set()
@@ -214,8 +263,13 @@ class AsyncEngine:
             if not engine.has_unfinished_requests():
                 self._wake.wait()
                 continue
+            began, began_cpu, steps = (
+                time.perf_counter(),
+                time.thread_time(),
+                engine.stats.num_steps,
+            )
             try:
-                deltas = engine.step()
+                out = engine.step_core()
             except EngineDeadError as exc:  # a rank is gone: nothing can be served again
                 self._die(exc)
                 continue
@@ -223,12 +277,48 @@ class AsyncEngine:
                 log.exception("engine step failed")
                 self._fail_all(EngineStepError(f"engine step failed: {exc}"))
                 continue
-            for delta in deltas:
-                with self._streams_lock:
-                    stream = self._streams.get(delta.request_id)
-                if stream is None or not self._send(stream, delta):
-                    engine.abort_request(delta.request_id)
+            if out is not None and out.seqs:
+                self._publish(out)
+            if self.loop_trace is not None and engine.stats.num_steps > steps:
+                self.loop_trace.append(
+                    LoopTrace(
+                        step=steps,
+                        wall_s=time.perf_counter() - began,
+                        thread_cpu_s=time.thread_time() - began_cpu,
+                        process_cpu_s=time.process_time(),
+                    )
+                )
         self._fail_all(EngineNotRunningError("the engine was shut down"))
+
+    def _publish(self, out: StepOutput) -> None:
+        """One call per event loop with streams; the output processor runs over there."""
+        for loop in self._loops:
+            try:
+                loop.call_soon_threadsafe(self._on_step, loop, out)
+            except RuntimeError:  # that event loop is closed: its requests have no reader
+                self._abort_loop(loop)
+
+    def _on_step(self, loop: asyncio.AbstractEventLoop, out: StepOutput) -> None:
+        """On `loop`: detokenize, check stop strings and deliver this loop's deltas."""
+        states = self._loop_states.get(loop)
+        if not states:
+            return
+        results, stops = process_step(out, states, self.engine.stats)
+        for state, outputs in results:
+            if state.sink is not None:
+                state.sink(outputs)
+        if stops:
+            for request_id, index in stops:
+                self._commands.put(_StopSample(request_id, index))
+            self._wake.set()
+
+    def _abort_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._streams_lock:
+            doomed = [rid for rid, stream in self._streams.items() if stream.loop is loop]
+            self._loop_states.pop(loop, None)
+            self._loops = tuple(self._loop_states)
+        for request_id in doomed:
+            self.engine.abort_request(request_id)
 
     def _drain_commands(self) -> None:
         while True:
@@ -242,6 +332,8 @@ class AsyncEngine:
                 found = self.engine.abort_request(command.request_id)
                 if command.done is not None:
                     command.done.set_result(found)
+            elif isinstance(command, _StopSample):
+                self.engine.finish_seq(command.request_id, command.index, "stop")
 
     def _add(self, command: _Add) -> None:
         with self._streams_lock:
@@ -253,7 +345,9 @@ class AsyncEngine:
             self._send(stream, EngineDeadError(f"the engine is dead: {self._dead}"))
             return
         try:
-            self.engine.add_request(command.request_id, command.prompt, command.params)
+            self.engine.add_request(
+                command.request_id, command.prompt, command.params, track_output=False
+            )
         except ValueError as exc:
             self._send(stream, exc)
 
@@ -273,9 +367,9 @@ class AsyncEngine:
             self._send(stream, error)
 
     @staticmethod
-    def _send(stream: _Stream, item: RequestDelta | BaseException) -> bool:
+    def _send(stream: _Stream, item: BaseException) -> bool:
         try:
-            stream.loop.call_soon_threadsafe(stream.queue.put_nowait, item)
+            stream.loop.call_soon_threadsafe(stream.outbox.put, item)
         except RuntimeError:  # the caller's event loop is closed
             return False
         return True

@@ -29,9 +29,11 @@ from typing import Any
 
 import torch
 
-from engine.config import ConfigError, EngineConfig
-from engine.loader import LoaderError, load_model_args
-from engine.model_runner import ModelRunner, SampledToken, StepInputs
+from engine.config import EngineConfig
+from engine.core.input_batch import StepInputs
+from engine.core.model_runner import ModelRunner, StepResult
+from engine.errors import ConfigError, EngineDeadError, LoaderError
+from engine.loader import load_model_args
 from engine.models.llama import ModelArgs, ParallelSpec
 
 log = logging.getLogger(__name__)
@@ -43,10 +45,6 @@ SHUTDOWN_GRACE_S = 5.0
 
 # errors a rank can hit while loading that mean "bad input", not "broken engine"
 _LOAD_ERRORS: tuple[type[Exception], ...] = (LoaderError, ConfigError)
-
-
-class EngineDeadError(RuntimeError):
-    """A tensor-parallel rank died or failed: the engine cannot serve until it is rebuilt."""
 
 
 @dataclass
@@ -194,7 +192,7 @@ class TensorParallelExecutor:
 
     # --- one step ----------------------------------------------------------------------
 
-    def execute(self, inputs: StepInputs) -> list[SampledToken]:
+    def execute(self, inputs: StepInputs) -> StepResult:
         if self._closed:
             raise EngineDeadError("the tensor-parallel workers were shut down")
         if self._error is not None:

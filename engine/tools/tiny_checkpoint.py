@@ -230,7 +230,7 @@ tags: [random-weights, smoke-test]
 ---
 # {name}
 
-A tiny **random-weight** `{arch}` checkpoint written by `engine.tiny_checkpoint` (seed {seed}).
+A tiny **random-weight** `{arch}` checkpoint written by `engine.tools.tiny_checkpoint` (seed {seed}).
 It has the real architecture and file layout of its family, and a real byte-level BPE
 tokenizer and chat template, but its weights are random: its output is gibberish.
 Use it for smoke tests, benchmarks of the serving path and format checks — never for answers.

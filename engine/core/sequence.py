@@ -1,16 +1,22 @@
-"""A request and its sequences: token ids, KV bookkeeping, and the text emitted so far."""
+"""A request and its sequences as the step thread sees them: token ids and KV bookkeeping.
+
+What the client sees (text, emitted offsets, stop strings) lives in the output processor
+(`core/output_processor.py`), off the step thread. A sequence holds a row of the persistent
+input batch while it runs (`row`), and between steps at most one token that was sampled on
+the device but has not reached the host yet (`num_pending`, asynchronous scheduling).
+"""
 
 from __future__ import annotations
 
 import enum
 import time
-from collections import Counter
 from dataclasses import dataclass, field
-
-import torch
+from typing import TYPE_CHECKING
 
 from engine.sampling import SamplingParams
-from engine.tokenizer import IncrementalDetokenizer
+
+if TYPE_CHECKING:
+    from engine.core.output_processor import RequestState
 
 
 class SequenceStatus(enum.Enum):
@@ -29,17 +35,12 @@ class TokenLogprobs:
 
 
 class Sequence:
-    def __init__(
-        self,
-        seq_id: int,
-        request: Request,
-        index: int,
-        detokenizer: IncrementalDetokenizer | None,
-        generator: torch.Generator | None,
-    ) -> None:
+    def __init__(self, seq_id: int, request: Request, index: int) -> None:
         self.seq_id = seq_id
         self.request = request
+        self.params = request.params
         self.index = index  # which of the request's n samples
+        self.age = (request.arrival_time, seq_id)  # older first: scheduling, preemption
         self.token_ids: list[int] = list(request.prompt_token_ids)
         self.num_prompt_tokens = len(request.prompt_token_ids)
         self.status = SequenceStatus.WAITING
@@ -47,26 +48,20 @@ class Sequence:
         self.num_computed_tokens = 0  # tokens whose K/V are in the cache
         self.num_cached_tokens = 0  # of those, how many came from the prefix cache
         self.block_hashes: list[int] = []  # chained hashes of the full blocks, in order
-        self.generator = generator
-        self.detokenizer = detokenizer
-        self.output_text = ""
-        self.emitted_text_len = 0
-        self.emitted_token_count = 0
-        self.emitted_logprob_count = 0
-        self.logprobs: list[TokenLogprobs] = []
         self.finish_reason: str | None = None
-        self.finish_emitted = False
-        self.first_token_time: float | None = None
-        self.last_token_time: float | None = None
-        self.output_counts: Counter[int] = Counter()
-
-    @property
-    def params(self) -> SamplingParams:
-        return self.request.params
+        # asynchronous scheduling: tokens sampled on the device, not yet on the host (one
+        # between steps; two while a step is launched before the previous is read back)
+        self.num_pending = 0
+        self.pending_index = 0  # the latest one's row among its step's sampled tokens
+        # the persistent input batch (`core/input_batch.py`); -1 while not running
+        self.row = -1
+        self.row_is_new = False  # the runner has not been told about this row yet
+        self.synced_blocks = 0  # block-table entries already written to the row
 
     @property
     def num_tokens(self) -> int:
-        return len(self.token_ids)
+        """Tokens including one sampled but still on the device."""
+        return len(self.token_ids) + self.num_pending
 
     @property
     def output_token_ids(self) -> list[int]:
@@ -93,6 +88,7 @@ class Sequence:
     def reset_for_recompute(self) -> None:
         """Recompute preemption: drop all KV state; the tokens so far are kept."""
         self.block_table = []
+        self.synced_blocks = 0
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0
         self.block_hashes = []
@@ -108,6 +104,8 @@ class Request:
     arrival_time: float = field(default_factory=time.monotonic)
     seqs: list[Sequence] = field(default_factory=list)
     pending_forks: int = 0  # children still to be forked from seqs[0]
+    # the client's view, kept here by the synchronous `LLMEngine` API only
+    state: RequestState | None = None
 
     @property
     def is_finished(self) -> bool:

@@ -1,6 +1,7 @@
 """Engine metrics, under vLLM's names where vLLM has one.
 
-The engine pushes into an `EngineStats` after every step; readers (the gateway's load-aware
+The step thread pushes counters and gauges after every step, and the output processor
+(wherever it runs) pushes the latencies it observes once per step; readers (the gateway's load-aware
 routing, /metrics, tests) call `snapshot()`, which is safe from any thread.
 """
 
@@ -90,18 +91,15 @@ class EngineStats:
             self.prompt_tokens_total += prompt
             self.generation_tokens_total += generated
 
-    def record_first_token(self, seconds: float) -> None:
+    def record_latencies(
+        self, first_token: list[float], inter_token: list[float], finished: list[float]
+    ) -> None:
+        """One step's worth of TTFT and inter-token samples, and the requests it finished."""
         with self._lock:
-            self.time_to_first_token_seconds.append(seconds)
-
-    def record_inter_token(self, seconds: float) -> None:
-        with self._lock:
-            self.inter_token_latency_seconds.append(seconds)
-
-    def record_finished(self, e2e_seconds: float) -> None:
-        with self._lock:
-            self.num_requests_finished += 1
-            self.e2e_request_latency_seconds.append(e2e_seconds)
+            self.time_to_first_token_seconds.extend(first_token)
+            self.inter_token_latency_seconds.extend(inter_token)
+            self.e2e_request_latency_seconds.extend(finished)
+            self.num_requests_finished += len(finished)
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Sequence as Seq
 
-from engine.sequence import Sequence
+from engine.core.sequence import Sequence
 
 
 class Block:
@@ -134,7 +134,9 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return
         size = self.block_size
-        num_full = min(seq.num_computed_tokens // size, len(seq.block_table))
+        # a token still in flight (asynchronous scheduling) is not hashed before it lands
+        known = min(seq.num_computed_tokens, len(seq.token_ids))
+        num_full = min(known // size, len(seq.block_table))
         for index in range(len(seq.block_hashes), num_full):
             parent = seq.block_hashes[index - 1] if index else None
             tokens = tuple(seq.token_ids[index * size : (index + 1) * size])

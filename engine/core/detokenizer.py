@@ -1,0 +1,48 @@
+"""Incremental detokenization for one sequence: one cheap call per token, never half a char.
+
+With a `tokenizers` backend this is its `DecodeStream` (Rust keeps the window and the
+partial UTF-8 bytes, one call per token); otherwise the window decoder in
+`engine/tokenizer.py` (two decodes of a short window per token). Both start from the last
+few prompt tokens, so the first token's leading space decodes as in the full text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from engine.tokenizer import REPLACEMENT_CHAR, IncrementalDetokenizer, Tokenizer
+
+CONTEXT_TOKENS = 5  # prompt tokens of left context
+
+
+class Detokenizer(Protocol):
+    def push(self, token_id: int) -> str:
+        """Add one token; return the new text it completes (may be empty)."""
+        ...
+
+
+class StreamDetokenizer:
+    """`tokenizers.decoders.DecodeStream` over the tokenizer's Rust backend."""
+
+    __slots__ = ("_backend", "_step")
+
+    def __init__(self, backend: object, context: list[int]) -> None:
+        from tokenizers.decoders import DecodeStream
+
+        self._backend = backend
+        self._step = DecodeStream(ids=context, skip_special_tokens=True).step
+
+    def push(self, token_id: int) -> str:
+        return self._step(self._backend, token_id) or ""
+
+
+def make_detokenizer(tokenizer: Tokenizer, prompt_ids: Sequence[int]) -> Detokenizer:
+    # `Tokenizer` wraps a `tokenizers.Tokenizer` (HF files; GGUF vocabularies are converted)
+    backend = getattr(tokenizer, "_tok", None)
+    if backend is None or not hasattr(backend, "decode_batch"):
+        return IncrementalDetokenizer(tokenizer, prompt_ids)
+    context = list(prompt_ids[-CONTEXT_TOKENS:])
+    if REPLACEMENT_CHAR in tokenizer.decode(context):
+        context = []  # a prompt that ends inside a character gives no usable context
+    return StreamDetokenizer(backend, context)

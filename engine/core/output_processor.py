@@ -1,0 +1,220 @@
+"""The client's view of requests: detokenization, stop strings and deltas, off the step thread.
+
+The step thread hands over a `StepOutput` (the sequences sampled, their tokens, which of
+them finished by a stop token, EOS or length) and moves on. `process_step` runs where
+the client is: on the consumer's event loop for `AsyncEngine`, inline for the synchronous
+`LLMEngine.step`. It keeps one `RequestState` per request: an incremental detokenizer per
+sample, the text not yet streamed (a suffix that could still become a stop string is held
+back), and the token ids and logprobs the client has seen. A stop string cuts the text
+before it and finishes the sample here; the engine is then told to stop that sequence
+(`stops`), and tokens it made in the meantime are dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from engine.core.detokenizer import Detokenizer, make_detokenizer
+from engine.core.sequence import Sequence, TokenLogprobs
+from engine.core.stats import EngineStats
+from engine.sampling import SamplingParams
+from engine.tokenizer import Tokenizer
+
+
+@dataclass
+class StepOutput:
+    """One step's sampled tokens, built on the step thread (nothing here is mutated later)."""
+
+    time: float  # when the tokens reached the host (time.monotonic)
+    seqs: list[Sequence]  # sampled this step, one token each
+    token_ids: list[int]
+    logprobs: list[TokenLogprobs | None] | None  # None when nobody asked
+    finished: dict[int, str]  # position in `seqs` -> "stop" | "length"
+
+
+@dataclass(slots=True)
+class StreamOutput:
+    """What one sample produced since its previous output (text never splits a character)."""
+
+    request_id: str
+    index: int  # which of the n samples
+    text: str  # new text
+    token_ids: list[int]  # new token ids
+    logprobs: list[TokenLogprobs] | None
+    finish_reason: str | None  # set on the last output of this index
+    num_prompt_tokens: int
+    num_output_tokens: int  # cumulative for this index
+    finished: bool  # the whole request is done (set on its very last output)
+
+
+@dataclass
+class RequestDelta:
+    """A step's outputs of one request (the synchronous `LLMEngine.step` API)."""
+
+    request_id: str
+    num_prompt_tokens: int
+    deltas: list[StreamOutput]
+    finished: bool
+
+
+def held_back(text: str, stops: list[str]) -> int:
+    """Length of the longest suffix of `text` that could still grow into a stop string."""
+    longest = 0
+    for stop in stops:
+        for size in range(min(len(stop) - 1, len(text)), longest, -1):
+            if text.endswith(stop[:size]):
+                longest = size
+                break
+    return longest
+
+
+class SampleState:
+    """One of a request's n samples, as the client sees it."""
+
+    __slots__ = (
+        "detokenizer",
+        "finish_reason",
+        "held",
+        "last_time",
+        "logprobs",
+        "pieces",
+        "token_ids",
+    )
+
+    def __init__(self, detokenizer: Detokenizer) -> None:
+        self.detokenizer = detokenizer
+        self.pieces: list[str] = []  # the text streamed so far
+        self.held = ""  # text held back: it may still become a stop string
+        self.token_ids: list[int] = []
+        self.logprobs: list[TokenLogprobs] = []
+        self.finish_reason: str | None = None
+        self.last_time: float | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
+class RequestState:
+    def __init__(
+        self,
+        request_id: str,
+        prompt: str | None,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        tokenizer: Tokenizer,
+        arrival_time: float | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.prompt = prompt
+        self.prompt_token_ids = prompt_token_ids
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.params = params
+        self.arrival_time = time.monotonic() if arrival_time is None else arrival_time
+        self.samples = [
+            SampleState(make_detokenizer(tokenizer, prompt_token_ids)) for _ in range(params.n)
+        ]
+        self.num_unfinished = params.n
+        # where a step's outputs go (AsyncEngine: the stream's outbox); None: kept by the caller
+        self.sink: Callable[[list[StreamOutput]], None] | None = None
+
+    @property
+    def finished(self) -> bool:
+        return not self.num_unfinished
+
+
+def process_step(
+    out: StepOutput, states: Mapping[str, RequestState], stats: EngineStats | None
+) -> tuple[list[tuple[RequestState, list[StreamOutput]]], list[tuple[str, int]]]:
+    """Turn a step's tokens into outputs for the requests in `states` (others are skipped).
+
+    Returns each touched request's outputs (one per sample that got a token) and the
+    (request id, index) of every sample a stop string finished, for the engine to stop.
+    """
+    results: list[tuple[RequestState, list[StreamOutput]]] = []
+    grouped: dict[str, list[StreamOutput]] = {}  # requests with n > 1
+    stops: list[tuple[str, int]] = []
+    first_token: list[float] = []
+    inter_token: list[float] = []
+    finished_requests: list[float] = []
+    now = out.time
+    logprobs = out.logprobs
+    finished = out.finished
+    for position, seq in enumerate(out.seqs):
+        request_id = seq.request.request_id
+        state = states.get(request_id)
+        if state is None:
+            continue
+        sample = state.samples[seq.index]
+        if sample.finish_reason is not None:
+            continue  # a stop string ended it; the engine has not heard yet
+        token = out.token_ids[position]
+        sample.token_ids.append(token)
+        entry = None if logprobs is None else logprobs[position]
+        if entry is not None:
+            sample.logprobs.append(entry)
+        if sample.last_time is None:
+            first_token.append(now - state.arrival_time)
+        else:
+            inter_token.append(now - sample.last_time)
+        sample.last_time = now
+        piece = sample.detokenizer.push(token)
+        reason = finished.get(position) if finished else None
+        params = state.params
+        if params.stop:
+            piece, stopped = _apply_stops(sample, piece, params, reason is not None)
+            if stopped:
+                reason = "stop"
+                stops.append((request_id, seq.index))
+        if piece:
+            sample.pieces.append(piece)
+        if reason is not None:
+            sample.finish_reason = reason
+            state.num_unfinished -= 1
+            if not state.num_unfinished:
+                finished_requests.append(now - state.arrival_time)
+        output = StreamOutput(
+            request_id,
+            seq.index,
+            piece,
+            [token],
+            None if params.logprobs is None else ([entry] if entry else []),
+            reason,
+            state.num_prompt_tokens,
+            len(sample.token_ids),
+            False,
+        )
+        if params.n == 1:
+            output.finished = reason is not None
+            results.append((state, [output]))
+        elif request_id in grouped:
+            grouped[request_id].append(output)
+        else:
+            grouped[request_id] = outputs = [output]
+            results.append((state, outputs))
+    if grouped:
+        for outputs in grouped.values():
+            outputs[-1].finished = states[outputs[-1].request_id].finished
+    if stats is not None and (first_token or inter_token or finished_requests):
+        stats.record_latencies(first_token, inter_token, finished_requests)
+    return results, stops
+
+
+def _apply_stops(
+    sample: SampleState, piece: str, params: SamplingParams, finishing: bool
+) -> tuple[str, bool]:
+    """(text to stream now, whether a stop string ended the sample)."""
+    text = sample.held + piece
+    if len(sample.token_ids) >= params.min_tokens:
+        hits = [i for i in (text.find(stop) for stop in params.stop) if i >= 0]
+        if hits:
+            sample.held = ""
+            return text[: min(hits)], True
+    if finishing:
+        sample.held = ""
+        return text, False
+    keep = held_back(text, params.stop)
+    sample.held = text[len(text) - keep :] if keep else ""
+    return text[: len(text) - keep], False

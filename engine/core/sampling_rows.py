@@ -1,0 +1,145 @@
+"""Per-row sampling settings and generated-token counts, kept where the sampler runs.
+
+A row's settings are written once, when a sequence takes the row (`RowSetup`), instead of
+being sent for every sequence every step; a step gathers its sampled rows' settings with
+numpy and moves them to the device in one copy. For presence/frequency penalties the
+counts of each row's generated tokens live on the device (`[max_num_seqs, vocab]` int32)
+and grow by one scatter of the sampled tokens per step, so no per-sequence `Counter` ever
+crosses to the device. Seeded sequences keep their own `torch.Generator` until released.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from engine.core.input_batch import RowSetup
+from engine.layers.sampler import SamplingBatch
+
+# rows of `SamplingRows.values`
+TEMPERATURE, TOP_P, MIN_P, PRESENCE, FREQUENCY, TOP_K, GREEDY = range(7)
+# rows of `SamplingRows.flags`
+USES_TOP_K, USES_TOP_P, USES_MIN_P, USES_PENALTIES, SEEDED = range(5)
+
+
+class SamplingRows:
+    def __init__(self, max_rows: int, vocab_size: int, device: torch.device) -> None:
+        self.device = device
+        self.vocab_size = vocab_size
+        self.values = np.zeros((7, max_rows), dtype=np.float32)
+        self.flags = np.zeros((5, max_rows), dtype=bool)
+        self.num_logprobs = np.full(max_rows, -1, dtype=np.int32)  # -1: none wanted
+        self.min_tokens = np.zeros(max_rows, dtype=np.int32)
+        self.num_output = np.zeros(max_rows, dtype=np.int32)  # sampled so far, in flight too
+        self.seq_ids = np.full(max_rows, -1, dtype=np.int64)
+        self.banned: list[list[int]] = [[] for _ in range(max_rows)]
+        self.counts = torch.zeros(max_rows, vocab_size, dtype=torch.int32, device=device)
+        self.generators: dict[int, torch.Generator] = {}  # seeded sequences, by seq_id
+
+    @property
+    def counts_bytes(self) -> int:
+        return self.counts.numel() * self.counts.element_size()
+
+    # --- rows changing hands -----------------------------------------------------------
+
+    def setup(self, rows: list[RowSetup]) -> None:
+        for setup in rows:
+            row, params = setup.row, setup.params
+            values, flags = self.values, self.flags
+            values[TEMPERATURE, row] = 1.0 if params.greedy else params.temperature
+            values[TOP_P, row] = params.top_p
+            values[MIN_P, row] = params.min_p
+            values[PRESENCE, row] = params.presence_penalty
+            values[FREQUENCY, row] = params.frequency_penalty
+            values[TOP_K, row] = params.top_k if params.top_k > 0 else self.vocab_size
+            values[GREEDY, row] = 1.0 if params.greedy else 0.0
+            flags[USES_TOP_K, row] = params.top_k > 0
+            flags[USES_TOP_P, row] = params.top_p < 1.0
+            flags[USES_MIN_P, row] = params.min_p > 0.0
+            flags[USES_PENALTIES, row] = params.has_penalties
+            flags[SEEDED, row] = setup.seed is not None
+            self.num_logprobs[row] = -1 if params.logprobs is None else params.logprobs
+            self.min_tokens[row] = params.min_tokens
+            self.num_output[row] = setup.num_output_tokens
+            self.seq_ids[row] = setup.seq_id
+            self.banned[row] = setup.banned_ids
+            if params.has_penalties:
+                self.counts[row].zero_()
+                if setup.output_token_ids:
+                    ids = torch.tensor(setup.output_token_ids, dtype=torch.int64)
+                    ones = torch.ones(len(ids), dtype=torch.int32)
+                    self.counts[row].index_add_(0, ids.to(self.device), ones.to(self.device))
+            if setup.seed is not None and setup.seq_id not in self.generators:
+                generator = torch.Generator(self.device).manual_seed(setup.seed)
+                self.generators[setup.seq_id] = generator
+
+    def release(self, seq_ids: list[int]) -> None:
+        for seq_id in seq_ids:
+            self.generators.pop(seq_id, None)
+
+    # --- one step ----------------------------------------------------------------------
+
+    def batch(
+        self,
+        rows: np.ndarray,
+        rows_on_device: torch.Tensor,
+        default_generator: torch.Generator,
+    ) -> SamplingBatch:
+        """The sampled rows' settings on the device (`rows_on_device`: the same rows, int64)."""
+        uses = self.flags[:, rows].any(axis=1)
+        values = torch.from_numpy(self.values[:, rows])
+        if self.device.type == "cuda":
+            values = values.pin_memory().to(self.device, non_blocking=True)
+        greedy = self.values[GREEDY, rows]
+        all_greedy = bool(greedy.all())
+        counts = count_rows = banned = None
+        presence = frequency = None
+        if uses[USES_PENALTIES]:  # the sampler gathers the rows it needs on the device
+            counts, count_rows = self.counts, rows_on_device
+            presence, frequency = values[PRESENCE], values[FREQUENCY]
+        under_min = self.num_output[rows] < self.min_tokens[rows]
+        if under_min.any():
+            banned = self._banned_mask(rows, under_min)
+        seeded = []
+        if uses[SEEDED]:
+            for position in np.flatnonzero(self.flags[SEEDED, rows]).tolist():
+                seeded.append((position, self.generators[int(self.seq_ids[rows[position]])]))
+        wanted = int(self.num_logprobs[rows].max()) if len(rows) else -1
+        return SamplingBatch(
+            temperatures=values[TEMPERATURE],
+            greedy=values[GREEDY] > 0.5,
+            all_greedy=all_greedy,
+            top_k=values[TOP_K].long() if uses[USES_TOP_K] else None,
+            top_p=values[TOP_P] if uses[USES_TOP_P] else None,
+            min_p=values[MIN_P] if uses[USES_MIN_P] else None,
+            presence_penalty=presence,
+            frequency_penalty=frequency,
+            output_counts=counts,
+            count_rows=count_rows,
+            banned=banned,
+            seeded=seeded,
+            default_generator=default_generator,
+            num_logprobs=max(wanted, 1) if wanted >= 0 else 0,
+        )
+
+    def _banned_mask(self, rows: np.ndarray, under_min: np.ndarray) -> torch.Tensor | None:
+        """`[S, vocab]` bool: EOS and stop ids of the rows still under `min_tokens`."""
+        positions: list[int] = []
+        columns: list[int] = []
+        for position in np.flatnonzero(under_min).tolist():
+            ids = self.banned[int(rows[position])]
+            positions.extend([position] * len(ids))
+            columns.extend(ids)
+        if not columns:
+            return None
+        mask = torch.zeros(len(rows), self.vocab_size, dtype=torch.bool, device=self.device)
+        index = torch.tensor([positions, columns], dtype=torch.int64).to(self.device)
+        mask[index[0], index[1]] = True
+        return mask
+
+    def record(self, rows: np.ndarray, rows_on_device: torch.Tensor, tokens: torch.Tensor) -> None:
+        """The step sampled `tokens` for `rows`: count them (on the device, for penalties)."""
+        self.num_output[rows] += 1
+        if self.flags[USES_PENALTIES, rows].any():
+            ones = torch.ones_like(tokens, dtype=torch.int32)
+            self.counts.index_put_((rows_on_device, tokens), ones, accumulate=True)
