@@ -42,7 +42,7 @@ fuzz: venv
 	status=$$?; echo "fuzz seed: $$seed"; exit $$status
 
 bench: venv
-	$(PY) -m gateway.bench
+	$(PY) -m gateway.tools.bench
 
 bench-engine: venv
 	$(PY) -m engine.bench
@@ -55,7 +55,7 @@ bench-ledger: venv
 # Fixed-rate mixed load for a set time (default 10 min); prints RSS over time.
 # e.g. make soak SOAK_ARGS="--rate 100 --duration 300"
 soak: venv
-	$(PY) -m gateway.soak $(SOAK_ARGS)
+	$(PY) -m gateway.tools.soak $(SOAK_ARGS)
 
 lint: venv
 	$(BIN)/ruff check gateway engine tests

@@ -22,8 +22,7 @@ from starlette.responses import Response
 
 from gateway.api import admin, admin_mounts, dashboard_mount, openai, ops
 from gateway.api.dashboard_mount import build_dashboard_auth
-from gateway.api.exchange import ExchangeMiddleware, record_wire_rejection
-from gateway.api.http import error_response, request_id_of
+from gateway.api.http import error_response
 from gateway.api.services import Services
 from gateway.api.settler import SettleBatcher
 from gateway.auth import Authenticator
@@ -41,14 +40,15 @@ from gateway.policy import PolicyError
 from gateway.policy_store import PolicyStore
 from gateway.providers.openai_compat import ResponseLimits, Timeouts
 from gateway.providers.registry import ProviderRegistry
-from gateway.redis_connect import REDIS_FAILURES, RedisClient, connect_redis, warm_up
-from gateway.redis_embedded import EmbeddedRedis
 from gateway.reports import UsageReports
 from gateway.router import Router
 from gateway.routing_state import RoutingState
+from gateway.server.exchange import ExchangeMiddleware, record_wire_rejection, request_id_of
+from gateway.server.shutdown import Drain, DrainMiddleware, sigterm_drain
 from gateway.settings import Secrets, Settings, SettingsError, ensure_secrets, load_settings
-from gateway.shutdown import Drain, DrainMiddleware, sigterm_drain
 from gateway.spool import Spool
+from gateway.store.connect import REDIS_FAILURES, RedisClient, connect_redis, warm_up
+from gateway.store.embedded import EmbeddedRedis
 from gateway.usage import UsageLedger
 
 

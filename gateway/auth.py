@@ -16,7 +16,7 @@ from typing import Any
 
 from gateway.errors import AuthenticationFailed, PermissionDenied, ServiceUnavailable
 from gateway.keys import CHANGES_CHANNEL, KeyRecord, KeyStore, parse_key
-from gateway.redis_connect import RedisClient, change_feed
+from gateway.store.connect import RedisClient, change_feed
 
 MAX_CACHED_KEYS = 100_000
 

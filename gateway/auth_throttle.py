@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from gateway.errors import RateLimited
-from gateway.redis_connect import REDIS_FAILURES, RedisClient
+from gateway.store.connect import REDIS_FAILURES, RedisClient
 
 # One atomic step: count the failure; the first of a window starts its clock. A counter left
 # without a TTL (it cannot happen here, but a stray SET could) gets one, so nobody is locked

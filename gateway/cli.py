@@ -27,9 +27,9 @@ from gateway.data_dir import DataDirBusy, DataDirLock
 from gateway.errors import GatewayError
 from gateway.keys import KeyStore, PepperMismatch, check_pepper
 from gateway.policy import Policy, PolicyError, load_policy_file
-from gateway.redis_connect import REDIS_FAILURES
-from gateway.redis_embedded import EmbeddedRedis
 from gateway.settings import Settings, SettingsError, ensure_secrets, load_settings
+from gateway.store.connect import REDIS_FAILURES
+from gateway.store.embedded import EmbeddedRedis
 from gateway.usage_cli import add_usage_parser, run_usage_command
 
 LIMIT_FLAGS = ("rpm", "tpm", "budget_usd", "budget_period", "expires_at")
@@ -81,8 +81,8 @@ def serve(settings: Settings, workers: int) -> int:
     from uvicorn.supervisors import Multiprocess
 
     from gateway.app import create_app
-    from gateway.http_guard import guarded_protocol
     from gateway.logs import configure_process_logging
+    from gateway.server.http_guard import guarded_protocol
 
     configure_process_logging(settings.log_level, settings.log_format)
     try:
@@ -151,7 +151,7 @@ def serve(settings: Settings, workers: int) -> int:
 
 @contextlib.asynccontextmanager
 async def _key_store(settings: Settings) -> AsyncIterator[KeyStore]:
-    from gateway.redis_connect import connect_redis
+    from gateway.store.connect import connect_redis
 
     secrets = ensure_secrets(settings)
     embedded: EmbeddedRedis | None = None

@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import secrets
 
-from gateway.redis_connect import RedisClient
+from gateway.store.connect import RedisClient
 
 SESSION_PREFIX = "sy:dashboard:session:"
 _TOKEN_BYTES = 32

@@ -19,9 +19,9 @@ import redis.exceptions
 
 from gateway.errors import RateLimited, ServiceUnavailable
 from gateway.money import MAX_SAFE_NANOS, format_usd_short, nanos_to_usd
-from gateway.redis_connect import REDIS_UNAVAILABLE
-from gateway.redis_direct import DirectRedis
-from gateway.redis_scripts import LuaScript, ScriptBatch
+from gateway.store.connect import REDIS_UNAVAILABLE
+from gateway.store.direct import DirectRedis
+from gateway.store.scripts import LuaScript, ScriptBatch
 
 BudgetPeriod = Literal["day", "month", "total"]
 _PERIODS = ("day", "month", "total")

@@ -19,7 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gateway.data_dir import private_dir
 from gateway.ledger.store import check_store_url
-from gateway.redis_connect import check_redis_url
+from gateway.store.connect import check_redis_url
 
 ENV_PREFIX = "SWITCHYARD_"
 

@@ -40,9 +40,9 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from gateway.money import NANOS_PER_MICRO, nanos_to_usd
-from gateway.redis_connect import REDIS_FAILURES
-from gateway.redis_scripts import LuaScript, ScriptBatch
 from gateway.spool import Segment, Spool
+from gateway.store.connect import REDIS_FAILURES
+from gateway.store.scripts import LuaScript, ScriptBatch
 
 log = structlog.get_logger(__name__)
 

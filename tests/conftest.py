@@ -12,13 +12,13 @@ import pytest
 
 # Imported lazily so the engine and kernel tests run where only torch is installed (GPU box).
 if TYPE_CHECKING:
-    from gateway.redis_embedded import EmbeddedRedis
+    from gateway.store.embedded import EmbeddedRedis
 
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One Redis for the session. TCP, so that subprocess gateways can share it."""
-    from gateway.redis_embedded import EmbeddedRedis, free_port
+    from gateway.store.embedded import EmbeddedRedis, free_port
 
     external = os.environ.get("SWITCHYARD_REDIS_URL")
     if external:
@@ -46,7 +46,7 @@ def clean_redis(redis_url: str) -> str:
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
     """A private Redis that the test may kill and restart (outage tests)."""
-    from gateway.redis_embedded import EmbeddedRedis, free_port
+    from gateway.store.embedded import EmbeddedRedis, free_port
 
     server = EmbeddedRedis(tmp_path / "redis", port=free_port())
     server.start()

@@ -29,13 +29,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.api.exchange import when_answered
 from gateway.api.http import (
     client_address,
     error_response,
     json_response,
     read_json_object,
-    request_id_of,
 )
 from gateway.api.payloads import parse_payload, parse_query
 from gateway.api.services import Services
@@ -52,7 +50,8 @@ from gateway.errors import (
 from gateway.keys import ID_LENGTH, KeyRecord
 from gateway.money import MAX_BUDGET_USD, usd_to_nanos
 from gateway.policy import Policy
-from gateway.redis_connect import REDIS_FAILURES
+from gateway.server.exchange import request_id_of, when_answered
+from gateway.store.connect import REDIS_FAILURES
 
 MAX_METADATA_BYTES = 4096
 MAX_GRACE_S = 30 * 24 * 3600

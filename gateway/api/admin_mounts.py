@@ -12,11 +12,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.api.admin import admin_endpoint
-from gateway.api.http import error_response, request_id_of
+from gateway.api.http import error_response
 from gateway.api.policy_admin import explain_route, get_policy, put_policy, validate_policy
 from gateway.api.services import Services
 from gateway.api.usage_api import admin_usage, admin_usage_events, own_usage
 from gateway.errors import GatewayError
+from gateway.server.exchange import request_id_of
 
 
 async def usage_of_own_key(request: Request) -> Response:

@@ -26,7 +26,7 @@ from gateway.dashboard import (
     error_page,
 )
 from gateway.dashboard_sessions import SessionStore
-from gateway.redis_connect import REDIS_FAILURES, RedisClient
+from gateway.store.connect import REDIS_FAILURES, RedisClient
 
 MAX_KEYS_SHOWN = 1000
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import orjson
@@ -13,24 +12,6 @@ from gateway.api.strict_json import parse_json_object
 from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge
 
 JSON = "application/json"
-REQUEST_ID_HEADER = "x-request-id"
-_MAX_REQUEST_ID = 200
-_REQUEST_ID_KEY = "switchyard.request_id"
-
-
-def request_id_of(request: Request) -> str:
-    """The client's X-Request-ID when it is sane, else a fresh one; the same for the whole
-    request (kept in its scope), so its log lines and answer agree."""
-    known = request.scope.get(_REQUEST_ID_KEY)
-    if known is not None:
-        return known
-    incoming = request.headers.get(REQUEST_ID_HEADER)
-    if incoming and len(incoming) <= _MAX_REQUEST_ID and incoming.isprintable():
-        request_id = incoming
-    else:
-        request_id = uuid.uuid4().hex
-    request.scope[_REQUEST_ID_KEY] = request_id
-    return request_id
 
 
 def client_address(request: Request) -> str:

@@ -23,13 +23,11 @@ from starlette.routing import Route
 
 from gateway.api import limits_gate
 from gateway.api.accounting import Accounting, produced_tokens
-from gateway.api.exchange import CLIENT_GONE, when_answered
 from gateway.api.http import (
     JSON,
     error_response,
     json_response,
     read_body,
-    request_id_of,
 )
 from gateway.api.services import Services
 from gateway.api.strict_json import parse_json_object
@@ -46,6 +44,7 @@ from gateway.policy import Policy
 from gateway.providers.openai_compat import UpstreamResponse, UpstreamStream
 from gateway.redact import redact
 from gateway.router import Candidate, RoutePlan
+from gateway.server.exchange import CLIENT_GONE, request_id_of, when_answered
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 DONE = b"data: [DONE]\n\n"

@@ -32,7 +32,7 @@ from gateway.api.services import Services
 from gateway.auth import bearer_token
 from gateway.errors import AuthenticationFailed
 from gateway.policy import Policy
-from gateway.redis_connect import REDIS_FAILURES
+from gateway.store.connect import REDIS_FAILURES
 
 
 @dataclass

@@ -20,10 +20,10 @@ from gateway.local_engine import LocalEngineHost
 from gateway.metrics import Metrics
 from gateway.policy_store import PolicyStore
 from gateway.providers.registry import ProviderRegistry
-from gateway.redis_embedded import EmbeddedRedis
 from gateway.reports import UsageReports
 from gateway.router import Router
 from gateway.settings import Settings
+from gateway.store.embedded import EmbeddedRedis
 from gateway.usage import UsageLedger
 
 

@@ -19,8 +19,8 @@ from typing import Any
 from redis.asyncio import Redis
 
 from gateway.limits import Limiter, Reservation
-from gateway.redis_direct import DirectRedis
-from gateway.redis_scripts import ScriptBatch
+from gateway.store.direct import DirectRedis
+from gateway.store.scripts import ScriptBatch
 from gateway.usage import UsageEvent, UsageLedger
 
 

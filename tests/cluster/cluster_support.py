@@ -26,7 +26,7 @@ from redis.retry import Retry
 from gateway.api.settler import SettleBatcher, Settlement
 from gateway.limits import KeyLimits, Limiter
 from gateway.money import usd_to_nanos
-from gateway.redis_embedded import redis_server_binary
+from gateway.store.embedded import redis_server_binary
 from gateway.usage import UsageEvent
 
 SLOTS = 16384

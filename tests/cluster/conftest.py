@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
 from cluster_support import LoopbackCluster
 from test_gw_limits_e2e import GatewayProcess, start_gateways
 
-from gateway.fake_upstream import FakeUpstream, ThreadedFakeUpstream
+from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
 
 POLICY = """
 providers:

@@ -6,8 +6,8 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from gateway.redis_connect import RedisUrlError, check_redis_url, connect_redis, is_cluster_url
 from gateway.settings import SettingsError, load_settings
+from gateway.store.connect import RedisUrlError, check_redis_url, connect_redis, is_cluster_url
 
 
 @pytest.mark.parametrize(

@@ -23,9 +23,9 @@ from gateway.errors import AuthenticationFailed
 from gateway.keys import KeyStore, parse_key, record_key
 from gateway.limits import KeyLimits, Limiter
 from gateway.money import usd_to_nanos
-from gateway.redis_connect import connect_redis
 from gateway.reports import UsageReports
 from gateway.spool import Spool
+from gateway.store.connect import connect_redis
 from gateway.usage import UsageEvent, UsageLedger
 
 PEPPER = b"cluster-test-pepper-0123456789"

@@ -16,8 +16,8 @@ from redis.asyncio.cluster import RedisCluster
 from gateway.api.settler import SettleBatcher
 from gateway.limits import KeyLimits, Limiter
 from gateway.money import usd_to_nanos
-from gateway.redis_connect import connect_redis
 from gateway.spool import Spool
+from gateway.store.connect import connect_redis
 from gateway.usage import RECORD_LUA, UsageLedger, stream_key
 
 

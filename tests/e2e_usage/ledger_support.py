@@ -23,7 +23,7 @@ import httpx
 import openai
 from ledger_provider import Served
 
-from gateway.redis_embedded import free_port
+from gateway.store.embedded import free_port
 
 ADMIN_KEY = "sy-admin-ledger-0123456789abcdef"
 # The session Redis is shared: every gateway on it must use one pepper (a gateway whose

@@ -17,7 +17,7 @@ from ledger_support import (
     wait_for_events,
 )
 
-from gateway.redis_embedded import EmbeddedRedis
+from gateway.store.embedded import EmbeddedRedis
 
 
 async def test_redis_down_for_5s_spools_then_replays_every_record(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from gw_support import POLICY, GatewayThread, RunningGateway, make_settings, unused_port
 
-from gateway.fake_upstream import FakeUpstream, ThreadedFakeUpstream
+from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
 
 
 @pytest.fixture(scope="session")

@@ -18,8 +18,8 @@ import httpx
 import uvicorn
 
 from gateway.app import create_app
-from gateway.redis_embedded import free_port
 from gateway.settings import Settings
+from gateway.store.embedded import free_port
 
 ADMIN_KEY = "sy-admin-test-0123456789abcdef"
 # The session Redis is shared: every gateway on it must use one pepper (a gateway whose

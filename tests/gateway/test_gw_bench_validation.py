@@ -7,8 +7,8 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.api.validation import validate_chat
-from gateway.bench_validation import BODIES, PydanticChatRequest, main
 from gateway.errors import InvalidRequest
+from gateway.tools.bench_validation import BODIES, PydanticChatRequest, main
 
 HI = [{"role": "user", "content": "hi"}]
 REFUSED = [

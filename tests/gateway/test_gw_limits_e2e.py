@@ -16,7 +16,7 @@ import httpx
 import pytest
 from gw_support import ADMIN_KEY, PEPPER
 
-from gateway.redis_embedded import EmbeddedRedis, free_port
+from gateway.store.embedded import EmbeddedRedis, free_port
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import openai
 import orjson
 from gw_support import RunningGateway
 
-from gateway.fake_upstream import CONTENT, PROMPT_TOKENS, FakeUpstream
+from gateway.tools.fake_upstream import CONTENT, PROMPT_TOKENS, FakeUpstream
 
 
 def _client(gateway: RunningGateway, key: str) -> openai.OpenAI:

@@ -19,10 +19,10 @@ from gw_support import GatewayThread, RunningGateway, make_settings
 
 from gateway.limits import KeyLimits, Limiter
 from gateway.money import usd_to_nanos
-from gateway.redis_connect import connect_redis
-from gateway.redis_direct import DirectRedis
-from gateway.redis_embedded import EmbeddedRedis, free_port, redis_server_binary
-from gateway.redis_scripts import LuaScript, ScriptBatch
+from gateway.store.connect import connect_redis
+from gateway.store.direct import DirectRedis
+from gateway.store.embedded import EmbeddedRedis, free_port, redis_server_binary
+from gateway.store.scripts import LuaScript, ScriptBatch
 
 HI = [{"role": "user", "content": "x" * 24}]
 LIMITS = KeyLimits(rpm=1000, tpm=1_000_000, budget_nanos=usd_to_nanos(100.0), budget_period="day")

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from gw_support import RunningGateway
 
-from gateway.fake_upstream import FakeUpstream
+from gateway.tools.fake_upstream import FakeUpstream
 
 HI = [{"role": "user", "content": "hi"}]
 

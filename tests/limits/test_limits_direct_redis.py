@@ -8,8 +8,8 @@ import asyncio
 import pytest
 import redis.exceptions
 
-from gateway.redis_direct import DirectRedis
-from gateway.redis_embedded import EmbeddedRedis
+from gateway.store.direct import DirectRedis
+from gateway.store.embedded import EmbeddedRedis
 
 from .conftest import ClientFactory
 

@@ -9,7 +9,7 @@ import pytest
 from gateway.errors import ServiceUnavailable
 from gateway.limits import KeyLimits, Limiter, LimiterUnavailable
 from gateway.money import usd_to_nanos
-from gateway.redis_embedded import EmbeddedRedis
+from gateway.store.embedded import EmbeddedRedis
 
 from .conftest import ClientFactory
 

@@ -11,8 +11,8 @@ import redis.exceptions
 
 from gateway.limits import KeyLimits, Limiter
 from gateway.money import usd_to_nanos
-from gateway.redis_scripts import ScriptBatch
 from gateway.spool import Spool
+from gateway.store.scripts import ScriptBatch
 from gateway.usage import RECORD_LUA, UsageEvent, UsageLedger
 
 from .conftest import ClientFactory

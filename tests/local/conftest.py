@@ -14,9 +14,9 @@ import pytest
 import uvicorn
 
 from gateway.app import create_app
-from gateway.fake_upstream import FakeUpstream, ThreadedFakeUpstream
-from gateway.redis_embedded import free_port
 from gateway.settings import Settings
+from gateway.store.embedded import free_port
+from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
 
 ADMIN_KEY = "sy-admin-local-0123456789abcdef"
 # The session Redis is shared: every gateway on it must use one pepper (a gateway whose

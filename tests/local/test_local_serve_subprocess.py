@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from gateway.redis_embedded import free_port
+from gateway.store.embedded import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 ADMIN_KEY = "sy-admin-serve-0123456789abcdef"

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from gateway.redis_embedded import free_port
+from gateway.store.embedded import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Distinctive values, so that finding one in the captured output can only mean a leak.
@@ -157,7 +157,7 @@ class ThreadGateway:
         import uvicorn
 
         from gateway.app import create_app
-        from gateway.http_guard import guarded_protocol
+        from gateway.server.http_guard import guarded_protocol
 
         self.settings = settings
         self.port = free_port()

@@ -17,7 +17,7 @@ import orjson
 import pytest
 from ops_support import ADMIN_KEY, GatewayProcess, write_policy
 
-from gateway.fake_upstream import FakeUpstream, ThreadedFakeUpstream
+from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
 
 pytestmark = pytest.mark.slow
 

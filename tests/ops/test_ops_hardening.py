@@ -14,7 +14,7 @@ import httpx
 import pytest
 from ops_support import ADMIN_KEY, PEPPER, PROVIDER_KEY, GatewayProcess, write_policy
 
-from gateway.fake_upstream import FakeUpstream, ThreadedFakeUpstream
+from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
 
 SLOW_CLIENTS = 40
 HI = [{"role": "user", "content": "hi"}]

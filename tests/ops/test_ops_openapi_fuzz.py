@@ -30,7 +30,7 @@ from schemathesis.checks import (
 )
 from schemathesis.config import SchemathesisConfig
 
-from gateway.fake_upstream import ThreadedFakeUpstream
+from gateway.tools.fake_upstream import ThreadedFakeUpstream
 
 CHECKS = [
     not_a_server_error,

@@ -17,9 +17,9 @@ import pytest
 import redis
 from ops_support import ADMIN_KEY, REPO_ROOT, GatewayProcess, write_policy
 
-from gateway.fake_upstream import FakeUpstream, ThreadedFakeUpstream
 from gateway.keys import PEPPER_FINGERPRINT_KEY
-from gateway.redis_embedded import EmbeddedRedis
+from gateway.store.embedded import EmbeddedRedis
+from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
 
 pytestmark = pytest.mark.slow
 

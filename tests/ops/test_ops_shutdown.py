@@ -17,9 +17,9 @@ import redis
 import redis.asyncio
 from ops_support import GatewayProcess, write_policy
 
-from gateway.fake_upstream import FakeUpstream, ThreadedFakeUpstream
-from gateway.redis_embedded import EmbeddedRedis
 from gateway.reports import UsageReports
+from gateway.store.embedded import EmbeddedRedis
+from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
 
 HI = [{"role": "user", "content": "hi"}]
 STREAMS = 3

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 
-from gateway.soak import soak
+from gateway.tools.soak import soak
 
 
 async def test_short_soak_answers_everything_and_rss_stays_bounded() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import uvicorn
 
-from gateway.redis_embedded import free_port
+from gateway.store.embedded import free_port
 from gateway.usage import UsageEvent, day_of
 
 MODELS = ("gpt-4.1-mini", "qwen3:0.6b", "llama|3.1-8b")

@@ -11,9 +11,9 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.money import usd_to_nanos
-from gateway.redis_embedded import EmbeddedRedis
 from gateway.reports import UsageReports
 from gateway.spool import Spool
+from gateway.store.embedded import EmbeddedRedis
 from gateway.usage import (
     RecordOutcome,
     UsageError,

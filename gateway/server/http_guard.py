@@ -30,8 +30,8 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from gateway.api.exchange import SERVER_STATUS_KEY
 from gateway.errors import GatewayError, InvalidRequest
+from gateway.server.exchange import SERVER_STATUS_KEY
 from gateway.settings import Settings
 
 RejectionHook = Callable[[int, str], None]

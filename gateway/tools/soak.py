@@ -1,4 +1,4 @@
-"""``python -m gateway.soak``: a fixed request rate for a set time through a real gateway process,
+"""``python -m gateway.tools.soak``: a fixed request rate for a set time through a real gateway process,
 printing the gateway's RSS over time and failing if it keeps growing after warm-up.
 
 It starts a fake upstream and ``switchyard serve`` (embedded Redis in a temp dir) as
@@ -106,7 +106,7 @@ class Processes:
         log = (self.workdir / "processes.log").open("ab")
         self.children.append(
             subprocess.Popen(
-                [python, "-m", "gateway.fake_upstream", "--port", str(self.upstream_port)],
+                [python, "-m", "gateway.tools.fake_upstream", "--port", str(self.upstream_port)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )

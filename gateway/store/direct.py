@@ -31,7 +31,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from gateway.redis_connect import RedisClient
+from gateway.store.connect import RedisClient
 
 _RETRYABLE = (RedisConnectionError, RedisTimeoutError)
 

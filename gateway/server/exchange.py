@@ -24,16 +24,19 @@ from __future__ import annotations
 
 import time
 import traceback
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
 
-from gateway.api.http import request_id_of
 from gateway.errors import GatewayError
 from gateway.redact import redact
 
 EXCHANGE_KEY = "switchyard.exchange"
+REQUEST_ID_HEADER = "x-request-id"
+_MAX_REQUEST_ID = 200
+_REQUEST_ID_KEY = "switchyard.request_id"
 # Set in a request's scope by the HTTP server (http_guard) when it answered the request itself,
 # e.g. a 408 for a body that stopped arriving: the client got that, whatever the app sent.
 SERVER_STATUS_KEY = "switchyard.server_status"
@@ -67,6 +70,21 @@ class Exchange:
             return False
         self._on_end(status)
         return True
+
+
+def request_id_of(request: Request) -> str:
+    """The client's X-Request-ID when it is sane, else a fresh one; the same for the whole
+    request (kept in its scope), so its log lines and answer agree."""
+    known = request.scope.get(_REQUEST_ID_KEY)
+    if known is not None:
+        return known
+    incoming = request.headers.get(REQUEST_ID_HEADER)
+    if incoming and len(incoming) <= _MAX_REQUEST_ID and incoming.isprintable():
+        request_id = incoming
+    else:
+        request_id = uuid.uuid4().hex
+    request.scope[_REQUEST_ID_KEY] = request_id
+    return request_id
 
 
 def exchange_of(request: Request) -> Exchange | None:

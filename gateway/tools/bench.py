@@ -1,6 +1,6 @@
 """``make bench``: gateway overhead against a fast loopback upstream.
 
-Starts Redis, the bundled fake upstream (gateway/fake_upstream.py) and one gateway worker
+Starts Redis, the bundled fake upstream (gateway/tools/fake_upstream.py) and one gateway worker
 (uvicorn, uvloop + httptools, auth and limits on), pins the gateway to core 0 and everything
 else (Redis, upstream, load generator) to core 1, then drives load with wrk at each
 concurrency, straight at the upstream and through the gateway. It prints req/s and the p50/p99
@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import orjson
 
-from gateway.redis_embedded import EmbeddedRedis, free_port
+from gateway.store.embedded import EmbeddedRedis, free_port
 
 GATEWAY_CORE = 0
 LOAD_CORE = 1
@@ -159,7 +159,7 @@ def main() -> None:
         upstream_port, gateway_port = free_port(), free_port()
         processes.append(
             subprocess.Popen(
-                [*_pin(LOAD_CORE), sys.executable, "-m", "gateway.fake_upstream",
+                [*_pin(LOAD_CORE), sys.executable, "-m", "gateway.tools.fake_upstream",
                  "--port", str(upstream_port)],
                 stdout=subprocess.DEVNULL,
             )

@@ -1,4 +1,4 @@
-"""``python -m gateway.bench_validation``: CPU cost of checking one /v1 chat body, per request.
+"""``python -m gateway.tools.bench_validation``: CPU cost of checking one /v1 chat body, per request.
 
 Times (best of ``--repeat`` timeit runs, µs per call) on three realistic bodies (a small chat,
 a chat with tools, tool calls and a JSON-schema response format, and a 50-message chat):
@@ -7,7 +7,7 @@ a chat with tools, tool calls and a JSON-schema response format, and a 50-messag
 - ``msgspec``: the gateway's typed check (``api.validation.validate_chat``);
 - ``pydantic``: the same models written for pydantic v2 (below), the alternative measured.
 
-It also times what the exchange middleware (``api/exchange.py``, the status the client got)
+It also times what the exchange middleware (``server/exchange.py``, the status the client got)
 adds to one request: an ASGI call through it against the same call without it. With
 ``--before DIR`` (the ``gateway/api`` folder of an older tree, e.g. from ``git archive``) it
 times that tree's ``parse_json_object`` + ``validate_chat`` against this one's, interleaved.
@@ -31,9 +31,9 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.api.exchange import ExchangeMiddleware
 from gateway.api.strict_json import parse_json_object
 from gateway.api.validation import validate_chat
+from gateway.server.exchange import ExchangeMiddleware
 
 # -- the pydantic v2 mirror of api/request_models.py (chat only), for comparison ---------------
 
@@ -302,7 +302,7 @@ def before_after(api_dir: Path, number: int, repeat: int) -> list[tuple[str, flo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gateway.bench_validation")
+    parser = argparse.ArgumentParser(prog="python -m gateway.tools.bench_validation")
     parser.add_argument("--number", type=int, default=20_000, help="calls per timeit run")
     parser.add_argument("--repeat", type=int, default=5, help="timeit runs; the best is shown")
     parser.add_argument(

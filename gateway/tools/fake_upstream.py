@@ -10,7 +10,7 @@ far cheaper than the gateway in front of it. The requested model name selects a 
 - anything else: a normal answer. Usage is ``prompt_tokens`` = 10 and ``completion_tokens`` =
   ``max_tokens`` (or 5), so tests can predict costs.
 
-Run standalone with ``python -m gateway.fake_upstream --port 9100``.
+Run standalone with ``python -m gateway.tools.fake_upstream --port 9100``.
 """
 
 from __future__ import annotations

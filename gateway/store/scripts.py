@@ -16,8 +16,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.redis_connect import RedisClient
-from gateway.redis_direct import DirectRedis, pipelined_batch
+from gateway.store.connect import RedisClient
+from gateway.store.direct import DirectRedis, pipelined_batch
 
 
 @dataclass(frozen=True, slots=True)
