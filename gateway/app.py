@@ -27,22 +27,22 @@ from gateway.api.services import Services
 from gateway.api.settler import SettleBatcher
 from gateway.auth import Authenticator
 from gateway.auth_throttle import AuthThrottle
-from gateway.breaker import BreakerSettings
 from gateway.dashboard import DashboardRenderer
-from gateway.dispatch import Dispatcher, RetrySettings
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, echo
 from gateway.keys import PEPPER_FINGERPRINT_KEY, KeyStore, PepperMismatch, check_pepper
 from gateway.limits import Limiter
 from gateway.local_engine import LocalEngineHost
 from gateway.logs import LazyFlushStream, build_logger
 from gateway.metrics import Metrics
-from gateway.policy import PolicyError
-from gateway.policy_store import PolicyStore
 from gateway.providers.openai_compat import ResponseLimits, Timeouts
 from gateway.providers.registry import ProviderRegistry
 from gateway.reports import UsageReports
-from gateway.router import Router
-from gateway.routing_state import RoutingState
+from gateway.routing.breaker import BreakerSettings
+from gateway.routing.dispatch import Dispatcher, RetrySettings
+from gateway.routing.policy import PolicyError
+from gateway.routing.policy_store import PolicyStore
+from gateway.routing.router import Router
+from gateway.routing.state import RoutingState
 from gateway.server.exchange import ExchangeMiddleware, record_wire_rejection, request_id_of
 from gateway.server.shutdown import Drain, DrainMiddleware, sigterm_drain
 from gateway.settings import Secrets, Settings, SettingsError, ensure_secrets, load_settings

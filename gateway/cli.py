@@ -26,7 +26,7 @@ from gateway.api.admin import KeyCreate, KeyUpdate, RotateRequest, check_models,
 from gateway.data_dir import DataDirBusy, DataDirLock
 from gateway.errors import GatewayError
 from gateway.keys import KeyStore, PepperMismatch, check_pepper
-from gateway.policy import Policy, PolicyError, load_policy_file
+from gateway.routing.policy import Policy, PolicyError, load_policy_file
 from gateway.settings import Settings, SettingsError, ensure_secrets, load_settings
 from gateway.store.connect import REDIS_FAILURES
 from gateway.store.embedded import EmbeddedRedis

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.data_dir import private_dir
 from gateway.errors import UpstreamError
-from gateway.policy import LocalEngineSettings, Policy, ProviderConfig
+from gateway.routing.policy import LocalEngineSettings, Policy, ProviderConfig
 
 if TYPE_CHECKING:
     from engine.core.async_engine import AsyncEngine

@@ -26,8 +26,8 @@ from gateway.api.limits_gate import Usage, cost_of
 from gateway.api.services import Services
 from gateway.api.settler import Settlement
 from gateway.limits import LimiterUnavailable, Reservation
-from gateway.policy import Policy
-from gateway.router import RoutePlan
+from gateway.routing.policy import Policy
+from gateway.routing.router import RoutePlan
 from gateway.usage import UsageError, UsageEvent
 
 OUTPUT_DELTA_FIELDS = ("content", "tool_calls", "function_call", "refusal", "reasoning_content")

@@ -49,7 +49,7 @@ from gateway.errors import (
 )
 from gateway.keys import ID_LENGTH, KeyRecord
 from gateway.money import MAX_BUDGET_USD, usd_to_nanos
-from gateway.policy import Policy
+from gateway.routing.policy import Policy
 from gateway.server.exchange import request_id_of, when_answered
 from gateway.store.connect import REDIS_FAILURES
 

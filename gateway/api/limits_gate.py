@@ -19,8 +19,9 @@ from typing import Any
 from gateway.api.services import Services
 from gateway.auth import Principal
 from gateway.limits import KeyLimits, LimiterUnavailable, Reservation
-from gateway.policy import Policy
-from gateway.router import RoutePlan, estimate_prompt_tokens, expected_output_tokens
+from gateway.routing.estimate import estimate_prompt_tokens, expected_output_tokens
+from gateway.routing.policy import Policy
+from gateway.routing.router import RoutePlan
 
 
 @dataclass(frozen=True)

@@ -38,12 +38,12 @@ from gateway.api.validation import (
     validate_image,
 )
 from gateway.auth import Principal
-from gateway.dispatch import AttemptRecord
 from gateway.errors import GatewayError, RateLimited, ServiceUnavailable, UpstreamError
-from gateway.policy import Policy
 from gateway.providers.openai_compat import UpstreamResponse, UpstreamStream
 from gateway.redact import redact
-from gateway.router import Candidate, RoutePlan
+from gateway.routing.dispatch import AttemptRecord
+from gateway.routing.policy import Policy
+from gateway.routing.router import Candidate, RoutePlan
 from gateway.server.exchange import CLIENT_GONE, request_id_of, when_answered
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}

@@ -31,7 +31,7 @@ from gateway.api.openapi import openapi_json
 from gateway.api.services import Services
 from gateway.auth import bearer_token
 from gateway.errors import AuthenticationFailed
-from gateway.policy import Policy
+from gateway.routing.policy import Policy
 from gateway.store.connect import REDIS_FAILURES
 
 

@@ -26,11 +26,11 @@ from starlette.routing import Route
 from gateway.api.http import error_response, json_response, read_body, read_json_object
 from gateway.api.payloads import parse_payload
 from gateway.api.validation import validate_routed
-from gateway.dispatch import Dispatcher
 from gateway.errors import GatewayError, InvalidRequest, clip
-from gateway.policy import PolicyError, parse_policy
-from gateway.policy_store import PolicyStore, policy_text_from_body
-from gateway.router import Router
+from gateway.routing.dispatch import Dispatcher
+from gateway.routing.policy import PolicyError, parse_policy
+from gateway.routing.policy_store import PolicyStore, policy_text_from_body
+from gateway.routing.router import Router
 
 MAX_POLICY_BYTES = 1 << 20
 MAX_EXPLAIN_BYTES = 1 << 20

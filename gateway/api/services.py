@@ -13,15 +13,15 @@ from gateway.api.settler import SettleBatcher
 from gateway.auth import Authenticator
 from gateway.auth_throttle import AuthThrottle
 from gateway.dashboard import DashboardAuth, DashboardRenderer
-from gateway.dispatch import Dispatcher
 from gateway.keys import KeyStore
 from gateway.limits import Limiter
 from gateway.local_engine import LocalEngineHost
 from gateway.metrics import Metrics
-from gateway.policy_store import PolicyStore
 from gateway.providers.registry import ProviderRegistry
 from gateway.reports import UsageReports
-from gateway.router import Router
+from gateway.routing.dispatch import Dispatcher
+from gateway.routing.policy_store import PolicyStore
+from gateway.routing.router import Router
 from gateway.settings import Settings
 from gateway.store.embedded import EmbeddedRedis
 from gateway.usage import UsageLedger

@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from gateway.bounded_load import nesting_depth_exceeds
 from gateway.errors import InvalidRequest
+from gateway.routing.policy_yaml import nesting_depth_exceeds
 
 MAX_JSON_DEPTH = 64
 

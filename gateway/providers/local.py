@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gateway.errors import UpstreamError
-from gateway.policy import LocalEngineSettings
 from gateway.providers.local_openai import (
     Choice,
     LocalRequest,
@@ -31,6 +30,7 @@ from gateway.providers.local_openai import (
     usage,
 )
 from gateway.providers.openai_compat import UpstreamResponse
+from gateway.routing.policy import LocalEngineSettings
 
 if TYPE_CHECKING:
     from engine.core.async_engine import AsyncEngine, StreamOutput

@@ -25,8 +25,8 @@ import orjson
 from aiohttp.http_exceptions import LineTooLong
 
 from gateway.errors import UpstreamError, UpstreamTimeout
-from gateway.policy import ProviderConfig
 from gateway.redact import redact, secret_values
+from gateway.routing.policy import ProviderConfig
 
 _CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ClientOSError, ConnectionError)
 _RETRYABLE_4XX = frozenset({408, 409, 429})

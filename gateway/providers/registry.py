@@ -6,8 +6,8 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from gateway.errors import UpstreamError
-from gateway.policy import ProviderConfig
 from gateway.providers.openai_compat import OpenAICompatProvider, ResponseLimits, Timeouts
+from gateway.routing.policy import ProviderConfig
 
 if TYPE_CHECKING:
     from gateway.local_engine import LocalEngineHost

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.policy import load_policy_file
+from gateway.routing.policy import load_policy_file
 
 from .manifests import DEPLOY_DIR, REPO_ROOT, tool
 

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from gateway.policy import Policy, parse_policy
+from gateway.routing.policy import Policy, parse_policy
 
 from .manifests import (
     GPU_OVERLAYS,

@@ -20,8 +20,8 @@ import yaml
 from fake_provider import FakeProviderFleet
 from gw_support import RunningGateway
 
-from gateway.breaker import BreakerSettings
-from gateway.latency import LatencyTracker
+from gateway.routing.breaker import BreakerSettings
+from gateway.routing.latency import LatencyTracker
 
 BREAKER = BreakerSettings(
     consecutive_failures=3, failure_ratio=0.5, window=20, min_calls=4, cooldown_s=1.0

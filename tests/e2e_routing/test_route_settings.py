@@ -14,9 +14,9 @@ from fake_provider import CUT, FakeProviderFleet
 from gw_support import GatewayThread, RunningGateway, make_settings
 from route_rig import base_policy
 
-from gateway.breaker import BreakerSettings
 from gateway.cli import main
-from gateway.dispatch import RetrySettings
+from gateway.routing.breaker import BreakerSettings
+from gateway.routing.dispatch import RetrySettings
 from gateway.settings import SettingsError, load_settings
 
 ROUTING_ENV = {

@@ -22,7 +22,7 @@ from route_rig import base_policy
 
 from gateway.api.openai import ClosingStreamingResponse
 from gateway.app import create_app
-from gateway.breaker import BreakerSettings
+from gateway.routing.breaker import BreakerSettings
 
 
 async def test_on_close_runs_when_the_body_never_started() -> None:

@@ -25,7 +25,7 @@ from ledger_support import (
     wait_for_events,
 )
 
-from gateway.router import estimate_prompt_tokens
+from gateway.routing.estimate import estimate_prompt_tokens
 
 # 12 words of 2 letters: 35 characters, which the gateway estimates as (35 + 16) // 4 = 12
 # prompt tokens, and the provider counts as 12 (a token a word). With max_tokens 9 the

@@ -27,7 +27,7 @@ from ledger_support import (
     wait_for_events,
 )
 
-from gateway.router import estimate_prompt_tokens
+from gateway.routing.estimate import estimate_prompt_tokens
 
 
 async def test_reports_http_and_cli_agree_with_the_provider(

@@ -15,7 +15,7 @@ import yaml
 from aiohttp import web
 
 from gateway.errors import UpstreamError, UpstreamTimeout
-from gateway.router import Candidate, RoutePlan
+from gateway.routing.router import Candidate, RoutePlan
 
 BASE_POLICY: dict[str, Any] = {
     "providers": {

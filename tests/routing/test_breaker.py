@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.breaker import BreakerBoard, BreakerSettings
+from gateway.routing.breaker import BreakerBoard, BreakerSettings
 
 
 class Clock:

@@ -8,11 +8,11 @@ from collections import Counter
 
 import pytest
 
-from gateway.breaker import BreakerSettings
-from gateway.dispatch import Dispatcher, DispatchFailed, RetrySettings
-from gateway.policy_store import PolicyStore
-from gateway.router import Router
-from gateway.routing_state import RoutingState
+from gateway.routing.breaker import BreakerSettings
+from gateway.routing.dispatch import Dispatcher, DispatchFailed, RetrySettings
+from gateway.routing.policy_store import PolicyStore
+from gateway.routing.router import Router
+from gateway.routing.state import RoutingState
 
 FAST = RetrySettings(
     max_tries_per_candidate=3,

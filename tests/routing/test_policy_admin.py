@@ -10,10 +10,10 @@ import yaml
 from starlette.applications import Starlette
 
 from gateway.api.policy_admin import policy_admin_routes
-from gateway.dispatch import Dispatcher
-from gateway.policy_store import PolicyStore
-from gateway.router import Router
-from gateway.routing_state import RoutingState
+from gateway.routing.dispatch import Dispatcher
+from gateway.routing.policy_store import PolicyStore
+from gateway.routing.router import Router
+from gateway.routing.state import RoutingState
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ import time
 import pytest
 import yaml
 
-from gateway.policy import PolicyError
-from gateway.policy_store import PolicyStore, policy_text_from_body
-from gateway.router import Router
+from gateway.routing.policy import PolicyError
+from gateway.routing.policy_store import PolicyStore, policy_text_from_body
+from gateway.routing.router import Router
 
 
 async def wait_for(predicate, timeout_s: float = 2.0) -> float:

@@ -7,11 +7,12 @@ from collections import Counter
 
 import pytest
 
-from gateway.canary import canary_bucket, in_canary
 from gateway.errors import InvalidRequest, NotFound, PermissionDenied
-from gateway.policy_store import PolicyStore
-from gateway.router import Router, estimate_prompt_tokens, expected_output_tokens
-from gateway.routing_state import RoutingState
+from gateway.routing.canary import canary_bucket, in_canary
+from gateway.routing.estimate import estimate_prompt_tokens, expected_output_tokens
+from gateway.routing.policy_store import PolicyStore
+from gateway.routing.router import Router
+from gateway.routing.state import RoutingState
 
 
 @pytest.fixture

@@ -22,8 +22,7 @@ import orjson
 import structlog
 import yaml
 
-from gateway.bounded_load import nesting_depth_exceeds
-from gateway.policy import (
+from gateway.routing.policy import (
     MAX_POLICY_DEPTH,
     Policy,
     PolicyError,
@@ -31,6 +30,7 @@ from gateway.policy import (
     policy_version,
     validate_policy_data,
 )
+from gateway.routing.policy_yaml import nesting_depth_exceeds
 
 
 @dataclass(frozen=True)

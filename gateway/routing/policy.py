@@ -2,7 +2,7 @@
 
 Every invalid policy is rejected with a ``PolicyError`` naming the dotted field path
 (``models.gpt-4.1.price.input``), so an operator can find the line to fix. The JSON Schema in
-``docs/policy.schema.json`` is generated from these classes: ``python -m gateway.policy --schema``.
+``docs/policy.schema.json`` is generated from these classes: ``python -m gateway.routing.policy --schema``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pydantic import (
     model_validator,
 )
 
-from gateway.bounded_load import DocumentTooComplex, load_yaml
 from gateway.money import MAX_PRICE_PER_MTOK, price_to_nanos_per_token
+from gateway.routing.policy_yaml import DocumentTooComplex, load_yaml
 
 # The model value that asks for task routing instead of naming a model (an absent model too).
 AUTO_MODEL = "auto"
@@ -415,7 +415,7 @@ def policy_json_schema() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gateway.policy")
+    parser = argparse.ArgumentParser(prog="python -m gateway.routing.policy")
     parser.add_argument("--schema", action="store_true", help="print the JSON Schema")
     parser.add_argument("--check", metavar="FILE", help="validate a policy file")
     args = parser.parse_args(argv)

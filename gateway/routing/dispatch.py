@@ -38,12 +38,12 @@ from typing import Any, Generic, Protocol, TypeVar
 import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential_jitter
 
-from gateway.breaker import CircuitBreaker
 from gateway.errors import UpstreamError
-from gateway.policy import ProviderConfig
 from gateway.redact import redact
-from gateway.router import Candidate, RoutePlan
-from gateway.routing_state import RoutingState
+from gateway.routing.breaker import CircuitBreaker
+from gateway.routing.policy import ProviderConfig
+from gateway.routing.router import Candidate, RoutePlan
+from gateway.routing.state import RoutingState
 
 T = TypeVar("T")
 

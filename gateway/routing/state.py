@@ -6,9 +6,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.breaker import BreakerBoard, BreakerSettings
-from gateway.inflight import InFlight
-from gateway.latency import LatencyTracker
+from gateway.routing.breaker import BreakerBoard, BreakerSettings
+from gateway.routing.inflight import InFlight
+from gateway.routing.latency import LatencyTracker
 
 
 @dataclass
