@@ -24,19 +24,23 @@ from gateway.api import admin, admin_mounts, dashboard_mount, openai, ops
 from gateway.api.dashboard_mount import build_dashboard_auth
 from gateway.api.http import error_response
 from gateway.api.services import Services
-from gateway.api.settler import SettleBatcher
 from gateway.auth import Authenticator
 from gateway.auth_throttle import AuthThrottle
 from gateway.dashboard import DashboardRenderer
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, echo
 from gateway.keys import PEPPER_FINGERPRINT_KEY, KeyStore, PepperMismatch, check_pepper
-from gateway.limits import Limiter
 from gateway.local_engine import LocalEngineHost
 from gateway.logs import LazyFlushStream, build_logger
+from gateway.metering.accounting import Accountant
+from gateway.metering.gate import LimiterSettings, LimitsGate
+from gateway.metering.ledger import UsageLedger
+from gateway.metering.limits import Limiter
+from gateway.metering.reports import UsageReports
+from gateway.metering.settler import SettleBatcher
+from gateway.metering.spool import Spool
 from gateway.metrics import Metrics
 from gateway.providers.openai_compat import ResponseLimits, Timeouts
 from gateway.providers.registry import ProviderRegistry
-from gateway.reports import UsageReports
 from gateway.routing.breaker import BreakerSettings
 from gateway.routing.dispatch import Dispatcher, RetrySettings
 from gateway.routing.policy import PolicyError
@@ -46,10 +50,8 @@ from gateway.routing.state import RoutingState
 from gateway.server.exchange import ExchangeMiddleware, record_wire_rejection, request_id_of
 from gateway.server.shutdown import Drain, DrainMiddleware, sigterm_drain
 from gateway.settings import Secrets, Settings, SettingsError, ensure_secrets, load_settings
-from gateway.spool import Spool
 from gateway.store.connect import REDIS_FAILURES, RedisClient, connect_redis, warm_up
 from gateway.store.embedded import EmbeddedRedis
-from gateway.usage import UsageLedger
 
 
 async def _supervise(server: EmbeddedRedis, services: Services) -> None:
@@ -139,6 +141,7 @@ async def _started_services(
     keys = KeyStore(redis, secrets.key_pepper)
     limiter = Limiter(redis)
     ledger = UsageLedger(redis, spool=Spool(settings.data_dir / "spool"))
+    settler = SettleBatcher(redis, limiter, ledger, log)
     state = RoutingState.build(
         BreakerSettings(
             consecutive_failures=settings.breaker_consecutive_failures,
@@ -198,7 +201,9 @@ async def _started_services(
             local=local_engine,
         ),
         limiter=limiter,
-        settler=SettleBatcher(redis, limiter, ledger, log),
+        gate=LimitsGate(limiter, LimiterSettings.from_settings(settings), metrics, log),
+        settler=settler,
+        accountant=Accountant(settler, limiter, metrics, log),
         ledger=ledger,
         reports=UsageReports(redis),
         dashboard_auth=build_dashboard_auth(
@@ -230,8 +235,7 @@ async def _started_services(
         await asyncio.gather(*tasks, return_exceptions=True)
         await services.settler.drain()
         await ledger.stop()
-        if services.background:  # settles and records still in flight
-            await asyncio.wait(list(services.background), timeout=5)
+        await services.accountant.wait_background()  # releases still in flight
         await policies.stop()
         await services.providers.close()
         await local_engine.stop()

@@ -26,8 +26,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from gateway.errors import RateLimited
-from gateway.money import NANOS_PER_USD
-from gateway.reports import (
+from gateway.metering.reports import (
     Cell,
     ReportError,
     Totals,
@@ -37,6 +36,7 @@ from gateway.reports import (
     parse_day,
     total_of,
 )
+from gateway.money import NANOS_PER_USD
 
 DEFAULT_DAYS = 14
 MAX_LOGIN_BODY = 4096

@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
+from gateway.metering.reports import GROUP_BYS, ReportError, UsageReports, parse_day, render_csv
 from gateway.money import format_usd_exact
-from gateway.reports import GROUP_BYS, ReportError, UsageReports, parse_day, render_csv
 
 DEFAULT_RANGE_DAYS = 30
 OUTPUTS = ("table", "csv", "json")

@@ -21,8 +21,6 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway.api import limits_gate
-from gateway.api.accounting import Accounting, produced_tokens
 from gateway.api.http import (
     JSON,
     error_response,
@@ -39,6 +37,8 @@ from gateway.api.validation import (
 )
 from gateway.auth import Principal
 from gateway.errors import GatewayError, RateLimited, ServiceUnavailable, UpstreamError
+from gateway.metering.accounting import Accounting, produced_tokens
+from gateway.metering.gate import Usage, usage_from
 from gateway.providers.openai_compat import UpstreamResponse, UpstreamStream
 from gateway.redact import redact
 from gateway.routing.dispatch import AttemptRecord
@@ -94,7 +94,7 @@ class Outcome:
         self.provider: str | None = None
         self.status = 200
         self.stream = False
-        self.usage: limits_gate.Usage | None = None
+        self.usage: Usage | None = None
         self.task: str | None = None
         self.strategy: str | None = None
         self.route_reason: str | None = None
@@ -217,8 +217,8 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
         )
         outcome.record_id = accounting.record_id
         headers[USAGE_ID_HEADER] = accounting.record_id
-        accounting.reservation, accounting.estimate = await limits_gate.reserve(
-            services, principal, plan, raw, accounting.policy, accounting.record_id, endpoint.route
+        accounting.reservation, accounting.estimate = await services.gate.reserve(
+            principal, plan, raw, accounting.policy, accounting.record_id, endpoint.route
         )
         if accounting.reservation is not None:
             headers.update(accounting.reservation.headers)
@@ -235,12 +235,12 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
         accounting.served_model, accounting.served_provider = served.model, served.provider
         accounting.attempts = len(result.attempts)
         outcome.note_dispatch(services, plan, result.attempts, served)
-        outcome.usage = limits_gate.usage_from(upstream.data)
+        outcome.usage = usage_from(upstream.data)
         headers.update(route_headers(plan, served, result.attempts))
         upstream_s = sum(attempt.duration_s for attempt in result.attempts)
         elapsed = time.perf_counter() - outcome.started
         services.metrics.overhead.labels(endpoint.route).observe(max(elapsed - upstream_s, 0.0))
-        await _durable(accounting.close(services, outcome.status, outcome.usage))
+        await _durable(services.accountant.close(accounting, outcome.status, outcome.usage))
         return Response(upstream.body, status_code=200, headers=headers, media_type=JSON)
     except GatewayError as exc:
         outcome.status = exc.status
@@ -254,7 +254,7 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
             services.metrics.rate_limited.labels(exc.code or "rate_limit_exceeded").inc()
         if accounting is not None:
             accounting.attempts = len(failed_attempts or ())
-            await _durable(accounting.close(services, outcome.status, outcome.usage))
+            await _durable(services.accountant.close(accounting, outcome.status, outcome.usage))
         return error_response(exc, headers)
     except ClientDisconnect:
         outcome.status = CLIENT_GONE
@@ -265,7 +265,7 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
     finally:
         if not streaming_started:
             if accounting is not None:
-                accounting.close(services, outcome.status, outcome.usage)
+                services.accountant.close(accounting, outcome.status, outcome.usage)
             # The line is written once the status line is out, with the status the client got.
             when_answered(
                 request,
@@ -373,7 +373,7 @@ async def _stream(
         stream_ended = True
         upstream.close()
         result.release()  # no verdict yet (the client went away): neither way
-        accounting.close(services, outcome.status, outcome.usage)
+        services.accountant.close(accounting, outcome.status, outcome.usage)
         outcome.finish(services, endpoint.route, error)
 
     def never_relayed() -> None:
@@ -394,14 +394,16 @@ async def _stream(
                     outcome.status = 200
                     result.succeeded()  # a clean end: only now a success for breaker and latency
                     # Recorded before the client sees the end of the stream.
-                    await _durable(accounting.close(services, outcome.status, outcome.usage))
+                    await _durable(
+                        services.accountant.close(accounting, outcome.status, outcome.usage)
+                    )
                     yield DONE
                     return
                 chunk: Any = None
                 with contextlib.suppress(orjson.JSONDecodeError):
                     chunk = orjson.loads(data)
                 accounting.streamed_chunks += produced_tokens(chunk)
-                usage = limits_gate.usage_from(chunk)
+                usage = usage_from(chunk)
                 if usage is not None:
                     outcome.usage = usage
                     if not client_wants_usage and not chunk.get("choices"):

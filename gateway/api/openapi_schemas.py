@@ -11,8 +11,8 @@ from typing import Any
 
 from gateway.api.admin import MAX_GRACE_S
 from gateway.api.request_models import ROLES
+from gateway.metering.reports import GROUP_BYS, MAX_EVENTS_LIMIT
 from gateway.money import MAX_BUDGET_USD
-from gateway.reports import GROUP_BYS, MAX_EVENTS_LIMIT
 
 Schema = dict[str, Any]
 

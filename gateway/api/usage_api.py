@@ -24,7 +24,7 @@ from starlette.responses import Response
 
 from gateway.api.payloads import parse_query
 from gateway.errors import GatewayError, InvalidRequest
-from gateway.reports import (
+from gateway.metering.reports import (
     GROUP_BYS,
     MAX_EVENTS_LIMIT,
     ReportError,

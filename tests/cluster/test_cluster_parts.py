@@ -17,16 +17,16 @@ import structlog
 from cluster_support import LoopbackCluster, settle_round
 from redis.asyncio.cluster import RedisCluster
 
-from gateway.api.settler import SettleBatcher
+from gateway.metering.settler import SettleBatcher
 from gateway.auth import Authenticator
 from gateway.errors import AuthenticationFailed
 from gateway.keys import KeyStore, parse_key, record_key
-from gateway.limits import KeyLimits, Limiter
+from gateway.metering.limits import KeyLimits, Limiter
 from gateway.money import usd_to_nanos
-from gateway.reports import UsageReports
-from gateway.spool import Spool
+from gateway.metering.reports import UsageReports
+from gateway.metering.spool import Spool
 from gateway.store.connect import connect_redis
-from gateway.usage import UsageEvent, UsageLedger
+from gateway.metering.ledger import UsageEvent, UsageLedger
 
 PEPPER = b"cluster-test-pepper-0123456789"
 

@@ -17,7 +17,7 @@ import redis as sync_redis
 import redis.asyncio
 from gw_support import GatewayThread, RunningGateway, make_settings
 
-from gateway.limits import KeyLimits, Limiter
+from gateway.metering.limits import KeyLimits, Limiter
 from gateway.money import usd_to_nanos
 from gateway.store.connect import connect_redis
 from gateway.store.direct import DirectRedis

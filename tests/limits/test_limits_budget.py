@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio
 
 from gateway.errors import RateLimited
-from gateway.limits import KeyLimits, Limiter, Reservation
+from gateway.metering.limits import KeyLimits, Limiter, Reservation
 from gateway.money import usd_to_nanos
 
 from .conftest import ClientFactory

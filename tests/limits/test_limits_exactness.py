@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from gateway.errors import RateLimited
-from gateway.limits import KeyLimits, Limiter, Reservation
+from gateway.metering.limits import KeyLimits, Limiter, Reservation
 
 from .conftest import ClientFactory
 

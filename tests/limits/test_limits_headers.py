@@ -8,7 +8,7 @@ import pytest
 from redis.crc import key_slot
 
 from gateway.errors import RateLimited
-from gateway.limits import KeyLimits, Limiter, format_duration
+from gateway.metering.limits import KeyLimits, Limiter, format_duration
 from gateway.money import usd_to_nanos
 
 from .conftest import ClientFactory

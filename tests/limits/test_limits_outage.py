@@ -7,7 +7,7 @@ import time
 import pytest
 
 from gateway.errors import ServiceUnavailable
-from gateway.limits import KeyLimits, Limiter, LimiterUnavailable
+from gateway.metering.limits import KeyLimits, Limiter, LimiterUnavailable
 from gateway.money import usd_to_nanos
 from gateway.store.embedded import EmbeddedRedis
 

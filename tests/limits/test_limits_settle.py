@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from gateway.errors import RateLimited
-from gateway.limits import KeyLimits, Limiter
+from gateway.metering.limits import KeyLimits, Limiter
 from gateway.money import usd_to_nanos
 
 from .conftest import ClientFactory

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gateway.limits import KeyLimits, Limiter, _script_source
+from gateway.metering.limits import KeyLimits, Limiter, _script_source
 from gateway.money import usd_to_nanos
 
 from .conftest import ClientFactory

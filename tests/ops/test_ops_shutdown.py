@@ -17,7 +17,7 @@ import redis
 import redis.asyncio
 from ops_support import GatewayProcess, write_policy
 
-from gateway.reports import UsageReports
+from gateway.metering.reports import UsageReports
 from gateway.store.embedded import EmbeddedRedis
 from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
 

@@ -20,8 +20,8 @@ from starlette.routing import Route
 
 from gateway.dashboard import KEY_SERIES, TOP_KEYS, DashboardAuth, dashboard_routes
 from gateway.dashboard_sessions import SessionStore
-from gateway.reports import UsageReports
-from gateway.usage import UsageEvent, UsageLedger
+from gateway.metering.reports import UsageReports
+from gateway.metering.ledger import UsageEvent, UsageLedger
 
 from .helpers import expected_groups, make_events, serve
 

@@ -11,10 +11,10 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.money import usd_to_nanos
-from gateway.reports import UsageReports
-from gateway.spool import Spool
+from gateway.metering.reports import UsageReports
+from gateway.metering.spool import Spool
 from gateway.store.embedded import EmbeddedRedis
-from gateway.usage import (
+from gateway.metering.ledger import (
     RecordOutcome,
     UsageError,
     UsageEvent,
@@ -255,7 +255,7 @@ async def test_redis_and_disk_both_failing_is_reported_not_raised(
 async def test_settle_and_record_share_one_pipeline_with_the_real_limiter(
     ledger: UsageLedger, reports: UsageReports, redis_client: Redis
 ) -> None:
-    from gateway.limits import KeyLimits, Limiter
+    from gateway.metering.limits import KeyLimits, Limiter
 
     limiter = Limiter(redis_client)
     limits = KeyLimits(rpm=100, tpm=100_000, budget_nanos=usd_to_nanos(10.0))

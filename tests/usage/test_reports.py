@@ -17,8 +17,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.api.usage_api import admin_usage, admin_usage_events, own_usage
-from gateway.reports import GROUP_BYS, ReportError, UsageReports
-from gateway.usage import UsageEvent, UsageLedger
+from gateway.metering.reports import GROUP_BYS, ReportError, UsageReports
+from gateway.metering.ledger import UsageEvent, UsageLedger
 
 from .helpers import expected_groups, make_events, pick, serve
 

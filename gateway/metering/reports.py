@@ -26,8 +26,7 @@ import orjson
 from redis.asyncio import Redis
 
 from gateway.errors import echo
-from gateway.money import NANOS_PER_MICRO, format_usd_exact, nanos_to_usd
-from gateway.usage import (
+from gateway.metering.ledger import (
     KEY_INDEX,
     Group,
     active_day_key,
@@ -37,6 +36,7 @@ from gateway.usage import (
     stream_key,
     upgrade_event_dict,
 )
+from gateway.money import NANOS_PER_MICRO, format_usd_exact, nanos_to_usd
 
 GROUP_BYS = ("key", "team", "model", "provider", "task", "day")
 PIPELINE_CHUNK = 500

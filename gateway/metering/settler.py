@@ -18,10 +18,10 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from gateway.limits import Limiter, Reservation
+from gateway.metering.ledger import UsageEvent, UsageLedger
+from gateway.metering.limits import Limiter, Reservation
 from gateway.store.direct import DirectRedis
 from gateway.store.scripts import ScriptBatch
-from gateway.usage import UsageEvent, UsageLedger
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,7 @@ def _text(value: bytes | str) -> str:
 
 
 def _script_source(name: str) -> str:
-    package = resources.files("gateway") / "lua"
+    package = resources.files("gateway.metering") / "lua"
     return (package / "limits_common.lua").read_text() + (package / name).read_text()
 
 

@@ -18,7 +18,7 @@ Reports find keys through two plain sets written in the same pipeline, before th
 ``sy:usage:keys`` (every key that ever recorded) and ``sy:usage:active:<YYYYMMDD>`` (keys active
 that day). Adding to a set twice is harmless, so a failed pipeline never leaves a wrong index.
 
-When Redis cannot be reached the event goes to the local spool (``gateway.spool``) and the call
+When Redis cannot be reached the event goes to the local spool (``gateway.metering.spool``) and the call
 still succeeds; ``replay_spool`` feeds it back later, and the marker makes replays idempotent.
 """
 
@@ -39,8 +39,8 @@ import structlog
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
+from gateway.metering.spool import Segment, Spool
 from gateway.money import NANOS_PER_MICRO, nanos_to_usd
-from gateway.spool import Segment, Spool
 from gateway.store.connect import REDIS_FAILURES
 from gateway.store.scripts import LuaScript, ScriptBatch
 

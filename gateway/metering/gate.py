@@ -14,14 +14,15 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from gateway.api.services import Services
 from gateway.auth import Principal
-from gateway.limits import KeyLimits, LimiterUnavailable, Reservation
+from gateway.metering.limits import KeyLimits, Limiter, LimiterUnavailable, Reservation
+from gateway.metrics import Metrics
 from gateway.routing.estimate import estimate_prompt_tokens, expected_output_tokens
 from gateway.routing.policy import Policy
 from gateway.routing.router import RoutePlan
+from gateway.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -84,43 +85,69 @@ def estimate_usage(body: Mapping[str, Any], route: str, default_max_tokens: int)
     return Usage(prompt, expected_output_tokens(body, default_max_tokens))
 
 
-def _fail_open(services: Services, principal: Principal, why: str) -> None:
-    services.metrics.fail_open.inc()
-    now = time.monotonic()
-    if now - services.last_fail_open_warning >= 1.0:
-        services.last_fail_open_warning = now
-        services.log.warning("limits_fail_open", key_id=principal.key_id, reason=why)
+@dataclass(frozen=True)
+class LimiterSettings:
+    """What the gate needs of the settings: the output estimate for a request without
+    ``max_tokens``, and what a Redis outage means (``closed`` = 503, ``open`` = unlimited)."""
+
+    default_max_tokens: int = 256
+    on_redis_failure: Literal["closed", "open"] = "closed"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> LimiterSettings:
+        return cls(settings.default_max_tokens, settings.limits_on_redis_failure)
 
 
-async def reserve(
-    services: Services,
-    principal: Principal,
-    plan: RoutePlan,
-    body: Mapping[str, Any],
-    policy: Policy,
-    reservation_id: str,
-    route: str = "chat.completions",
-) -> tuple[Reservation | None, Usage]:
-    """One Redis round trip; returns the reservation (None when unlimited) and the estimate."""
-    estimate = estimate_usage(body, route, services.settings.default_max_tokens)
-    limits = key_limits(principal)
-    if limits is None:
-        return None, estimate
-    if principal.degraded:  # Redis was already unreachable at authentication
-        _fail_open(services, principal, "redis unreachable at authentication")
-        return None, estimate
-    cost = worst_case_cost(policy, plan, estimate) if limits.budget_nanos is not None else 0
-    try:
-        reservation = await services.limiter.reserve(
-            principal.key_id,
-            limits,
-            tokens=estimate.total,
-            cost_nanos=cost,
-            request_id=reservation_id,
-        )
-    except LimiterUnavailable:
-        if services.settings.limits_on_redis_failure != "open":
-            raise
-        _fail_open(services, principal, "limiter unavailable")
-        return None, estimate
-    return reservation, estimate
+class LimitsGate:
+    """Reserves a request's worst case with the limiter, in one Redis round trip."""
+
+    def __init__(
+        self, limiter: Limiter, settings: LimiterSettings, metrics: Metrics, log: Any
+    ) -> None:
+        self.limiter = limiter
+        self.settings = settings
+        self.metrics = metrics
+        self.log = log
+        # Last time a fail-open warning was logged (monotonic): an outage logs once a second.
+        self._last_fail_open_warning = 0.0
+
+    async def reserve(
+        self,
+        principal: Principal,
+        plan: RoutePlan,
+        body: Mapping[str, Any],
+        policy: Policy,
+        reservation_id: str,
+        route: str = "chat.completions",
+    ) -> tuple[Reservation | None, Usage]:
+        """One Redis round trip; returns the reservation (None when unlimited) and the
+        estimate."""
+        estimate = estimate_usage(body, route, self.settings.default_max_tokens)
+        limits = key_limits(principal)
+        if limits is None:
+            return None, estimate
+        if principal.degraded:  # Redis was already unreachable at authentication
+            self._fail_open(principal, "redis unreachable at authentication")
+            return None, estimate
+        cost = worst_case_cost(policy, plan, estimate) if limits.budget_nanos is not None else 0
+        try:
+            reservation = await self.limiter.reserve(
+                principal.key_id,
+                limits,
+                tokens=estimate.total,
+                cost_nanos=cost,
+                request_id=reservation_id,
+            )
+        except LimiterUnavailable:
+            if self.settings.on_redis_failure != "open":
+                raise
+            self._fail_open(principal, "limiter unavailable")
+            return None, estimate
+        return reservation, estimate
+
+    def _fail_open(self, principal: Principal, why: str) -> None:
+        self.metrics.fail_open.inc()
+        now = time.monotonic()
+        if now - self._last_fail_open_warning >= 1.0:
+            self._last_fail_open_warning = now
+            self.log.warning("limits_fail_open", key_id=principal.key_id, reason=why)

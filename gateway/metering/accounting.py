@@ -1,0 +1,170 @@
+"""What happens at the end of a /v1 request: settle its limiter reservation, record its usage.
+
+Both go into the settle batch (one pipelined round trip shared by every request that ends in
+the same loop turn). ``Accountant.close`` returns a future that resolves when the record is
+durable (in Redis or fsync'ed to the spool); handlers await it before the response's last byte. A request
+that reached routing always leaves a usage event, failed ones included (status and zero or
+estimated tokens), so reports count errors too.
+
+Usage source: the provider's own ``usage`` when it sent one (for streams, the last usage seen,
+so providers that report running usage per chunk give exact partial counts). Otherwise it is
+``estimated``: a stream charges the estimated prompt plus one token per content chunk that
+upstream produced (how OpenAI-compatible servers stream), a JSON answer the reservation's
+estimate. Failed attempts that another candidate retried cost nothing: only the served
+attempt's usage is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.metering.gate import Usage, cost_of
+from gateway.metering.ledger import UsageError, UsageEvent
+from gateway.metering.limits import Limiter, LimiterUnavailable, Reservation
+from gateway.metering.settler import SettleBatcher, Settlement
+from gateway.metrics import Metrics
+from gateway.routing.policy import Policy
+from gateway.routing.router import RoutePlan
+
+OUTPUT_DELTA_FIELDS = ("content", "tool_calls", "function_call", "refusal", "reasoning_content")
+
+
+@dataclass
+class Accounting:
+    """The books of one request, filled in as it progresses; ``Accountant.close`` closes them
+    once, at the very end."""
+
+    record_id: str
+    key_id: str
+    team: str
+    route: str
+    started: float
+    plan: RoutePlan | None = None
+    policy: Policy | None = None
+    reservation: Reservation | None = None
+    estimate: Usage | None = None
+    served_model: str | None = None
+    served_provider: str | None = None
+    attempts: int = 0
+    streamed: bool = False
+    ttft_ms: int | None = None
+    # Content-bearing chunks read from upstream: the produced-token estimate for a stream
+    # that ends (client gone, upstream broke) before the provider reported usage.
+    streamed_chunks: int = 0
+    closed: bool = False
+
+
+class Accountant:
+    """Closes the books of each request: the limiter's settle (or release) and the usage
+    event, submitted to the settle batch; the token and cost counters."""
+
+    def __init__(self, settler: SettleBatcher, limiter: Limiter, metrics: Metrics, log: Any):
+        self.settler = settler
+        self.limiter = limiter
+        self.metrics = metrics
+        self.log = log
+        # Releases that must finish even if the client has gone; awaited at shutdown.
+        self._background: set[asyncio.Task[None]] = set()
+
+    def close(
+        self, books: Accounting, status: int, usage: Usage | None
+    ) -> asyncio.Future[None] | None:
+        """Submit the settle and the usage event once; later calls do nothing (None)."""
+        if books.closed or books.plan is None or books.policy is None:
+            return None  # already closed, or refused before routing: nothing to record
+        books.closed = True
+        served = books.served_model is not None  # a provider accepted it (a stream may break later)
+        if books.reservation is not None and not served:
+            self._spawn(self._release(books.reservation))
+        source = "provider"
+        if usage is None and served and books.estimate is not None:
+            source = "estimated"
+            if books.streamed:  # what upstream actually produced before the stream ended
+                usage = Usage(books.estimate.prompt_tokens, books.streamed_chunks)
+            else:
+                usage = books.estimate
+        model = books.served_model or books.plan.candidates[0].model
+        provider = books.served_provider or books.plan.candidates[0].provider
+        tokens = usage.total if usage else 0
+        cost = cost_of(books.policy, model, usage) if usage else 0
+        try:
+            event = UsageEvent(
+                time=time.time(),
+                request_id=books.record_id,
+                key_id=books.key_id,
+                model=model,
+                provider=provider,
+                team=books.team,
+                task=books.plan.task or "",
+                route=books.route,
+                prompt_tokens=usage.prompt_tokens if usage else 0,
+                completion_tokens=usage.completion_tokens if usage else 0,
+                cached_tokens=min(usage.cached_tokens, usage.prompt_tokens) if usage else 0,
+                cost_nanos=cost,
+                policy_version=books.plan.policy_version,
+                latency_ms=int((time.perf_counter() - books.started) * 1000),
+                ttft_ms=books.ttft_ms,
+                status=status,
+                streamed=books.streamed,
+                usage_source=source,
+                attempts=max(books.attempts, 1),
+            )
+        except UsageError as exc:  # never fail a served request over its bookkeeping
+            self.log.error("usage_event_invalid", record_id=books.record_id, error=str(exc))
+            event = None
+        if event is not None:
+            self._count(event)
+        reservation = books.reservation if served else None
+        if reservation is None and event is None:
+            return None
+        return self.settler.submit(Settlement(reservation, tokens, cost, event))
+
+    async def wait_background(self, timeout_s: float = 5.0) -> None:
+        """At shutdown: let the releases still in flight finish (bounded)."""
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=timeout_s)
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _release(self, reservation: Reservation) -> None:
+        with contextlib.suppress(LimiterUnavailable):  # the lease expiry gives it back later
+            await self.limiter.release(reservation)
+
+    def _count(self, event: UsageEvent) -> None:
+        """Token and cost counters carry exactly what the ledger records (cost in whole
+        nano-dollars: integer increments, so the counter stays exact up to 2**53)."""
+        metrics = self.metrics
+        if event.prompt_tokens:
+            metrics.tokens.labels(event.model, "prompt").inc(event.prompt_tokens)
+        if event.completion_tokens:
+            metrics.tokens.labels(event.model, "completion").inc(event.completion_tokens)
+        if event.cached_tokens:
+            metrics.tokens.labels(event.model, "cached").inc(event.cached_tokens)
+        if event.cost_nanos:
+            metrics.cost.labels(event.model).inc(event.cost_nanos)
+
+
+def produced_tokens(chunk: Any) -> int:
+    """Choices in one stream chunk that carry new output: about one token each, as
+    OpenAI-compatible servers stream (role-only, finish-only and usage-only chunks count 0)."""
+    if not isinstance(chunk, dict) or not isinstance(chunk.get("choices"), list):
+        return 0
+    count = 0
+    for choice in chunk["choices"]:
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            if any(delta.get(name) for name in OUTPUT_DELTA_FIELDS):
+                count += 1
+        elif choice.get("text"):
+            count += 1
+    return count
