@@ -20,15 +20,15 @@ from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from gateway.access.auth import Authenticator
+from gateway.access.keys import PEPPER_FINGERPRINT_KEY, KeyStore, PepperMismatch, check_pepper
+from gateway.access.throttle import AuthThrottle
 from gateway.api import admin, admin_mounts, dashboard_mount, openai, ops
 from gateway.api.dashboard_mount import build_dashboard_auth
 from gateway.api.http import error_response
 from gateway.api.services import Services
-from gateway.auth import Authenticator
-from gateway.auth_throttle import AuthThrottle
 from gateway.dashboard import DashboardRenderer
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, echo
-from gateway.keys import PEPPER_FINGERPRINT_KEY, KeyStore, PepperMismatch, check_pepper
 from gateway.local_engine import LocalEngineHost
 from gateway.logs import LazyFlushStream, build_logger
 from gateway.metering.accounting import Accountant

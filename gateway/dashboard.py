@@ -2,8 +2,8 @@
 
 Login posts the admin key once; the answer is an HttpOnly, SameSite=Strict, Secure (unless
 configured off) cookie holding a random session token, never the key. Sessions live server-side
-(``gateway.dashboard_sessions``): logout ends one, an admin key change ends them all. Failed
-logins are counted per client address and throttled (``gateway.auth_throttle``). Every chart
+(``gateway.access.sessions``): logout ends one, an admin key change ends them all. Failed
+logins are counted per client address and throttled (``gateway.access.throttle``). Every chart
 element carries its exact number in ``data-value`` and a ``<title>`` tooltip, and the same
 numbers appear in tables below, so the page is readable without JavaScript and checkable by a
 test.
@@ -72,7 +72,7 @@ def format_count(value: int) -> str:
 
 
 class Sessions(Protocol):
-    """Server-side sessions (``gateway.dashboard_sessions.SessionStore``)."""
+    """Server-side sessions (``gateway.access.sessions.SessionStore``)."""
 
     ttl_s: int
 
@@ -84,7 +84,7 @@ class Sessions(Protocol):
 
 
 class LoginThrottle(Protocol):
-    """Failed-login counting per client address (``gateway.auth_throttle.AuthThrottle``)."""
+    """Failed-login counting per client address (``gateway.access.throttle.AuthThrottle``)."""
 
     async def check(self, address: str) -> None: ...  # raises RateLimited when over
 

@@ -9,13 +9,17 @@ through ``echo`` (cut to ``ECHO_CHARS``), and no message or param is ever longer
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 ECHO_CHARS = 80
 MAX_MESSAGE_CHARS = 1000
 MAX_PARAM_CHARS = 200
+_MAX_NAME_CHARS = 100  # a field name in a path of a refused input
 
 
 def echo(value: object, limit: int = ECHO_CHARS) -> str:
@@ -174,3 +178,26 @@ class UpstreamTimeout(UpstreamError):
     def __init__(self, message: str, **kwargs: Any) -> None:
         kwargs.setdefault("kind", "timeout")
         super().__init__(message, **kwargs)
+
+
+def field_path(location: tuple[Any, ...]) -> str:
+    """pydantic's error location as ``models[2].name`` (validator frames left out)."""
+    path = ""
+    for part in location:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif not path:
+            path = str(part)[:_MAX_NAME_CHARS]
+        elif not str(part).startswith(("function-", "constrained-")):
+            path += f".{str(part)[:_MAX_NAME_CHARS]}"
+    return path
+
+
+def invalid_input(error: ValidationError, unknown: str) -> InvalidRequest:
+    """A refused typed input as the 400 naming its first bad field; ``unknown`` is what an
+    extra name is called (``unknown field``, ``unknown query parameter``)."""
+    first = error.errors(include_input=False, include_url=False)[0]
+    path = field_path(first["loc"])
+    message = unknown if first["type"] == "extra_forbidden" else first["msg"]
+    message = message.removeprefix("Value error, ")
+    return InvalidRequest(f"{path}: {message}" if path else message, param=path or None)

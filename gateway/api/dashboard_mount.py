@@ -1,6 +1,6 @@
 """The admin dashboard (gateway/dashboard.py) mounted with the app's reports, keys and auth.
 
-Sessions live in Redis (``gateway.dashboard_sessions``); the login checks the admin key with the
+Sessions live in Redis (``gateway.access.sessions``); the login checks the admin key with the
 same constant-time comparison as the admin API, and its failures count towards the same
 per-address throttle as failed admin bearers. Every dashboard route answers a Redis outage with
 a 503 page (``Retry-After``), as the admin API answers it with a 503 envelope.
@@ -16,8 +16,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.access.sessions import SessionStore
+from gateway.access.throttle import AuthThrottle
 from gateway.api.services import Services
-from gateway.auth_throttle import AuthThrottle
 from gateway.dashboard import (
     DashboardAuth,
     dashboard_login,
@@ -25,7 +26,6 @@ from gateway.dashboard import (
     dashboard_page,
     error_page,
 )
-from gateway.dashboard_sessions import SessionStore
 from gateway.store.connect import REDIS_FAILURES, RedisClient
 
 MAX_KEYS_SHOWN = 1000

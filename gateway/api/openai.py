@@ -21,6 +21,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from gateway.access.auth import Principal
 from gateway.api.http import (
     JSON,
     error_response,
@@ -35,7 +36,6 @@ from gateway.api.validation import (
     validate_embedding,
     validate_image,
 )
-from gateway.auth import Principal
 from gateway.errors import GatewayError, RateLimited, ServiceUnavailable, UpstreamError
 from gateway.metering.accounting import Accounting, produced_tokens
 from gateway.metering.gate import Usage, usage_from

@@ -1,7 +1,7 @@
 """JSON Schemas (OpenAPI 3.1 dialect) of what the gateway accepts and returns.
 
 Written from the validators that enforce them (``api/request_models.py`` for /v1, the pydantic
-models of ``api/admin.py``, the report and policy handlers); ``tests/ops`` fuzzes the running
+models of ``access/key_models.py``, the report and policy handlers); ``tests/ops`` fuzzes the running
 server against them with schemathesis, so a drift on either side fails a test.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.api.admin import MAX_GRACE_S
+from gateway.access.key_models import MAX_GRACE_S
 from gateway.api.request_models import ROLES
 from gateway.metering.reports import GROUP_BYS, MAX_EVENTS_LIMIT
 from gateway.money import MAX_BUDGET_USD

@@ -25,11 +25,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.access.auth import bearer_token
 from gateway.api.admin import admin_endpoint
 from gateway.api.http import error_response, json_response
 from gateway.api.openapi import openapi_json
 from gateway.api.services import Services
-from gateway.auth import bearer_token
 from gateway.errors import AuthenticationFailed
 from gateway.routing.policy import Policy
 from gateway.store.connect import REDIS_FAILURES

@@ -13,31 +13,10 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
-from gateway.errors import InvalidRequest
+from gateway.errors import InvalidRequest, invalid_input
 
 Model = TypeVar("Model", bound=BaseModel)
 _MAX_NAME_CHARS = 100
-
-
-def field_path(location: tuple[Any, ...]) -> str:
-    """pydantic's error location as ``models[2].name`` (validator frames left out)."""
-    path = ""
-    for part in location:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif not path:
-            path = str(part)[:_MAX_NAME_CHARS]
-        elif not str(part).startswith(("function-", "constrained-")):
-            path += f".{str(part)[:_MAX_NAME_CHARS]}"
-    return path
-
-
-def _invalid(error: ValidationError, unknown: str) -> InvalidRequest:
-    first = error.errors(include_input=False, include_url=False)[0]
-    path = field_path(first["loc"])
-    message = unknown if first["type"] == "extra_forbidden" else first["msg"]
-    message = message.removeprefix("Value error, ")
-    return InvalidRequest(f"{path}: {message}" if path else message, param=path or None)
 
 
 def parse_payload(model: type[Model], data: dict[str, Any]) -> Model:
@@ -45,7 +24,7 @@ def parse_payload(model: type[Model], data: dict[str, Any]) -> Model:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise _invalid(exc, "unknown field") from None
+        raise invalid_input(exc, "unknown field") from None
 
 
 def parse_query(model: type[Model], request: Request) -> Model:
@@ -59,4 +38,4 @@ def parse_query(model: type[Model], request: Request) -> Model:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise _invalid(exc, "unknown query parameter") from None
+        raise invalid_input(exc, "unknown query parameter") from None

@@ -7,10 +7,10 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from gateway.auth import Authenticator
-from gateway.auth_throttle import AuthThrottle
+from gateway.access.auth import Authenticator
+from gateway.access.keys import KeyStore
+from gateway.access.throttle import AuthThrottle
 from gateway.dashboard import DashboardAuth, DashboardRenderer
-from gateway.keys import KeyStore
 from gateway.local_engine import LocalEngineHost
 from gateway.metering.accounting import Accountant
 from gateway.metering.gate import LimitsGate

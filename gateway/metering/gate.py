@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gateway.auth import Principal
+from gateway.access.auth import Principal
 from gateway.metering.limits import KeyLimits, Limiter, LimiterUnavailable, Reservation
 from gateway.metrics import Metrics
 from gateway.routing.estimate import estimate_prompt_tokens, expected_output_tokens

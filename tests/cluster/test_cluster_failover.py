@@ -16,7 +16,7 @@ from cluster_support import LoopbackCluster
 from gw_support import ADMIN_KEY
 from test_gw_limits_e2e import MESSAGES, GatewayProcess, create_key, start_gateways
 
-from gateway.keys import parse_key, record_key
+from gateway.access.keys import parse_key, record_key
 from gateway.tools.fake_upstream import PROMPT_TOKENS, FakeUpstream
 
 pytestmark = pytest.mark.slow

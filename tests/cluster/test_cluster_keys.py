@@ -10,7 +10,7 @@ import pytest
 from gw_support import ADMIN_KEY
 from test_gw_limits_e2e import GatewayProcess, _chat, create_key
 
-from gateway.keys import parse_key
+from gateway.access.keys import parse_key
 
 pytestmark = pytest.mark.slow
 

@@ -18,9 +18,9 @@ from cluster_support import LoopbackCluster, settle_round
 from redis.asyncio.cluster import RedisCluster
 
 from gateway.metering.settler import SettleBatcher
-from gateway.auth import Authenticator
+from gateway.access.auth import Authenticator
 from gateway.errors import AuthenticationFailed
-from gateway.keys import KeyStore, parse_key, record_key
+from gateway.access.keys import KeyStore, parse_key, record_key
 from gateway.metering.limits import KeyLimits, Limiter
 from gateway.money import usd_to_nanos
 from gateway.metering.reports import UsageReports

@@ -13,7 +13,7 @@ from gw_support import ADMIN_KEY
 from openai import AsyncOpenAI
 from test_gw_limits_e2e import GatewayProcess, create_key
 
-from gateway.keys import parse_key, record_key
+from gateway.access.keys import parse_key, record_key
 from gateway.tools.fake_upstream import PROMPT_TOKENS, FakeUpstream
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ import pytest
 import redis
 from gw_support import ADMIN_KEY, PEPPER, GatewayThread, RunningGateway, make_settings
 
-from gateway.keys import PEPPER_FINGERPRINT_KEY, parse_key, pepper_fingerprint, record_key
+from gateway.access.keys import PEPPER_FINGERPRINT_KEY, parse_key, pepper_fingerprint, record_key
 
 HI = [{"role": "user", "content": "hi"}]
 

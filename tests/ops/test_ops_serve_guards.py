@@ -17,7 +17,7 @@ import pytest
 import redis
 from ops_support import ADMIN_KEY, REPO_ROOT, GatewayProcess, write_policy
 
-from gateway.keys import PEPPER_FINGERPRINT_KEY
+from gateway.access.keys import PEPPER_FINGERPRINT_KEY
 from gateway.store.embedded import EmbeddedRedis
 from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
 

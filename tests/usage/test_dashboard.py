@@ -19,7 +19,7 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
 from gateway.dashboard import KEY_SERIES, TOP_KEYS, DashboardAuth, dashboard_routes
-from gateway.dashboard_sessions import SessionStore
+from gateway.access.sessions import SessionStore
 from gateway.metering.reports import UsageReports
 from gateway.metering.ledger import UsageEvent, UsageLedger
 

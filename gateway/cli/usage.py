@@ -15,8 +15,10 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
+from gateway.cli.connect import key_store
 from gateway.metering.reports import GROUP_BYS, ReportError, UsageReports, parse_day, render_csv
 from gateway.money import format_usd_exact
+from gateway.settings import Settings
 
 DEFAULT_RANGE_DAYS = 30
 OUTPUTS = ("table", "csv", "json")
@@ -40,6 +42,11 @@ def add_usage_parser(commands: Any) -> None:
     report.add_argument("--to", dest="date_to", metavar="YYYY-MM-DD", help="default: today")
     report.add_argument("--group-by", dest="group_by", choices=GROUP_BYS, default="key")
     report.add_argument("--format", dest="output", choices=OUTPUTS, default="table")
+
+
+async def usage_command(settings: Settings, args: argparse.Namespace) -> int:
+    async with key_store(settings) as store:  # the same Redis rules as `keys`
+        return await run_usage_command(store.redis, args)
 
 
 async def run_usage_command(redis: Redis, args: argparse.Namespace) -> int:

@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.access.keys import CHANGES_CHANNEL, KeyRecord, KeyStore, parse_key
 from gateway.errors import AuthenticationFailed, PermissionDenied, ServiceUnavailable
-from gateway.keys import CHANGES_CHANNEL, KeyRecord, KeyStore, parse_key
 from gateway.store.connect import RedisClient, change_feed
 
 MAX_CACHED_KEYS = 100_000

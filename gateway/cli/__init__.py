@@ -1,0 +1,65 @@
+"""The ``switchyard`` command (also ``python -m gateway``), one module per command:
+
+- ``serve`` (``cli/serve.py``): run the gateway;
+- ``keys create|list|show|update|rotate|revoke`` (``cli/keys.py``): the admin API's key
+  operations, straight on the gateway's Redis (``cli/connect.py``). Output is JSON;
+- ``usage report`` (``cli/usage.py``): the admin usage report as a table, CSV or JSON;
+- ``policy check FILE`` (``cli/policy.py``): validate a routing policy.
+
+A bad setting exits 2 naming the variable; any other refusal exits 1 with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from gateway.cli.keys import add_keys_parser, keys_command
+from gateway.cli.output import fail
+from gateway.cli.policy import add_policy_parser, policy_command
+from gateway.cli.serve import add_serve_parser, serve_command
+from gateway.cli.usage import add_usage_parser, usage_command
+from gateway.data_dir import DataDirBusy
+from gateway.errors import GatewayError
+from gateway.settings import SettingsError, load_settings
+from gateway.store.connect import REDIS_FAILURES
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="switchyard", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_serve_parser(commands)
+    add_keys_parser(commands)
+    add_policy_parser(commands)
+    add_usage_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "policy":  # needs no settings
+        return policy_command(args)
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        return fail(str(exc), 2)
+    try:
+        if args.command == "serve":
+            return serve_command(settings, args)
+        if args.command == "usage":
+            return asyncio.run(usage_command(settings, args))
+        return asyncio.run(keys_command(settings, args))
+    except SettingsError as exc:
+        return fail(str(exc), 2)
+    except DataDirBusy as exc:
+        return fail(str(exc))
+    except GatewayError as exc:
+        return fail(exc.message)
+    except REDIS_FAILURES as exc:
+        return fail(f"cannot reach Redis: {exc}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

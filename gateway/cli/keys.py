@@ -1,0 +1,124 @@
+"""``switchyard keys create|list|show|update|rotate|revoke``: the admin API's key operations
+(``gateway.access.key_admin``, the same checks) straight on the gateway's Redis. Output is JSON;
+a refused field is named on stderr with exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from gateway.access import key_admin
+from gateway.access.key_models import KeyListQuery, parse_key_payload
+from gateway.cli.connect import key_store
+from gateway.cli.output import fail, print_json
+from gateway.errors import GatewayError
+from gateway.routing.policy import Policy, PolicyError, load_policy_file
+from gateway.settings import Settings
+
+LIMIT_FLAGS = ("rpm", "tpm", "budget_usd", "budget_period", "expires_at")
+
+
+def add_keys_parser(commands: Any) -> None:
+    keys = commands.add_parser("keys", help="manage API keys (directly in Redis)")
+    key_commands = keys.add_subparsers(dest="keys_command", required=True)
+    _add_key_fields(key_commands.add_parser("create", help="create a key"), update=False)
+    list_parser = key_commands.add_parser("list", help="list keys")
+    list_parser.add_argument("--team")
+    list_parser.add_argument("--status", choices=["active", "revoked", "expired"])
+    list_parser.add_argument("--limit", type=int, default=100)
+    key_commands.add_parser("show", help="show one key").add_argument("id")
+    update_parser = key_commands.add_parser("update", help="change a key's fields")
+    update_parser.add_argument("id")
+    _add_key_fields(update_parser, update=True)
+    rotate_parser = key_commands.add_parser("rotate", help="issue a new secret")
+    rotate_parser.add_argument("id")
+    rotate_parser.add_argument("--grace-seconds", dest="grace_seconds", type=float, default=0)
+    rotate_parser.add_argument("--idempotency-key", dest="idempotency_key")
+    key_commands.add_parser("revoke", help="revoke a key").add_argument("id")
+
+
+def _add_key_fields(parser: argparse.ArgumentParser, update: bool) -> None:
+    parser.add_argument("--name")
+    parser.add_argument("--team")
+    parser.add_argument("--models", help="comma-separated allow-list of models or aliases")
+    parser.add_argument("--rpm", type=int, help="requests per minute")
+    parser.add_argument("--tpm", type=int, help="tokens per minute")
+    parser.add_argument("--budget-usd", dest="budget_usd", type=float)
+    parser.add_argument("--budget-period", dest="budget_period", help="day | month | total")
+    parser.add_argument(
+        "--expires-at", dest="expires_at", help="ISO 8601 date-time or unix timestamp"
+    )
+    parser.add_argument("--metadata", action="append", metavar="KEY=VALUE")
+    if update:
+        parser.add_argument(
+            "--clear",
+            action="append",
+            choices=["name", "team", "models", *LIMIT_FLAGS],
+            help="remove a field (e.g. --clear rpm)",
+        )
+
+
+def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for name in ("name", "team", *LIMIT_FLAGS):
+        value = getattr(args, name, None)
+        if value is not None:
+            fields[name] = value
+    if args.models is not None:
+        fields["models"] = [m.strip() for m in args.models.split(",") if m.strip()]
+    if args.metadata:
+        metadata: dict[str, str] = {}
+        for item in args.metadata:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise GatewayError(f"metadata: expected KEY=VALUE, got {item!r}", param="metadata")
+            metadata[key] = value
+        fields["metadata"] = metadata
+    for name in getattr(args, "clear", None) or []:
+        fields[name] = None
+    return fields
+
+
+def _policy_or_none(settings: Settings) -> Policy | None:
+    try:
+        return load_policy_file(settings.policy_file)
+    except PolicyError:
+        return None
+
+
+async def keys_command(settings: Settings, args: argparse.Namespace) -> int:
+    async with key_store(settings) as store:
+        command = args.keys_command
+        if command == "create":
+            policy = _policy_or_none(settings)
+            created = await key_admin.create_key(store, _fields_from_args(args), policy)
+            print_json({**created.record.public_view(), "key": created.key})
+            print("Store the key now: it is not shown again.", file=sys.stderr)
+            return 0
+        if command == "list":
+            filters = {"limit": args.limit, "team": args.team, "status": args.status}
+            page = await key_admin.list_keys(store, parse_key_payload(KeyListQuery, filters))
+            print_json([record.public_view() for record in page.records])
+            return 0
+        if command == "show":
+            print_json((await key_admin.show_key(store, args.id)).public_view())
+            return 0
+        if command == "update":
+            changes = _fields_from_args(args)
+            if not changes:
+                return fail("nothing to update: pass at least one field flag or --clear")
+            policy = _policy_or_none(settings)
+            updated = await key_admin.update_key(store, args.id, changes, policy)
+            print_json(updated.public_view())
+            return 0
+        if command == "rotate":
+            grace = {"grace_seconds": args.grace_seconds}
+            rotated = await key_admin.rotate_key(store, args.id, grace, args.idempotency_key)
+            print_json({**rotated.record.public_view(), "key": rotated.key})
+            return 0
+        if command == "revoke":
+            print_json((await key_admin.revoke_key(store, args.id)).public_view())
+            return 0
+    return fail(f"unknown keys command {args.keys_command!r}")

@@ -1,0 +1,124 @@
+"""``switchyard serve``: run the gateway (uvicorn, uvloop + httptools).
+
+Each check fails fast with one line on stderr, in order: the policy file, the DATA_DIR lock (a
+second gateway on it names the first's pid), the secrets, the port; only then does the app
+(embedded Redis included) start. The admin key is printed only when it was just generated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+from typing import Any
+
+from gateway.cli.output import fail
+from gateway.data_dir import DataDirBusy, DataDirLock
+from gateway.routing.policy import PolicyError, load_policy_file
+from gateway.settings import Settings, ensure_secrets
+
+
+def add_serve_parser(commands: Any) -> None:
+    serve_parser = commands.add_parser("serve", help="run the gateway")
+    serve_parser.add_argument("--workers", type=int, default=1)
+
+
+def serve_command(settings: Settings, args: argparse.Namespace) -> int:
+    return serve(settings, args.workers)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything starts: a busy port fails at once."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class _RefusedStartFilter(logging.Filter):
+    """A start refused with a reason (``app.state.startup_error``) is said in one line, not
+    with the traceback uvicorn would print for it."""
+
+    def __init__(self, app: Any) -> None:
+        super().__init__()
+        self._app = app
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        refused = self._app.state.startup_error is not None
+        return not (refused and str(record.msg).startswith("Traceback"))
+
+
+def serve(settings: Settings, workers: int) -> int:
+    """Run the gateway, after the checks the module docstring lists; the exit status."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    from gateway.app import create_app
+    from gateway.logs import configure_process_logging
+    from gateway.server.http_guard import guarded_protocol
+
+    configure_process_logging(settings.log_level, settings.log_format)
+    try:
+        load_policy_file(settings.policy_file)
+    except PolicyError as exc:
+        return fail(f"policy {settings.policy_file}: {exc}")
+    if workers > 1 and settings.embedded_redis:
+        return fail("--workers > 1 needs SWITCHYARD_REDIS_URL (one shared Redis)")
+    lock = DataDirLock(settings.data_dir)
+    try:
+        # Exclusive with the embedded Redis (one owner of its AOF); shared with an external one.
+        lock.acquire(exclusive=settings.embedded_redis)
+    except DataDirBusy as exc:
+        return fail(str(exc))
+    with lock:
+        secrets = ensure_secrets(settings)
+        if settings.admin_key is not None:
+            print("Admin key: (from SWITCHYARD_ADMIN_KEY)", flush=True)
+        elif secrets.admin_key_generated:  # shown once, like an API key
+            print(f"Admin key (generated now): {secrets.admin_key}", flush=True)
+            print(f"  stored in {settings.data_dir / 'admin_key'} (mode 0600)", flush=True)
+        else:
+            print(f"Admin key: in {settings.data_dir / 'admin_key'}", flush=True)
+        try:
+            sock = _listen(settings.host, settings.port)
+        except OSError as exc:
+            return fail(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror}")
+        redis_note = settings.redis_url or f"embedded, data in {settings.redis_dir}"
+        print(
+            f"Switchyard on http://{settings.host}:{settings.port} (Redis: {redis_note})",
+            flush=True,
+        )
+        options: dict[str, Any] = {
+            "loop": "uvloop",
+            "access_log": False,
+            "log_level": "warning",
+            "http": guarded_protocol(settings),  # each worker's own app: no on_reject hook
+            "timeout_keep_alive": settings.keep_alive_timeout_s,
+            # SIGTERM drains in the app first (shutdown_grace_s); this only bounds what is left.
+            "timeout_graceful_shutdown": 2,
+        }
+        with sock:
+            if workers > 1:
+                config = uvicorn.Config(
+                    "gateway.app:create_app_from_env", factory=True, workers=workers, **options
+                )
+                Multiprocess(config, sockets=[sock]).run()
+                return 0
+            app = create_app(settings)
+            options["http"] = guarded_protocol(settings, app.state.record_wire_rejection)
+            server = uvicorn.Server(uvicorn.Config(app, **options))
+            logging.getLogger("uvicorn.error").addFilter(_RefusedStartFilter(app))
+            try:
+                server.run(sockets=[sock])
+            except SystemExit:
+                if server.started:
+                    raise
+            if not server.started:
+                reason = app.state.startup_error or "see the log above"
+                return fail(f"the gateway did not start: {reason}", 3)
+    return 0
