@@ -29,7 +29,6 @@ from gateway.api.http import error_response
 from gateway.api.services import Services
 from gateway.dashboard import DashboardRenderer
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, echo
-from gateway.local_engine import LocalEngineHost
 from gateway.logs import LazyFlushStream, build_logger
 from gateway.metering.accounting import Accountant
 from gateway.metering.gate import LimiterSettings, LimitsGate
@@ -39,7 +38,9 @@ from gateway.metering.reports import UsageReports
 from gateway.metering.settler import SettleBatcher
 from gateway.metering.spool import Spool
 from gateway.metrics import Metrics
-from gateway.providers.openai_compat import ResponseLimits, Timeouts
+from gateway.providers.base import Timeouts
+from gateway.providers.local_host import LocalEngineHost
+from gateway.providers.openai_compat import OpenAICompatProvider, ResponseLimits
 from gateway.providers.registry import ProviderRegistry
 from gateway.routing.breaker import BreakerSettings
 from gateway.routing.dispatch import Dispatcher, RetrySettings
@@ -163,6 +164,20 @@ async def _started_services(
     # The in-process engine (only if the policy has a local provider), loaded in a thread.
     local_engine = LocalEngineHost(settings.data_dir, metrics, log)
     await local_engine.start(policies.current.policy if policies.loaded else None)
+    upstream = Timeouts(
+        settings.upstream_connect_timeout_s,
+        settings.upstream_read_timeout_s,
+        settings.upstream_total_timeout_s,
+    )
+    limits = ResponseLimits(settings.upstream_max_body_bytes, settings.upstream_max_event_bytes)
+    providers = ProviderRegistry(
+        {
+            "openai_compatible": lambda name, config: OpenAICompatProvider(
+                name, config, upstream, settings.upstream_pool_size, limits
+            ),
+            "local": local_engine.provider_for,
+        }
+    )
     services = Services(
         settings=settings,
         admin_key=secrets.admin_key,
@@ -176,18 +191,7 @@ async def _started_services(
         ),
         policies=policies,
         router=Router(policies, state),
-        providers=ProviderRegistry(
-            Timeouts(
-                settings.upstream_connect_timeout_s,
-                settings.upstream_read_timeout_s,
-                settings.upstream_total_timeout_s,
-            ),
-            settings.upstream_pool_size,
-            local=local_engine,
-            limits=ResponseLimits(
-                settings.upstream_max_body_bytes, settings.upstream_max_event_bytes
-            ),
-        ),
+        providers=providers,
         dispatcher=Dispatcher(
             state,
             RetrySettings(
@@ -198,7 +202,7 @@ async def _started_services(
                 max_retry_after_s=settings.upstream_max_retry_after_s,
                 total_budget_s=settings.upstream_retry_budget_s,
             ),
-            local=local_engine,
+            providers=providers,
         ),
         limiter=limiter,
         gate=LimitsGate(limiter, LimiterSettings.from_settings(settings), metrics, log),

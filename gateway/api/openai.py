@@ -39,7 +39,7 @@ from gateway.api.validation import (
 from gateway.errors import GatewayError, RateLimited, ServiceUnavailable, UpstreamError
 from gateway.metering.accounting import Accounting, produced_tokens
 from gateway.metering.gate import Usage, usage_from
-from gateway.providers.openai_compat import UpstreamResponse, UpstreamStream
+from gateway.providers.base import UpstreamResponse, UpstreamStream
 from gateway.redact import redact
 from gateway.routing.dispatch import AttemptRecord
 from gateway.routing.policy import Policy
@@ -313,14 +313,11 @@ def _json_attempt(
     receive: Callable[[], Awaitable[Any]],
 ) -> Callable[[Candidate], Any]:
     async def attempt(candidate: Candidate) -> UpstreamResponse:
-        config = policy.providers[candidate.provider]
-        provider = services.providers.get(candidate.provider, config)
+        provider = services.providers.get(candidate.provider, policy.providers[candidate.provider])
         upstream_body = {**body, "model": candidate.upstream_model}
-        if config.kind == "local":  # a client that hangs up aborts its engine sequence
-            return await provider.post_json(
-                endpoint.upstream_path, upstream_body, client_gone=receive
-            )
-        return await provider.post_json(endpoint.upstream_path, upstream_body)
+        # A provider that works long before answering (the local engine) stops when the
+        # client hangs up.
+        return await provider.post_json(endpoint.upstream_path, upstream_body, client_gone=receive)
 
     return attempt
 
@@ -456,12 +453,14 @@ async def list_models(request: Request) -> Response:
         policy = services.policies.current.policy
         allowed = allowed_models(principal, policy)
         data = []
-        local = services.local_engine
         for name, config in policy.models.items():
             if allowed is None or name in allowed:
                 entry = {"id": name, "object": "model", "created": 0, "owned_by": config.provider}
                 # A random-weight smoke-test checkpoint says so plainly.
-                note = local.model_note(config.provider) if local is not None else None
+                provider = services.providers.get(
+                    config.provider, policy.providers[config.provider]
+                )
+                note = provider.model_note()
                 if note or config.description:
                     entry["description"] = note or config.description
                 data.append(entry)

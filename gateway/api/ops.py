@@ -81,7 +81,7 @@ async def check_readiness(services: Services, draining: bool, detailed: bool = F
         if (
             health.state != "ready"
             and policy_ok
-            and not _upstream_can_serve(policies.current.policy)
+            and not _another_can_serve(services, policies.current.policy)
         ):
             ready = False  # the engine was the only way to answer
     return Readiness(ready, checks, details)
@@ -99,12 +99,13 @@ async def admin_health(request: Request, services: Services) -> Response:
     return json_response({**readiness.body(), "details": readiness.details})
 
 
-def _upstream_can_serve(policy: Policy) -> bool:
-    """True when some non-local provider is configured with the API key it needs."""
+def _another_can_serve(services: Services, policy: Policy) -> bool:
+    """True when some provider of the policy can take a request now and has the API key it
+    needs (the engine, not ready, cannot)."""
     return any(
-        provider.kind != "local"
-        and (not provider.api_key_env or os.environ.get(provider.api_key_env))
-        for provider in policy.providers.values()
+        services.providers.get(name, config).unavailable() is None
+        and (not config.api_key_env or os.environ.get(config.api_key_env))
+        for name, config in policy.providers.items()
     )
 
 

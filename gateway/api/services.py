@@ -11,7 +11,6 @@ from gateway.access.auth import Authenticator
 from gateway.access.keys import KeyStore
 from gateway.access.throttle import AuthThrottle
 from gateway.dashboard import DashboardAuth, DashboardRenderer
-from gateway.local_engine import LocalEngineHost
 from gateway.metering.accounting import Accountant
 from gateway.metering.gate import LimitsGate
 from gateway.metering.ledger import UsageLedger
@@ -19,6 +18,7 @@ from gateway.metering.limits import Limiter
 from gateway.metering.reports import UsageReports
 from gateway.metering.settler import SettleBatcher
 from gateway.metrics import Metrics
+from gateway.providers.local_host import LocalEngineHost
 from gateway.providers.registry import ProviderRegistry
 from gateway.routing.dispatch import Dispatcher
 from gateway.routing.policy_store import PolicyStore

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gateway.errors import UpstreamError
+from gateway.providers.base import UpstreamResponse
 from gateway.providers.local_openai import (
     Choice,
     LocalRequest,
@@ -29,7 +30,6 @@ from gateway.providers.local_openai import (
     parse_request,
     usage,
 )
-from gateway.providers.openai_compat import UpstreamResponse
 from gateway.routing.policy import LocalEngineSettings
 
 if TYPE_CHECKING:

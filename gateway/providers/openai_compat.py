@@ -25,6 +25,7 @@ import orjson
 from aiohttp.http_exceptions import LineTooLong
 
 from gateway.errors import UpstreamError, UpstreamTimeout
+from gateway.providers.base import ClientGone, Timeouts, Unavailable, UpstreamResponse
 from gateway.redact import redact, secret_values
 from gateway.routing.policy import ProviderConfig
 
@@ -42,20 +43,6 @@ class ResponseLimits:
 
     max_body_bytes: int = 64 * 1024 * 1024
     max_event_bytes: int = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    connect_s: float
-    read_s: float
-    total_s: float
-
-
-@dataclass(frozen=True)
-class UpstreamResponse:
-    status: int
-    body: bytes
-    data: dict[str, Any]
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -240,7 +227,16 @@ class OpenAICompatProvider:
     def _timeout_error(self) -> UpstreamTimeout:
         return UpstreamTimeout(f"upstream provider {self.name} timed out", provider=self.name)
 
-    async def post_json(self, path: str, body: dict[str, Any]) -> UpstreamResponse:
+    def unavailable(self) -> Unavailable | None:
+        return None  # an upstream's health is the breaker's to judge, from its answers
+
+    def model_note(self) -> str | None:
+        return None
+
+    async def post_json(
+        self, path: str, body: dict[str, Any], *, client_gone: ClientGone | None = None
+    ) -> UpstreamResponse:
+        """``client_gone`` is not listened to: the HTTP call ends when the client's does."""
         try:
             async with self._client().post(
                 self.base_url + path, data=orjson.dumps(body), headers=self.headers
@@ -279,7 +275,7 @@ class OpenAICompatProvider:
             )
         return UpstreamResponse(status, raw, data)
 
-    async def open_stream(self, path: str, body: dict[str, Any]) -> UpstreamStream:
+    async def open_stream(self, path: str, body: dict[str, Any]) -> EventStream:
         """Send the request and check the status; the caller then reads ``events()``."""
         try:
             response = await self._client().post(
@@ -297,7 +293,7 @@ class OpenAICompatProvider:
             raise _error_from_status(
                 self.name, response.status, raw, response.headers.get("Retry-After"), self.secrets
             )
-        return UpstreamStream(self, response)
+        return EventStream(self, response)
 
     def error_event(self, data: bytes) -> UpstreamError | None:
         """An ``{"error": {...}}`` event sent mid-stream, as a scrubbed error; else None."""
@@ -321,7 +317,7 @@ class OpenAICompatProvider:
         )
 
 
-class UpstreamStream:
+class EventStream:
     """Server-sent events from upstream, yielded one ``data:`` payload at a time."""
 
     def __init__(self, provider: OpenAICompatProvider, response: aiohttp.ClientResponse) -> None:

@@ -1,42 +1,35 @@
-"""One provider client per policy provider, rebuilt only when that provider's config changes."""
+"""One provider per policy provider, built by its kind's factory and rebuilt only when that
+provider's config changes.
+
+The factories (``kind`` → ``(name, config) -> Provider``) are handed in by the services wiring,
+so this module knows no implementation: a gateway without the engine imports none of it.
+"""
 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 
 from gateway.errors import UpstreamError
-from gateway.providers.openai_compat import OpenAICompatProvider, ResponseLimits, Timeouts
+from gateway.providers.base import Provider
 from gateway.routing.policy import ProviderConfig
 
-if TYPE_CHECKING:
-    from gateway.local_engine import LocalEngineHost
-    from gateway.providers.local import LocalProvider
+ProviderFactory = Callable[[str, ProviderConfig], Provider]
 
 
 class ProviderRegistry:
-    def __init__(
-        self,
-        timeouts: Timeouts,
-        pool_size: int,
-        local: LocalEngineHost | None = None,
-        limits: ResponseLimits | None = None,
-    ) -> None:
-        self.timeouts = timeouts
-        self.pool_size = pool_size
-        self.limits = limits or ResponseLimits()
-        self.local = local  # the in-process engine behind `kind: local`, when one is loaded
-        self._clients: dict[str, OpenAICompatProvider] = {}
-        self._retired: list[OpenAICompatProvider] = []
+    def __init__(self, factories: Mapping[str, ProviderFactory]) -> None:
+        self._factories = dict(factories)
+        self._providers: dict[str, tuple[ProviderConfig, Provider]] = {}
+        self._retired: list[Provider] = []
 
-    def get(self, name: str, config: ProviderConfig) -> OpenAICompatProvider | LocalProvider:
-        if config.kind == "local" and self.local is not None:
-            return self.local.provider(name, config)
-        client = self._clients.get(name)
+    def get(self, name: str, config: ProviderConfig) -> Provider:
+        known = self._providers.get(name)
         # Identity first: the policy object only changes on reload.
-        if client is not None and (client.config is config or client.config == config):
-            return client
-        if config.kind != "openai_compatible":
+        if known is not None and (known[0] is config or known[0] == config):
+            return known[1]
+        factory = self._factories.get(config.kind)
+        if factory is None:
             # A configuration gap, not a failure: the dispatcher moves on to the next candidate.
             raise UpstreamError(
                 f"provider {name} of kind {config.kind} is not available in this gateway",
@@ -46,16 +39,17 @@ class ProviderRegistry:
                 provider=name,
                 code="provider_unavailable",
             )
-        if client is not None:
-            # In-flight requests may still use the old session; close it at shutdown.
-            self._retired.append(client)
-        client = OpenAICompatProvider(name, config, self.timeouts, self.pool_size, self.limits)
-        self._clients[name] = client
-        return client
+        if known is not None:
+            # In-flight requests may still use the old one (its pooled session): closed at
+            # shutdown.
+            self._retired.append(known[1])
+        provider = factory(name, config)
+        self._providers[name] = (config, provider)
+        return provider
 
     async def close(self) -> None:
-        for client in [*self._clients.values(), *self._retired]:
+        for provider in [*(p for _, p in self._providers.values()), *self._retired]:
             with contextlib.suppress(Exception):
-                await client.close()
-        self._clients.clear()
+                await provider.close()
+        self._providers.clear()
         self._retired.clear()

@@ -13,8 +13,9 @@ upstream call up to the point where the first byte would go to the client, raisi
 - any other 4xx is the client's fault: it is raised at once (no retry, no fallback);
 - a candidate whose breaker is open (or half-open with its probe out), or whose provider is at
   ``max_concurrency``, is skipped;
-- a local-engine candidate that is not loaded or unhealthy is skipped; one past its
-  ``spill_when`` thresholds spills to the next candidates (the served one is marked
+- a candidate whose provider says it cannot take a request now (``unavailable()``: a local
+  engine that is not loaded or unhealthy) is skipped; one that is only busy (a local engine
+  past its ``spill_when`` thresholds) spills to the next candidates (the served one is marked
   ``spilled``), and is still tried last when none of those serves.
 
 Every try and skip is recorded in ``attempts`` for usage, explain and logs.
@@ -50,15 +51,21 @@ T = TypeVar("T")
 CONFIG_STATUSES = frozenset({401, 403, 404})
 
 
-class LocalUnavailable(Protocol):
+class Unavailability(Protocol):
     detail: str
-    spill: bool  # busy past spill_when (not broken): try the next candidates first
+    spill: bool  # only busy (past spill_when), not broken: try the next candidates first
 
 
-class LocalProbe(Protocol):
-    """What the dispatcher asks the local engine host (``gateway.local_engine``)."""
+class Availability(Protocol):
+    """The one question the dispatcher asks a provider (``gateway.providers.base.Provider``)."""
 
-    def unavailable(self, name: str, config: ProviderConfig | None) -> LocalUnavailable | None: ...
+    def unavailable(self) -> Unavailability | None: ...
+
+
+class Providers(Protocol):
+    """Where the providers of a plan are found (``gateway.providers.registry``)."""
+
+    def get(self, name: str, config: ProviderConfig) -> Availability: ...
 
 
 @dataclass(frozen=True)
@@ -217,10 +224,10 @@ class Dispatcher:
         env: Mapping[str, str] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
-        local: LocalProbe | None = None,
+        providers: Providers | None = None,
     ) -> None:
         self.state = state
-        self._local = local
+        self._providers = providers
         self.settings = settings or RetrySettings()
         self._env = env if env is not None else os.environ
         self._sleep = sleep
@@ -249,17 +256,17 @@ class Dispatcher:
         deadline = self._clock() + self.settings.total_budget_s
         last_error: UpstreamError | None = None
         queue = [(candidate, True) for candidate in plan.candidates]
-        spilled: list[Candidate] = []  # local candidates too busy: tried again last
+        spilled: list[Candidate] = []  # candidates too busy: tried again last
         position = 0
         while True:
             if position == len(queue):
                 if not spilled or not queue[-1][1]:
                     break
                 queue.extend((candidate, False) for candidate in spilled)
-            candidate, check_local = queue[position]
+            candidate, ask_provider = queue[position]
             position += 1
             provider = self._provider(plan, candidate)
-            unavailable = self._local_unavailable(candidate, provider) if check_local else None
+            unavailable = self._unavailable(candidate, provider) if ask_provider else None
             if unavailable is not None:
                 attempts.append(
                     AttemptRecord(
@@ -311,7 +318,7 @@ class Dispatcher:
                     raise DispatchFailed.from_error(error, attempts) from error
                 last_error = error
                 continue
-            if spilled and check_local:  # served here because a local engine was too busy
+            if spilled and ask_provider:  # served here because a busier candidate spilled
                 candidate = dataclasses.replace(candidate, spilled=True)
             return DispatchResult(value, candidate, attempts, held)
         if last_error is None:
@@ -342,7 +349,7 @@ class Dispatcher:
             limit = provider.max_concurrency if provider else None
             inflight = self.state.inflight.count(candidate.provider)
             missing_key = self._missing_key(provider)
-            unavailable = self._local_unavailable(candidate, provider)
+            unavailable = self._unavailable(candidate, provider)
             if unavailable is not None:
                 verdict = f"skipped: {unavailable.detail}"
             elif missing_key:
@@ -372,12 +379,15 @@ class Dispatcher:
     def _provider(plan: RoutePlan, candidate: Candidate) -> ProviderConfig | None:
         return plan.policy.providers.get(candidate.provider) if plan.policy else None
 
-    def _local_unavailable(
+    def _unavailable(
         self, candidate: Candidate, provider: ProviderConfig | None
-    ) -> LocalUnavailable | None:
-        if self._local is None or provider is None or provider.kind != "local":
+    ) -> Unavailability | None:
+        if self._providers is None or provider is None:
             return None
-        return self._local.unavailable(candidate.provider, provider)
+        try:
+            return self._providers.get(candidate.provider, provider).unavailable()
+        except UpstreamError:  # a configuration gap: the attempt reports it as it fails
+            return None
 
     def _missing_key(self, provider: ProviderConfig | None) -> str | None:
         if provider is None or not provider.api_key_env:

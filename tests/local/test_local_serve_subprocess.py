@@ -90,7 +90,7 @@ def test_gateway_without_torch_starts_when_the_policy_has_no_local_provider(tmp_
 import asyncio, sys
 sys.modules["torch"] = None  # any `import torch` now fails
 from gateway.app import create_app
-from gateway.local_engine import LocalEngineHost
+from gateway.providers.local_host import LocalEngineHost
 from gateway.routing.policy import parse_policy
 import gateway.providers.local
 policy = parse_policy(

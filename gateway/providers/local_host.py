@@ -7,8 +7,9 @@ a small random-weight Qwen3 checkpoint under ``DATA_DIR/models`` (once), so a fr
 no provider keys still answers. The engine package (torch) is imported only here and only when
 the policy has a local provider: a gateway without torch starts fine without one.
 
-The host also answers the dispatcher's question "can the local provider take this request now?"
-(loaded, healthy, not past its ``spill_when`` thresholds) and hands out the provider adapter.
+The host also answers the question "can the local provider take this request now?" (loaded,
+healthy, not past its ``spill_when`` thresholds) and hands the registry the local provider
+(``provider_for``): a ``Provider`` like any other, whose ``unavailable()`` is that answer.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.data_dir import private_dir
 from gateway.errors import UpstreamError
+from gateway.providers.base import ClientGone, Unavailable, UpstreamResponse, UpstreamStream
 from gateway.routing.policy import LocalEngineSettings, Policy, ProviderConfig
 
 if TYPE_CHECKING:
@@ -37,14 +39,6 @@ RANDOM_WEIGHTS_NOTE = (
     "RANDOM WEIGHTS: a tiny smoke-test checkpoint written by Switchyard; its output is "
     "gibberish. Point the local provider's engine.model at a real checkpoint to serve answers."
 )
-
-
-@dataclass(frozen=True)
-class Unavailable:
-    """Why the local provider cannot take a request now; ``spill`` = only because it is busy."""
-
-    detail: str
-    spill: bool
 
 
 @dataclass(frozen=True)
@@ -227,6 +221,10 @@ class LocalEngineHost:
             return f"local engine is unhealthy: {dead}"
         return None
 
+    def provider_for(self, name: str, config: ProviderConfig) -> HostedProvider:
+        """The registry's factory for ``kind: local`` providers."""
+        return HostedProvider(self, name, config)
+
     def provider(self, name: str, config: ProviderConfig) -> LocalProvider:
         """The adapter for the local provider ``name``; a config gap if it cannot serve."""
         reason = self._not_serving(name)
@@ -248,3 +246,32 @@ class LocalEngineHost:
             assert self.engine is not None and self.settings is not None
             self._provider = LocalProvider(name, self.engine, self.settings, self.metrics)
         return self._provider
+
+
+class HostedProvider:
+    """The policy's local provider as the registry hands it out: ``unavailable()`` and
+    ``model_note()`` ask the host, calls go to the engine's ``LocalProvider`` (a config gap,
+    raised as ``UpstreamError``, while it cannot serve)."""
+
+    def __init__(self, host: LocalEngineHost, name: str, config: ProviderConfig) -> None:
+        self.name = name
+        self._host = host
+        self._config = config
+
+    def unavailable(self) -> Unavailable | None:
+        return self._host.unavailable(self.name, self._config)
+
+    def model_note(self) -> str | None:
+        return self._host.model_note(self.name)
+
+    async def post_json(
+        self, path: str, body: dict[str, Any], *, client_gone: ClientGone | None = None
+    ) -> UpstreamResponse:
+        provider = self._host.provider(self.name, self._config)
+        return await provider.post_json(path, body, client_gone=client_gone)
+
+    async def open_stream(self, path: str, body: dict[str, Any]) -> UpstreamStream:
+        return await self._host.provider(self.name, self._config).open_stream(path, body)
+
+    async def close(self) -> None:
+        """Nothing to close here: the host owns the engine and stops it at shutdown."""
