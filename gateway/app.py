@@ -2,7 +2,7 @@
 
 Nothing lives in module globals: the lifespan starts (or connects to) Redis, loads the policy,
 builds the key store, authenticator, limiter, router, dispatcher and provider clients, hands
-them to handlers as ``app.state.services``, and takes them down again in reverse order.
+them to handlers through the lifespan state, and takes them down again in reverse order.
 """
 
 from __future__ import annotations
@@ -22,12 +22,11 @@ from starlette.responses import Response
 
 from gateway.access.auth import Authenticator
 from gateway.access.keys import PEPPER_FINGERPRINT_KEY, KeyStore, PepperMismatch, check_pepper
+from gateway.access.sessions import SessionStore
 from gateway.access.throttle import AuthThrottle
-from gateway.api import admin, admin_mounts, dashboard_mount, openai, ops
-from gateway.api.dashboard_mount import build_dashboard_auth
+from gateway.api import admin, dashboard, openai, ops, policy, usage
+from gateway.api.dashboard_view import DashboardRenderer
 from gateway.api.http import error_response
-from gateway.api.services import Services
-from gateway.dashboard import DashboardRenderer
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, echo
 from gateway.logs import LazyFlushStream, build_logger
 from gateway.metering.accounting import Accountant
@@ -50,6 +49,7 @@ from gateway.routing.router import Router
 from gateway.routing.state import RoutingState
 from gateway.server.exchange import ExchangeMiddleware, record_wire_rejection, request_id_of
 from gateway.server.shutdown import Drain, DrainMiddleware, sigterm_drain
+from gateway.services import Services
 from gateway.settings import Secrets, Settings, SettingsError, ensure_secrets, load_settings
 from gateway.store.connect import REDIS_FAILURES, RedisClient, connect_redis, warm_up
 from gateway.store.embedded import EmbeddedRedis
@@ -105,18 +105,22 @@ async def _check_pepper_later(services: Services, pepper: bytes) -> None:
 
 @contextlib.asynccontextmanager
 async def running_services(
-    settings: Settings, secrets: Secrets, log: Any
+    settings: Settings, secrets: Secrets, log: Any, drain: Drain
 ) -> AsyncIterator[Services]:
     async with (
         contextlib.AsyncExitStack() as cleanup,
-        _started_services(settings, secrets, log, cleanup) as services,
+        _started_services(settings, secrets, log, drain, cleanup) as services,
     ):
         yield services
 
 
 @contextlib.asynccontextmanager
 async def _started_services(
-    settings: Settings, secrets: Secrets, log: Any, cleanup: contextlib.AsyncExitStack
+    settings: Settings,
+    secrets: Secrets,
+    log: Any,
+    drain: Drain,
+    cleanup: contextlib.AsyncExitStack,
 ) -> AsyncIterator[Services]:
     """Everything started before a failure is stopped again by ``cleanup`` (a refused start
     never leaves the embedded Redis behind)."""
@@ -210,14 +214,10 @@ async def _started_services(
         accountant=Accountant(settler, limiter, metrics, log),
         ledger=ledger,
         reports=UsageReports(redis),
-        dashboard_auth=build_dashboard_auth(
-            secrets.admin_key,
-            redis,
-            secure_cookie=settings.dashboard_cookie_secure,
-            throttle=auth_throttle,
-        ),
+        sessions=SessionStore(redis, secrets.admin_key),
         auth_throttle=auth_throttle,
-        dashboard_renderer=DashboardRenderer(),
+        pages=DashboardRenderer(),
+        drain=drain,
         metrics=metrics,
         log=log,
         embedded_redis=embedded,
@@ -281,13 +281,15 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
     drain = Drain()
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         flusher = asyncio.create_task(_flush_logs(sink)) if sink is not None else None
         try:
-            async with running_services(settings, secrets, log) as services:
+            async with running_services(settings, secrets, log, drain) as services:
+                # For what runs outside a request (the HTTP server's wire-rejection hook) and
+                # for tests; handlers get theirs from the lifespan state.
                 app.state.services = services
                 with sigterm_drain(drain, settings.shutdown_grace_s, log):
-                    yield
+                    yield {"services": services}
         except SettingsError as exc:
             # Start-up refused (a pepper that does not match this Redis's): said once, plainly.
             app.state.startup_error = str(exc)
@@ -304,8 +306,9 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
         routes=[
             *openai.routes,
             *admin.routes,
-            *admin_mounts.routes,
-            *dashboard_mount.routes,
+            *usage.routes,
+            *policy.routes,
+            *dashboard.routes,
             *ops.routes,
         ],
         lifespan=lifespan,
@@ -318,7 +321,6 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
         },
     )
     app.state.settings = settings
-    app.state.drain = drain
     app.state.secrets = secrets
     app.state.startup_error = None
     # For http_guard's on_reject: requests the server refuses before the app sees them.

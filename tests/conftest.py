@@ -1,14 +1,24 @@
 """Shared fixtures: a real Redis server process (embedded, or SWITCHYARD_REDIS_URL) and a real
-PostgreSQL server (a scratch one in a temp dir, or SWITCHYARD_TEST_POSTGRES_URL)."""
+PostgreSQL server (a scratch one in a temp dir, or SWITCHYARD_TEST_POSTGRES_URL).
+
+Test folders are no packages (``tests/gateway`` must not shadow ``gateway``): pytest puts each
+test's own folder on ``sys.path``, and this file puts ``tests/support`` there, so the helpers
+every folder shares import by name (``from gateway_runner import GatewayThread``).
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+SUPPORT = str(Path(__file__).resolve().parent / "support")
+if SUPPORT not in sys.path:
+    sys.path.insert(0, SUPPORT)
 
 # Imported lazily so the engine and kernel tests run where only torch is installed (GPU box).
 if TYPE_CHECKING:

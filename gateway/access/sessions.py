@@ -16,6 +16,7 @@ import secrets
 from gateway.store.connect import RedisClient
 
 SESSION_PREFIX = "sy:dashboard:session:"
+SESSION_TTL_S = 8 * 3600
 _TOKEN_BYTES = 32
 _MAX_TOKEN_CHARS = 100
 
@@ -26,7 +27,7 @@ def admin_key_fingerprint(admin_key: str) -> bytes:
 
 
 class SessionStore:
-    def __init__(self, redis: RedisClient, admin_key: str, ttl_s: int) -> None:
+    def __init__(self, redis: RedisClient, admin_key: str, ttl_s: int = SESSION_TTL_S) -> None:
         self._redis = redis
         self._fingerprint = admin_key_fingerprint(admin_key)
         self.ttl_s = ttl_s

@@ -22,13 +22,13 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.access.auth import Principal
+from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import (
     JSON,
     error_response,
     json_response,
     read_body,
 )
-from gateway.api.services import Services
 from gateway.api.strict_json import parse_json_object
 from gateway.api.validation import (
     validate_chat,
@@ -45,6 +45,7 @@ from gateway.routing.dispatch import AttemptRecord
 from gateway.routing.policy import Policy
 from gateway.routing.router import Candidate, RoutePlan
 from gateway.server.exchange import CLIENT_GONE, request_id_of, when_answered
+from gateway.services import Services
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 DONE = b"data: [DONE]\n\n"
@@ -53,17 +54,17 @@ USAGE_ID_HEADER = "x-switchyard-usage-id"
 
 
 @dataclass(frozen=True)
-class Endpoint:
+class Operation:
     route: str
     upstream_path: str
     validate: Callable[[dict[str, Any]], None]
     streamable: bool
 
 
-CHAT = Endpoint("chat.completions", "/chat/completions", validate_chat, True)
-COMPLETIONS = Endpoint("completions", "/completions", validate_completion, True)
-EMBEDDINGS = Endpoint("embeddings", "/embeddings", validate_embedding, False)
-IMAGES = Endpoint("images.generations", "/images/generations", validate_image, False)
+CHAT = Operation("chat.completions", "/chat/completions", validate_chat, True)
+COMPLETIONS = Operation("completions", "/completions", validate_completion, True)
+EMBEDDINGS = Operation("embeddings", "/embeddings", validate_embedding, False)
+IMAGES = Operation("images.generations", "/images/generations", validate_image, False)
 
 
 class Outcome:
@@ -181,14 +182,9 @@ def sse_error(error: GatewayError) -> bytes:
     return b"event: error\ndata: " + error.body_bytes() + b"\n\n"
 
 
-def _services(request: Request) -> Services:
-    return request.app.state.services
-
-
-async def _handle(request: Request, endpoint: Endpoint) -> Response:
-    services = _services(request)
+async def _handle(request: Request, services: Services, operation: Operation) -> Response:
     outcome = Outcome(request_id_of(request))
-    headers = {"x-request-id": outcome.request_id}
+    headers: dict[str, str] = {}
     accounting: Accounting | None = None
     streaming_started = False
     try:
@@ -196,7 +192,7 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
         principal = await services.auth.authenticate(request.headers.get("authorization"))
         outcome.key_id = principal.key_id
         raw = parse_json_object(body_bytes)  # after auth: strangers learn nothing of the schema
-        endpoint.validate(raw)
+        operation.validate(raw)
         if not services.policies.loaded:
             raise ServiceUnavailable("no routing policy is loaded", code="policy_not_loaded")
         plan = services.router.plan(
@@ -210,7 +206,7 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
             record_id=uuid.uuid4().hex,
             key_id=principal.key_id,
             team=principal.record.team or "",
-            route=endpoint.route,
+            route=operation.route,
             started=outcome.started,
             plan=plan,
             policy=plan.policy or services.policies.current.policy,
@@ -218,17 +214,17 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
         outcome.record_id = accounting.record_id
         headers[USAGE_ID_HEADER] = accounting.record_id
         accounting.reservation, accounting.estimate = await services.gate.reserve(
-            principal, plan, raw, accounting.policy, accounting.record_id, endpoint.route
+            principal, plan, raw, accounting.policy, accounting.record_id, operation.route
         )
         if accounting.reservation is not None:
             headers.update(accounting.reservation.headers)
-        if endpoint.streamable and raw.get("stream") is True:
+        if operation.streamable and raw.get("stream") is True:
             outcome.stream = accounting.streamed = True
-            response = await _stream(services, endpoint, raw, plan, accounting, headers, outcome)
+            response = await _stream(services, operation, raw, plan, accounting, headers, outcome)
             streaming_started = True
             return response
         result = await services.dispatcher.run(
-            plan, _json_attempt(services, endpoint, raw, accounting.policy, request.receive)
+            plan, _json_attempt(services, operation, raw, accounting.policy, request.receive)
         )
         served: Candidate = result.candidate
         upstream: UpstreamResponse = result.value
@@ -239,7 +235,7 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
         headers.update(route_headers(plan, served, result.attempts))
         upstream_s = sum(attempt.duration_s for attempt in result.attempts)
         elapsed = time.perf_counter() - outcome.started
-        services.metrics.overhead.labels(endpoint.route).observe(max(elapsed - upstream_s, 0.0))
+        services.metrics.overhead.labels(operation.route).observe(max(elapsed - upstream_s, 0.0))
         await _durable(services.accountant.close(accounting, outcome.status, outcome.usage))
         return Response(upstream.body, status_code=200, headers=headers, media_type=JSON)
     except GatewayError as exc:
@@ -269,7 +265,7 @@ async def _handle(request: Request, endpoint: Endpoint) -> Response:
             # The line is written once the status line is out, with the status the client got.
             when_answered(
                 request,
-                lambda status: outcome.finish(services, endpoint.route, status=status),
+                lambda status: outcome.finish(services, operation.route, status=status),
                 outcome.status,
             )
 
@@ -307,7 +303,7 @@ class ClosingStreamingResponse(StreamingResponse):
 
 def _json_attempt(
     services: Services,
-    endpoint: Endpoint,
+    operation: Operation,
     body: dict[str, Any],
     policy: Policy,
     receive: Callable[[], Awaitable[Any]],
@@ -317,14 +313,14 @@ def _json_attempt(
         upstream_body = {**body, "model": candidate.upstream_model}
         # A provider that works long before answering (the local engine) stops when the
         # client hangs up.
-        return await provider.post_json(endpoint.upstream_path, upstream_body, client_gone=receive)
+        return await provider.post_json(operation.upstream_path, upstream_body, client_gone=receive)
 
     return attempt
 
 
 async def _stream(
     services: Services,
-    endpoint: Endpoint,
+    operation: Operation,
     body: dict[str, Any],
     plan: RoutePlan,
     accounting: Accounting,
@@ -346,7 +342,7 @@ async def _stream(
             "stream": True,
             "stream_options": upstream_options,
         }
-        return await provider.open_stream(endpoint.upstream_path, upstream_body)
+        return await provider.open_stream(operation.upstream_path, upstream_body)
 
     result = await services.dispatcher.run(plan, attempt, hold=True)
     served: Candidate = result.candidate
@@ -358,7 +354,7 @@ async def _stream(
     upstream: UpstreamStream = result.value
     to_headers = time.perf_counter() - outcome.started
     upstream_s = sum(attempt.duration_s for attempt in result.attempts)
-    services.metrics.overhead.labels(endpoint.route).observe(max(to_headers - upstream_s, 0.0))
+    services.metrics.overhead.labels(operation.route).observe(max(to_headers - upstream_s, 0.0))
 
     stream_ended = False
 
@@ -371,7 +367,7 @@ async def _stream(
         upstream.close()
         result.release()  # no verdict yet (the client went away): neither way
         services.accountant.close(accounting, outcome.status, outcome.usage)
-        outcome.finish(services, endpoint.route, error)
+        outcome.finish(services, operation.route, error)
 
     def never_relayed() -> None:
         if not stream_ended:  # the client left before the relay started: its finally never ran
@@ -426,26 +422,24 @@ async def _stream(
     )
 
 
-async def chat_completions(request: Request) -> Response:
-    return await _handle(request, CHAT)
+async def chat_completions(request: Request, services: Services) -> Response:
+    return await _handle(request, services, CHAT)
 
 
-async def completions(request: Request) -> Response:
-    return await _handle(request, COMPLETIONS)
+async def completions(request: Request, services: Services) -> Response:
+    return await _handle(request, services, COMPLETIONS)
 
 
-async def embeddings(request: Request) -> Response:
-    return await _handle(request, EMBEDDINGS)
+async def embeddings(request: Request, services: Services) -> Response:
+    return await _handle(request, services, EMBEDDINGS)
 
 
-async def image_generations(request: Request) -> Response:
-    return await _handle(request, IMAGES)
+async def image_generations(request: Request, services: Services) -> Response:
+    return await _handle(request, services, IMAGES)
 
 
-async def list_models(request: Request) -> Response:
-    services = _services(request)
-    request_id = request_id_of(request)
-    headers = {"x-request-id": request_id}
+async def list_models(request: Request, services: Services) -> Response:
+    """``GET /v1/models``: the policy's models and aliases that the caller's key may use."""
     try:
         principal = await services.auth.authenticate(request.headers.get("authorization"))
         if not services.policies.loaded:
@@ -468,15 +462,17 @@ async def list_models(request: Request) -> Response:
             if allowed is None or target in allowed:
                 owner = policy.models[target].provider
                 data.append({"id": alias, "object": "model", "created": 0, "owned_by": owner})
-        return json_response({"object": "list", "data": data}, headers=headers)
+        return json_response({"object": "list", "data": data})
     except GatewayError as exc:
-        return error_response(exc, headers)
+        return error_response(exc)
 
 
+# Guard.NONE: each pipeline authenticates as one of its stages, so that its errors are in the
+# client's format.
 routes = [
-    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-    Route("/v1/completions", completions, methods=["POST"]),
-    Route("/v1/embeddings", embeddings, methods=["POST"]),
-    Route("/v1/images/generations", image_generations, methods=["POST"]),
-    Route("/v1/models", list_models, methods=["GET"]),
+    Route("/v1/chat/completions", endpoint(chat_completions, Guard.NONE), methods=["POST"]),
+    Route("/v1/completions", endpoint(completions, Guard.NONE), methods=["POST"]),
+    Route("/v1/embeddings", endpoint(embeddings, Guard.NONE), methods=["POST"]),
+    Route("/v1/images/generations", endpoint(image_generations, Guard.NONE), methods=["POST"]),
+    Route("/v1/models", endpoint(list_models, Guard.NONE), methods=["GET"]),
 ]

@@ -13,6 +13,7 @@ from starlette.responses import Response
 
 from gateway.api.http import json_response
 from gateway.api.openapi_schemas import GROUP_BYS, MAX_EVENTS_LIMIT, SCHEMAS, STRING, ref
+from gateway.services import Services
 
 JSON = "application/json"
 Operation = dict[str, Any]
@@ -321,5 +322,5 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
     }
 
 
-async def openapi_json(request: Request) -> Response:
+async def openapi_json(request: Request, services: Services) -> Response:
     return json_response(openapi_document())

@@ -26,12 +26,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.access.auth import bearer_token
-from gateway.api.admin import admin_endpoint
+from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import error_response, json_response
 from gateway.api.openapi import openapi_json
-from gateway.api.services import Services
 from gateway.errors import AuthenticationFailed
 from gateway.routing.policy import Policy
+from gateway.services import Services
 from gateway.store.connect import REDIS_FAILURES
 
 
@@ -45,11 +45,11 @@ class Readiness:
         return {"status": "ready" if self.ready else "not ready", "checks": self.checks}
 
 
-async def healthz(request: Request) -> Response:
+async def healthz(request: Request, services: Services) -> Response:
     return json_response({"status": "ok"})
 
 
-async def check_readiness(services: Services, draining: bool, detailed: bool = False) -> Readiness:
+async def check_readiness(services: Services, detailed: bool = False) -> Readiness:
     try:
         redis_ok = bool(await asyncio.wait_for(services.redis.ping(), timeout=1.0))
     except REDIS_FAILURES:
@@ -67,6 +67,7 @@ async def check_readiness(services: Services, draining: bool, detailed: bool = F
         details["policy"] = {name: state[name] for name in ("version", "source", "last_error")}
     if policies.last_error is not None:
         checks["policy_reload"] = "failed"  # the error itself: GET /admin/policy
+    draining = services.drain.draining
     if draining:
         checks["shutdown"] = "draining"
     if services.key_pepper_mismatch:
@@ -87,15 +88,14 @@ async def check_readiness(services: Services, draining: bool, detailed: bool = F
     return Readiness(ready, checks, details)
 
 
-async def readyz(request: Request) -> Response:
-    services: Services = request.app.state.services
-    readiness = await check_readiness(services, request.app.state.drain.draining)
+async def readyz(request: Request, services: Services) -> Response:
+    readiness = await check_readiness(services)
     return json_response(readiness.body(), status=200 if readiness.ready else 503)
 
 
 async def admin_health(request: Request, services: Services) -> Response:
     """``GET /admin/health``: the readiness checks, and what each failure was about."""
-    readiness = await check_readiness(services, request.app.state.drain.draining, detailed=True)
+    readiness = await check_readiness(services, detailed=True)
     return json_response({**readiness.body(), "details": readiness.details})
 
 
@@ -109,8 +109,7 @@ def _another_can_serve(services: Services, policy: Policy) -> bool:
     )
 
 
-async def metrics(request: Request) -> Response:
-    services: Services = request.app.state.services
+async def metrics(request: Request, services: Services) -> Response:
     expected = services.settings.metrics_token
     if expected is not None and expected.get_secret_value():
         token = bearer_token(request.headers.get("authorization")) or ""
@@ -126,9 +125,9 @@ async def metrics(request: Request) -> Response:
 
 
 routes = [
-    Route("/healthz", healthz, methods=["GET"]),
-    Route("/readyz", readyz, methods=["GET"]),
-    Route("/metrics", metrics, methods=["GET"]),
-    Route("/openapi.json", openapi_json, methods=["GET"]),
-    Route("/admin/health", admin_endpoint(admin_health), methods=["GET"]),
+    Route("/healthz", endpoint(healthz, Guard.NONE), methods=["GET"]),
+    Route("/readyz", endpoint(readyz, Guard.NONE), methods=["GET"]),
+    Route("/metrics", endpoint(metrics, Guard.NONE), methods=["GET"]),
+    Route("/openapi.json", endpoint(openapi_json, Guard.NONE), methods=["GET"]),
+    Route("/admin/health", endpoint(admin_health, Guard.ADMIN), methods=["GET"]),
 ]

@@ -143,8 +143,8 @@ class ExchangeMiddleware:
 
     @staticmethod
     def _services(scope: Scope) -> Any:
-        app = scope.get("app")
-        return getattr(getattr(app, "state", None), "services", None)
+        """The app's services, from the lifespan state the server copies into each request."""
+        return scope.get("state", {}).get("services")
 
     def _log_failure(self, scope: Scope, error: str, trace: str | None = None) -> None:
         services = self._services(scope)

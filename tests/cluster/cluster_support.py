@@ -23,11 +23,11 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from gateway.metering.settler import SettleBatcher, Settlement
+from gateway.metering.ledger import UsageEvent
 from gateway.metering.limits import KeyLimits, Limiter
+from gateway.metering.settler import SettleBatcher, Settlement
 from gateway.money import usd_to_nanos
 from gateway.store.embedded import redis_server_binary
-from gateway.metering.ledger import UsageEvent
 
 SLOTS = 16384
 # Failure detection: a dead master is declared failed after this long and a replica elected.

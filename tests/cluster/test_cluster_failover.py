@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from cluster_support import LoopbackCluster
-from gw_support import ADMIN_KEY
+from gateway_runner import ADMIN_KEY
 from test_gw_limits_e2e import MESSAGES, GatewayProcess, create_key, start_gateways
 
 from gateway.access.keys import parse_key, record_key

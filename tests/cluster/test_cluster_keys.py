@@ -7,7 +7,7 @@ import time
 
 import httpx
 import pytest
-from gw_support import ADMIN_KEY
+from gateway_runner import ADMIN_KEY
 from test_gw_limits_e2e import GatewayProcess, _chat, create_key
 
 from gateway.access.keys import parse_key

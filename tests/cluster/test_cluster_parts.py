@@ -17,16 +17,16 @@ import structlog
 from cluster_support import LoopbackCluster, settle_round
 from redis.asyncio.cluster import RedisCluster
 
-from gateway.metering.settler import SettleBatcher
 from gateway.access.auth import Authenticator
-from gateway.errors import AuthenticationFailed
 from gateway.access.keys import KeyStore, parse_key, record_key
-from gateway.metering.limits import KeyLimits, Limiter
-from gateway.money import usd_to_nanos
-from gateway.metering.reports import UsageReports
-from gateway.metering.spool import Spool
-from gateway.store.connect import connect_redis
+from gateway.errors import AuthenticationFailed
 from gateway.metering.ledger import UsageEvent, UsageLedger
+from gateway.metering.limits import KeyLimits, Limiter
+from gateway.metering.reports import UsageReports
+from gateway.metering.settler import SettleBatcher
+from gateway.metering.spool import Spool
+from gateway.money import usd_to_nanos
+from gateway.store.connect import connect_redis
 
 PEPPER = b"cluster-test-pepper-0123456789"
 

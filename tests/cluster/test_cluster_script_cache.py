@@ -13,12 +13,12 @@ from cluster_support import LoopbackCluster, settle_round
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from gateway.metering.settler import SettleBatcher
-from gateway.metering.limits import KeyLimits, Limiter
-from gateway.money import usd_to_nanos
-from gateway.metering.spool import Spool
-from gateway.store.connect import connect_redis
 from gateway.metering.ledger import RECORD_LUA, UsageLedger, stream_key
+from gateway.metering.limits import KeyLimits, Limiter
+from gateway.metering.settler import SettleBatcher
+from gateway.metering.spool import Spool
+from gateway.money import usd_to_nanos
+from gateway.store.connect import connect_redis
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import asyncio
 import httpx
 import pytest
 from cluster_support import LoopbackCluster
-from gw_support import ADMIN_KEY
+from gateway_runner import ADMIN_KEY
 from openai import AsyncOpenAI
 from test_gw_limits_e2e import GatewayProcess, create_key
 

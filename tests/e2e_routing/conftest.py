@@ -3,23 +3,13 @@ loopback providers, driven with the official openai SDK."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
-
-TESTS = Path(__file__).resolve().parents[1]
-# The shared fake providers and the gateway runner of the gateway tests (no packages there:
-# tests/gateway must not shadow the gateway package).
-for folder in (TESTS / "support", TESTS / "gateway"):
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-
-from fake_provider import FakeProviderFleet  # noqa: E402
-from gw_support import GatewayThread, make_settings  # noqa: E402
-from route_rig import RouteRig, base_policy  # noqa: E402
+from fake_provider import FakeProviderFleet
+from gateway_runner import GatewayThread, make_settings
+from route_rig import RouteRig, base_policy
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ import httpx
 import openai
 import yaml
 from fake_provider import FakeProviderFleet
-from gw_support import RunningGateway
+from gateway_runner import RunningGateway
 
 from gateway.routing.breaker import BreakerSettings
 from gateway.routing.latency import LatencyTracker

@@ -11,7 +11,7 @@ import openai
 import pytest
 import yaml
 from fake_provider import CUT, FakeProviderFleet
-from gw_support import GatewayThread, RunningGateway, make_settings
+from gateway_runner import GatewayThread, RunningGateway, make_settings
 from route_rig import base_policy
 
 from gateway.cli import main

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import yaml
 from fake_provider import FakeProviderFleet
-from gw_support import make_settings
+from gateway_runner import make_settings
 from route_rig import base_policy
 
 from gateway.api.openai import ClosingStreamingResponse
@@ -43,9 +43,12 @@ async def test_on_close_runs_when_the_body_never_started() -> None:
     assert events == ["on_close"]
 
 
-async def left_before_the_first_chunk(app: Any, key: str) -> list[dict[str, Any]]:
+async def left_before_the_first_chunk(
+    app: Any, lifespan_state: dict[str, Any], key: str
+) -> list[dict[str, Any]]:
     """POST a streamed chat; the client is gone before the response starts. Returns what was
-    sent (nothing, as the socket never took the response head)."""
+    sent (nothing, as the socket never took the response head). ``lifespan_state`` is what the
+    app's lifespan yielded: a server copies it into every request's scope."""
     request = orjson.dumps(
         {"model": "m-alpha", "messages": [{"role": "user", "content": "hi"}], "stream": True}
     )
@@ -80,7 +83,7 @@ async def left_before_the_first_chunk(app: Any, key: str) -> list[dict[str, Any]
         ],
         "client": ("127.0.0.1", 5000),
         "server": ("127.0.0.1", 80),
-        "state": {},
+        "state": dict(lifespan_state),
     }
     await app(scope, receive, send)
     return sent
@@ -94,8 +97,8 @@ async def test_a_probe_whose_client_left_early_frees_slot_probe_and_records_usag
     policy_path.write_text(yaml.safe_dump(base_policy(fleet), sort_keys=False))
     log = io.BytesIO()  # the JSON logger writes bytes, flushed when the lifespan ends
     app = create_app(make_settings(tmp_path, policy_path, redis_url), log_stream=log)
-    async with app.router.lifespan_context(app):
-        services = app.state.services
+    async with app.router.lifespan_context(app) as lifespan_state:
+        services = lifespan_state["services"]
         state = services.router.state
         state.breakers.reset(BreakerSettings(consecutive_failures=1, cooldown_s=0.05))
         breaker = state.breakers.get("alpha", "m-alpha")
@@ -104,7 +107,7 @@ async def test_a_probe_whose_client_left_early_frees_slot_probe_and_records_usag
         assert breaker.state == "half_open"
         key = (await services.keys.create({"name": "early-leaver"})).key
 
-        assert await left_before_the_first_chunk(app, key) == []
+        assert await left_before_the_first_chunk(app, lifespan_state, key) == []
         assert fleet["alpha"].hit_count() == 1  # the probe went out and its stream opened
         assert state.inflight.count("alpha") == 0
         assert breaker.state == "half_open" and breaker.would_allow()  # no verdict, probe free

@@ -18,9 +18,9 @@ import redis.asyncio
 from ledger_provider import CountingProvider
 from ledger_support import GatewayProcess, wait_for_events
 
+from gateway.metering.ledger import group_field
 from gateway.metering.limits import KeyLimits, Limiter, Reservation
 from gateway.metering.spool import Spool
-from gateway.metering.ledger import group_field
 
 MESSAGES = [{"role": "user", "content": " ".join(["ab"] * 12)}]  # estimate = usage: 12 tokens
 PER_REQUEST_NANOS = 12 * 150 + 9 * 600  # m-exact: $0.15 and $0.60 per 1M tokens

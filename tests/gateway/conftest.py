@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gw_support import POLICY, GatewayThread, RunningGateway, make_settings, unused_port
+from gateway_runner import POLICY, GatewayThread, RunningGateway, make_settings, unused_port
 
 from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
 

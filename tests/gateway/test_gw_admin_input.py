@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from gw_support import ADMIN_KEY, GatewayThread, RunningGateway, make_settings
+from gateway_runner import ADMIN_KEY, GatewayThread, RunningGateway, make_settings
 
 ALIAS_BOMB = "\n".join(
     [

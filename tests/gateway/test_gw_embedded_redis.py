@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import httpx
-from gw_support import GatewayThread, RunningGateway, make_settings
+from gateway_runner import GatewayThread, RunningGateway, make_settings
 
 HI = [{"role": "user", "content": "hi"}]
 

@@ -6,7 +6,7 @@ import httpx
 import openai
 import orjson
 import pytest
-from gw_support import GatewayThread, RunningGateway, make_settings
+from gateway_runner import GatewayThread, RunningGateway, make_settings
 from starlette.routing import Route
 
 

@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 import redis
-from gw_support import ADMIN_KEY, PEPPER, GatewayThread, RunningGateway, make_settings
+from gateway_runner import ADMIN_KEY, PEPPER, GatewayThread, RunningGateway, make_settings
 
 from gateway.access.keys import PEPPER_FINGERPRINT_KEY, parse_key, pepper_fingerprint, record_key
 

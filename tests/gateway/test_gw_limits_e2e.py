@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from gw_support import ADMIN_KEY, PEPPER
+from gateway_runner import ADMIN_KEY, PEPPER
 
 from gateway.store.embedded import EmbeddedRedis, free_port
 

@@ -8,7 +8,7 @@ import time
 import httpx
 import openai
 import orjson
-from gw_support import RunningGateway
+from gateway_runner import RunningGateway
 
 from gateway.tools.fake_upstream import CONTENT, PROMPT_TOKENS, FakeUpstream
 

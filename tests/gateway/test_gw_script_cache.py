@@ -15,7 +15,7 @@ import openai
 import pytest
 import redis as sync_redis
 import redis.asyncio
-from gw_support import GatewayThread, RunningGateway, make_settings
+from gateway_runner import GatewayThread, RunningGateway, make_settings
 
 from gateway.metering.limits import KeyLimits, Limiter
 from gateway.money import usd_to_nanos

@@ -8,7 +8,7 @@ import stat
 import httpx
 import orjson
 import pytest
-from gw_support import PEPPER, RunningGateway
+from gateway_runner import PEPPER, RunningGateway
 
 from gateway.cli import main
 from gateway.settings import Settings, SettingsError, ensure_secrets, load_settings

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from gw_support import ADMIN_KEY, GatewayThread, RunningGateway, make_settings
+from gateway_runner import ADMIN_KEY, GatewayThread, RunningGateway, make_settings
 from prometheus_client.parser import text_string_to_metric_families
 
 HI = [{"role": "user", "content": "hi"}]

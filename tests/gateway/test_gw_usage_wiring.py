@@ -7,7 +7,7 @@ import time
 
 import httpx
 import openai
-from gw_support import ADMIN_KEY, RunningGateway
+from gateway_runner import ADMIN_KEY, RunningGateway
 
 HI = [{"role": "user", "content": "hi"}]
 

@@ -11,7 +11,7 @@ import httpx
 import openai
 import orjson
 import pytest
-from gw_support import RunningGateway
+from gateway_runner import RunningGateway
 
 from gateway.tools.fake_upstream import FakeUpstream
 

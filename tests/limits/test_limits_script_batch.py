@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import redis.exceptions
 
-from gateway.metering.limits import KeyLimits, Limiter
-from gateway.money import usd_to_nanos
-from gateway.metering.spool import Spool
-from gateway.store.scripts import ScriptBatch
 from gateway.metering.ledger import RECORD_LUA, UsageEvent, UsageLedger
+from gateway.metering.limits import KeyLimits, Limiter
+from gateway.metering.spool import Spool
+from gateway.money import usd_to_nanos
+from gateway.store.scripts import ScriptBatch
 
 from .conftest import ClientFactory
 

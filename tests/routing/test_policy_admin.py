@@ -1,35 +1,43 @@
-"""The policy admin handlers, mounted on a real Starlette app."""
+"""The policy admin endpoints of a real gateway (uvicorn on a thread, real Redis)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import yaml
-from starlette.applications import Starlette
+from gateway_runner import ADMIN_KEY, GatewayThread, make_settings
 
-from gateway.api.policy_admin import policy_admin_routes
-from gateway.routing.dispatch import Dispatcher
-from gateway.routing.policy_store import PolicyStore
-from gateway.routing.router import Router
-from gateway.routing.state import RoutingState
+
+def _without_the_engine(data: dict[str, Any]) -> dict[str, Any]:
+    """The base policy minus its local provider: these tests need no engine loaded."""
+    del data["providers"]["home"], data["models"]["tiny"]
+    data["tasks"]["chat"]["fallbacks"] = []
+    return data
 
 
 @pytest.fixture
-async def admin(policy_data, policy_file):
-    path = policy_file(policy_data())
-    store = PolicyStore(path)
-    store.load()
-    state = RoutingState.build()
-    app = Starlette(
-        routes=policy_admin_routes(store, Router(store, state), Dispatcher(state, env={}))
-    )
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://admin") as client:
-        client.store = store  # type: ignore[attr-defined]
-        client.path = path  # type: ignore[attr-defined]
-        yield client
+async def admin(
+    policy_data: Callable[..., dict[str, Any]],
+    policy_file: Callable[[dict[str, Any]], Path],
+    tmp_path: Path,
+    redis_url: str,
+) -> AsyncIterator[httpx.AsyncClient]:
+    path = policy_file(_without_the_engine(policy_data()))
+    runner = GatewayThread(make_settings(tmp_path / "gw", path, redis_url))
+    gateway = runner.start()
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    try:
+        async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers) as client:
+            client.store = gateway.services.policies  # type: ignore[attr-defined]
+            client.path = path  # type: ignore[attr-defined]
+            yield client
+    finally:
+        runner.stop()
 
 
 async def test_get_policy_shows_version_and_policy(admin) -> None:
@@ -43,7 +51,7 @@ async def test_get_policy_shows_version_and_policy(admin) -> None:
 
 
 async def test_put_yaml_applies_and_writes_the_file(admin, policy_data) -> None:
-    text = "# new\n" + yaml.safe_dump(policy_data(default_task="save"))
+    text = "# new\n" + yaml.safe_dump(_without_the_engine(policy_data(default_task="save")))
     response = await admin.put(
         "/admin/policy", content=text, headers={"content-type": "application/yaml"}
     )
@@ -53,7 +61,7 @@ async def test_put_yaml_applies_and_writes_the_file(admin, policy_data) -> None:
 
 
 async def test_put_json_applies(admin, policy_data) -> None:
-    data = policy_data(canaries=[{"from": "big", "to": "other", "percent": 5}])
+    data = _without_the_engine(policy_data(canaries=[{"from": "big", "to": "other", "percent": 5}]))
     response = await admin.put("/admin/policy", json=data)
     assert response.status_code == 200
     assert admin.store.policy.canaries[0].percent == 5
@@ -63,7 +71,7 @@ async def test_put_json_applies(admin, policy_data) -> None:
 async def test_put_invalid_is_refused_with_the_path(admin, policy_data) -> None:
     before = admin.path.read_text()
     version = admin.store.current.version
-    data = policy_data()
+    data = _without_the_engine(policy_data())
     data["fallbacks"]["other"] = ["big"]
     response = await admin.put("/admin/policy", json=data)
     assert response.status_code == 400
@@ -79,7 +87,9 @@ async def test_put_invalid_is_refused_with_the_path(admin, policy_data) -> None:
 
 async def test_validate_is_a_dry_run(admin, policy_data) -> None:
     version = admin.store.current.version
-    ok = await admin.post("/admin/policy/validate", json=policy_data(default_task="mix"))
+    ok = await admin.post(
+        "/admin/policy/validate", json=_without_the_engine(policy_data(default_task="mix"))
+    )
     assert ok.status_code == 200 and ok.json()["valid"] is True
     assert admin.store.current.version == version
     bad = await admin.post("/admin/policy/validate", content=b"models: {x: {provider: nope}}")

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from redis.asyncio import BlockingConnectionPool, Redis
 
+from gateway.metering.ledger import UsageLedger
 from gateway.metering.reports import UsageReports
 from gateway.metering.spool import Spool
-from gateway.metering.ledger import UsageLedger
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from typing import Any
 
 import uvicorn
 
-from gateway.store.embedded import free_port
 from gateway.metering.ledger import UsageEvent, day_of
+from gateway.store.embedded import free_port
 
 MODELS = ("gpt-4.1-mini", "qwen3:0.6b", "llama|3.1-8b")
 PROVIDERS = {"gpt-4.1-mini": "openai", "qwen3:0.6b": "local", "llama|3.1-8b": "vllm-east"}

@@ -1,41 +1,40 @@
-"""The /admin/ui dashboard: login/cookie flow over HTTP, then the page rendered in headless
-Chromium, whose DOM numbers must equal the JSON report and the event sums."""
+"""The /admin/ui dashboard of a real gateway: login/cookie flow over HTTP, then the page
+rendered in headless Chromium, whose DOM numbers must equal the JSON report and the event sums."""
 
 from __future__ import annotations
 
 import asyncio
-import hmac
+import dataclasses
 import shutil
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from gateway_runner import ADMIN_KEY, GatewayThread, RunningGateway, make_settings
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from gateway.dashboard import KEY_SERIES, TOP_KEYS, DashboardAuth, dashboard_routes
-from gateway.access.sessions import SessionStore
-from gateway.metering.reports import UsageReports
+from gateway.api.dashboard_view import KEY_SERIES, TOP_KEYS
 from gateway.metering.ledger import UsageEvent, UsageLedger
+from gateway.metering.reports import UsageReports
 
 from .helpers import expected_groups, make_events, serve
 
-ADMIN_KEY = "sy-admin-test-key-7f3a"
 REPO_ROOT = Path(__file__).resolve().parents[2]
-KEY_LIST = [
-    {
-        "id": f"key{i}",
-        "name": f"service {i}",
-        "team": "search" if i % 2 else "support",
-        "status": ("active", "revoked", "rotating")[i % 3],
-    }
-    for i in range(11)
-]  # fmt: skip  (key11 has usage but is not listed: shown as "unlisted")
+KEYS_LISTED = 11  # events name 12 keys: the 12th has usage but no key record ("unlisted")
+POLICY = """
+providers:
+  up: {base_url: "http://127.0.0.1:9/v1"}
+models:
+  some-model: {provider: up}
+"""
 
 
 def chromium_binary() -> str | None:
@@ -78,40 +77,60 @@ def sums(bars: list[dict[str, str]], by: str) -> dict[str, int]:
     return dict(out)
 
 
+@dataclasses.dataclass
+class Dashboard:
+    gateway: RunningGateway
+    events: list[UsageEvent]
+    key_list: list[dict[str, Any]]  # the key records, as the admin API lists them
+
+
 @pytest.fixture
-async def dashboard_app(
-    ledger: UsageLedger, reports: UsageReports
-) -> tuple[Starlette, list[UsageEvent]]:
-    events = make_events(400, seed=5, keys=12, days=6)
-    pipe = ledger.redis.pipeline(transaction=False)
-    for e in events:
-        ledger.add_record(pipe, e)
-    await pipe.execute()
+async def dashboard(
+    ledger: UsageLedger, clean_redis: str, tmp_path: Path
+) -> AsyncIterator[Dashboard]:
+    """A gateway on the test's Redis with 11 keys (every third revoked) and 400 usage events
+    over 12 key ids, the last of which has no key record."""
+    policy = tmp_path / "routing_rules.yaml"
+    policy.write_text(POLICY)
+    runner = GatewayThread(make_settings(tmp_path / "gw", policy, clean_redis))
+    gateway = runner.start()
+    try:
+        ids = [gateway.create_key(name=f"service {i}")[0] for i in range(KEYS_LISTED)]
+        with gateway.admin() as admin:
+            for key_id in ids[1::3]:
+                assert admin.post(f"/admin/keys/{key_id}/revoke").status_code == 200
+            listed = admin.get("/admin/keys", params={"limit": 100}).json()["data"]
+        real_id = {f"key{i}": key_id for i, key_id in enumerate(ids)}
+        events = [
+            dataclasses.replace(e, key_id=real_id.get(e.key_id, e.key_id))
+            for e in make_events(400, seed=5, keys=KEYS_LISTED + 1, days=6)
+        ]
+        pipe = ledger.redis.pipeline(transaction=False)
+        for event in events:
+            ledger.add_record(pipe, event)
+        await pipe.execute()
+        yield Dashboard(gateway, events, listed)
+    finally:
+        runner.stop()
 
-    auth = DashboardAuth(
-        verify_admin_key=lambda key: hmac.compare_digest(key.encode(), ADMIN_KEY.encode()),
-        sessions=SessionStore(ledger.redis, ADMIN_KEY, ttl_s=3600),
-    )
 
-    async def list_keys() -> list[dict[str, str]]:
-        return KEY_LIST
+def login_page_app(gateway_url: str) -> Starlette:
+    """Test-only page on another port of 127.0.0.1 (the same site): a browser "user" filling in
+    and submitting the gateway's login form."""
 
     async def autologin(request: Request) -> HTMLResponse:
-        # Test-only page: a browser "user" filling in and submitting the login form.
         return HTMLResponse(
-            '<form method="post" action="/admin/ui/login">'
+            f'<form method="post" action="{gateway_url}/admin/ui/login">'
             f'<input name="key" value="{ADMIN_KEY}"></form>'
             "<script>document.forms[0].submit()</script>"
         )
 
-    routes = [*dashboard_routes(reports=reports, auth=auth, list_keys=list_keys)]
-    routes.append(Route("/test-login", autologin))
-    return Starlette(routes=routes), events
+    return Starlette(routes=[Route("/test-login", autologin)])
 
 
-async def test_login_and_cookie_flow(dashboard_app: tuple[Starlette, list[UsageEvent]]) -> None:
-    app, _ = dashboard_app
-    async with serve(app) as base, httpx.AsyncClient(base_url=base) as client:
+async def test_login_and_cookie_flow(dashboard: Dashboard) -> None:
+    base = dashboard.gateway.base_url
+    async with httpx.AsyncClient(base_url=base) as client:
         anonymous = await client.get("/admin/ui")
         assert anonymous.status_code == 401 and 'name="key"' in anonymous.text
         wrong = await client.post("/admin/ui/login", data={"key": "nope"})
@@ -172,14 +191,14 @@ async def run_chromium(*args: str, timeout: float = 90) -> bytes:
     chromium_binary() is None, reason="chromium is not installed (apt-get install chromium)"
 )
 async def test_dashboard_in_headless_chromium(
-    dashboard_app: tuple[Starlette, list[UsageEvent]], reports: UsageReports, tmp_path: Path
+    dashboard: Dashboard, reports: UsageReports, tmp_path: Path
 ) -> None:
-    app, events = dashboard_app
+    events = dashboard.events
     artifacts = REPO_ROOT / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
     screenshot = artifacts / "dashboard.png"
     screenshot.unlink(missing_ok=True)
-    async with serve(app) as base:
+    async with serve(login_page_app(dashboard.gateway.base_url)) as base:
         profile = f"--user-data-dir={tmp_path / 'chromium'}"
         dom = (await run_chromium(profile, "--dump-dom", f"{base}/test-login")).decode()
         await run_chromium(
@@ -235,13 +254,14 @@ async def test_dashboard_in_headless_chromium(
     assert int(numbers.metrics["requests"]) == totals["requests"] == len(events)
     assert float(numbers.metrics["error_rate"]) == totals["error_rate"]
 
-    for entry in KEY_LIST:
+    assert {entry["status"] for entry in dashboard.key_list} == {"active", "revoked"}
+    for entry in dashboard.key_list:
         row = numbers.key_rows[entry["id"]]
         assert row["data-status"] == entry["status"]
         assert (
             int(row["data-cost-nanos"]) == by_key.get(entry["id"], {"cost_nanos": 0})["cost_nanos"]
         )
-    assert numbers.key_rows["key11"]["data-status"] == "unlisted"
+    assert numbers.key_rows[f"key{KEYS_LISTED}"]["data-status"] == "unlisted"
     assert numbers.titles >= len(spend)  # every bar has its tooltip
 
     assert screenshot.exists() and screenshot.stat().st_size > 10_000

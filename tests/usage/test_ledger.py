@@ -10,10 +10,6 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from gateway.money import usd_to_nanos
-from gateway.metering.reports import UsageReports
-from gateway.metering.spool import Spool
-from gateway.store.embedded import EmbeddedRedis
 from gateway.metering.ledger import (
     RecordOutcome,
     UsageError,
@@ -21,6 +17,10 @@ from gateway.metering.ledger import (
     UsageLedger,
     marker_key,
 )
+from gateway.metering.reports import UsageReports
+from gateway.metering.spool import Spool
+from gateway.money import usd_to_nanos
+from gateway.store.embedded import EmbeddedRedis
 
 from .helpers import expected_groups, make_events, pick
 

@@ -1,26 +1,24 @@
 """Reports over a filled ledger: per key, admin group-by with date ranges, CSV, event pages,
-and the HTTP handlers behind a real server."""
+and the same numbers from the HTTP endpoints of a real gateway."""
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 from datetime import timedelta
 from decimal import Decimal
-from functools import partial
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
+from gateway_runner import ADMIN_KEY, GatewayThread, make_settings
 
-from gateway.api.usage_api import admin_usage, admin_usage_events, own_usage
-from gateway.metering.reports import GROUP_BYS, ReportError, UsageReports
 from gateway.metering.ledger import UsageEvent, UsageLedger
+from gateway.metering.reports import GROUP_BYS, ReportError, UsageReports
 
-from .helpers import expected_groups, make_events, pick, serve
+from .helpers import expected_groups, make_events, pick
 
 
 @pytest.fixture
@@ -138,22 +136,49 @@ async def test_events_pages_cover_everything_newest_first(
     assert {k: v for k, v in first["data"][0].items() if k != "id"} == newest.to_dict()
 
 
-async def test_http_handlers(reports: UsageReports, filled: list[UsageEvent]) -> None:
-    async def usage_of_key0(request: Request) -> Response:
-        return await own_usage(request, reports=reports, key_id="key0")
+POLICY = """
+providers:
+  up: {base_url: "http://127.0.0.1:9/v1"}
+models:
+  some-model: {provider: up}
+"""
 
-    app = Starlette(
-        routes=[
-            Route("/v1/usage", usage_of_key0),
-            Route("/admin/usage", partial(admin_usage, reports=reports)),
-            Route("/admin/usage/events", partial(admin_usage_events, reports=reports)),
-        ]
-    )
+
+async def test_http_endpoints(
+    reports: UsageReports,
+    ledger: UsageLedger,
+    filled: list[UsageEvent],
+    clean_redis: str,
+    tmp_path: Path,
+) -> None:
+    policy = tmp_path / "routing_rules.yaml"
+    policy.write_text(POLICY)
+    runner = GatewayThread(make_settings(tmp_path / "gw", policy, clean_redis))
+    gateway = runner.start()
+    try:
+        await _check_http_endpoints(gateway, reports, ledger, filled)
+    finally:
+        runner.stop()
+
+
+async def _check_http_endpoints(
+    gateway: Any, reports: UsageReports, ledger: UsageLedger, filled: list[UsageEvent]
+) -> None:
+    # key0's events again, under a key of the gateway's, for its own GET /v1/usage.
+    key_id, api_key = gateway.create_key(name="reports")
+    pipe = ledger.redis.pipeline(transaction=False)
+    for event in filled:
+        if event.key_id == "key0":
+            ledger.add_record(pipe, dataclasses.replace(event, key_id=key_id))
+    await pipe.execute()
     today = reports.today()
     start = (today - timedelta(days=3)).isoformat()
-    async with serve(app) as base, httpx.AsyncClient(base_url=base) as client:
-        own = (await client.get("/v1/usage", params={"days": 30})).json()
-        assert own == await reports.usage_for_key("key0", days=30)
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    async with httpx.AsyncClient(base_url=gateway.base_url, headers=admin) as client:
+        mine = {"Authorization": f"Bearer {api_key}"}
+        own = (await client.get("/v1/usage", params={"days": 30}, headers=mine)).json()
+        assert own == await reports.usage_for_key(key_id, days=30)
+        assert own == {**await reports.usage_for_key("key0", days=30), "key_id": key_id}
 
         for by in GROUP_BYS:
             params = {"from": start, "to": today.isoformat(), "group_by": by}
@@ -184,7 +209,7 @@ async def test_http_handlers(reports: UsageReports, filled: list[UsageEvent]) ->
             "/admin/usage/events?key=a%20b": "key",
         }
         for url, param in bad.items():
-            response = await client.get(url)
+            response = await client.get(url, headers=mine if url.startswith("/v1") else admin)
             assert response.status_code == 400, url
             error = response.json()["error"]
             assert error["param"] == param, url

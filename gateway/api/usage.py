@@ -1,15 +1,8 @@
-"""HTTP handlers for usage reports. Each takes its dependencies as keyword arguments; the app
-binds them (``functools.partial`` keeps them async for Starlette) after its own principal or
-admin check, e.g.::
+"""Usage reports over HTTP: ``GET /v1/usage`` (the calling key's own, ``Guard.API_KEY``) and
+``GET /admin/usage``, ``GET /admin/usage/events`` (``Guard.ADMIN``).
 
-    async def usage_endpoint(request):
-        principal = await authenticate(request)
-        return await own_usage(request, reports=reports, key_id=principal.key_id)
-
-    Route("/admin/usage", partial(admin_usage, reports=reports))
-    Route("/admin/usage/events", partial(admin_usage_events, reports=reports))
-
-Bad parameters get a 400 in OpenAI's error envelope naming the parameter.
+They read ``UsageReports`` (the same numbers as ``switchyard usage report``). Bad parameters get
+a 400 in OpenAI's error envelope naming the parameter.
 """
 
 from __future__ import annotations
@@ -17,33 +10,27 @@ from __future__ import annotations
 from datetime import date, timedelta
 from typing import Annotated, Literal
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 
+from gateway.access.auth import Principal
+from gateway.api.endpoint import Guard, endpoint
+from gateway.api.http import json_response
 from gateway.api.payloads import parse_query
-from gateway.errors import GatewayError, InvalidRequest
+from gateway.errors import InvalidRequest
 from gateway.metering.reports import (
     GROUP_BYS,
     MAX_EVENTS_LIMIT,
     ReportError,
-    UsageReports,
     parse_day,
     render_csv,
     validate_key_filter,
 )
+from gateway.services import Services
 
 DEFAULT_RANGE_DAYS = 30
-JSON = "application/json"
-
-
-def json_response(body: object, status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type=JSON)
-
-
-def error_response(exc: GatewayError) -> Response:
-    return Response(exc.body_bytes(), status_code=exc.status, media_type=JSON, headers=exc.headers)
 
 
 class OwnUsageQuery(BaseModel):
@@ -84,34 +71,32 @@ def _invalid(exc: ReportError) -> InvalidRequest:
     return InvalidRequest(exc.message, param=exc.param)
 
 
-async def own_usage(request: Request, *, reports: UsageReports, key_id: str) -> Response:
+async def own_usage(request: Request, services: Services, principal: Principal) -> Response:
     """``GET /v1/usage?days=30``: the caller's own key."""
+    reports = services.reports
+    days = parse_query(OwnUsageQuery, request).days
+    if days > reports.retention_days:
+        raise InvalidRequest(
+            f"days: must be an integer from 1 to {reports.retention_days}", param="days"
+        )
     try:
-        days = parse_query(OwnUsageQuery, request).days
-        if days > reports.retention_days:
-            raise InvalidRequest(
-                f"days: must be an integer from 1 to {reports.retention_days}", param="days"
-            )
-        return json_response(await reports.usage_for_key(key_id, days))
+        return json_response(await reports.usage_for_key(principal.key_id, days))
     except ReportError as exc:
-        return error_response(_invalid(exc))
-    except GatewayError as exc:
-        return error_response(exc)
+        raise _invalid(exc) from None
 
 
-async def admin_usage(request: Request, *, reports: UsageReports) -> Response:
+async def admin_usage(request: Request, services: Services) -> Response:
     """``GET /admin/usage?from=&to=&group_by=&format=json|csv`` (dates inclusive, UTC)."""
+    reports = services.reports
+    query = parse_query(AdminUsageQuery, request)
+    group_by = query.group_by
     try:
-        query = parse_query(AdminUsageQuery, request)
-        group_by, output = query.group_by, query.format
         end = parse_day(query.to, "to", reports.today())
         start = parse_day(query.from_, "from", default_start(end))
         report = await reports.admin_usage(start, end, group_by)
     except ReportError as exc:
-        return error_response(_invalid(exc))
-    except GatewayError as exc:
-        return error_response(exc)
-    if output == "csv":
+        raise _invalid(exc) from None
+    if query.format == "csv":
         filename = f"usage-{group_by}-{report['from']}-{report['to']}.csv"
         return Response(
             render_csv(report["data"], group_by),
@@ -121,16 +106,21 @@ async def admin_usage(request: Request, *, reports: UsageReports) -> Response:
     return json_response(report)
 
 
-async def admin_usage_events(request: Request, *, reports: UsageReports) -> Response:
+async def admin_usage_events(request: Request, services: Services) -> Response:
     """``GET /admin/usage/events?key=&model=&cursor=&limit=``: newest first, paginated."""
+    query = parse_query(UsageEventsQuery, request)
     try:
-        query = parse_query(UsageEventsQuery, request)
         key = validate_key_filter(query.key)
-        page = await reports.events(  # an empty filter is no filter
+        page = await services.reports.events(  # an empty filter is no filter
             key=key, model=query.model or None, cursor=query.cursor or None, limit=query.limit
         )
     except ReportError as exc:
-        return error_response(_invalid(exc))
-    except GatewayError as exc:
-        return error_response(exc)
+        raise _invalid(exc) from None
     return json_response(page)
+
+
+routes = [
+    Route("/v1/usage", endpoint(own_usage, Guard.API_KEY), methods=["GET"]),
+    Route("/admin/usage", endpoint(admin_usage, Guard.ADMIN), methods=["GET"]),
+    Route("/admin/usage/events", endpoint(admin_usage_events, Guard.ADMIN), methods=["GET"]),
+]

@@ -1,45 +1,32 @@
-"""The ``/admin/ui`` dashboard: one server-rendered page, charts as inline SVG, no JavaScript.
+"""What the ``/admin/ui`` dashboard shows, and the Jinja renderer that draws it.
 
-Login posts the admin key once; the answer is an HttpOnly, SameSite=Strict, Secure (unless
-configured off) cookie holding a random session token, never the key. Sessions live server-side
-(``gateway.access.sessions``): logout ends one, an admin key change ends them all. Failed
-logins are counted per client address and throttled (``gateway.access.throttle``). Every chart
-element carries its exact number in ``data-value`` and a ``<title>`` tooltip, and the same
-numbers appear in tables below, so the page is readable without JavaScript and checkable by a
-test.
+``build_view`` turns the report cells of a date range into charts already laid out in SVG
+coordinates, and tables; the templates (``api/templates``, autoescaped) draw them with no
+JavaScript. Every chart element carries its exact number in ``data-value`` and a ``<title>``
+tooltip, and the same numbers appear in the tables below, so the page is readable without
+JavaScript and checkable by a test. The HTTP side (login, sessions) is ``api/dashboard.py``.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, timedelta
-from functools import partial
+from datetime import date
 from pathlib import Path
-from typing import Any, Protocol
-from urllib.parse import parse_qs
+from typing import Any
 
 import jinja2
-from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.routing import Route
+from starlette.responses import HTMLResponse, Response
 
-from gateway.errors import RateLimited
 from gateway.metering.reports import (
     Cell,
-    ReportError,
     Totals,
-    UsageReports,
     days_between,
     group_cells,
-    parse_day,
     total_of,
 )
 from gateway.money import NANOS_PER_USD
 
-DEFAULT_DAYS = 14
-MAX_LOGIN_BODY = 4096
 TOP_KEYS = 10
 KEY_SERIES = 8  # keys drawn individually in the spend-by-key chart; the rest is "other"
 PALETTE = (
@@ -55,8 +42,6 @@ PALETTE = (
     "#bab0ac",
 )
 
-KeyLister = Callable[[], Awaitable[Sequence[Mapping[str, Any]]] | Sequence[Mapping[str, Any]]]
-
 
 def format_usd(nanos: int) -> str:
     """Exact, from the integer nano-dollars: ``$1,234.50``, ``$0.001692``, ``$0.0000005``."""
@@ -69,37 +54,6 @@ def format_usd(nanos: int) -> str:
 
 def format_count(value: int) -> str:
     return f"{value:,}"
-
-
-class Sessions(Protocol):
-    """Server-side sessions (``gateway.access.sessions.SessionStore``)."""
-
-    ttl_s: int
-
-    async def create(self) -> str: ...
-
-    async def valid(self, token: str | None) -> bool: ...
-
-    async def end(self, token: str | None) -> None: ...
-
-
-class LoginThrottle(Protocol):
-    """Failed-login counting per client address (``gateway.access.throttle.AuthThrottle``)."""
-
-    async def check(self, address: str) -> None: ...  # raises RateLimited when over
-
-    async def failed(self, address: str, what: str) -> None: ...
-
-
-@dataclass(frozen=True)
-class DashboardAuth:
-    """Admin login for the page. ``verify_admin_key`` is the app's constant-time check."""
-
-    verify_admin_key: Callable[[str], bool]
-    sessions: Sessions
-    secure_cookie: bool = True
-    throttle: LoginThrottle | None = None
-    cookie_name: str = "sy_admin_session"
 
 
 @dataclass(frozen=True)
@@ -332,7 +286,8 @@ class DashboardRenderer:
         return self.env.get_template(template).render(**context)
 
 
-def _security_headers(response: Response) -> Response:
+def secured(response: Response) -> Response:
+    """The headers every dashboard answer carries: never cached, framed or leaked."""
     response.headers["cache-control"] = "no-store"
     response.headers["x-frame-options"] = "DENY"
     response.headers["content-security-policy"] = (
@@ -348,123 +303,9 @@ def error_page(
 ) -> Response:
     """The dashboard's error page (a bad range, a store that is down) with ``status``."""
     html = renderer.render("error.html", message=message, param=param)
-    return _security_headers(HTMLResponse(html, status_code=status))
+    return secured(HTMLResponse(html, status_code=status))
 
 
-def _login_page(renderer: DashboardRenderer, message: str | None, status: int) -> Response:
+def login_page(renderer: DashboardRenderer, message: str | None, status: int) -> Response:
     html = renderer.render("login.html", message=message)
-    return _security_headers(HTMLResponse(html, status_code=status))
-
-
-async def _list_keys(list_keys: KeyLister) -> Sequence[Mapping[str, Any]]:
-    result = list_keys()
-    if inspect.isawaitable(result):
-        result = await result
-    return result
-
-
-async def dashboard_page(
-    request: Request,
-    *,
-    reports: UsageReports,
-    auth: DashboardAuth,
-    list_keys: KeyLister,
-    renderer: DashboardRenderer,
-) -> Response:
-    """``GET /admin/ui?from=&to=``: the dashboard, or the login form without a session."""
-    signed_in = await auth.sessions.valid(request.cookies.get(auth.cookie_name))
-    if not signed_in:
-        return _login_page(renderer, None, 401)
-    try:
-        end = parse_day(request.query_params.get("to"), "to", reports.today())
-        start = parse_day(
-            request.query_params.get("from"), "from", end - timedelta(days=DEFAULT_DAYS - 1)
-        )
-        reports.check_range(start, end)
-    except ReportError as exc:
-        return error_page(renderer, exc.message, 400, exc.param)
-    view = build_view(start, end, await reports.cells(start, end), await _list_keys(list_keys))
-    return _security_headers(HTMLResponse(renderer.render("dashboard.html", view=view)))
-
-
-async def dashboard_login(
-    request: Request, *, auth: DashboardAuth, renderer: DashboardRenderer
-) -> Response:
-    """``POST /admin/ui/login`` with form field ``key``: sets the session cookie."""
-    content_type = request.headers.get("content-type", "").split(";")[0].strip()
-    if content_type != "application/x-www-form-urlencoded":
-        return _login_page(renderer, "The login form must be posted as a form.", 400)
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_LOGIN_BODY:
-            return _login_page(renderer, "The login form is too large.", 413)
-    key = parse_qs(body.decode("utf-8", "replace")).get("key", [""])[0].strip()
-    if not key:
-        return _login_page(renderer, "Enter the admin key.", 400)
-    address = request.client.host if request.client else "unknown"
-    try:
-        if auth.throttle is not None:
-            await auth.throttle.check(address)
-        if not auth.verify_admin_key(key):
-            if auth.throttle is not None:
-                await auth.throttle.failed(address, "dashboard_login")
-            return _login_page(renderer, "That is not the admin key.", 401)
-        token = await auth.sessions.create()
-    except RateLimited as refused:
-        page = _login_page(renderer, refused.message, 429)
-        page.headers.update(refused.headers)
-        return page
-    response = RedirectResponse("/admin/ui", status_code=303)
-    response.set_cookie(
-        auth.cookie_name,
-        token,
-        max_age=auth.sessions.ttl_s,
-        path="/admin",
-        httponly=True,
-        samesite="strict",
-        secure=auth.secure_cookie,
-    )
-    return _security_headers(response)
-
-
-async def dashboard_logout(
-    request: Request, *, auth: DashboardAuth, renderer: DashboardRenderer
-) -> Response:
-    """``POST /admin/ui/logout``: ends the session (server-side) and forgets the cookie."""
-    await auth.sessions.end(request.cookies.get(auth.cookie_name))
-    response = RedirectResponse("/admin/ui", status_code=303)
-    response.delete_cookie(
-        auth.cookie_name,
-        path="/admin",
-        httponly=True,
-        samesite="strict",
-        secure=auth.secure_cookie,
-    )
-    return _security_headers(response)
-
-
-def dashboard_routes(
-    *, reports: UsageReports, auth: DashboardAuth, list_keys: KeyLister
-) -> list[Route]:
-    """The three dashboard routes, dependencies bound; mount them at the app's root."""
-    renderer = DashboardRenderer()
-    return [
-        Route(
-            "/admin/ui",
-            partial(
-                dashboard_page, reports=reports, auth=auth, list_keys=list_keys, renderer=renderer
-            ),
-            methods=["GET"],
-        ),
-        Route(
-            "/admin/ui/login",
-            partial(dashboard_login, auth=auth, renderer=renderer),
-            methods=["POST"],
-        ),
-        Route(
-            "/admin/ui/logout",
-            partial(dashboard_logout, auth=auth, renderer=renderer),
-            methods=["POST"],
-        ),
-    ]
+    return secured(HTMLResponse(html, status_code=status))

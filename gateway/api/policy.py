@@ -1,7 +1,4 @@
-"""Admin endpoints for the routing policy and route explanations.
-
-Each handler takes its dependencies as arguments; ``policy_admin_routes`` binds them into
-Starlette routes for the app to mount (behind the admin auth):
+"""Admin endpoints for the routing policy and route explanations (``Guard.ADMIN``):
 
 - ``GET  /admin/policy``           version, loaded_at, source, last_error and the policy as JSON
 - ``PUT  /admin/policy``           YAML or JSON body: validate, write the file atomically, apply
@@ -15,7 +12,6 @@ Starlette routes for the app to mount (behind the admin auth):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
@@ -23,14 +19,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.api.http import error_response, json_response, read_body, read_json_object
+from gateway.api.endpoint import Guard, endpoint
+from gateway.api.http import json_response, read_body, read_json_object
 from gateway.api.payloads import parse_payload
 from gateway.api.validation import validate_routed
-from gateway.errors import GatewayError, InvalidRequest, clip
-from gateway.routing.dispatch import Dispatcher
+from gateway.errors import InvalidRequest, clip
 from gateway.routing.policy import PolicyError, parse_policy
-from gateway.routing.policy_store import PolicyStore, policy_text_from_body
-from gateway.routing.router import Router
+from gateway.routing.policy_store import policy_text_from_body
+from gateway.services import Services
 
 MAX_POLICY_BYTES = 1 << 20
 MAX_EXPLAIN_BYTES = 1 << 20
@@ -45,33 +41,31 @@ def _invalid_policy(error: PolicyError) -> InvalidRequest:
     )
 
 
-async def get_policy(request: Request, store: PolicyStore) -> Response:
-    return json_response(store.describe())
+async def get_policy(request: Request, services: Services) -> Response:
+    return json_response(services.policies.describe())
 
 
-async def put_policy(request: Request, store: PolicyStore) -> Response:
+async def put_policy(request: Request, services: Services) -> Response:
+    store = services.policies
     try:
         raw = await read_body(request, MAX_POLICY_BYTES)
         text = policy_text_from_body(raw, request.headers.get("content-type"))
         loaded = await asyncio.to_thread(store.write, text)
     except PolicyError as error:
-        return error_response(_invalid_policy(error))
-    except GatewayError as error:
-        return error_response(error)
+        raise _invalid_policy(error) from None
     return json_response(
         {"applied": True, "version": loaded.version, "loaded_at": loaded.loaded_at}
     )
 
 
-async def validate_policy(request: Request, store: PolicyStore) -> Response:
+async def validate_policy(request: Request, services: Services) -> Response:
+    store = services.policies
     try:
         raw = await read_body(request, MAX_POLICY_BYTES)
         text = policy_text_from_body(raw, request.headers.get("content-type"))
         policy = parse_policy(text)
     except PolicyError as error:
-        return error_response(_invalid_policy(error))
-    except GatewayError as error:
-        return error_response(error)
+        raise _invalid_policy(error) from None
     return json_response(
         {
             "valid": True,
@@ -82,15 +76,12 @@ async def validate_policy(request: Request, store: PolicyStore) -> Response:
     )
 
 
-async def explain_route(request: Request, router: Router, dispatcher: Dispatcher) -> Response:
-    try:
-        payload = await read_json_object(request, MAX_EXPLAIN_BYTES)
-        body, headers, key_id, allowed = _explain_inputs(payload)
-        plan = router.plan(body=body, headers=headers, key_id=key_id, allowed_models=allowed)
-    except GatewayError as error:
-        return error_response(error)
+async def explain_route(request: Request, services: Services) -> Response:
+    payload = await read_json_object(request, MAX_EXPLAIN_BYTES)
+    body, headers, key_id, allowed = _explain_inputs(payload)
+    plan = services.router.plan(body=body, headers=headers, key_id=key_id, allowed_models=allowed)
     explained = plan.explain()
-    health = dispatcher.preview(plan)
+    health = services.dispatcher.preview(plan)
     explained["health"] = health
     # The first candidate the dispatcher would try now; the header it would get if it serves.
     would_serve = next(
@@ -132,21 +123,9 @@ def _explain_inputs(
     )
 
 
-def policy_admin_routes(store: PolicyStore, router: Router, dispatcher: Dispatcher) -> list[Route]:
-    """The four routes, bound to the app's objects."""
-
-    def bind(
-        handler: Callable[..., Awaitable[Response]], *deps: object
-    ) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            return await handler(request, *deps)
-
-        endpoint.__name__ = handler.__name__
-        return endpoint
-
-    return [
-        Route("/admin/policy", bind(get_policy, store), methods=["GET"]),
-        Route("/admin/policy", bind(put_policy, store), methods=["PUT"]),
-        Route("/admin/policy/validate", bind(validate_policy, store), methods=["POST"]),
-        Route("/admin/route/explain", bind(explain_route, router, dispatcher), methods=["POST"]),
-    ]
+routes = [
+    Route("/admin/policy", endpoint(get_policy, Guard.ADMIN), methods=["GET"]),
+    Route("/admin/policy", endpoint(put_policy, Guard.ADMIN), methods=["PUT"]),
+    Route("/admin/policy/validate", endpoint(validate_policy, Guard.ADMIN), methods=["POST"]),
+    Route("/admin/route/explain", endpoint(explain_route, Guard.ADMIN), methods=["POST"]),
+]

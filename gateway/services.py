@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from redis.asyncio import Redis
 
 from gateway.access.auth import Authenticator
 from gateway.access.keys import KeyStore
+from gateway.access.sessions import SessionStore
 from gateway.access.throttle import AuthThrottle
-from gateway.dashboard import DashboardAuth, DashboardRenderer
 from gateway.metering.accounting import Accountant
 from gateway.metering.gate import LimitsGate
 from gateway.metering.ledger import UsageLedger
@@ -23,8 +23,15 @@ from gateway.providers.registry import ProviderRegistry
 from gateway.routing.dispatch import Dispatcher
 from gateway.routing.policy_store import PolicyStore
 from gateway.routing.router import Router
+from gateway.server.shutdown import Drain
 from gateway.settings import Settings
 from gateway.store.embedded import EmbeddedRedis
+
+
+class PageRenderer(Protocol):
+    """Draws the dashboard's HTML pages (``gateway.api.dashboard_view.DashboardRenderer``)."""
+
+    def render(self, template: str, **context: Any) -> str: ...
 
 
 @dataclass
@@ -47,10 +54,13 @@ class Services:
     accountant: Accountant
     ledger: UsageLedger
     reports: UsageReports
-    dashboard_auth: DashboardAuth
+    # The dashboard's server-side sessions.
+    sessions: SessionStore
     # Failed admin bearers and dashboard logins, counted per client address.
     auth_throttle: AuthThrottle
-    dashboard_renderer: DashboardRenderer
+    pages: PageRenderer
+    # SIGTERM's drain: readiness turns off while in-flight requests finish.
+    drain: Drain
     metrics: Metrics
     log: Any
     embedded_redis: EmbeddedRedis | None = None

@@ -1,0 +1,161 @@
+"""The one way a route is wired: ``Route(path, endpoint(handler, Guard.X), methods=[...])``.
+
+Every handler is ``async def handler(request, services) -> Response``; behind ``Guard.API_KEY``
+it also gets the caller's ``Principal``. ``endpoint`` takes the services from the lifespan
+state (nothing reads ``app.state``), applies the guard, turns a ``GatewayError`` into its
+envelope and a Redis outage into a 503, and sends the request id back as ``x-request-id``:
+
+- ``Guard.NONE``: the handler speaks for itself. /v1 pipelines authenticate as one of their
+  stages (their errors are in the client's format, their access line is their own), and the
+  probes need no credentials;
+- ``Guard.API_KEY``: the caller's own API key (``GET /v1/usage``);
+- ``Guard.ADMIN``: the admin key as a bearer, compared in constant time: none → 401, another →
+  403, counted per client address and 429 once that address failed too often; one
+  ``admin_request`` log line with the status the client got;
+- ``Guard.DASHBOARD``: the dashboard's HTML pages, whose session cookie is the page's own
+  business; a Redis outage is the 503 error page.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.access.auth import Principal, admin_token, is_admin_key
+from gateway.api.dashboard_view import error_page
+from gateway.api.http import client_address, error_response
+from gateway.errors import GatewayError, PermissionDenied, ServiceUnavailable
+from gateway.server.exchange import REQUEST_ID_HEADER, request_id_of, when_answered
+from gateway.services import Services
+from gateway.store.connect import REDIS_FAILURES
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+_LOGGED_PATH_CHARS = 200
+
+
+class Guard(enum.Enum):
+    NONE = "none"
+    API_KEY = "api_key"
+    ADMIN = "admin"
+    DASHBOARD = "dashboard"
+
+
+def services_of(request: Request) -> Services:
+    """The services the lifespan yielded, as Starlette copies them into each request."""
+    return request.state.services
+
+
+def endpoint(handler: Callable[..., Awaitable[Response]], guard: Guard) -> Endpoint:
+    """``handler`` behind ``guard``, as a Starlette endpoint."""
+    match guard:
+        case Guard.NONE:
+            wrapped = _open(handler)
+        case Guard.API_KEY:
+            wrapped = _api_key(handler)
+        case Guard.ADMIN:
+            wrapped = _admin(handler)
+        case Guard.DASHBOARD:
+            wrapped = _dashboard(handler)
+    wrapped.__name__ = handler.__name__  # what Starlette names the route after
+    wrapped.__doc__ = handler.__doc__
+    return wrapped
+
+
+def _open(handler: Callable[..., Awaitable[Response]]) -> Endpoint:
+    async def call(request: Request) -> Response:
+        response = await handler(request, services_of(request))
+        response.headers[REQUEST_ID_HEADER] = request_id_of(request)
+        return response
+
+    return call
+
+
+def _api_key(handler: Callable[..., Awaitable[Response]]) -> Endpoint:
+    async def call(request: Request) -> Response:
+        services = services_of(request)
+        try:
+            principal: Principal = await services.auth.authenticate(
+                request.headers.get("authorization")
+            )
+            response = await handler(request, services, principal)
+        except GatewayError as exc:
+            response = error_response(exc)
+        except REDIS_FAILURES as exc:
+            response = error_response(_redis_down(exc))
+        response.headers[REQUEST_ID_HEADER] = request_id_of(request)
+        return response
+
+    return call
+
+
+def _admin(handler: Callable[..., Awaitable[Response]]) -> Endpoint:
+    async def call(request: Request) -> Response:
+        services = services_of(request)
+        request_id = request_id_of(request)
+        started = time.perf_counter()
+
+        def log_line(status: int) -> None:  # with the status the client got
+            services.log.info(
+                "admin_request",
+                request_id=request_id,
+                method=request.method,
+                path=request.url.path[:_LOGGED_PATH_CHARS],
+                status=status,
+                latency_ms=round((time.perf_counter() - started) * 1000, 3),
+            )
+
+        try:
+            await _check_admin(request, services)
+            response = await handler(request, services)
+        except GatewayError as exc:
+            response = error_response(exc)
+        except REDIS_FAILURES as exc:
+            response = error_response(_redis_down(exc))
+        except Exception:  # the exchange middleware answers 500 (or 499: the client left)
+            when_answered(request, log_line, 500)
+            raise
+        response.headers[REQUEST_ID_HEADER] = request_id
+        when_answered(request, log_line, response.status_code)
+        return response
+
+    return call
+
+
+def _dashboard(handler: Callable[..., Awaitable[Response]]) -> Endpoint:
+    async def call(request: Request) -> Response:
+        services = services_of(request)
+        try:
+            response = await handler(request, services)
+        except REDIS_FAILURES as exc:
+            services.log.warning(
+                "dashboard_store_unavailable", path=request.url.path, error=type(exc).__name__
+            )
+            response = error_page(
+                services.pages,
+                "The usage store (Redis) is unavailable right now; try again in a moment.",
+                503,
+            )
+            response.headers["retry-after"] = "5"
+        response.headers[REQUEST_ID_HEADER] = request_id_of(request)
+        return response
+
+    return call
+
+
+async def _check_admin(request: Request, services: Services) -> None:
+    """401 without a bearer; 403 for a wrong one (counted against the client's address, and
+    logged with it); 429 while that address has failed too often, even with the right key."""
+    token = admin_token(request.headers.get("authorization"))
+    address = client_address(request)
+    await services.auth_throttle.check(address)
+    if not is_admin_key(token, services.admin_key):
+        await services.auth_throttle.failed(address, "admin_bearer")
+        raise PermissionDenied("This endpoint needs the admin key.", code="admin_key_required")
+
+
+def _redis_down(exc: BaseException) -> ServiceUnavailable:
+    return ServiceUnavailable(f"the key store is unavailable ({type(exc).__name__})")
