@@ -1,30 +1,46 @@
-"""The parts a request handler needs, built once by the app factory and handed to handlers."""
+"""The running gateway's parts: ``Services`` (what a request handler is handed) and
+``running_services``, which builds them from the settings and starts them.
+
+Building is plain construction, no I/O: every part takes the settings of its own
+(``RetrySettings.from_settings(settings)`` and the like). Starting walks one list of ``Part``s
+in order (embedded Redis, the Redis client and its key-pepper check, the policy, the engine,
+...); each part started is stopped again in reverse order, also when a later part fails to
+start, so a refused start never leaves the embedded Redis behind.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from redis.asyncio import Redis
 
-from gateway.access.auth import Authenticator
-from gateway.access.keys import KeyStore
+from gateway.access.auth import Authenticator, AuthSettings
+from gateway.access.keys import PEPPER_FINGERPRINT_KEY, KeyStore, PepperMismatch, check_pepper
 from gateway.access.sessions import SessionStore
-from gateway.access.throttle import AuthThrottle
+from gateway.access.throttle import AuthThrottle, ThrottleSettings
 from gateway.metering.accounting import Accountant
-from gateway.metering.gate import LimitsGate
+from gateway.metering.gate import LimiterSettings, LimitsGate
 from gateway.metering.ledger import UsageLedger
 from gateway.metering.limits import Limiter
 from gateway.metering.reports import UsageReports
 from gateway.metering.settler import SettleBatcher
+from gateway.metering.spool import Spool
 from gateway.metrics import Metrics
 from gateway.providers.local_host import LocalEngineHost
+from gateway.providers.openai_compat import OpenAICompatProvider, UpstreamSettings
 from gateway.providers.registry import ProviderRegistry
-from gateway.routing.dispatch import Dispatcher
+from gateway.routing.dispatch import Dispatcher, RetrySettings
+from gateway.routing.policy import PolicyError
 from gateway.routing.policy_store import PolicyStore
 from gateway.routing.router import Router
+from gateway.routing.state import RoutingState
 from gateway.server.shutdown import Drain
-from gateway.settings import Settings
+from gateway.settings import Secrets, Settings, SettingsError
+from gateway.store.connect import REDIS_FAILURES, connect_redis, warm_up
 from gateway.store.embedded import EmbeddedRedis
 
 
@@ -63,8 +79,216 @@ class Services:
     drain: Drain
     metrics: Metrics
     log: Any
-    embedded_redis: EmbeddedRedis | None = None
     # The in-process engine behind a `kind: local` provider (idle when the policy has none).
-    local_engine: LocalEngineHost | None = None
+    local_engine: LocalEngineHost
+    embedded_redis: EmbeddedRedis | None = None
     # Set when the key pepper, checked late (Redis was away at start), differs from Redis's.
     key_pepper_mismatch: bool = False
+
+
+def build_services(
+    settings: Settings, secrets: Secrets, log: Any, drain: Drain, pages: PageRenderer
+) -> Services:
+    """Every part, built and wired, none started."""
+    embedded = EmbeddedRedis(settings.redis_dir) if settings.embedded_redis else None
+    redis = connect_redis(
+        embedded.url if embedded else settings.redis_url, settings.redis_timeout_s
+    )
+    policies = PolicyStore(settings.policy_file)
+    keys = KeyStore(redis, secrets.key_pepper)
+    limiter = Limiter(redis)
+    ledger = UsageLedger(redis, spool=Spool(settings.data_dir / "spool"))
+    settler = SettleBatcher(redis, limiter, ledger, log)
+    state = RoutingState.from_settings(settings)
+    metrics = Metrics(routing=state)
+    metrics.watch_spool(ledger.spool_depth)
+    # The in-process engine (only if the policy has a local provider), loaded when started.
+    local_engine = LocalEngineHost(settings.data_dir, metrics, log)
+    upstream = UpstreamSettings.from_settings(settings)
+    providers = ProviderRegistry(
+        {
+            "openai_compatible": lambda name, config: OpenAICompatProvider(name, config, upstream),
+            "local": local_engine.provider_for,
+        }
+    )
+    return Services(
+        settings=settings,
+        admin_key=secrets.admin_key,
+        redis=redis,
+        keys=keys,
+        auth=Authenticator(keys, AuthSettings.from_settings(settings)),
+        policies=policies,
+        router=Router(policies, state),
+        providers=providers,
+        dispatcher=Dispatcher(state, RetrySettings.from_settings(settings), providers=providers),
+        limiter=limiter,
+        gate=LimitsGate(limiter, LimiterSettings.from_settings(settings), metrics, log),
+        settler=settler,
+        accountant=Accountant(settler, limiter, metrics, log),
+        ledger=ledger,
+        reports=UsageReports(redis),
+        sessions=SessionStore(redis, secrets.admin_key),
+        auth_throttle=AuthThrottle(
+            redis, ThrottleSettings.from_settings(settings), log=log, metrics=metrics
+        ),
+        pages=pages,
+        drain=drain,
+        metrics=metrics,
+        log=log,
+        embedded_redis=embedded,
+        local_engine=local_engine,
+    )
+
+
+@dataclass(frozen=True)
+class Part:
+    """One piece of the running gateway: ``start`` in order, ``stop`` in reverse."""
+
+    name: str
+    start: Callable[[], Awaitable[None]] | None = None
+    stop: Callable[[], Awaitable[None]] | None = None
+
+
+@contextlib.asynccontextmanager
+async def running_services(
+    settings: Settings, secrets: Secrets, log: Any, drain: Drain, pages: PageRenderer
+) -> AsyncIterator[Services]:
+    """The services, started part by part; stopped in reverse when the block ends."""
+    services = build_services(settings, secrets, log, drain, pages)
+    async with contextlib.AsyncExitStack() as started:
+        for part in _parts(services, secrets.key_pepper):
+            if part.start is not None:
+                await part.start()
+            if part.stop is not None:
+                started.push_async_callback(part.stop)
+        yield services
+
+
+def _parts(services: Services, pepper: bytes) -> list[Part]:
+    """The start order; stopping runs it backwards (the settle batch drains before the ledger
+    stops, the engine stops after the providers, Redis closes last)."""
+    redis = _RedisWatch(services, pepper)
+    parts = []
+    if services.embedded_redis is not None:
+        parts.append(_embedded_redis(services.embedded_redis, services.log))
+    policies, engine = services.policies, services.local_engine
+    parts += [
+        Part("redis", start=redis.connect, stop=services.redis.aclose),
+        Part("policy", start=lambda: _load_policy(services)),
+        Part(
+            "local engine", start=lambda: engine.start(policies.policy_or_none()), stop=engine.stop
+        ),
+        Part("providers", stop=services.providers.close),
+        Part("policy watch", start=_now(policies.start_watching), stop=policies.stop),
+        Part("releases", stop=services.accountant.wait_background),
+        Part("usage ledger", start=services.ledger.start, stop=services.ledger.stop),
+        Part("settle batch", stop=services.settler.drain),
+        Part("watchers", start=redis.start_watching, stop=redis.stop_watching),
+    ]
+    return parts
+
+
+def _now(start: Callable[[], None]) -> Callable[[], Awaitable[None]]:
+    async def run() -> None:
+        start()
+
+    return run
+
+
+def _embedded_redis(server: EmbeddedRedis, log: Any) -> Part:
+    async def start() -> None:
+        await asyncio.to_thread(server.start)
+        log.info("embedded_redis_started", data_dir=str(server.data_dir))
+
+    async def stop() -> None:
+        await asyncio.to_thread(server.stop)
+        log.info("embedded_redis_stopped")
+
+    return Part("embedded redis", start=start, stop=stop)
+
+
+async def _load_policy(services: Services) -> None:
+    settings, log = services.settings, services.log
+    try:
+        loaded = services.policies.load()
+        log.info("policy_loaded", version=loaded.version, file=str(settings.policy_file))
+    except PolicyError as exc:  # the gateway starts; /readyz says the policy is not loaded
+        log.error("policy_load_failed", path=exc.path, error=exc.message)
+
+
+class _RedisWatch:
+    """Redis at start (a cluster's topology warmed, the key pepper checked), and the tasks that
+    watch it beside the requests: key-change notices (to drop cached keys), the embedded
+    server's supervisor, and a late pepper check when Redis was away at start."""
+
+    def __init__(self, services: Services, pepper: bytes) -> None:
+        self.services = services
+        self.pepper = pepper
+        self.pepper_checked = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def connect(self) -> None:
+        """Reach Redis (a cluster's topology, when it answers) and check the key pepper."""
+        services = self.services
+        warm_up_error = await warm_up(services.redis)
+        if warm_up_error is not None:
+            services.log.warning("redis_cluster_unreachable_at_start", error=warm_up_error)
+        self.pepper_checked = await self._check_pepper()
+
+    async def start_watching(self) -> None:
+        services = self.services
+        self._tasks.append(
+            asyncio.create_task(services.auth.watch_changes(services.redis, services.log))
+        )
+        if not self.pepper_checked:
+            self._tasks.append(asyncio.create_task(self._check_pepper_later()))
+        if services.embedded_redis is not None:
+            self._tasks.append(asyncio.create_task(self._supervise(services.embedded_redis)))
+
+    async def stop_watching(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _check_pepper(self) -> bool:
+        """True once the pepper is known to match this Redis's (adopted or checked); False when
+        Redis cannot say now. A mismatch raises ``SettingsError``: this replica must not
+        serve."""
+        log = self.services.log
+        try:
+            adopted = await check_pepper(self.services.redis, self.pepper)
+        except PepperMismatch as exc:
+            raise SettingsError(str(exc)) from None
+        except REDIS_FAILURES as exc:
+            log.warning("key_pepper_unchecked", error=type(exc).__name__)
+            return False
+        if adopted:
+            log.info("key_pepper_adopted", key=PEPPER_FINGERPRINT_KEY)
+        return True
+
+    async def _check_pepper_later(self) -> None:
+        """Redis was away at start: check the pepper once it answers. A mismatch found now
+        makes this replica unready (``/readyz`` → 503) and logs an error naming the setting."""
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                if await self._check_pepper():
+                    return
+            except SettingsError as exc:
+                self.services.key_pepper_mismatch = True
+                self.services.log.error("key_pepper_mismatch", error=str(exc))
+                return
+
+    async def _supervise(self, server: EmbeddedRedis) -> None:
+        """Restart the embedded Redis if it dies; AOF brings its data back."""
+        services = self.services
+        while True:
+            await asyncio.sleep(services.settings.redis_supervise_interval_s)
+            if server.is_running():
+                continue
+            try:
+                await asyncio.to_thread(server.ensure_running)
+                services.metrics.redis_restarts.inc()
+                services.log.warning("embedded_redis_restarted", data_dir=str(server.data_dir))
+            except Exception as exc:  # keep supervising; the next tick tries again
+                services.log.error("embedded_redis_restart_failed", error=str(exc))

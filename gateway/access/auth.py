@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.access.keys import CHANGES_CHANNEL, KeyRecord, KeyStore, parse_key
 from gateway.errors import AuthenticationFailed, PermissionDenied, ServiceUnavailable
+from gateway.settings import Settings
 from gateway.store.connect import RedisClient, change_feed
 
 MAX_CACHED_KEYS = 100_000
@@ -45,19 +46,30 @@ def bearer_token(authorization: str | None) -> str | None:
     return token.strip()
 
 
+@dataclass(frozen=True)
+class AuthSettings:
+    """How long a verified key is trusted without asking Redis, and whether a key verified
+    within ``fail_open_window_s`` still serves while Redis is down."""
+
+    cache_ttl_s: float = 0.5
+    fail_open: bool = False
+    fail_open_window_s: float = 300.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AuthSettings:
+        return cls(
+            cache_ttl_s=settings.auth_cache_ttl_s,
+            fail_open=settings.limits_on_redis_failure == "open",
+            fail_open_window_s=settings.fail_open_window_s,
+        )
+
+
 class Authenticator:
-    def __init__(
-        self,
-        keys: KeyStore,
-        *,
-        cache_ttl_s: float,
-        fail_open: bool,
-        fail_open_window_s: float,
-    ) -> None:
+    def __init__(self, keys: KeyStore, settings: AuthSettings) -> None:
         self.keys = keys
-        self.cache_ttl_s = cache_ttl_s
-        self.fail_open = fail_open
-        self.fail_open_window_s = fail_open_window_s
+        self.cache_ttl_s = settings.cache_ttl_s
+        self.fail_open = settings.fail_open
+        self.fail_open_window_s = settings.fail_open_window_s
         self._cache: dict[str, _Cached] = {}
 
     def invalidate(self, key_id: str) -> None:

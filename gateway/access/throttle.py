@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import RateLimited
+from gateway.settings import Settings
 from gateway.store.connect import REDIS_FAILURES, RedisClient
 
 # One atomic step: count the failure; the first of a window starts its clock. A counter left
@@ -33,20 +35,31 @@ return {failures, redis.call('PTTL', KEYS[1])}
 _MAX_ADDRESS_CHARS = 100
 
 
+@dataclass(frozen=True)
+class ThrottleSettings:
+    """Past ``limit`` failures from one address within ``window_s``, that address gets 429."""
+
+    limit: int = 10
+    window_s: float = 300.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ThrottleSettings:
+        return cls(settings.auth_failure_limit, settings.auth_failure_window_s)
+
+
 class AuthThrottle:
     def __init__(
         self,
         redis: RedisClient,
+        settings: ThrottleSettings,
         *,
-        limit: int,
-        window_s: float,
         log: Any,
         metrics: Any = None,
         prefix: str = "sy:authfail:",
     ) -> None:
         self._redis = redis
-        self.limit = limit
-        self._window_ms = max(1, round(window_s * 1000))
+        self.limit = settings.limit
+        self._window_ms = max(1, round(settings.window_s * 1000))
         self._log = log
         self._metrics = metrics
         self._prefix = prefix

@@ -21,14 +21,9 @@ from gateway.access.keys import KeyRecord
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import json_response, read_json_object
 from gateway.api.payloads import parse_query
-from gateway.routing.policy import Policy
 from gateway.services import Services
 
 MAX_KEY_BODY_BYTES = 65536
-
-
-def _policy(services: Services) -> Policy | None:
-    return services.policies.current.policy if services.policies.loaded else None
 
 
 def _key_id(request: Request) -> str:
@@ -41,7 +36,7 @@ def _view(record: KeyRecord) -> dict[str, Any]:
 
 async def create_key(request: Request, services: Services) -> Response:
     data = await read_json_object(request, MAX_KEY_BODY_BYTES)
-    created = await key_admin.create_key(services.keys, data, _policy(services))
+    created = await key_admin.create_key(services.keys, data, services.policies.policy_or_none())
     return json_response({**_view(created.record), "key": created.key}, status=201)
 
 
@@ -66,7 +61,9 @@ async def get_key(request: Request, services: Services) -> Response:
 async def update_key(request: Request, services: Services) -> Response:
     key_id = _key_id(request)
     data = await read_json_object(request, MAX_KEY_BODY_BYTES)
-    record = await key_admin.update_key(services.keys, key_id, data, _policy(services))
+    record = await key_admin.update_key(
+        services.keys, key_id, data, services.policies.policy_or_none()
+    )
     services.auth.invalidate(key_id)
     return json_response(_view(record))
 

@@ -73,9 +73,8 @@ async def check_readiness(services: Services, detailed: bool = False) -> Readine
     if services.key_pepper_mismatch:
         checks["key_pepper"] = "mismatch"  # see the log: SWITCHYARD_KEY_PEPPER
     ready = redis_ok and policy_ok and not draining and not services.key_pepper_mismatch
-    local = services.local_engine
-    health = local.health() if local is not None else None
-    if health is not None and health.state != "absent":
+    health = services.local_engine.health()
+    if health.state != "absent":
         checks["local_engine"] = health.state
         if detailed:
             details["local_engine"] = health.describe()

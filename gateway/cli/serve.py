@@ -60,7 +60,7 @@ def serve(settings: Settings, workers: int) -> int:
 
     from gateway.app import create_app
     from gateway.logs import configure_process_logging
-    from gateway.server.http_guard import guarded_protocol
+    from gateway.server.http_guard import HttpGuardSettings, guarded_protocol
 
     configure_process_logging(settings.log_level, settings.log_format)
     try:
@@ -97,7 +97,8 @@ def serve(settings: Settings, workers: int) -> int:
             "loop": "uvloop",
             "access_log": False,
             "log_level": "warning",
-            "http": guarded_protocol(settings),  # each worker's own app: no on_reject hook
+            # Each worker's own app: no on_reject hook.
+            "http": guarded_protocol(HttpGuardSettings.from_settings(settings)),
             "timeout_keep_alive": settings.keep_alive_timeout_s,
             # SIGTERM drains in the app first (shutdown_grace_s); this only bounds what is left.
             "timeout_graceful_shutdown": 2,
@@ -110,7 +111,9 @@ def serve(settings: Settings, workers: int) -> int:
                 Multiprocess(config, sockets=[sock]).run()
                 return 0
             app = create_app(settings)
-            options["http"] = guarded_protocol(settings, app.state.record_wire_rejection)
+            options["http"] = guarded_protocol(
+                HttpGuardSettings.from_settings(settings), app.state.record_wire_rejection
+            )
             server = uvicorn.Server(uvicorn.Config(app, **options))
             logging.getLogger("uvicorn.error").addFilter(_RefusedStartFilter(app))
             try:

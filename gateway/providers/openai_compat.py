@@ -28,6 +28,7 @@ from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.providers.base import ClientGone, Timeouts, Unavailable, UpstreamResponse
 from gateway.redact import redact, secret_values
 from gateway.routing.policy import ProviderConfig
+from gateway.settings import Settings
 
 _CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ClientOSError, ConnectionError)
 _RETRYABLE_4XX = frozenset({408, 409, 429})
@@ -43,6 +44,29 @@ class ResponseLimits:
 
     max_body_bytes: int = 64 * 1024 * 1024
     max_event_bytes: int = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class UpstreamSettings:
+    """What every OpenAI-compatible upstream shares: the gateway's timeouts (a provider's own
+    may only be shorter), the connection pool per provider (unless its ``max_concurrency``
+    says otherwise) and the caps on what is read of an answer."""
+
+    timeouts: Timeouts
+    pool_size: int = 512
+    limits: ResponseLimits = ResponseLimits()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> UpstreamSettings:
+        return cls(
+            Timeouts(
+                settings.upstream_connect_timeout_s,
+                settings.upstream_read_timeout_s,
+                settings.upstream_total_timeout_s,
+            ),
+            settings.upstream_pool_size,
+            ResponseLimits(settings.upstream_max_body_bytes, settings.upstream_max_event_bytes),
+        )
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -172,17 +196,11 @@ def _too_large(provider: str, what: str, cap: int) -> UpstreamError:
 
 
 class OpenAICompatProvider:
-    def __init__(
-        self,
-        name: str,
-        config: ProviderConfig,
-        timeouts: Timeouts,
-        pool_size: int,
-        limits: ResponseLimits | None = None,
-    ):
+    def __init__(self, name: str, config: ProviderConfig, upstream: UpstreamSettings):
         self.name = name
-        self.limits = limits or ResponseLimits()
+        self.limits = upstream.limits
         self.config = config
+        timeouts = upstream.timeouts
         self.base_url = (config.base_url or "").rstrip("/")
         self.timeout = aiohttp.ClientTimeout(
             total=timeouts.total_s,
@@ -195,7 +213,7 @@ class OpenAICompatProvider:
             self.headers["Authorization"] = f"Bearer {api_key}"
         # Scrubbed out of any upstream text that is relayed (its key, its extra header values).
         self.secrets = secret_values(config.api_key_env, config.headers, os.environ)
-        self.pool_size = config.max_concurrency or pool_size
+        self.pool_size = config.max_concurrency or upstream.pool_size
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from gateway.settings import Settings
+
 BreakerState = Literal["closed", "open", "half_open"]
 
 
@@ -26,6 +28,16 @@ class BreakerSettings:
     window: int = 20
     min_calls: int = 10  # the ratio rule waits for this many calls in the window
     cooldown_s: float = 30.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> BreakerSettings:
+        return cls(
+            consecutive_failures=settings.breaker_consecutive_failures,
+            failure_ratio=settings.breaker_failure_ratio,
+            window=settings.breaker_window,
+            min_calls=settings.breaker_min_calls,
+            cooldown_s=settings.breaker_cooldown_s,
+        )
 
     def __post_init__(self) -> None:
         if self.consecutive_failures < 1:

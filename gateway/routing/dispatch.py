@@ -45,6 +45,7 @@ from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.policy import ProviderConfig
 from gateway.routing.router import Candidate, RoutePlan
 from gateway.routing.state import RoutingState
+from gateway.settings import Settings
 
 T = TypeVar("T")
 
@@ -76,6 +77,17 @@ class RetrySettings:
     jitter_s: float = 0.25
     max_retry_after_s: float = 10.0
     total_budget_s: float = 30.0  # retries and backoff of the whole plan stop here
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RetrySettings:
+        return cls(
+            max_tries_per_candidate=settings.upstream_max_tries,
+            initial_backoff_s=settings.upstream_backoff_initial_s,
+            max_backoff_s=settings.upstream_backoff_max_s,
+            jitter_s=settings.upstream_backoff_jitter_s,
+            max_retry_after_s=settings.upstream_max_retry_after_s,
+            total_budget_s=settings.upstream_retry_budget_s,
+        )
 
 
 @dataclass

@@ -102,6 +102,10 @@ class PolicyStore:
     def loaded(self) -> bool:
         return self._current is not None
 
+    def policy_or_none(self) -> Policy | None:
+        """The policy in force; None while none has loaded."""
+        return self._current.policy if self._current is not None else None
+
     def load(self) -> LoadedPolicy:
         """Load the file; on error keep the policy in force and raise."""
         try:

@@ -16,8 +16,9 @@ Each answer given before a request reached the app is counted and logged through
 ``on_reject(status, reason)`` when given; a body deadline's 408 is marked in the request's
 scope instead, so the app's own access line carries it.
 
-Pass ``guarded_protocol(settings)`` as uvicorn's ``http`` option. This subclasses uvicorn
-internals (pinned uvicorn); ``tests/ops`` exercises every path against a real server.
+Pass ``guarded_protocol(HttpGuardSettings.from_settings(settings))`` as uvicorn's ``http``
+option. This subclasses uvicorn internals (pinned uvicorn); ``tests/ops`` exercises every path
+against a real server.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import asyncio
 import functools
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
@@ -194,9 +196,23 @@ def _response_bytes(error: GatewayError) -> bytes:
     return STATUS_LINE[error.status] + head + body
 
 
-def guarded_protocol(settings: Settings, on_reject: RejectionHook | None = None) -> Any:
-    """The ``http`` option for uvicorn: the guarded protocol with the settings' limits;
-    ``on_reject`` hears of every request refused here (the app's ``record_wire_rejection``)."""
+@dataclass(frozen=True)
+class HttpGuardSettings:
+    """Client-side limits: the request head within ``header_timeout_s`` and
+    ``max_header_bytes``, the body within ``body_timeout_s``."""
+
+    header_timeout_s: float = 10.0
+    max_header_bytes: int = 64 * 1024
+    body_timeout_s: float = 30.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> HttpGuardSettings:
+        return cls(settings.header_timeout_s, settings.max_header_bytes, settings.body_timeout_s)
+
+
+def guarded_protocol(settings: HttpGuardSettings, on_reject: RejectionHook | None = None) -> Any:
+    """The ``http`` option for uvicorn: the guarded protocol with these limits; ``on_reject``
+    hears of every request refused here (the app's ``record_wire_rejection``)."""
     return functools.partial(
         GuardedHttpToolsProtocol,
         header_timeout_s=settings.header_timeout_s,

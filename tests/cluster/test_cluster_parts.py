@@ -17,7 +17,7 @@ import structlog
 from cluster_support import LoopbackCluster, settle_round
 from redis.asyncio.cluster import RedisCluster
 
-from gateway.access.auth import Authenticator
+from gateway.access.auth import Authenticator, AuthSettings
 from gateway.access.keys import KeyStore, parse_key, record_key
 from gateway.errors import AuthenticationFailed
 from gateway.metering.ledger import UsageEvent, UsageLedger
@@ -85,7 +85,7 @@ async def test_rotation_is_idempotent_and_revocation_reaches_the_cache(
     store = KeyStore(client, PEPPER)
     watcher_store = KeyStore(connect_redis(cluster.url, timeout_s=2.0), PEPPER)
     # A cache TTL far beyond the test: only the change feed can evict the entry in time.
-    auth = Authenticator(watcher_store, cache_ttl_s=60, fail_open=False, fail_open_window_s=0)
+    auth = Authenticator(watcher_store, AuthSettings(cache_ttl_s=60, fail_open_window_s=0))
     watcher = asyncio.create_task(auth.watch_changes(watcher_store.redis, structlog.get_logger()))
     try:
         created = [await store.create({"name": f"k{i}"}) for i in range(6)]

@@ -157,7 +157,7 @@ class ThreadGateway:
         import uvicorn
 
         from gateway.app import create_app
-        from gateway.server.http_guard import guarded_protocol
+        from gateway.server.http_guard import HttpGuardSettings, guarded_protocol
 
         self.settings = settings
         self.port = free_port()
@@ -168,7 +168,9 @@ class ThreadGateway:
             host="127.0.0.1",
             port=self.port,
             loop="asyncio",
-            http=guarded_protocol(settings, self.app.state.record_wire_rejection),
+            http=guarded_protocol(
+                HttpGuardSettings.from_settings(settings), self.app.state.record_wire_rejection
+            ),
             timeout_keep_alive=settings.keep_alive_timeout_s,
             log_level="warning",
             access_log=False,
