@@ -56,7 +56,6 @@ class Accounting:
     # Content-bearing chunks read from upstream: the produced-token estimate for a stream
     # that ends (client gone, upstream broke) before the provider reported usage.
     streamed_chunks: int = 0
-    closed: bool = False
 
 
 class Accountant:
@@ -74,10 +73,10 @@ class Accountant:
     def close(
         self, books: Accounting, status: int, usage: Usage | None
     ) -> asyncio.Future[None] | None:
-        """Submit the settle and the usage event once; later calls do nothing (None)."""
-        if books.closed or books.plan is None or books.policy is None:
-            return None  # already closed, or refused before routing: nothing to record
-        books.closed = True
+        """Submit the settle and the usage event (called once, at the request's end); None
+        when there is nothing to wait for."""
+        if books.plan is None or books.policy is None:
+            return None  # refused before routing: nothing to record
         served = books.served_model is not None  # a provider accepted it (a stream may break later)
         if books.reservation is not None and not served:
             self._spawn(self._release(books.reservation))

@@ -20,17 +20,21 @@ from fake_provider import FakeProviderFleet
 from gateway_runner import make_settings
 from route_rig import base_policy
 
-from gateway.api.openai import ClosingStreamingResponse
+from gateway.api.request_end import ClosingStreamingResponse
 from gateway.app import create_app
 from gateway.routing.breaker import BreakerSettings
 
 
-async def test_on_close_runs_when_the_body_never_started() -> None:
+async def test_the_body_ends_when_it_never_relayed() -> None:
     events: list[str] = []
 
     async def body() -> Any:
-        events.append("relay started")
-        yield b"data: x\n\n"
+        try:
+            yield b""  # taken when the response is made
+            events.append("relay started")
+            yield b"data: x\n\n"
+        finally:
+            events.append("ended")
 
     async def receive() -> dict[str, Any]:
         return {"type": "http.disconnect"}
@@ -38,9 +42,9 @@ async def test_on_close_runs_when_the_body_never_started() -> None:
     async def slow_send(message: dict[str, Any]) -> None:
         await asyncio.sleep(0.2)
 
-    response = ClosingStreamingResponse(body(), on_close=lambda: events.append("on_close"))
+    response = await ClosingStreamingResponse.started(body())
     await response({"type": "http", "asgi": {"spec_version": "2.3"}}, receive, slow_send)
-    assert events == ["on_close"]
+    assert events == ["ended"]
 
 
 async def left_before_the_first_chunk(
