@@ -38,7 +38,7 @@ fuzz: venv
 	@seed="$(SEED)"; [ -n "$$seed" ] || seed=$$(od -An -N4 -tu4 /dev/urandom | tr -d ' '); \
 	echo "fuzz seed: $$seed (replay with: make fuzz SEED=$$seed)"; \
 	SWITCHYARD_FUZZ_SEED=$$seed SWITCHYARD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
-		$(PY) -m pytest -q -s tests/ops/test_ops_openapi_fuzz.py; \
+		$(PY) -m pytest -q -s tests/api/test_api_openapi_fuzz.py; \
 	status=$$?; echo "fuzz seed: $$seed"; exit $$status
 
 bench: venv

@@ -38,6 +38,12 @@ def _missing(key_id: str) -> NotFound:
     return NotFound(f"no key with id {key_id!r}", param="id")
 
 
+def _found(record: KeyRecord | None, key_id: str) -> KeyRecord:
+    if record is None:
+        raise _missing(key_id)
+    return record
+
+
 async def create_key(keys: KeyStore, data: dict[str, Any], policy: Policy | None) -> CreatedKey:
     """A new key from ``data``; its allow-list must name models of ``policy`` (when loaded)."""
     payload = parse_key_payload(KeyCreate, data)
@@ -66,10 +72,7 @@ async def list_keys(keys: KeyStore, query: KeyListQuery) -> KeyPage:
 
 
 async def show_key(keys: KeyStore, key_id: str) -> KeyRecord:
-    record = await keys.get(checked_key_id(key_id))
-    if record is None:
-        raise _missing(key_id)
-    return record
+    return _found(await keys.get(checked_key_id(key_id)), key_id)
 
 
 async def update_key(
@@ -82,10 +85,7 @@ async def update_key(
     changes = {name: getattr(payload, name) for name in data}
     if changes.get("metadata") is None and "metadata" in changes:
         changes["metadata"] = {}
-    record = await keys.update(key_id, changes)
-    if record is None:
-        raise _missing(key_id)
-    return record
+    return _found(await keys.update(key_id, changes), key_id)
 
 
 async def rotate_key(
@@ -111,7 +111,4 @@ async def rotate_key(
 
 
 async def revoke_key(keys: KeyStore, key_id: str) -> KeyRecord:
-    record = await keys.revoke(checked_key_id(key_id))
-    if record is None:
-        raise _missing(key_id)
-    return record
+    return _found(await keys.revoke(checked_key_id(key_id)), key_id)

@@ -77,15 +77,13 @@ def _open(handler: Callable[..., Awaitable[Response]]) -> Endpoint:
 def _api_key(handler: Callable[..., Awaitable[Response]]) -> Endpoint:
     async def call(request: Request) -> Response:
         services = services_of(request)
-        try:
-            principal: Principal = await services.auth.authenticate(
-                request.headers.get("authorization")
-            )
-            response = await handler(request, services, principal)
-        except GatewayError as exc:
-            response = error_response(exc)
-        except REDIS_FAILURES as exc:
-            response = error_response(_redis_down(exc))
+
+        async def guarded() -> Response:
+            authorization = request.headers.get("authorization")
+            principal: Principal = await services.auth.authenticate(authorization)
+            return await handler(request, services, principal)
+
+        response = await _enveloped(guarded)
         response.headers[REQUEST_ID_HEADER] = request_id_of(request)
         return response
 
@@ -108,13 +106,12 @@ def _admin(handler: Callable[..., Awaitable[Response]]) -> Endpoint:
                 latency_ms=round((time.perf_counter() - started) * 1000, 3),
             )
 
-        try:
+        async def guarded() -> Response:
             await _check_admin(request, services)
-            response = await handler(request, services)
-        except GatewayError as exc:
-            response = error_response(exc)
-        except REDIS_FAILURES as exc:
-            response = error_response(_redis_down(exc))
+            return await handler(request, services)
+
+        try:
+            response = await _enveloped(guarded)
         except Exception:  # the exchange middleware answers 500 (or 499: the client left)
             when_answered(request, log_line, 500)
             raise
@@ -157,5 +154,12 @@ async def _check_admin(request: Request, services: Services) -> None:
         raise PermissionDenied("This endpoint needs the admin key.", code="admin_key_required")
 
 
-def _redis_down(exc: BaseException) -> ServiceUnavailable:
-    return ServiceUnavailable(f"the key store is unavailable ({type(exc).__name__})")
+async def _enveloped(call: Callable[[], Awaitable[Response]]) -> Response:
+    """``call``'s answer; a ``GatewayError`` as its envelope, a Redis outage as a 503 one."""
+    try:
+        return await call()
+    except GatewayError as exc:
+        return error_response(exc)
+    except REDIS_FAILURES as exc:
+        unavailable = f"the key store is unavailable ({type(exc).__name__})"
+        return error_response(ServiceUnavailable(unavailable))

@@ -1,7 +1,7 @@
 """JSON Schemas (OpenAPI 3.1 dialect) of what the gateway accepts and returns.
 
 Written from the validators that enforce them (``api/request_models.py`` for /v1, the pydantic
-models of ``access/key_models.py``, the report and policy handlers); ``tests/ops`` fuzzes the running
+models of ``access/key_models.py``, the report and policy handlers); ``tests/api`` fuzzes the running
 server against them with schemathesis, so a drift on either side fails a test.
 """
 

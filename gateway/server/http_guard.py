@@ -17,7 +17,7 @@ Each answer given before a request reached the app is counted and logged through
 scope instead, so the app's own access line carries it.
 
 Pass ``guarded_protocol(HttpGuardSettings.from_settings(settings))`` as uvicorn's ``http``
-option. This subclasses uvicorn internals (pinned uvicorn); ``tests/ops`` exercises every path
+option. This subclasses uvicorn internals (pinned uvicorn); ``tests/server`` exercises every path
 against a real server.
 """
 

@@ -1,18 +1,19 @@
-"""Routing test fixtures: policy files and scripted loopback upstreams that fail on cue."""
+"""Routing test fixtures: policy files, loopback providers that fail on cue, and a running
+gateway in front of three of them (the route rig)."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 import yaml
-from aiohttp import web
+from fake_provider import FakeProvider, FakeProviderFleet
+from gateway_runner import GatewayThread, make_settings
+from route_rig import RouteRig, base_policy
 
 from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.routing.router import Candidate, RoutePlan
@@ -88,76 +89,13 @@ def policy_file(tmp_path: Path) -> Callable[[dict[str, Any]], Path]:
     return write
 
 
-class ScriptedUpstream:
-    """A real OpenAI-ish HTTP server on 127.0.0.1 that plays a script of behaviours.
-
-    Each request pops the next step (the last one repeats): ``"ok"``, ``("status", code)``,
-    ``("retry_after", seconds)`` (429 + Retry-After), ``("hang", s)`` (no response for s),
-    ``"reset"`` (drop the connection), ``("slow", s)`` (200 after s seconds before the first byte).
-    """
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.script: list[Any] = ["ok"]
-        self.hits: list[float] = []
-        self.models: list[str] = []
-        self.url = ""
-        self._runner: web.AppRunner | None = None
-
-    def play(self, *steps: Any) -> None:
-        self.script = list(steps)
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._handle)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.1, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}/v1"
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        self.hits.append(time.monotonic())
-        self.models.append(body.get("model"))
-        step = self.script.pop(0) if len(self.script) > 1 else self.script[0]
-        kind, arg = (step, None) if isinstance(step, str) else step
-        if kind == "status":
-            return web.json_response(
-                {"error": {"message": f"{self.name} says {arg}", "type": "x", "code": str(arg)}},
-                status=arg,
-            )
-        if kind == "retry_after":
-            return web.json_response(
-                {"error": {"message": "slow down", "type": "rate_limit"}},
-                status=429,
-                headers={"Retry-After": str(arg)},
-            )
-        if kind == "hang":
-            await asyncio.sleep(arg)
-        if kind == "reset":
-            assert request.transport is not None
-            request.transport.abort()
-            await asyncio.sleep(0.05)
-            raise web.HTTPInternalServerError()
-        if kind == "slow":
-            await asyncio.sleep(arg)
-        return web.json_response(
-            {"id": "x", "object": "chat.completion", "model": body.get("model"), "by": self.name}
-        )
-
-
 @pytest.fixture
 async def upstreams() -> AsyncIterator[Callable[[str], Any]]:
-    started: list[ScriptedUpstream] = []
+    """``await upstreams(name)``: a scripted loopback provider, served on the test's loop."""
+    started: list[FakeProvider] = []
 
-    async def make(name: str) -> ScriptedUpstream:
-        upstream = ScriptedUpstream(name)
+    async def make(name: str) -> FakeProvider:
+        upstream = FakeProvider(name)
         await upstream.start()
         started.append(upstream)
         return upstream
@@ -223,3 +161,39 @@ async def attempt_for() -> AsyncIterator[Callable[[RoutePlan], AiohttpAttempt]]:
     session = aiohttp.ClientSession()
     yield lambda plan: AiohttpAttempt(session, plan)
     await session.close()
+
+
+@pytest.fixture(scope="session")
+def fleet() -> Iterator[FakeProviderFleet]:
+    with FakeProviderFleet("alpha", "beta", "gamma") as providers:
+        yield providers
+
+
+@pytest.fixture(scope="module")
+def route_rig(
+    tmp_path_factory: pytest.TempPathFactory, fleet: FakeProviderFleet, redis_url: str
+) -> Iterator[RouteRig]:
+    folder = tmp_path_factory.mktemp("e2e-routing")
+    policy_path = folder / "routing_rules.yaml"
+    policy_path.write_text(yaml.safe_dump(base_policy(fleet), sort_keys=False))
+    settings = make_settings(
+        folder,
+        policy_path,
+        redis_url,
+        upstream_read_timeout_s=0.6,
+        upstream_connect_timeout_s=0.5,
+        upstream_max_tries=2,
+        upstream_retry_budget_s=6.0,
+    )
+    runner = GatewayThread(settings)
+    running = runner.start()
+    try:
+        yield RouteRig(running, fleet, policy_path)
+    finally:
+        runner.stop()
+
+
+@pytest.fixture
+def rig(route_rig: RouteRig) -> RouteRig:
+    route_rig.reset()
+    return route_rig

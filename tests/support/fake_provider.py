@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from loopback import BackgroundLoop, LoopbackServer
 
 PROMPT_TOKENS = 10
 COMPLETION_TOKENS = 5
@@ -61,17 +62,16 @@ class Hit:
     step: Step
 
 
-class FakeProvider:
+class FakeProvider(LoopbackServer):
     """One scripted upstream; its methods are safe to call from the test thread."""
 
     def __init__(self, name: str) -> None:
+        super().__init__()
         self.name = name
-        self.url = ""
         self._lock = threading.Lock()
         self._steps: deque[Step] = deque()
         self._then: Step = OK
         self._hits: list[Hit] = []
-        self._runner: web.AppRunner | None = None
 
     # -- test-facing controls ---------------------------------------------------------------
 
@@ -96,20 +96,8 @@ class FakeProvider:
 
     # -- server -----------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        app = web.Application()
+    def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._handle)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.1, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}/v1"
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
 
     def _next_step(self, model: str, stream: bool) -> Step:
         with self._lock:
@@ -207,24 +195,21 @@ class FakeProviderFleet:
 
     def __init__(self, *names: str) -> None:
         self.providers = {name: FakeProvider(name) for name in names}
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._loop = BackgroundLoop()
 
     def __getitem__(self, name: str) -> FakeProvider:
         return self.providers[name]
 
     def __enter__(self) -> FakeProviderFleet:
-        self._thread.start()
+        self._loop.__enter__()
         for provider in self.providers.values():
-            asyncio.run_coroutine_threadsafe(provider.start(), self._loop).result(10)
+            self._loop.run(provider.start())
         return self
 
     def __exit__(self, *exc: object) -> None:
         for provider in self.providers.values():
-            asyncio.run_coroutine_threadsafe(provider.stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
+            self._loop.run(provider.stop())
+        self._loop.__exit__(*exc)
 
     def reset(self) -> None:
         """Every provider back to answering ``ok``, hit lists emptied."""

@@ -1,0 +1,267 @@
+"""The /admin/ui dashboard of a real gateway: login/cookie flow over HTTP, then the page
+rendered in headless Chromium, whose DOM numbers must equal the JSON report and the event sums."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import shutil
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from gateway_runner import ADMIN_KEY, GatewayThread, RunningGateway, make_settings
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+from starlette.routing import Route
+from usage_events import expected_groups, make_events, serve
+
+from gateway.api.dashboard_view import KEY_SERIES, TOP_KEYS
+from gateway.metering.ledger import UsageEvent, UsageLedger
+from gateway.metering.reports import UsageReports
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+KEYS_LISTED = 11  # events name 12 keys: the 12th has usage but no key record ("unlisted")
+POLICY = """
+providers:
+  up: {base_url: "http://127.0.0.1:9/v1"}
+models:
+  some-model: {provider: up}
+"""
+
+
+def chromium_binary() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+class DomNumbers(HTMLParser):
+    """Collects the data-* attributes the dashboard renders for its numbers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chart: str | None = None
+        self.bars: dict[str, list[dict[str, str]]] = defaultdict(list)
+        self.metrics: dict[str, str] = {}
+        self.key_rows: dict[str, dict[str, str]] = {}
+        self.titles = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "svg":
+            self.chart = a.get("data-chart")
+        elif tag == "rect" and self.chart:
+            self.bars[self.chart].append(a)
+        elif tag == "dd" and "data-metric" in a:
+            self.metrics[a["data-metric"]] = a["data-value"]
+        elif tag == "tr" and "data-key-id" in a:
+            self.key_rows[a["data-key-id"]] = a
+        elif tag == "title" and self.chart:
+            self.titles += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "svg":
+            self.chart = None
+
+
+def sums(bars: list[dict[str, str]], by: str) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for bar in bars:
+        out[bar[by]] += int(bar["data-value"])
+    return dict(out)
+
+
+@dataclasses.dataclass
+class Dashboard:
+    gateway: RunningGateway
+    events: list[UsageEvent]
+    key_list: list[dict[str, Any]]  # the key records, as the admin API lists them
+
+
+@pytest.fixture
+async def dashboard(
+    ledger: UsageLedger, clean_redis: str, tmp_path: Path
+) -> AsyncIterator[Dashboard]:
+    """A gateway on the test's Redis with 11 keys (every third revoked) and 400 usage events
+    over 12 key ids, the last of which has no key record."""
+    policy = tmp_path / "routing_rules.yaml"
+    policy.write_text(POLICY)
+    runner = GatewayThread(make_settings(tmp_path / "gw", policy, clean_redis))
+    gateway = runner.start()
+    try:
+        ids = [gateway.create_key(name=f"service {i}")[0] for i in range(KEYS_LISTED)]
+        with gateway.admin() as admin:
+            for key_id in ids[1::3]:
+                assert admin.post(f"/admin/keys/{key_id}/revoke").status_code == 200
+            listed = admin.get("/admin/keys", params={"limit": 100}).json()["data"]
+        real_id = {f"key{i}": key_id for i, key_id in enumerate(ids)}
+        events = [
+            dataclasses.replace(e, key_id=real_id.get(e.key_id, e.key_id))
+            for e in make_events(400, seed=5, keys=KEYS_LISTED + 1, days=6)
+        ]
+        pipe = ledger.redis.pipeline(transaction=False)
+        for event in events:
+            ledger.add_record(pipe, event)
+        await pipe.execute()
+        yield Dashboard(gateway, events, listed)
+    finally:
+        runner.stop()
+
+
+def login_page_app(gateway_url: str) -> Starlette:
+    """Test-only page on another port of 127.0.0.1 (the same site): a browser "user" filling in
+    and submitting the gateway's login form."""
+
+    async def autologin(request: Request) -> HTMLResponse:
+        return HTMLResponse(
+            f'<form method="post" action="{gateway_url}/admin/ui/login">'
+            f'<input name="key" value="{ADMIN_KEY}"></form>'
+            "<script>document.forms[0].submit()</script>"
+        )
+
+    return Starlette(routes=[Route("/test-login", autologin)])
+
+
+async def test_login_and_cookie_flow(dashboard: Dashboard) -> None:
+    base = dashboard.gateway.base_url
+    async with httpx.AsyncClient(base_url=base) as client:
+        anonymous = await client.get("/admin/ui")
+        assert anonymous.status_code == 401 and 'name="key"' in anonymous.text
+        wrong = await client.post("/admin/ui/login", data={"key": "nope"})
+        assert wrong.status_code == 401 and "not the admin key" in wrong.text
+        assert "set-cookie" not in wrong.headers
+        as_json = await client.post("/admin/ui/login", json={"key": ADMIN_KEY})
+        assert as_json.status_code == 400
+        forged = await client.get("/admin/ui", headers=_session("9999999999.deadbeef"))
+        assert forged.status_code == 401
+
+        ok = await client.post("/admin/ui/login", data={"key": ADMIN_KEY})
+        assert ok.status_code == 303 and ok.headers["location"] == "/admin/ui"
+        cookie = ok.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie and "path=/admin" in cookie
+        assert "secure" in cookie  # by default, even on http://127.0.0.1
+        assert ADMIN_KEY.lower() not in cookie  # a random session id, never the key
+        token = ok.cookies["sy_admin_session"]
+        page = await client.get("/admin/ui", headers=_session(token))
+        assert page.status_code == 200 and 'data-chart="spend-by-model"' in page.text
+        assert "no-store" in page.headers["cache-control"]
+        bad = await client.get("/admin/ui", params={"from": "someday"}, headers=_session(token))
+        assert bad.status_code == 400 and 'data-param="from"' in bad.text
+        out = await client.post("/admin/ui/logout", headers=_session(token))
+        assert out.status_code == 303
+        assert "max-age=0" in out.headers["set-cookie"].lower()
+        # Ended server-side: the cookie a client kept is worth nothing now.
+        assert (await client.get("/admin/ui", headers=_session(token))).status_code == 401
+
+
+def _session(token: str) -> dict[str, str]:
+    """The session cookie by hand: it is Secure, and httpx keeps those off plain http."""
+    return {"cookie": f"sy_admin_session={token}"}
+
+
+async def run_chromium(*args: str, timeout: float = 90) -> bytes:
+    process = await asyncio.create_subprocess_exec(
+        chromium_binary() or "chromium",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--virtual-time-budget=10000",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
+    assert process.returncode == 0, stderr.decode()[-2000:]
+    return stdout
+
+
+@pytest.mark.skipif(
+    chromium_binary() is None, reason="chromium is not installed (apt-get install chromium)"
+)
+async def test_dashboard_in_headless_chromium(
+    dashboard: Dashboard, reports: UsageReports, tmp_path: Path
+) -> None:
+    events = dashboard.events
+    artifacts = REPO_ROOT / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    screenshot = artifacts / "dashboard.png"
+    screenshot.unlink(missing_ok=True)
+    async with serve(login_page_app(dashboard.gateway.base_url)) as base:
+        profile = f"--user-data-dir={tmp_path / 'chromium'}"
+        dom = (await run_chromium(profile, "--dump-dom", f"{base}/test-login")).decode()
+        await run_chromium(
+            profile, "--window-size=1600,2600", f"--screenshot={screenshot}", f"{base}/test-login"
+        )
+
+    numbers = DomNumbers()
+    numbers.feed(dom)
+    assert numbers.bars, "the dashboard did not render (login flow failed?):\n" + dom[:2000]
+    end = reports.today()
+    start = end - timedelta(days=13)
+    by_model = {r["model"]: r for r in (await reports.admin_usage(start, end, "model"))["data"]}
+    by_day = {r["day"]: r for r in (await reports.admin_usage(start, end, "day"))["data"]}
+    by_key_rows = (await reports.admin_usage(start, end, "key"))["data"]
+    by_key = {r["key"]: r for r in by_key_rows}
+
+    spend = numbers.bars["spend-by-model"]
+    assert sums(spend, "data-series") == {m: r["cost_nanos"] for m, r in by_model.items()}
+    assert sums(spend, "data-day") == {
+        d: r["cost_nanos"] for d, r in by_day.items() if r["cost_nanos"]
+    }
+    # ...and independently of the report code, equal to the events' own sums.
+    assert sums(spend, "data-series") == {
+        m: g["cost_nanos"] for m, g in expected_groups(events, "model").items()
+    }
+    tokens = numbers.bars["tokens-by-model"]
+    assert sums(tokens, "data-series") == {m: r["total_tokens"] for m, r in by_model.items()}
+
+    per_key = sums(numbers.bars["spend-by-key"], "data-series")
+    top = [r["key"] for r in by_key_rows[:KEY_SERIES]]
+    assert {k: per_key[k] for k in top} == {k: by_key[k]["cost_nanos"] for k in top}
+    assert per_key["other keys"] == sum(r["cost_nanos"] for r in by_key_rows[KEY_SERIES:])
+
+    tokens_per_key = sums(numbers.bars["tokens-by-key"], "data-series")
+    assert {k: tokens_per_key[k] for k in top} == {k: by_key[k]["total_tokens"] for k in top}
+    assert tokens_per_key["other keys"] == sum(r["total_tokens"] for r in by_key_rows[KEY_SERIES:])
+
+    ranked = [(b["data-series"], int(b["data-value"])) for b in numbers.bars["top-keys"]]
+    assert ranked == [(r["key"], r["cost_nanos"]) for r in by_key_rows[:TOP_KEYS]]
+
+    rates = {b["data-day"]: int(b["data-value"]) for b in numbers.bars["error-rate"]}
+    assert rates == {
+        d: round(10_000 * r["errors"] / r["requests"]) for d, r in by_day.items() if r["errors"]
+    }
+
+    totals = (await reports.admin_usage(start, end, "key"))["totals"]
+    assert (
+        int(numbers.metrics["cost_nanos"])
+        == totals["cost_nanos"]
+        == sum(e.cost_nanos for e in events)
+    )
+    assert int(numbers.metrics["total_tokens"]) == totals["total_tokens"]
+    assert int(numbers.metrics["requests"]) == totals["requests"] == len(events)
+    assert float(numbers.metrics["error_rate"]) == totals["error_rate"]
+
+    assert {entry["status"] for entry in dashboard.key_list} == {"active", "revoked"}
+    for entry in dashboard.key_list:
+        row = numbers.key_rows[entry["id"]]
+        assert row["data-status"] == entry["status"]
+        assert (
+            int(row["data-cost-nanos"]) == by_key.get(entry["id"], {"cost_nanos": 0})["cost_nanos"]
+        )
+    assert numbers.key_rows[f"key{KEYS_LISTED}"]["data-status"] == "unlisted"
+    assert numbers.titles >= len(spend)  # every bar has its tooltip
+
+    assert screenshot.exists() and screenshot.stat().st_size > 10_000
+    print(f"\ndashboard screenshot: {screenshot}")

@@ -1,0 +1,114 @@
+"""Settings validation, generated secrets, and the ``switchyard`` CLI."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import httpx
+import orjson
+import pytest
+from gateway_runner import PEPPER, RunningGateway
+
+from gateway.cli import main
+from gateway.settings import Settings, SettingsError, ensure_secrets, load_settings
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("SWITCHYARD_PORT", "eighty"),
+        ("SWITCHYARD_PORT", "70000"),
+        ("SWITCHYARD_LIMITS_ON_REDIS_FAILURE", "sometimes"),
+        ("SWITCHYARD_LOG_FORMAT", "xml"),
+        ("SWITCHYARD_MAX_BODY_BYTES", "-1"),
+        ("SWITCHYARD_UPSTREAM_READ_TIMEOUT_S", "0"),
+    ],
+)
+def test_bad_setting_names_the_variable(monkeypatch, variable: str, value: str) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as caught:
+        load_settings(_env_file=None)
+    assert variable in str(caught.value)
+
+
+def test_defaults(monkeypatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("SWITCHYARD_"):
+            monkeypatch.delenv(name)
+    settings = load_settings(_env_file=None)
+    assert (settings.host, settings.port, settings.redis_url) == ("127.0.0.1", 8080, "")
+    assert settings.limits_on_redis_failure == "closed" and settings.log_format == "json"
+
+
+def test_secrets_are_generated_once_with_mode_0600(tmp_path) -> None:
+    settings = Settings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
+    first = ensure_secrets(settings)
+    again = ensure_secrets(settings)
+    assert first.admin_key_generated and not again.admin_key_generated
+    assert first.admin_key == again.admin_key and first.key_pepper == again.key_pepper
+    for name in ("admin_key", "key_pepper"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600
+
+
+def test_serve_refuses_a_bad_setting(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("SWITCHYARD_PORT", "0")
+    assert main(["serve"]) == 2
+    assert "SWITCHYARD_PORT" in capsys.readouterr().err
+
+
+def test_policy_check(tmp_path, fake_policy, capsys) -> None:
+    assert main(["policy", "check", str(fake_policy)]) == 0
+    assert capsys.readouterr().out.startswith("ok:")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("providers: {p: {base_url: 'http://x'}}\nmodels: {m: {provider: nowhere}}\n")
+    assert main(["policy", "check", str(bad)]) == 1
+    assert "models.m.provider" in capsys.readouterr().err
+
+
+def _cli_json(capsys, *argv: str) -> dict:
+    assert main(list(argv)) == 0
+    return orjson.loads(capsys.readouterr().out)
+
+
+def test_keys_cli_lifecycle_shares_the_store_with_the_gateway(
+    monkeypatch, capsys, tmp_path, fake_policy, redis_url: str, gateway: RunningGateway
+) -> None:
+    monkeypatch.setenv("SWITCHYARD_REDIS_URL", redis_url)
+    monkeypatch.setenv("SWITCHYARD_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("SWITCHYARD_KEY_PEPPER", PEPPER)
+    monkeypatch.setenv("SWITCHYARD_POLICY_FILE", str(fake_policy))
+    created = _cli_json(
+        capsys, "keys", "create", "--name", "cli", "--team", "ops", "--models", "fake",
+        "--rpm", "60", "--metadata", "owner=ops",
+    )  # fmt: skip
+    key_id, key = created["id"], created["key"]
+    assert created["rpm"] == 60 and created["metadata"] == {"owner": "ops"}
+
+    def chat(secret: str) -> int:
+        return httpx.post(
+            gateway.v1 + "/chat/completions",
+            json={"model": "fake", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"Authorization": f"Bearer {secret}"},
+        ).status_code
+
+    assert chat(key) == 200
+    assert _cli_json(capsys, "keys", "show", key_id)["team"] == "ops"
+    assert key_id in {k["id"] for k in _cli_json(capsys, "keys", "list", "--team", "ops")}
+    updated = _cli_json(capsys, "keys", "update", key_id, "--tpm", "5000", "--clear", "rpm")
+    assert updated["tpm"] == 5000 and updated["rpm"] is None
+    rotated = _cli_json(capsys, "keys", "rotate", key_id, "--idempotency-key", "cli-1")
+    assert rotated["key"] != key and chat(rotated["key"]) == 200
+    assert _cli_json(capsys, "keys", "revoke", key_id)["status"] == "revoked"
+
+    assert main(["keys", "create", "--rpm", "-5"]) == 1
+    assert "rpm" in capsys.readouterr().err
+    assert main(["keys", "create", "--models", "nope"]) == 1
+    assert "models[0]" in capsys.readouterr().err
+    assert main(["keys", "show", "zzzzzzzzzzzzzzzz"]) == 1
+    assert "no key" in capsys.readouterr().err
+
+    # A CLI with another pepper would make keys no gateway of this Redis accepts: refused.
+    monkeypatch.setenv("SWITCHYARD_KEY_PEPPER", "some-other-pepper-0123456789")
+    assert main(["keys", "create", "--name", "orphan"]) == 2
+    assert "SWITCHYARD_KEY_PEPPER differs" in capsys.readouterr().err

@@ -1,0 +1,227 @@
+"""Reports over a filled ledger: per key, admin group-by with date ranges, CSV, event pages,
+and the same numbers from the HTTP endpoints of a real gateway."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from gateway_runner import ADMIN_KEY, GatewayThread, make_settings
+from usage_events import expected_groups, make_events, pick
+
+from gateway.metering.ledger import UsageEvent, UsageLedger
+from gateway.metering.reports import GROUP_BYS, ReportError, UsageReports
+
+
+@pytest.fixture
+async def filled(ledger: UsageLedger) -> list[UsageEvent]:
+    events = make_events(300, seed=3, keys=6, days=4)
+    for start in range(0, len(events), 100):
+        pipe = ledger.redis.pipeline(transaction=False)
+        for e in events[start : start + 100]:
+            ledger.add_record(pipe, e)
+        await pipe.execute()
+    return events
+
+
+async def test_admin_report_every_group_by_and_range(
+    reports: UsageReports, filled: list[UsageEvent]
+) -> None:
+    end = reports.today()
+    for start, stop in (
+        (end - timedelta(days=3), end),
+        (end - timedelta(days=2), end - timedelta(days=1)),
+    ):
+        inside = [e for e in filled if start <= e.day <= stop]
+        for by in GROUP_BYS:
+            report = await reports.admin_usage(start, stop, by)
+            got = {row[by]: pick(row) for row in report["data"] if row["requests"]}
+            assert got == expected_groups(inside, by), (by, start, stop)
+            assert report["totals"]["cost_nanos"] == sum(e.cost_nanos for e in inside)
+            assert report["totals"]["total_tokens"] == sum(e.total_tokens for e in inside)
+            costs = [row["cost_nanos"] for row in report["data"]]
+            if by != "day":
+                assert costs == sorted(costs, reverse=True)
+        days = await reports.admin_usage(start, stop, "day")
+        assert [row["day"] for row in days["data"]] == [
+            (start + timedelta(days=i)).isoformat() for i in range((stop - start).days + 1)
+        ]
+
+
+async def test_usage_for_key(reports: UsageReports, filled: list[UsageEvent]) -> None:
+    today = reports.today()
+    recent = [e for e in filled if e.key_id == "key2" and e.day >= today - timedelta(days=1)]
+    usage = await reports.usage_for_key("key2", days=2)
+    assert usage["requests"] == len(recent)
+    assert usage["total_cost_nanos"] == sum(e.cost_nanos for e in recent)
+    assert usage["total_cost"] == sum(e.cost_nanos for e in recent) / 1_000_000_000
+    assert usage["total_tokens"] == sum(e.total_tokens for e in recent)
+    assert usage["prompt_tokens"] == sum(e.prompt_tokens for e in recent)
+    assert usage["completion_tokens"] == sum(e.completion_tokens for e in recent)
+    assert {m["model"]: pick(m) for m in usage["by_model"]} == expected_groups(recent, "model")
+    assert [d["date"] for d in usage["by_day"]] == [
+        (today - timedelta(days=1)).isoformat(),
+        today.isoformat(),
+    ]
+    assert {d["date"]: pick(d) for d in usage["by_day"] if d["requests"]} == expected_groups(
+        recent, "day"
+    )
+    empty = await reports.usage_for_key("no-such-key", days=30)
+    assert empty["requests"] == 0 and empty["total_cost"] == 0 and len(empty["by_day"]) == 30
+
+
+async def test_bad_report_parameters(reports: UsageReports) -> None:
+    today = reports.today()
+    with pytest.raises(ReportError) as caught:
+        await reports.admin_usage(today, today, "colour")
+    assert caught.value.param == "group_by"
+    with pytest.raises(ReportError) as caught:
+        await reports.admin_usage(today, today - timedelta(days=1), "key")
+    assert caught.value.param == "from"
+    with pytest.raises(ReportError) as caught:
+        await reports.admin_usage(today - timedelta(days=90), today, "key")
+    assert caught.value.param == "from"
+    for days in (0, 31):
+        with pytest.raises(ReportError) as caught:
+            await reports.usage_for_key("key0", days=days)
+        assert caught.value.param == "days"
+    for cursor in ("!!!", "bm9waXBl"):
+        with pytest.raises(ReportError) as caught:
+            await reports.events(cursor=cursor)
+        assert caught.value.param == "cursor"
+
+
+async def test_events_pages_cover_everything_newest_first(
+    reports: UsageReports, filled: list[UsageEvent]
+) -> None:
+    seen: list[dict] = []
+    cursor = None
+    while True:
+        page = await reports.events(cursor=cursor, limit=17)
+        assert len(page["data"]) <= 17
+        seen.extend(page["data"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert sorted(e["request_id"] for e in seen) == sorted(e.request_id for e in filled)
+    order = [(tuple(map(int, e["id"].split("-"))), e["key_id"]) for e in seen]
+    assert order == sorted(order, reverse=True)
+
+    by_key = await reports.events(key="key1", limit=500)
+    assert {e["request_id"] for e in by_key["data"]} == {
+        e.request_id for e in filled if e.key_id == "key1"
+    }
+    assert by_key["next_cursor"] is None
+
+    model_ids: list[str] = []
+    cursor = None
+    while True:
+        page = await reports.events(model="qwen3:0.6b", cursor=cursor, limit=9)
+        assert all(e["model"] == "qwen3:0.6b" for e in page["data"])
+        model_ids.extend(e["request_id"] for e in page["data"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert sorted(model_ids) == sorted(e.request_id for e in filled if e.model == "qwen3:0.6b")
+    first = await reports.events(limit=1)
+    newest = next(e for e in filled if e.request_id == first["data"][0]["request_id"])
+    assert {k: v for k, v in first["data"][0].items() if k != "id"} == newest.to_dict()
+
+
+POLICY = """
+providers:
+  up: {base_url: "http://127.0.0.1:9/v1"}
+models:
+  some-model: {provider: up}
+"""
+
+
+async def test_http_endpoints(
+    reports: UsageReports,
+    ledger: UsageLedger,
+    filled: list[UsageEvent],
+    clean_redis: str,
+    tmp_path: Path,
+) -> None:
+    policy = tmp_path / "routing_rules.yaml"
+    policy.write_text(POLICY)
+    runner = GatewayThread(make_settings(tmp_path / "gw", policy, clean_redis))
+    gateway = runner.start()
+    try:
+        await _check_http_endpoints(gateway, reports, ledger, filled)
+    finally:
+        runner.stop()
+
+
+async def _check_http_endpoints(
+    gateway: Any, reports: UsageReports, ledger: UsageLedger, filled: list[UsageEvent]
+) -> None:
+    # key0's events again, under a key of the gateway's, for its own GET /v1/usage.
+    key_id, api_key = gateway.create_key(name="reports")
+    pipe = ledger.redis.pipeline(transaction=False)
+    for event in filled:
+        if event.key_id == "key0":
+            ledger.add_record(pipe, dataclasses.replace(event, key_id=key_id))
+    await pipe.execute()
+    today = reports.today()
+    start = (today - timedelta(days=3)).isoformat()
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    async with httpx.AsyncClient(base_url=gateway.base_url, headers=admin) as client:
+        mine = {"Authorization": f"Bearer {api_key}"}
+        own = (await client.get("/v1/usage", params={"days": 30}, headers=mine)).json()
+        assert own == await reports.usage_for_key(key_id, days=30)
+        assert own == {**await reports.usage_for_key("key0", days=30), "key_id": key_id}
+
+        for by in GROUP_BYS:
+            params = {"from": start, "to": today.isoformat(), "group_by": by}
+            as_json = (await client.get("/admin/usage", params=params)).json()
+            response = await client.get("/admin/usage", params={**params, "format": "csv"})
+            assert response.headers["content-type"].startswith("text/csv")
+            rows = list(csv.DictReader(io.StringIO(response.text)))
+            assert len(rows) == len(as_json["data"])
+            for row, want in zip(rows, as_json["data"], strict=True):
+                name = want[by]
+                assert row[by] == ("'" + name if name.startswith("=") else name)
+                assert int(row["cost_nanos"]) == want["cost_nanos"]
+                assert int(row["total_tokens"]) == want["total_tokens"]
+                assert Decimal(row["cost"]) * 10**9 == want["cost_nanos"]  # exact decimal text
+                assert len(row["cost"].split(".")[1]) == 9
+
+        bad = {
+            "/v1/usage?days=zero": "days",
+            "/v1/usage?days=0": "days",
+            "/admin/usage?group_by=colour": "group_by",
+            "/admin/usage?format=xml": "format",
+            "/admin/usage?from=2024-13-01": "from",
+            "/admin/usage?to=yesterday": "to",
+            f"/admin/usage?from={today.isoformat()}&to={start}": "from",
+            "/admin/usage/events?limit=0": "limit",
+            "/admin/usage/events?limit=ten": "limit",
+            "/admin/usage/events?cursor=zzz": "cursor",
+            "/admin/usage/events?key=a%20b": "key",
+        }
+        for url, param in bad.items():
+            response = await client.get(url, headers=mine if url.startswith("/v1") else admin)
+            assert response.status_code == 400, url
+            error = response.json()["error"]
+            assert error["param"] == param, url
+            assert error["type"] == "invalid_request_error"
+            assert param in error["message"], url
+
+        page = (await client.get("/admin/usage/events", params={"limit": 5, "key": "key3"})).json()
+        assert len(page["data"]) == 5 and {e["key_id"] for e in page["data"]} == {"key3"}
+        rest = (
+            await client.get(
+                "/admin/usage/events",
+                params={"cursor": page["next_cursor"], "key": "key3", "limit": 500},
+            )
+        ).json()
+        ids = [e["request_id"] for e in page["data"] + rest["data"]]
+        assert sorted(ids) == sorted(e.request_id for e in filled if e.key_id == "key3")

@@ -1,0 +1,74 @@
+"""DirectRedis: hot-path calls outside redis-py's pool keep its semantics: replies, error
+replies, one retry on a fresh socket after a restart, and no stale reply after a cancel."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis.exceptions
+from redis_helpers import ClientFactory
+
+from gateway.store.direct import DirectRedis
+from gateway.store.embedded import EmbeddedRedis
+
+
+async def test_replies_match_execute_command(clean_redis: str, make_client: ClientFactory) -> None:
+    client = make_client(clean_redis)
+    direct = DirectRedis(client)
+    sha = await client.script_load("return {KEYS[1], ARGV[1], tonumber(ARGV[2]) + 1}")
+    via_direct = await direct.call("EVALSHA", sha, 1, "k", "v", 41)
+    via_redis_py = await client.execute_command("EVALSHA", sha, 1, "k", "v", 41)
+    assert via_direct == via_redis_py == [b"k", b"v", 42]
+    with pytest.raises(redis.exceptions.NoScriptError):
+        await direct.call("EVALSHA", "0" * 40, 0)
+    assert await direct.call("ECHO", "after an error reply") == b"after an error reply"
+
+
+async def test_batch_puts_error_replies_in_place(
+    clean_redis: str, make_client: ClientFactory
+) -> None:
+    direct = DirectRedis(make_client(clean_redis))
+    replies = await direct.batch(
+        [("SET", "a", "1"), ("EVALSHA", "0" * 40, 0), ("INCR", "a"), ("GET", "a")]
+    )
+    assert isinstance(replies[1], redis.exceptions.NoScriptError)
+    assert replies[2:] == [2, b"2"]
+    assert await direct.batch([]) == []
+
+
+async def test_a_restarted_redis_is_reached_again_on_the_next_call(
+    own_redis: EmbeddedRedis, make_client: ClientFactory
+) -> None:
+    client = make_client(own_redis.url)
+    direct = DirectRedis(client)
+    assert await direct.call("SET", "survives", "yes")
+    await direct.batch([("GET", "survives")])
+    await client.execute_command("SAVE")  # on disk now, whatever the AOF fsync policy
+    own_redis.kill()
+    own_redis.start()
+    # The held sockets died with the old server; the one retry on a fresh socket gets through.
+    assert await direct.call("GET", "survives") == b"yes"
+    own_redis.kill()
+    own_redis.start()
+    assert await direct.batch([("GET", "survives")]) == [b"yes"]
+    own_redis.kill()
+    with pytest.raises((redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
+        await direct.call("GET", "survives")
+    own_redis.start()
+    assert await direct.call("GET", "survives") == b"yes"
+
+
+async def test_a_cancelled_call_leaves_no_reply_for_the_next(
+    clean_redis: str, make_client: ClientFactory
+) -> None:
+    direct = DirectRedis(make_client(clean_redis))
+    await direct.call("PING")  # one held connection, reused below
+    blocked = asyncio.ensure_future(direct.call("BLPOP", "empty-list", 0.3))
+    await asyncio.sleep(0.05)
+    blocked.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await blocked
+    await asyncio.sleep(0.4)  # BLPOP's nil reply would now be waiting on that socket
+    assert await direct.call("ECHO", "mine") == b"mine"
+    assert await direct.batch([("ECHO", "also mine")]) == [b"also mine"]

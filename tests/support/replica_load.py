@@ -1,0 +1,90 @@
+"""Chat load over several gateway replicas on one Redis (or Redis Cluster), for the tests that
+prove limits stay exact across replicas: concurrent requests spread round-robin, and the
+outcomes counted by status (a 429 by its error type)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import httpx
+from gateway_runner import AdminClient, GatewayProcess, running_gateways
+
+# 24 characters: the gateway's prompt estimate is then exactly the fake upstream's 10 tokens,
+# so the reservation (10 + max_tokens 5) equals what is settled and counts are exact.
+MESSAGES = [{"role": "user", "content": "x" * 24}]
+TOKENS_PER_REQUEST = 15
+COST_PER_REQUEST = 0.02  # fake-model: 10 × $1000/M + 5 × $2000/M
+CHAT = {"model": "fake-model", "messages": MESSAGES, "max_tokens": 5}
+
+
+def replicas_on(
+    redis_url: str,
+    count: int,
+    data_dir: Path,
+    policy_file: Path,
+    on_redis_failure: str = "closed",
+) -> AbstractContextManager[list[GatewayProcess]]:
+    """``count`` gateway processes on one Redis, running for the block: one try per candidate
+    (so counts stay exact) and no access lines."""
+    return running_gateways(
+        count,
+        data_dir,
+        policy_file,
+        redis_url=redis_url,
+        limits_on_redis_failure=on_redis_failure,
+        upstream_max_tries=1,
+        access_log="false",
+    )
+
+
+def new_key(gateway: AdminClient, **fields: object) -> str:
+    """A new API key made on ``gateway``; the key alone."""
+    return gateway.create_key(**fields)[1]
+
+
+async def fire(urls: list[str], key: str, total: int) -> list[httpx.Response]:
+    """``total`` concurrent chat requests spread round-robin over the gateways."""
+    limits = httpx.Limits(max_connections=total, max_keepalive_connections=total)
+    async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+        headers = {"Authorization": f"Bearer {key}"}
+        return await asyncio.gather(
+            *(
+                client.post(
+                    urls[i % len(urls)] + "/v1/chat/completions", json=CHAT, headers=headers
+                )
+                for i in range(total)
+            )
+        )
+
+
+def outcomes(responses: list[httpx.Response]) -> Counter:
+    counted: Counter = Counter()
+    for response in responses:
+        if response.status_code == 429:
+            counted[f"429 {response.json()['error']['type']}"] += 1
+        else:
+            counted[str(response.status_code)] += 1
+    return counted
+
+
+def chat(url: str, key: str) -> httpx.Response:
+    return httpx.post(
+        url + "/v1/chat/completions",
+        json=CHAT,
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=10,
+    )
+
+
+def chat_until(url: str, key: str, status: int, timeout: float = 10) -> httpx.Response:
+    """Chat until the answer has ``status`` (or the time is up): the last answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        response = chat(url, key)
+        if response.status_code == status or time.monotonic() > deadline:
+            return response
+        time.sleep(0.1)
