@@ -88,7 +88,7 @@ def _held_back(text: str, stops: list[str]) -> int:
 class LLMEngine:
     def __init__(self, config: EngineConfig, progress: bool = True) -> None:
         self.config = config
-        path = resolve_model_path(config.model)
+        path = resolve_model_path(config.model, config.download_dir)
         self.tokenizer = Tokenizer(config.tokenizer or path)
         self.runner: ModelRunner | TensorParallelExecutor
         if config.tensor_parallel_size > 1:
