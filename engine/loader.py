@@ -72,9 +72,25 @@ def read_config(path: Path) -> dict[str, Any]:
         raise LoaderError(f"config.json in {path} is not valid JSON: {exc}") from exc
 
 
+def refuse_quantized(config: dict[str, Any], path: Path) -> None:
+    """A quantized checkpoint's weights mean nothing without their scales and kernels, which
+    this engine does not implement: refuse it by name rather than serve wrong numbers."""
+    quantization = config.get("quantization_config")
+    if quantization is None:
+        return
+    method = quantization.get("quant_method") if isinstance(quantization, dict) else None
+    raise LoaderError(
+        f"checkpoint {path} is quantized ({method or 'unknown method'}, see quantization_config "
+        "in config.json); the engine serves float weights only (float32, float16, bfloat16) "
+        "and GGUF files, which it dequantizes"
+    )
+
+
 def load_model_args(path: Path) -> ModelArgs:
+    config = read_config(path)
+    refuse_quantized(config, path)
     try:
-        return ModelArgs.from_hf_config(read_config(path))
+        return ModelArgs.from_hf_config(config)
     except UnsupportedModelError as exc:
         raise LoaderError(str(exc)) from exc
     except KeyError as exc:

@@ -276,13 +276,16 @@ class LLMEngine:
 
     @staticmethod
     def _cut_at_stop(seq: Sequence, previous_len: int) -> bool:
+        """End the text at the earliest stop string (after it with include_stop_str_in_output)."""
         text = seq.output_text
         longest = max(len(s) for s in seq.params.stop)
         start = max(0, previous_len - longest + 1)
-        hits = [i for i in (text.find(s, start) for s in seq.params.stop) if i >= 0]
+        hits = [(i, s) for s in seq.params.stop if (i := text.find(s, start)) >= 0]
         if not hits:
             return False
-        seq.output_text = text[: min(hits)]
+        index, stop = min(hits, key=lambda hit: hit[0])
+        keep = len(stop) if seq.params.include_stop_str_in_output else 0
+        seq.output_text = text[: index + keep]
         return True
 
     def _delta(self, request: Request) -> RequestDelta:

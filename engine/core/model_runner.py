@@ -11,7 +11,7 @@ after sampling on the device; with tensor parallelism only rank 0 samples.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -55,6 +55,7 @@ class SamplingRow:
     seed: int | None  # the request's seed + the sample's index; None: unseeded
     output_counts: list[tuple[int, int]]  # (token, count) so far; only with penalties
     banned_ids: list[int]  # EOS and stop ids, banned while under min_tokens
+    prompt_ids: list[int] = field(default_factory=list)  # distinct; only with repetition_penalty
 
 
 @dataclass
@@ -121,6 +122,11 @@ def build_step_inputs(
                 seed=None if params.seed is None else params.seed + seq.index,
                 output_counts=list(seq.output_counts.items()) if params.has_penalties else [],
                 banned_ids=banned,
+                prompt_ids=(
+                    sorted(set(seq.token_ids[: seq.num_prompt_tokens]))
+                    if params.repetition_penalty != 1.0
+                    else []
+                ),
             )
         )
     return StepInputs(
@@ -331,6 +337,7 @@ class ModelRunner:
 
         greedy = [p.greedy for p in params]
         top_k = top_p = min_p = presence = frequency = counts = banned = None
+        repetition = seen = None
         if any(p.top_k > 0 for p in params):
             top_k = column([p.top_k if p.top_k > 0 else vocab_size for p in params], torch.int64)
         if any(p.top_p < 1.0 for p in params):
@@ -343,6 +350,10 @@ class ModelRunner:
             counts = self._row_scatter(
                 [row.output_counts for row in rows], vocab_size, torch.float32
             )
+        if any(p.repetition_penalty != 1.0 for p in params):
+            repetition = column([p.repetition_penalty for p in params], torch.float32)
+            tokens = [[(t, 1) for t in row.prompt_ids] + row.output_counts for row in rows]
+            seen = self._row_scatter(tokens, vocab_size, torch.float32) > 0
         if any(row.banned_ids for row in rows):
             bans = [[(t, 1) for t in row.banned_ids] for row in rows]
             banned = self._row_scatter(bans, vocab_size, torch.float32) > 0
@@ -360,6 +371,8 @@ class ModelRunner:
             presence_penalty=presence,
             frequency_penalty=frequency,
             output_counts=counts,
+            repetition_penalty=repetition,
+            seen=seen,
             banned=banned,
             generators=[self._generator(row) for row in rows],
             default_generator=self.default_generator,

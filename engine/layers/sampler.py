@@ -1,5 +1,9 @@
 """Batched sampling on the device: penalties, temperature, top-k/top-p/min-p, per-row seeds.
 
+The repetition penalty (HF's and vLLM's meaning: a seen token's logit is divided by the
+penalty when positive, multiplied when negative; seen = in the prompt or the output) comes
+first, then the presence and frequency penalties (OpenAI's, over the output only).
+
 Random draws use the exponential-race trick (argmax of p / Exp(1) noise is a sample from p),
 with a row's own generator when the request has a seed, so a seeded request samples the same
 tokens whatever else shares its batch.
@@ -26,6 +30,8 @@ class SamplingBatch:
     presence_penalty: torch.Tensor | None  # [S] float32
     frequency_penalty: torch.Tensor | None  # [S] float32
     output_counts: torch.Tensor | None  # [S, V] float32, tokens generated so far
+    repetition_penalty: torch.Tensor | None  # [S] float32, 1.0 where unset
+    seen: torch.Tensor | None  # [S, V] bool: in the prompt or the output (repetition penalty)
     banned: torch.Tensor | None  # [S, V] bool (EOS/stop ids before min_tokens)
     generators: list[torch.Generator | None]  # a row's own generator, or None
     default_generator: torch.Generator
@@ -44,6 +50,10 @@ class Sampler(nn.Module):
     def forward(self, logits: torch.Tensor, batch: SamplingBatch) -> SamplerOutput:
         logits = logits.float()
         raw_logprobs = torch.log_softmax(logits, dim=-1) if batch.num_logprobs else None
+        if batch.repetition_penalty is not None and batch.seen is not None:
+            penalty = batch.repetition_penalty[:, None]
+            penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
+            logits = torch.where(batch.seen, penalised, logits)
         if batch.output_counts is not None:
             counts = batch.output_counts
             if batch.presence_penalty is not None:

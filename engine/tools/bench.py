@@ -6,6 +6,8 @@ W3  256 requests sharing a 1,024-token prefix (64-token unique suffixes): prefix
     on vs off, with the ratio.
 W4  batch-1 decode: time per token against weight bytes / measured copy bandwidth.
 W5  online: Poisson arrivals through ``AsyncEngine``; TTFT and ITL percentiles.
+smollm2  the bundled real model on the CPU, batch 1 and 16, against HF ``generate``
+    (``engine.tools.bench_smollm2``; not part of ``all``).
 
 Weights are random (bf16 on CUDA, fp32 on the CPU) in the real shapes, written once to a
 temporary HF-format directory; EOS is ignored so every request makes its full output. Each
@@ -562,7 +564,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m engine.bench", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--workload", default="W1", choices=[*WORKLOADS, "all"])
+    parser.add_argument("--workload", default="W1", choices=[*WORKLOADS, "all", "smollm2"])
     parser.add_argument("--tiny", action="store_true", help="CPU-sized model and workload")
     parser.add_argument(
         "--max-seconds",
@@ -580,6 +582,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument("--rate", type=float, default=None, help="W5 arrivals per second")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=5, help="smollm2: runs per batch size")
+    parser.add_argument("--output-len", type=int, default=None, help="smollm2: tokens per request")
     args = parser.parse_args(argv)
     if args.max_seconds <= 0:
         parser.error("--max-seconds must be > 0")
@@ -587,6 +591,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--rate must be > 0")
     if args.max_num_seqs < 1:
         parser.error("--max-num-seqs must be >= 1")
+    if args.repeats < 1:
+        parser.error("--repeats must be >= 1")
     return args
 
 
@@ -614,6 +620,13 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.workload == "smollm2":
+        from engine.tools.bench_smollm2 import run as run_smollm2
+
+        result = run_smollm2(args.tiny, args.repeats, args.output_len)
+        result["command"] = " ".join(["python -m engine.bench", *(argv or sys.argv[1:])])
+        print(json.dumps(result), flush=True)
+        return 0
     settings = settings_from(args)
     if settings.device.type == "cuda" and not torch.cuda.is_available():
         print("error: --device cuda but no CUDA device is available", file=sys.stderr)
