@@ -216,13 +216,15 @@ def build_model(
     backend: Backend,
     progress: bool = True,
     tp: ParallelSpec | None = None,
+    max_position: int | None = None,
 ) -> LlamaForCausalLM:
-    """The model with only this rank's share of each weight (all of it when `tp` is None)."""
+    """The model with only this rank's share of each weight (all of it when `tp` is None);
+    `max_position` sizes the RoPE table (the longest sequence the engine will serve)."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)  # parameters are created in the target dtype directly
     try:
         with torch.device(device):
-            model = LlamaForCausalLM(args, tp, backend=backend)
+            model = LlamaForCausalLM(args, tp, backend=backend, max_position=max_position)
     finally:
         torch.set_default_dtype(previous)
     load_weights(model, path, progress=progress)

@@ -176,8 +176,9 @@ class ModelRunner:
         self.dtype = config.resolve_dtype(self.args.torch_dtype, self.device)
         self.backend = resolve_backend(config.attention_backend, self.device)
         self.model = build_model(
-            model_path, self.args, self.device, self.dtype, self.backend, progress, self.tp
-        )
+            model_path, self.args, self.device, self.dtype, self.backend, progress, self.tp,
+            max_position=self.max_model_len,
+        )  # fmt: skip
         self.sampler = Sampler()
         self.block_size = config.block_size
         self.num_kv_heads = kv_heads_per_rank(self.args.num_kv_heads, self.tp.tp_size)
