@@ -80,6 +80,7 @@ def test_gpu_check_dry_run_plans_every_step(tmp_path):
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    for step in ("kernel_tests", "engine_triton", "bench_W1", "bench_W2", "bench_W3", "bench_W4"):
+    steps = ("kernel_tests", "engine_triton", "serve_default_model", "bench_W1", "bench_W2")
+    for step in (*steps, "bench_W3", "bench_W4"):
         assert f"[plan] {step}" in result.stdout
     assert (tmp_path / "summary.txt").read_text() == result.stdout
