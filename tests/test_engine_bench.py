@@ -61,6 +61,21 @@ def test_a_run_past_its_time_cap_still_reports_and_says_so():
     assert record["requests_completed"] < 8
 
 
+@pytest.mark.slow
+def test_tiny_smollm2_compares_the_engine_with_hf_on_the_real_model():
+    result = run_bench("--workload", "smollm2", "--tiny", timeout=300)
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout.strip())
+    assert record["workload"] == "smollm2" and record["model"].endswith("Q4_1.gguf")
+    for batch in (1, 2):
+        figures = record[f"batch_{batch}"]
+        assert figures["engine_tok_s"] > 0 and figures["hf_tok_s"] > 0
+        assert figures["ratio"] == pytest.approx(
+            figures["engine_tok_s"] / figures["hf_tok_s"], rel=0.01
+        )
+    assert [r["tokens"] for r in record["runs"]] == [4, 8]  # EOS ignored on both sides
+
+
 def test_bad_arguments_get_a_clear_error():
     result = run_bench("--workload", "W9", "--tiny")
     assert result.returncode == 2
