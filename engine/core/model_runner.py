@@ -186,8 +186,9 @@ class ModelRunner:
         self.dtype = config.resolve_dtype(self.args.torch_dtype, self.device)
         self.backend = resolve_backend(config.attention_backend, self.device)
         self.model = build_model(
-            model_path, self.args, self.device, self.dtype, self.backend, progress, self.tp
-        )
+            model_path, self.args, self.device, self.dtype, self.backend, progress, self.tp,
+            max_position=self.max_model_len,
+        )  # fmt: skip
         self._init_step_state()
         self.num_blocks = self._size_kv_pool()
         self.kv_cache = self._bind_kv_cache(self.num_blocks)

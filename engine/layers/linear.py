@@ -19,6 +19,8 @@ from torch import nn
 
 from engine.errors import WeightShapeError
 
+SERVABLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
 
 class WeightSource(Protocol):
     """A checkpoint tensor that is read on demand, in whole or as a slice along one dim."""
@@ -60,8 +62,11 @@ def kv_heads_per_rank(num_kv_heads: int, tp_size: int) -> int:
 def _copy_checked(target: torch.Tensor, source: torch.Tensor) -> None:
     if tuple(target.shape) != tuple(source.shape):
         raise WeightShapeError(f"expected shape {tuple(target.shape)}, got {tuple(source.shape)}")
-    if not source.is_floating_point():
-        raise WeightShapeError(f"expected a floating-point tensor, got dtype {source.dtype}")
+    if source.dtype not in SERVABLE_DTYPES:  # fp8 and ints need scales this engine lacks
+        raise WeightShapeError(
+            f"dtype {source.dtype} is not a float dtype the engine serves (float32, float16, "
+            "bfloat16): a quantized weight"
+        )
     target.copy_(source)
 
 

@@ -109,7 +109,9 @@ class ParallelSpec:
 
 
 class DecoderAttention(nn.Module):
-    def __init__(self, args: ModelArgs, tp: ParallelSpec, backend: Backend) -> None:
+    def __init__(
+        self, args: ModelArgs, tp: ParallelSpec, backend: Backend, rotary_emb: RotaryEmbedding
+    ) -> None:
         super().__init__()
         self.qkv_proj = QKVParallelLinear(
             args.hidden_size,
@@ -126,9 +128,7 @@ class DecoderAttention(nn.Module):
         self.o_proj = RowParallelLinear(
             args.num_heads * args.head_dim, args.hidden_size, False, tp.tp_size, tp.tp_rank
         )
-        self.rotary_emb = RotaryEmbedding(
-            args.head_dim, args.max_position_embeddings, args.rope_theta, args.rope_scaling
-        )
+        self.rotary_emb = rotary_emb  # one table for every layer (LlamaModel owns it)
         if args.qk_norm:
             self.q_norm = RMSNorm(args.head_dim, args.rms_norm_eps, backend)
             self.k_norm = RMSNorm(args.head_dim, args.rms_norm_eps, backend)
@@ -169,9 +169,11 @@ class DecoderMLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, args: ModelArgs, tp: ParallelSpec, backend: Backend) -> None:
+    def __init__(
+        self, args: ModelArgs, tp: ParallelSpec, backend: Backend, rotary_emb: RotaryEmbedding
+    ) -> None:
         super().__init__()
-        self.self_attn = DecoderAttention(args, tp, backend)
+        self.self_attn = DecoderAttention(args, tp, backend, rotary_emb)
         self.mlp = DecoderMLP(args, tp, backend)
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, backend)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, backend)
@@ -193,12 +195,20 @@ class DecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, args: ModelArgs, tp: ParallelSpec, backend: Backend) -> None:
+    def __init__(
+        self, args: ModelArgs, tp: ParallelSpec, backend: Backend, max_position: int
+    ) -> None:
         super().__init__()
         self.embed_tokens = VocabParallelEmbedding(
             args.vocab_size, args.hidden_size, tp.tp_size, tp.tp_rank
         )
-        self.layers = nn.ModuleList(DecoderLayer(args, tp, backend) for _ in range(args.num_layers))
+        # cos/sin for positions [0, max_position): shared, since every layer rotates alike
+        self.rotary_emb = RotaryEmbedding(
+            args.head_dim, max_position, args.rope_theta, args.rope_scaling
+        )
+        self.layers = nn.ModuleList(
+            DecoderLayer(args, tp, backend, self.rotary_emb) for _ in range(args.num_layers)
+        )
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps, backend)
 
     def forward(
@@ -223,12 +233,18 @@ class LlamaForCausalLM(nn.Module):
     }
 
     def __init__(
-        self, args: ModelArgs, tp: ParallelSpec | None = None, backend: Backend = "torch"
+        self,
+        args: ModelArgs,
+        tp: ParallelSpec | None = None,
+        backend: Backend = "torch",
+        max_position: int | None = None,
     ) -> None:
+        """`max_position`: the longest sequence served (the RoPE table's rows); by default
+        the checkpoint's `max_position_embeddings`."""
         super().__init__()
         tp = tp or ParallelSpec()
         self.args = args
-        self.model = LlamaModel(args, tp, backend)
+        self.model = LlamaModel(args, tp, backend, max_position or args.max_position_embeddings)
         self.lm_head = ParallelLMHead(args.vocab_size, args.hidden_size, tp.tp_size, tp.tp_rank)
         if args.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
