@@ -30,6 +30,7 @@ from engine.core.sampling_rows import SamplingRows
 from engine.core.sequence import TokenLogprobs
 from engine.errors import ConfigError
 from engine.kernels import resolve_backend
+from engine.kernels.reference import plan_paged_attention
 from engine.layers.attention import AttentionMetadata
 from engine.layers.linear import kv_heads_per_rank
 from engine.layers.sampler import Sampler, SamplerOutput
@@ -396,6 +397,16 @@ class ModelRunner:
             max_query_len=inputs.max_query_len,
             num_kv_splits=splits,
         )
+        if self.backend == "torch":  # its batching, derived once for every layer
+            meta.torch_plan = plan_paged_attention(
+                inputs.cu_seqlens_q.tolist(),
+                inputs.context_lens.tolist(),
+                meta.block_tables,
+                self.block_size,
+                self.args.num_heads // self.tp.tp_size,
+                self.num_kv_heads,
+                self.args.head_dim,
+            )
         tail = packed[ends[4] : ends[8]].long()
         return BatchInputs(
             input_ids=longs[:t],
