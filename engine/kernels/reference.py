@@ -22,12 +22,14 @@ def store_kv_ref(
 ) -> None:
     """Write ``key``/``value`` ``[num_tokens, num_kv_heads, head_dim]`` into their slots."""
     num_blocks, block_size, num_kv_heads, head_dim = k_cache.shape
-    valid = slot_mapping >= 0
-    slots = slot_mapping[valid].long()
     flat_k = k_cache.view(num_blocks * block_size, num_kv_heads, head_dim)
     flat_v = v_cache.view(num_blocks * block_size, num_kv_heads, head_dim)
-    flat_k[slots] = key[valid].to(k_cache.dtype)
-    flat_v[slots] = value[valid].to(v_cache.dtype)
+    slots = slot_mapping.long()
+    if not bool((slots >= 0).all()):  # padding rows: keep the others
+        valid = slots >= 0
+        slots, key, value = slots[valid], key[valid], value[valid]
+    flat_k.index_copy_(0, slots, key.to(k_cache.dtype))
+    flat_v.index_copy_(0, slots, value.to(v_cache.dtype))
 
 
 # Elements of one batched attention's largest temporary (scores, or gathered keys): 32 MiB
@@ -45,6 +47,7 @@ class AttentionGroup:
     size: int
     max_rows: int
     max_keys: int
+    in_order: bool  # one row per piece, the pieces being query rows 0 .. size - 1
     first: torch.Tensor  # [size] int64: each piece's first query row
     slots: torch.Tensor  # [size * max_keys] int64: the cache slot of every key position
     mask: torch.Tensor  # bool, True = attend: [size, 1, 1, max_keys] for single rows, else
@@ -130,7 +133,8 @@ def _group(
     slots = torch.where(key_pos[None, :] < keys[:, None], slots, slots[:, :1]).reshape(-1)
     if max_rows == 1:  # decodes (and one-token chunks): no padding rows
         mask = (key_pos[None, :] < keys[:, None])[:, None, None, :]
-        return AttentionGroup(n, 1, max_keys, first, slots, mask, None, None)
+        in_order = all(piece[0] == i for i, piece in enumerate(pieces))
+        return AttentionGroup(n, 1, max_keys, in_order, first, slots, mask, None, None)
     row = torch.arange(max_rows, device=device)
     real = row[None, :] < rows[:, None]
     tokens = torch.where(real, first[:, None] + row[None, :], 0)
@@ -138,7 +142,7 @@ def _group(
     mask = key_pos[None, None, :] <= position[:, :, None]  # [n, max_rows, max_keys]
     mask = mask[:, None, None].expand(n, 1, group, max_rows, max_keys)
     mask = mask.reshape(n, 1, group * max_rows, max_keys)
-    return AttentionGroup(n, max_rows, max_keys, first, slots, mask, tokens, real)
+    return AttentionGroup(n, max_rows, max_keys, False, first, slots, mask, tokens, real)
 
 
 def paged_attention_ref(
@@ -183,7 +187,11 @@ def paged_attention_ref(
             budget,
         )
     assert (plan.num_heads, plan.num_kv_heads) == (num_heads, num_kv_heads), "plan of other heads"
-    out = torch.zeros_like(query)
+    out: torch.Tensor | None
+    if len(plan.groups) == 1 and plan.groups[0].in_order and len(query) == plan.groups[0].size:
+        out = None  # a decode-only step: the attention's rows are the output's, in order
+    else:
+        out = torch.zeros_like(query)
     flat_k = k_cache.reshape(-1, num_kv_heads, head_dim)
     flat_v = v_cache.reshape(-1, num_kv_heads, head_dim)
     group = num_heads // num_kv_heads
@@ -195,12 +203,15 @@ def paged_attention_ref(
         k, v = k.transpose(1, 2).float(), v.transpose(1, 2).float()
         # query head h uses kv head h // group: a kv head's query heads are its query rows
         if rows == 1:
-            q = query.index_select(0, g.first).float().view(n, num_kv_heads, group, head_dim)
+            q = query[:n] if g.in_order else query.index_select(0, g.first)
+            q = q.float().reshape(n, num_kv_heads, group, head_dim)
         else:
             assert g.tokens is not None and g.real is not None
             q = query[g.tokens].float().view(n, rows, num_kv_heads, group, head_dim)
             q = q.permute(0, 2, 3, 1, 4).reshape(n, num_kv_heads, group * rows, head_dim)
         attended = F.scaled_dot_product_attention(q, k, v, attn_mask=g.mask, scale=scale)
+        if out is None:
+            return attended.reshape(n, num_heads, head_dim).to(query.dtype)
         if rows == 1:
             out.index_copy_(0, g.first, attended.reshape(n, num_heads, head_dim).to(out.dtype))
             continue
