@@ -186,6 +186,8 @@ def run_host(
             num_gpu_blocks=blocks_per_seq * load.num_requests + 16,
             seed=seed,
             async_scheduling=async_scheduling,
+            # as on a GPU: no torch attention plan per step (the stub runs no attention)
+            attention_backend="triton",
         )
         runner = StubRunner(config, model_dir, pool)
         engine = AsyncEngine(
