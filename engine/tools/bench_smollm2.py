@@ -5,13 +5,15 @@ template) generate ``--output-len`` tokens each with EOS ignored, at batch 1 and
 the engine and by HF ``transformers`` ``generate`` (loading the same GGUF, prompts left-padded
 into one batch) in the same process, taking turns, ``--repeats`` times. Tokens/s is generated
 tokens over the wall time of the whole call (prefill included) for both. Prints one JSON line:
-the medians per batch size, the ratio engine / HF, and every run. ``--tiny`` (4 tokens, one
-run, batch 1 and 2) proves the harness, not a speed.
+the medians per batch size, the ratio engine / HF, every run, and the 1-minute load average
+at the start and the end. ``--tiny`` (4 tokens, one run, batch 1 and 2) proves the harness,
+not a speed.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import statistics
 import tempfile
 import time
@@ -87,6 +89,7 @@ def run(tiny: bool, repeats: int, output_len: int | None) -> dict[str, Any]:
     from engine.gguf.bundled import find_bundled_model
 
     torch.manual_seed(0)
+    load_before = os.getloadavg()[0]  # the box is shared: say how busy it was
     batches = (1, 2) if tiny else (1, 16)
     new_tokens = output_len or (4 if tiny else 64)
     repeats = 1 if tiny else repeats
@@ -143,6 +146,7 @@ def run(tiny: bool, repeats: int, output_len: int | None) -> dict[str, Any]:
         "repeats": repeats,
         **summary,
         "runs": runs,
+        "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # start, end
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "torch": torch.__version__,
     }
