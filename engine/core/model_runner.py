@@ -397,7 +397,7 @@ class ModelRunner:
             max_query_len=inputs.max_query_len,
             num_kv_splits=splits,
         )
-        if self.backend == "torch":  # its batching, derived once for every layer
+        if self.backend == "torch":  # how its attention batches this step, once for all layers
             meta.torch_plan = plan_paged_attention(
                 inputs.cu_seqlens_q.tolist(),
                 inputs.context_lens.tolist(),
