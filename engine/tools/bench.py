@@ -498,7 +498,7 @@ def run_workload(
     kv_pool_blocks = model_runner.num_blocks
     kv_pool_bytes = kv_pool_blocks * model_runner.kv_bytes_per_block
     backend = model_runner.backend
-    weight_bytes = sum(p.numel() * p.element_size() for p in model_runner.model.parameters())
+    weight_bytes = model_runner.weight_bytes
     del model_runner
     runner: Callable = run_online if workload.name == "W5" else run_offline
     passes = 2 if workload.name == "W3" else 1
