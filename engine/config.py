@@ -14,7 +14,7 @@ _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch
 
 @dataclass
 class EngineConfig:
-    model: str = ""
+    model: str = ""  # HF directory, hub id, or a .gguf file
     dtype: str = "auto"  # auto|float32|float16|bfloat16 (auto: checkpoint dtype, fp32 on CPU)
     device: str = "auto"  # auto|cuda|cpu
     gpu_memory_utilization: float = 0.9
@@ -30,6 +30,7 @@ class EngineConfig:
     attention_backend: str = "auto"  # auto|torch|triton
     seed: int = 0
     tokenizer: str | None = None  # defaults to `model`
+    download_dir: str | None = None  # hub downloads and GGUF views; None: ~/.cache/switchyard
     tensor_parallel_size: int = 1  # ranks (worker processes) the model is sharded over
     # prepare step N+1 while step N runs; None: on for a single CUDA rank, off elsewhere
     async_scheduling: bool | None = None

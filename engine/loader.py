@@ -1,8 +1,10 @@
-"""Load an HF-format checkpoint directory (or hub id) into an engine model.
+"""Load an HF-format checkpoint directory, a hub id or a GGUF file into an engine model.
 
 `config.json` picks the architecture; `*.safetensors` (single file, or shards listed in
-`model.safetensors.index.json`) supply the weights. Every failure is a `LoaderError` that
-names the file or tensor at fault.
+`model.safetensors.index.json`) supply the weights. A `.gguf` file is first turned into an
+HF-format directory under the download dir (`engine.gguf.convert`, once per file), whose
+weights are the GGUF's, dequantized while loading. Every failure is a `LoaderError` that names
+the file or tensor at fault.
 """
 
 from __future__ import annotations
@@ -15,21 +17,29 @@ from typing import Any
 import torch
 
 from engine.errors import LoaderError, UnsupportedModelError, WeightShapeError
+from engine.gguf.convert import prepare_gguf, view_weights
 from engine.kernels import Backend
-from engine.layers.linear import default_weight_loader
+from engine.layers.linear import WeightSource, default_weight_loader
 from engine.models.llama import LlamaForCausalLM, ModelArgs, ParallelSpec
 
 INDEX_FILE = "model.safetensors.index.json"
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+DEFAULT_DOWNLOAD_DIR = Path("~/.cache/switchyard/models")
 
 
-def resolve_model_path(model: str | Path) -> Path:
-    """A local directory as is; otherwise a hub id fetched with `huggingface_hub`."""
+def resolve_model_path(model: str | Path, download_dir: str | Path | None = None) -> Path:
+    """A local directory as is; a `.gguf` file as its HF-format view (made once under
+    `download_dir`); otherwise a hub id fetched with `huggingface_hub` into `download_dir`."""
     path = Path(model).expanduser()
     if path.is_dir():
         return path
+    cache = Path(download_dir or DEFAULT_DOWNLOAD_DIR).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return prepare_gguf(path, cache)
     if path.exists():
-        raise LoaderError(f"model path {str(path)!r} is a file, expected a checkpoint directory")
+        raise LoaderError(
+            f"model path {str(path)!r} is a file, expected a checkpoint directory or a .gguf file"
+        )
     name = str(model)
     if name.count("/") != 1 or name.startswith((".", "/", "~")):
         raise LoaderError(f"model directory {name!r} does not exist (and is not a hub id)")
@@ -41,7 +51,9 @@ def resolve_model_path(model: str | Path) -> Path:
         ) from exc
     try:
         local = snapshot_download(
-            name, allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model"]
+            name,
+            allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model"],
+            cache_dir=str(cache) if download_dir is not None else None,
         )
     except Exception as exc:  # offline, unknown repo, gated: all mean "cannot fetch"
         raise LoaderError(
@@ -60,9 +72,25 @@ def read_config(path: Path) -> dict[str, Any]:
         raise LoaderError(f"config.json in {path} is not valid JSON: {exc}") from exc
 
 
+def refuse_quantized(config: dict[str, Any], path: Path) -> None:
+    """A quantized checkpoint's weights mean nothing without their scales and kernels, which
+    this engine does not implement: refuse it by name rather than serve wrong numbers."""
+    quantization = config.get("quantization_config")
+    if quantization is None:
+        return
+    method = quantization.get("quant_method") if isinstance(quantization, dict) else None
+    raise LoaderError(
+        f"checkpoint {path} is quantized ({method or 'unknown method'}, see quantization_config "
+        "in config.json); the engine serves float weights only (float32, float16, bfloat16) "
+        "and GGUF files, which it dequantizes"
+    )
+
+
 def load_model_args(path: Path) -> ModelArgs:
+    config = read_config(path)
+    refuse_quantized(config, path)
     try:
-        return ModelArgs.from_hf_config(read_config(path))
+        return ModelArgs.from_hf_config(config)
     except UnsupportedModelError as exc:
         raise LoaderError(str(exc)) from exc
     except KeyError as exc:
@@ -99,20 +127,27 @@ class SafetensorsSlice:
         return self._slice[:]
 
 
-def _iter_tensors(files: list[Path]) -> Iterator[tuple[str, SafetensorsSlice]]:
+def _iter_tensors(path: Path) -> Iterator[tuple[str, WeightSource]]:
+    gguf = view_weights(path)
+    if gguf is not None:
+        yield from gguf.tensors()
+        return
     from safetensors import safe_open
 
-    for file in files:
+    for file in safetensors_files(path):
         with safe_open(str(file), framework="pt", device="cpu") as handle:
             for name in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
                 yield name, SafetensorsSlice(handle, name)
 
 
-def _count_tensors(files: list[Path]) -> int:
+def _count_tensors(path: Path) -> int:
+    gguf = view_weights(path)
+    if gguf is not None:
+        return len(gguf)
     from safetensors import safe_open
 
     total = 0
-    for file in files:
+    for file in safetensors_files(path):
         with safe_open(str(file), framework="pt", device="cpu") as handle:
             total += len(list(handle.keys()))
     return total
@@ -121,7 +156,8 @@ def _count_tensors(files: list[Path]) -> int:
 def load_weights(model: LlamaForCausalLM, path: Path, progress: bool = True) -> None:
     from tqdm import tqdm
 
-    files = safetensors_files(path)
+    if view_weights(path) is None:
+        safetensors_files(path)  # a clear error now when the weights are missing
     params = dict(model.named_parameters())
     shards_needed = {name: 1 for name in params}
     for fused, _ in model.packed_modules_mapping.values():
@@ -135,12 +171,12 @@ def load_weights(model: LlamaForCausalLM, path: Path, progress: bool = True) -> 
     # no bar at all without progress: even a disabled tqdm creates a multiprocessing lock,
     # which a killed tensor-parallel rank would leak
     bar = (
-        tqdm(total=_count_tensors(files), desc="Loading weights", unit="tensor")
+        tqdm(total=_count_tensors(path), desc="Loading weights", unit="tensor")
         if progress
         else None
     )
     try:
-        for name, source in _iter_tensors(files):
+        for name, source in _iter_tensors(path):
             if bar is not None:
                 bar.update(1)
             if name.endswith(IGNORED_SUFFIXES) or (tied and name == "lm_head.weight"):
@@ -180,13 +216,15 @@ def build_model(
     backend: Backend,
     progress: bool = True,
     tp: ParallelSpec | None = None,
+    max_position: int | None = None,
 ) -> LlamaForCausalLM:
-    """The model with only this rank's share of each weight (all of it when `tp` is None)."""
+    """The model with only this rank's share of each weight (all of it when `tp` is None);
+    `max_position` sizes the RoPE table (the longest sequence the engine will serve)."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)  # parameters are created in the target dtype directly
     try:
         with torch.device(device):
-            model = LlamaForCausalLM(args, tp, backend=backend)
+            model = LlamaForCausalLM(args, tp, backend=backend, max_position=max_position)
     finally:
         torch.set_default_dtype(previous)
     load_weights(model, path, progress=progress)

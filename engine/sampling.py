@@ -22,7 +22,9 @@ class SamplingParams:
     logprobs: int | None = None  # how many top logprobs per generated token
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0  # HF/vLLM: every prompt or output token's logit, / or *
     ignore_eos: bool = False
+    include_stop_str_in_output: bool = False  # keep the matched stop string in the text
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -38,8 +40,17 @@ class SamplingParams:
         return self.temperature == 0.0
 
     @property
-    def has_penalties(self) -> bool:
+    def has_count_penalties(self) -> bool:
+        """Presence or frequency penalty: the sampler needs the output's token counts."""
         return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+
+    @property
+    def has_repetition_penalty(self) -> bool:
+        return self.repetition_penalty != 1.0
+
+    @property
+    def has_penalties(self) -> bool:
+        return self.has_count_penalties or self.has_repetition_penalty
 
     def validate(self) -> None:
         def bad(name: str, rule: str) -> SamplingParamsError:
@@ -65,6 +76,8 @@ class SamplingParams:
             raise bad("presence_penalty", "in [-2, 2]")
         if not -2.0 <= self.frequency_penalty <= 2.0:
             raise bad("frequency_penalty", "in [-2, 2]")
+        if not 0.0 < self.repetition_penalty <= 2.0:
+            raise bad("repetition_penalty", "in (0, 2]")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise bad("stop", "a list of non-empty strings")
         if any(not isinstance(t, int) or t < 0 for t in self.stop_token_ids):

@@ -10,9 +10,12 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import TokenizerError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer as HFTokenizer
 
 REPLACEMENT_CHAR = "\ufffd"
 
@@ -67,6 +70,11 @@ class Tokenizer:
             for tid in [self._tok.token_to_id(tok.content)]
             if tid is not None
         )
+
+    @property
+    def backend(self) -> HFTokenizer:
+        """The underlying `tokenizers.Tokenizer` (its Rust incremental decoder works on it)."""
+        return self._tok
 
     @property
     def vocab_size(self) -> int:

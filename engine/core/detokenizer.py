@@ -1,17 +1,21 @@
 """Incremental detokenization for one sequence: one cheap call per token, never half a char.
 
-With a `tokenizers` backend this is its `DecodeStream` (Rust keeps the window and the
-partial UTF-8 bytes, one call per token); otherwise the window decoder in
-`engine/tokenizer.py` (two decodes of a short window per token). Both start from the last
+This is `DecodeStream` over the tokenizer's `tokenizers.Tokenizer` (`Tokenizer.backend`;
+Rust keeps the window and the partial UTF-8 bytes, one call per token); with `tokenizers`
+older than 0.21, which lacks it, the window decoder in `engine/tokenizer.py` (two decodes
+of a short window per token). Both start from the last
 few prompt tokens, so the first token's leading space decodes as in the full text.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from engine.tokenizer import REPLACEMENT_CHAR, IncrementalDetokenizer, Tokenizer
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer as HFTokenizer
 
 CONTEXT_TOKENS = 5  # prompt tokens of left context
 
@@ -27,7 +31,7 @@ class StreamDetokenizer:
 
     __slots__ = ("_backend", "_step")
 
-    def __init__(self, backend: object, context: list[int]) -> None:
+    def __init__(self, backend: HFTokenizer, context: list[int]) -> None:
         from tokenizers.decoders import DecodeStream
 
         self._backend = backend
@@ -37,12 +41,18 @@ class StreamDetokenizer:
         return self._step(self._backend, token_id) or ""
 
 
+def _has_decode_stream() -> bool:
+    try:
+        from tokenizers.decoders import DecodeStream  # noqa: F401
+    except ImportError:  # tokenizers < 0.21
+        return False
+    return True
+
+
 def make_detokenizer(tokenizer: Tokenizer, prompt_ids: Sequence[int]) -> Detokenizer:
-    # `Tokenizer` wraps a `tokenizers.Tokenizer` (HF files; GGUF vocabularies are converted)
-    backend = getattr(tokenizer, "_tok", None)
-    if backend is None or not hasattr(backend, "decode_batch"):
+    if not _has_decode_stream():
         return IncrementalDetokenizer(tokenizer, prompt_ids)
     context = list(prompt_ids[-CONTEXT_TOKENS:])
     if REPLACEMENT_CHAR in tokenizer.decode(context):
         context = []  # a prompt that ends inside a character gives no usable context
-    return StreamDetokenizer(backend, context)
+    return StreamDetokenizer(tokenizer.backend, context)

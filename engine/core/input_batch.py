@@ -37,6 +37,7 @@ class RowSetup:
     seed: int | None  # the request's seed + the sample's index; None: unseeded
     num_output_tokens: int  # generated so far (a readmitted sequence keeps its tokens)
     output_token_ids: list[int]  # those tokens, when penalties need their counts
+    prompt_token_ids: list[int]  # only with the repetition penalty (its "seen" set)
     banned_ids: list[int]  # EOS and stop ids: banned while under min_tokens
 
 
@@ -183,5 +184,8 @@ class InputBatch:
             seed=None if params.seed is None else params.seed + seq.index,
             num_output_tokens=seq.num_output_tokens,
             output_token_ids=seq.output_token_ids if params.has_penalties else [],
+            prompt_token_ids=(
+                seq.request.prompt_token_ids if params.has_repetition_penalty else []
+            ),
             banned_ids=banned,
         )

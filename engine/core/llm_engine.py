@@ -82,7 +82,7 @@ class LLMEngine:
     ) -> None:
         """`runner` replaces the model runner built from `config` (the host benchmark's stub)."""
         self.config = config
-        path = resolve_model_path(config.model)
+        path = resolve_model_path(config.model, config.download_dir)
         self.tokenizer = Tokenizer(config.tokenizer or path)
         self.runner: ModelRunner | TensorParallelExecutor
         if runner is not None:

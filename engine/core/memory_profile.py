@@ -3,9 +3,9 @@
 The profiling step is a real one, through the same paged path as serving (the
 `max_num_batched_tokens` tokens split over up to `max_num_seqs` sequences, each on its own
 blocks of a temporary cache) so no O(T^2) attention fallback inflates the peak. Its
-sampling covers `max_num_seqs` rows with every option on (penalties, `min_tokens` bans,
-top-k, top-p, min-p, 20 logprobs), so the sampler's `[max_num_seqs, vocab]` fp32
-temporaries are part of the measured peak. The CUDA-graph pool, which only exists after the
+sampling covers `max_num_seqs` rows with every option on (penalties, the repetition
+penalty, `min_tokens` bans, top-k, top-p, min-p, 20 logprobs), so the sampler's
+`[max_num_seqs, vocab]` fp32 temporaries are part of the measured peak. The CUDA-graph pool, which only exists after the
 pool is allocated, is estimated from eager runs of the decode buffers (the largest
 capture's peak plus every graph's retained output) and checked against the real capture.
 """
@@ -67,6 +67,7 @@ def profile_row_setups(max_num_seqs: int) -> list[RowSetup]:
         min_p=0.05,
         presence_penalty=0.5,
         frequency_penalty=0.5,
+        repetition_penalty=1.1,
         logprobs=20,
         min_tokens=1,
         max_tokens=1,
@@ -79,6 +80,7 @@ def profile_row_setups(max_num_seqs: int) -> list[RowSetup]:
             seed=None,
             num_output_tokens=0,
             output_token_ids=[0],
+            prompt_token_ids=[0],
             banned_ids=[0],
         )
         for row in range(max_num_seqs)

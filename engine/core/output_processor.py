@@ -6,7 +6,7 @@ the client is: on the consumer's event loop for `AsyncEngine`, inline for the sy
 `LLMEngine.step`. It keeps one `RequestState` per request: an incremental detokenizer per
 sample, the text not yet streamed (a suffix that could still become a stop string is held
 back), and the token ids and logprobs the client has seen. A stop string cuts the text
-before it and finishes the sample here; the engine is then told to stop that sequence
+before it (after it with `include_stop_str_in_output`) and finishes the sample here; the engine is then told to stop that sequence
 (`stops`), and tokens it made in the meantime are dropped.
 """
 
@@ -205,13 +205,15 @@ def process_step(
 def _apply_stops(
     sample: SampleState, piece: str, params: SamplingParams, finishing: bool
 ) -> tuple[str, bool]:
-    """(text to stream now, whether a stop string ended the sample)."""
+    """(text to stream now, whether a stop string ended the sample). The text ends before
+    the earliest stop string, or after it with `include_stop_str_in_output`."""
     text = sample.held + piece
     if len(sample.token_ids) >= params.min_tokens:
-        hits = [i for i in (text.find(stop) for stop in params.stop) if i >= 0]
+        hits = [(i, stop) for stop in params.stop if (i := text.find(stop)) >= 0]
         if hits:
+            index, stop = min(hits, key=lambda hit: hit[0])
             sample.held = ""
-            return text[: min(hits)], True
+            return text[: index + len(stop) if params.include_stop_str_in_output else index], True
     if finishing:
         sample.held = ""
         return text, False

@@ -5,7 +5,10 @@ being sent for every sequence every step; a step gathers its sampled rows' setti
 numpy and moves them to the device in one copy. For presence/frequency penalties the
 counts of each row's generated tokens live on the device (`[max_num_seqs, vocab]` int32)
 and grow by one scatter of the sampled tokens per step, so no per-sequence `Counter` ever
-crosses to the device. Seeded sequences keep their own `torch.Generator` until released.
+crosses to the device. The repetition penalty's "seen" set (prompt or output) lives there
+too (`[max_num_seqs, vocab]` bool): the prompt's tokens are marked once, at row setup, and
+each step's sampled tokens by the same kind of scatter. Seeded sequences keep their own
+`torch.Generator` until released.
 """
 
 from __future__ import annotations
@@ -17,28 +20,30 @@ from engine.core.input_batch import RowSetup
 from engine.layers.sampler import SamplingBatch
 
 # rows of `SamplingRows.values`
-TEMPERATURE, TOP_P, MIN_P, PRESENCE, FREQUENCY, TOP_K, GREEDY = range(7)
+TEMPERATURE, TOP_P, MIN_P, PRESENCE, FREQUENCY, TOP_K, GREEDY, REPETITION = range(8)
 # rows of `SamplingRows.flags`
-USES_TOP_K, USES_TOP_P, USES_MIN_P, USES_PENALTIES, SEEDED = range(5)
+USES_TOP_K, USES_TOP_P, USES_MIN_P, USES_PENALTIES, SEEDED, USES_REPETITION = range(6)
 
 
 class SamplingRows:
     def __init__(self, max_rows: int, vocab_size: int, device: torch.device) -> None:
         self.device = device
         self.vocab_size = vocab_size
-        self.values = np.zeros((7, max_rows), dtype=np.float32)
-        self.flags = np.zeros((5, max_rows), dtype=bool)
+        self.values = np.zeros((8, max_rows), dtype=np.float32)
+        self.flags = np.zeros((6, max_rows), dtype=bool)
         self.num_logprobs = np.full(max_rows, -1, dtype=np.int32)  # -1: none wanted
         self.min_tokens = np.zeros(max_rows, dtype=np.int32)
         self.num_output = np.zeros(max_rows, dtype=np.int32)  # sampled so far, in flight too
         self.seq_ids = np.full(max_rows, -1, dtype=np.int64)
         self.banned: list[list[int]] = [[] for _ in range(max_rows)]
         self.counts = torch.zeros(max_rows, vocab_size, dtype=torch.int32, device=device)
+        self.seen = torch.zeros(max_rows, vocab_size, dtype=torch.bool, device=device)
         self.generators: dict[int, torch.Generator] = {}  # seeded sequences, by seq_id
 
     @property
-    def counts_bytes(self) -> int:
-        return self.counts.numel() * self.counts.element_size()
+    def state_bytes(self) -> int:
+        """The per-row token state held on the device (penalty counts and seen sets)."""
+        return sum(t.numel() * t.element_size() for t in (self.counts, self.seen))
 
     # --- rows changing hands -----------------------------------------------------------
 
@@ -53,25 +58,33 @@ class SamplingRows:
             values[FREQUENCY, row] = params.frequency_penalty
             values[TOP_K, row] = params.top_k if params.top_k > 0 else self.vocab_size
             values[GREEDY, row] = 1.0 if params.greedy else 0.0
+            values[REPETITION, row] = params.repetition_penalty
             flags[USES_TOP_K, row] = params.top_k > 0
             flags[USES_TOP_P, row] = params.top_p < 1.0
             flags[USES_MIN_P, row] = params.min_p > 0.0
-            flags[USES_PENALTIES, row] = params.has_penalties
+            flags[USES_PENALTIES, row] = params.has_count_penalties
             flags[SEEDED, row] = setup.seed is not None
+            flags[USES_REPETITION, row] = params.has_repetition_penalty
             self.num_logprobs[row] = -1 if params.logprobs is None else params.logprobs
             self.min_tokens[row] = params.min_tokens
             self.num_output[row] = setup.num_output_tokens
             self.seq_ids[row] = setup.seq_id
             self.banned[row] = setup.banned_ids
-            if params.has_penalties:
+            if params.has_count_penalties:
                 self.counts[row].zero_()
                 if setup.output_token_ids:
-                    ids = torch.tensor(setup.output_token_ids, dtype=torch.int64)
-                    ones = torch.ones(len(ids), dtype=torch.int32)
-                    self.counts[row].index_add_(0, ids.to(self.device), ones.to(self.device))
+                    ids = self._ids(setup.output_token_ids)
+                    ones = torch.ones(len(ids), dtype=torch.int32, device=self.device)
+                    self.counts[row].index_add_(0, ids, ones)
+            if params.has_repetition_penalty:
+                self.seen[row].zero_()
+                self.seen[row, self._ids(setup.prompt_token_ids + setup.output_token_ids)] = True
             if setup.seed is not None and setup.seq_id not in self.generators:
                 generator = torch.Generator(self.device).manual_seed(setup.seed)
                 self.generators[setup.seq_id] = generator
+
+    def _ids(self, token_ids: list[int]) -> torch.Tensor:
+        return torch.tensor(token_ids, dtype=torch.int64).to(self.device, non_blocking=True)
 
     def release(self, seq_ids: list[int]) -> None:
         for seq_id in seq_ids:
@@ -92,11 +105,13 @@ class SamplingRows:
             values = values.pin_memory().to(self.device, non_blocking=True)
         greedy = self.values[GREEDY, rows]
         all_greedy = bool(greedy.all())
-        counts = count_rows = banned = None
-        presence = frequency = None
+        counts = seen = banned = None
+        presence = frequency = repetition = None
         if uses[USES_PENALTIES]:  # the sampler gathers the rows it needs on the device
-            counts, count_rows = self.counts, rows_on_device
+            counts = self.counts
             presence, frequency = values[PRESENCE], values[FREQUENCY]
+        if uses[USES_REPETITION]:
+            seen, repetition = self.seen, values[REPETITION]
         under_min = self.num_output[rows] < self.min_tokens[rows]
         if under_min.any():
             banned = self._banned_mask(rows, under_min)
@@ -115,7 +130,9 @@ class SamplingRows:
             presence_penalty=presence,
             frequency_penalty=frequency,
             output_counts=counts,
-            count_rows=count_rows,
+            repetition_penalty=repetition,
+            seen=seen,
+            state_rows=rows_on_device,
             banned=banned,
             seeded=seeded,
             default_generator=default_generator,
@@ -138,8 +155,13 @@ class SamplingRows:
         return mask
 
     def record(self, rows: np.ndarray, rows_on_device: torch.Tensor, tokens: torch.Tensor) -> None:
-        """The step sampled `tokens` for `rows`: count them (on the device, for penalties)."""
+        """The step sampled `tokens` for `rows`: count and mark them on the device (penalties).
+
+        Rows without the penalty are written too (one scatter, no host-side selection):
+        `setup` clears a row's state before a sequence that uses it."""
         self.num_output[rows] += 1
         if self.flags[USES_PENALTIES, rows].any():
             ones = torch.ones_like(tokens, dtype=torch.int32)
             self.counts.index_put_((rows_on_device, tokens), ones, accumulate=True)
+        if self.flags[USES_REPETITION, rows].any():
+            self.seen[rows_on_device, tokens] = True

@@ -10,6 +10,7 @@ from typing import Literal
 import torch
 
 from engine.kernels.reference import (
+    PagedAttentionPlan,
     paged_attention_ref,
     rms_norm_ref,
     rope_ref,
@@ -56,9 +57,12 @@ def paged_attention(
     backend: Backend = "torch",
     max_query_len: int | None = None,
     num_kv_splits: int | None = None,
+    plan: PagedAttentionPlan | None = None,
 ) -> torch.Tensor:
     """``max_query_len`` lets the Triton path size its grid without a host sync;
-    ``num_kv_splits`` fixes its flash-decoding split count (``None``: the kernel picks)."""
+    ``num_kv_splits`` fixes its flash-decoding split count (``None``: the kernel picks);
+    ``plan`` is the torch path's per-step layout (``plan_paged_attention``; ``None``: made
+    here)."""
     if backend == "triton":
         from engine.kernels.triton_paged_attention import paged_attention_triton
 
@@ -74,7 +78,7 @@ def paged_attention(
             num_kv_splits=num_kv_splits,
         )
     return paged_attention_ref(
-        query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale
+        query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale, plan=plan
     )
 
 

@@ -6,7 +6,11 @@ A token's slot is ``block_id * block_size + offset``; slot ``-1`` marks padding.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import torch
+import torch.nn.functional as F
 
 
 def store_kv_ref(
@@ -18,12 +22,127 @@ def store_kv_ref(
 ) -> None:
     """Write ``key``/``value`` ``[num_tokens, num_kv_heads, head_dim]`` into their slots."""
     num_blocks, block_size, num_kv_heads, head_dim = k_cache.shape
-    valid = slot_mapping >= 0
-    slots = slot_mapping[valid].long()
     flat_k = k_cache.view(num_blocks * block_size, num_kv_heads, head_dim)
     flat_v = v_cache.view(num_blocks * block_size, num_kv_heads, head_dim)
-    flat_k[slots] = key[valid].to(k_cache.dtype)
-    flat_v[slots] = value[valid].to(v_cache.dtype)
+    slots = slot_mapping.long()
+    if not bool((slots >= 0).all()):  # padding rows: keep the others
+        valid = slots >= 0
+        slots, key, value = slots[valid], key[valid], value[valid]
+    flat_k.index_copy_(0, slots, key.to(k_cache.dtype))
+    flat_v.index_copy_(0, slots, value.to(v_cache.dtype))
+
+
+# Elements of one batched attention's largest temporary (scores, or gathered keys): 32 MiB
+# of fp32. A batch over the budget is split into groups of sequences, and a long prefill
+# into chunks of query rows, so memory stays bounded however long the context.
+ATTENTION_BUDGET = 1 << 23
+
+Piece = tuple[int, int, int, int]  # first query row, query rows, keys of its last row, sequence
+
+
+@dataclass
+class AttentionGroup:
+    """Pieces of sequences attended together, padded to `max_rows` x `max_keys`."""
+
+    size: int
+    max_rows: int
+    max_keys: int
+    in_order: bool  # one row per piece, the pieces being query rows 0 .. size - 1
+    first: torch.Tensor  # [size] int64: each piece's first query row
+    slots: torch.Tensor  # [size * max_keys] int64: the cache slot of every key position
+    mask: torch.Tensor  # bool, True = attend: [size, 1, 1, max_keys] for single rows, else
+    # [size, 1, group * max_rows, max_keys] (a query head's group of heads as extra rows)
+    tokens: torch.Tensor | None  # [size, max_rows] int64 query rows (padding 0), multi-row
+    real: torch.Tensor | None  # [size, max_rows] bool: not padding, multi-row
+
+
+@dataclass
+class PagedAttentionPlan:
+    """What the torch path derives from a step's layout alone (query and context lengths,
+    block tables): made once per step and shared by every layer."""
+
+    num_heads: int
+    num_kv_heads: int
+    groups: list[AttentionGroup]
+
+
+def plan_paged_attention(
+    cu_seqlens_q: Sequence[int],
+    context_lens: Sequence[int],
+    block_tables: torch.Tensor,
+    block_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    budget: int = ATTENTION_BUDGET,
+) -> PagedAttentionPlan:
+    """The groups of `paged_attention_ref` for this layout (host lengths, device tables)."""
+    pieces: list[Piece] = []
+    for b, context_len in enumerate(context_lens):
+        q_start, q_end = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1])
+        if q_end == q_start or context_len == 0:
+            continue
+        rows_per_piece = max(1, budget // (num_heads * int(context_len)))
+        for first in range(q_start, q_end, rows_per_piece):
+            rows = min(rows_per_piece, q_end - first)
+            pieces.append((first, rows, int(context_len) - (q_end - first - rows), b))
+    if not pieces:
+        return PagedAttentionPlan(num_heads, num_kv_heads, [])
+    groups = _split(pieces, num_heads, num_kv_heads * head_dim, budget)
+    group = num_heads // num_kv_heads
+    made = [_group(g, block_tables, block_size, group) for g in groups]
+    return PagedAttentionPlan(num_heads, num_kv_heads, made)
+
+
+def _split(pieces: list[Piece], num_heads: int, kv_width: int, budget: int) -> list[list[Piece]]:
+    """Each group's larger temporary (padded scores or gathered keys) within `budget`
+    elements; one group when everything fits (the usual step)."""
+
+    def size(count: int, rows: int, keys: int) -> int:
+        return count * keys * max(rows * num_heads, kv_width)
+
+    if size(len(pieces), max(p[1] for p in pieces), max(p[2] for p in pieces)) <= budget:
+        return [pieces]
+    groups: list[list[Piece]] = []
+    group: list[Piece] = []
+    rows = keys = 0
+    for piece in sorted(pieces, key=lambda p: (p[1], p[2])):  # similar shapes pad little
+        grown_rows, grown_keys = max(rows, piece[1]), max(keys, piece[2])
+        if group and size(len(group) + 1, grown_rows, grown_keys) > budget:
+            groups.append(group)
+            group, grown_rows, grown_keys = [], piece[1], piece[2]
+        group.append(piece)
+        rows, keys = grown_rows, grown_keys
+    groups.append(group)
+    return groups
+
+
+def _group(
+    pieces: list[Piece], block_tables: torch.Tensor, block_size: int, group: int
+) -> AttentionGroup:
+    device = block_tables.device
+    n = len(pieces)
+    max_rows = max(piece[1] for piece in pieces)
+    max_keys = max(piece[2] for piece in pieces)
+    first, rows, keys, seqs = torch.tensor(pieces, dtype=torch.int64).T.to(device)
+    # past a piece's keys, its own first slot again (masked): nothing of another sequence
+    # and no unwritten slot is ever read, so garbage cannot turn into NaN
+    key_pos = torch.arange(max_keys, device=device)
+    blocks = block_tables.index_select(0, seqs)[:, key_pos // block_size].long()
+    slots = blocks * block_size + key_pos % block_size
+    slots = torch.where(key_pos[None, :] < keys[:, None], slots, slots[:, :1]).reshape(-1)
+    if max_rows == 1:  # decodes (and one-token chunks): no padding rows
+        mask = (key_pos[None, :] < keys[:, None])[:, None, None, :]
+        in_order = all(piece[0] == i for i, piece in enumerate(pieces))
+        return AttentionGroup(n, 1, max_keys, in_order, first, slots, mask, None, None)
+    row = torch.arange(max_rows, device=device)
+    real = row[None, :] < rows[:, None]
+    tokens = torch.where(real, first[:, None] + row[None, :], 0)
+    position = (keys - rows)[:, None] + row[None, :]  # padding rows: past the keys, unused
+    mask = key_pos[None, None, :] <= position[:, :, None]  # [n, max_rows, max_keys]
+    mask = mask[:, None, None].expand(n, 1, group, max_rows, max_keys)
+    mask = mask.reshape(n, 1, group * max_rows, max_keys)
+    return AttentionGroup(n, max_rows, max_keys, False, first, slots, mask, tokens, real)
 
 
 def paged_attention_ref(
@@ -34,6 +153,9 @@ def paged_attention_ref(
     cu_seqlens_q: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    *,
+    plan: PagedAttentionPlan | None = None,
+    budget: int = ATTENTION_BUDGET,
 ) -> torch.Tensor:
     """Causal attention of a ragged batch of new tokens over their paged KV history.
 
@@ -43,33 +165,59 @@ def paged_attention_ref(
     already be stored. New token ``i`` of a sequence with ``q_len`` new tokens sits at position
     ``context_len - q_len + i`` and sees positions ``0..that`` (so decode, prefill and chunked
     prefill over a cached prefix are one case). A row with ``context_len == 0`` is padding
-    and yields zeros. Softmax runs in fp32.
+    and yields zeros, as do query rows past ``cu_seqlens_q[-1]``. Softmax runs in fp32.
+
+    Sequences are batched (the CPU path's speed): their keys and values are gathered into
+    padded ``[n, kv_heads, keys, head_dim]`` tensors and one masked scaled-dot-product
+    attention per group runs every head (fp32 inputs, so fp32 softmax). ``budget`` bounds a
+    group's temporaries in elements: groups of sequences, and long prefills in row chunks.
+    ``plan`` (from `plan_paged_attention` over the same layout) skips deriving the groups.
     """
     _, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
+    if plan is None:
+        plan = plan_paged_attention(
+            cu_seqlens_q.tolist(),
+            context_lens.tolist(),
+            block_tables,
+            block_size,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            budget,
+        )
+    assert (plan.num_heads, plan.num_kv_heads) == (num_heads, num_kv_heads), "plan of other heads"
+    out: torch.Tensor | None
+    if len(plan.groups) == 1 and plan.groups[0].in_order and len(query) == plan.groups[0].size:
+        out = None  # a decode-only step: the attention's rows are the output's, in order
+    else:
+        out = torch.zeros_like(query)
+    flat_k = k_cache.reshape(-1, num_kv_heads, head_dim)
+    flat_v = v_cache.reshape(-1, num_kv_heads, head_dim)
     group = num_heads // num_kv_heads
-    out = torch.zeros_like(query)
-    starts = cu_seqlens_q.tolist()
-    lens = context_lens.tolist()
-    for b, context_len in enumerate(lens):
-        q_start, q_end = starts[b], starts[b + 1]
-        q_len = q_end - q_start
-        if q_len == 0 or context_len == 0:
+    for g in plan.groups:
+        n, rows, keys = g.size, g.max_rows, g.max_keys
+        # [n, kv_heads, keys, head_dim], strided: SDPA reads it as it is
+        k = flat_k.index_select(0, g.slots).view(n, keys, num_kv_heads, head_dim)
+        v = flat_v.index_select(0, g.slots).view(n, keys, num_kv_heads, head_dim)
+        k, v = k.transpose(1, 2).float(), v.transpose(1, 2).float()
+        # query head h uses kv head h // group: a kv head's query heads are its query rows
+        if rows == 1:
+            q = query[:n] if g.in_order else query.index_select(0, g.first)
+            q = q.float().reshape(n, num_kv_heads, group, head_dim)
+        else:
+            assert g.tokens is not None and g.real is not None
+            q = query[g.tokens].float().view(n, rows, num_kv_heads, group, head_dim)
+            q = q.permute(0, 2, 3, 1, 4).reshape(n, num_kv_heads, group * rows, head_dim)
+        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=g.mask, scale=scale)
+        if out is None:
+            return attended.reshape(n, num_heads, head_dim).to(query.dtype)
+        if rows == 1:
+            out.index_copy_(0, g.first, attended.reshape(n, num_heads, head_dim).to(out.dtype))
             continue
-        num_ctx_blocks = (context_len + block_size - 1) // block_size
-        blocks = block_tables[b, :num_ctx_blocks].long()
-        keys = k_cache[blocks].reshape(-1, num_kv_heads, head_dim)[:context_len]
-        values = v_cache[blocks].reshape(-1, num_kv_heads, head_dim)[:context_len]
-        keys = keys.float().repeat_interleave(group, dim=1)  # [ctx, H, D]
-        values = values.float().repeat_interleave(group, dim=1)
-        q = query[q_start:q_end].float()  # [q_len, H, D]
-        scores = torch.einsum("qhd,khd->hqk", q, keys) * scale
-        q_pos = torch.arange(context_len - q_len, context_len, device=query.device)
-        k_pos = torch.arange(context_len, device=query.device)
-        mask = k_pos[None, :] > q_pos[:, None]
-        scores.masked_fill_(mask[None], float("-inf"))
-        probs = torch.softmax(scores, dim=-1)
-        out[q_start:q_end] = torch.einsum("hqk,khd->qhd", probs, values).to(query.dtype)
+        attended = attended.view(n, num_kv_heads, group, rows, head_dim).permute(0, 3, 1, 2, 4)
+        attended = attended.reshape(n, rows, num_heads, head_dim)
+        out[g.tokens[g.real]] = attended[g.real].to(out.dtype)
     return out
 
 

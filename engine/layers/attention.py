@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from engine import kernels
+from engine.kernels.reference import PagedAttentionPlan
 
 
 @dataclass
@@ -22,6 +23,7 @@ class AttentionMetadata:
     block_tables: torch.Tensor  # [B, max_blocks] int32
     max_query_len: int | None = None
     num_kv_splits: int | None = None  # flash-decoding splits (Triton); None: the kernel picks
+    torch_plan: PagedAttentionPlan | None = None  # the torch path's layout, once per step
 
 
 class Attention(nn.Module):
@@ -66,5 +68,6 @@ class Attention(nn.Module):
             backend=self.backend,
             max_query_len=meta.max_query_len,
             num_kv_splits=meta.num_kv_splits,
+            plan=meta.torch_plan,
         )
         return out.reshape(out.shape[0], -1)

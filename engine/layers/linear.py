@@ -18,6 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.errors import WeightShapeError
+from engine.layers import cpu_matmul
+
+SERVABLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 class WeightSource(Protocol):
@@ -60,8 +63,11 @@ def kv_heads_per_rank(num_kv_heads: int, tp_size: int) -> int:
 def _copy_checked(target: torch.Tensor, source: torch.Tensor) -> None:
     if tuple(target.shape) != tuple(source.shape):
         raise WeightShapeError(f"expected shape {tuple(target.shape)}, got {tuple(source.shape)}")
-    if not source.is_floating_point():
-        raise WeightShapeError(f"expected a floating-point tensor, got dtype {source.dtype}")
+    if source.dtype not in SERVABLE_DTYPES:  # fp8 and ints need scales this engine lacks
+        raise WeightShapeError(
+            f"dtype {source.dtype} is not a float dtype the engine serves (float32, float16, "
+            "bfloat16): a quantized weight"
+        )
     target.copy_(source)
 
 
@@ -98,6 +104,17 @@ class _ShardedLinear(nn.Module, abc.ABC):
             self.bias.weight_loader = self.weight_loader  # type: ignore[attr-defined]
         else:
             self.register_parameter("bias", None)
+        self.packed: torch.Tensor | None = None  # oneDNN's copy of the weight (CPU)
+
+    def pack_for_cpu(self) -> bool:
+        """After loading: multiply through oneDNN's packed copy of the weight, if it can."""
+        self.packed = cpu_matmul.pack(self.weight)
+        return self.packed is not None
+
+    def _matmul(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if self.packed is not None:
+            return cpu_matmul.packed_linear(x, self.packed, bias)
+        return F.linear(x, self.weight, bias)
 
     @abc.abstractmethod
     def weight_loader(
@@ -109,7 +126,7 @@ class _ShardedLinear(nn.Module, abc.ABC):
         """Copy this rank's slice of ``loaded`` into ``param``."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return self._matmul(x, self.bias)
 
 
 def _rows(source: WeightSource, full_rows: int, start: int, length: int) -> torch.Tensor:
@@ -262,7 +279,7 @@ class RowParallelLinear(_ShardedLinear):
         _copy_checked(param.data, source.narrow(1, self.tp_rank * per_rank, per_rank))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = _all_reduce(F.linear(x, self.weight), self.tp_size)
+        out = _all_reduce(self._matmul(x, None), self.tp_size)
         return out if self.bias is None else out + self.bias
 
 
@@ -308,8 +325,17 @@ class VocabParallelEmbedding(nn.Module):
 class ParallelLMHead(VocabParallelEmbedding):
     """The output projection; shares the embedding's sharding (and weight when tied)."""
 
+    packed: torch.Tensor | None = None  # oneDNN's copy of the weight (CPU)
+
+    def pack_for_cpu(self) -> bool:
+        self.packed = cpu_matmul.pack(self.weight)
+        return self.packed is not None
+
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        logits = F.linear(hidden, self.weight)
+        if self.packed is not None:
+            logits = cpu_matmul.packed_linear(hidden, self.packed, None)
+        else:
+            logits = F.linear(hidden, self.weight)
         if self.tp_size > 1:
             import torch.distributed as dist
 

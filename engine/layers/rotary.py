@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+Angles = tuple[torch.Tensor, torch.Tensor]  # cos, sin: [num_tokens, 1, head_dim / 2]
 
 
 def _llama3_inv_freq(inv_freq: torch.Tensor, scaling: dict[str, Any]) -> torch.Tensor:
@@ -52,13 +53,24 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos_cache", freqs.cos(), persistent=False)
         self.register_buffer("sin_cache", freqs.sin(), persistent=False)
 
+    def angles(self, positions: torch.Tensor) -> Angles:
+        """cos and sin `[num_tokens, 1, head_dim / 2]` of a step's positions: gathered once
+        per step and shared by every layer."""
+        return self.cos_cache[positions].unsqueeze(1), self.sin_cache[positions].unsqueeze(1)
+
     def forward(
         self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`query`/`key` are `[num_tokens, heads, head_dim]`."""
-        cos = self.cos_cache[positions].unsqueeze(1)
-        sin = self.sin_cache[positions].unsqueeze(1)
-        return _rotate(query, cos, sin), _rotate(key, cos, sin)
+        return rotate(self.angles(positions), query, key)
+
+
+def rotate(
+    angles: Angles, query: torch.Tensor, key: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate `query`/`key` `[num_tokens, heads, head_dim]` by `RotaryEmbedding.angles`."""
+    cos, sin = angles
+    return _rotate(query, cos, sin), _rotate(key, cos, sin)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,9 @@
 """Batched sampling on the device: penalties, temperature, top-k/top-p/min-p, per-row seeds.
 
+The repetition penalty (HF's and vLLM's meaning: a seen token's logit is divided by the
+penalty when positive, multiplied when negative; seen = in the prompt or the output) comes
+first, then the presence and frequency penalties (OpenAI's, over the output only).
+
 Random draws use the exponential-race trick (argmax of p / Exp(1) noise is a sample from p),
 with a row's own generator when the request has a seed, so a seeded request samples the same
 tokens whatever else shares its batch.
@@ -25,9 +29,12 @@ class SamplingBatch:
     min_p: torch.Tensor | None  # [S] float32
     presence_penalty: torch.Tensor | None  # [S] float32
     frequency_penalty: torch.Tensor | None  # [S] float32
-    # tokens generated so far: [rows, V] (int or float), the batch's rows picked by count_rows
+    # tokens generated so far: [rows, V] (int or float), the batch's rows picked by state_rows
     output_counts: torch.Tensor | None
-    count_rows: torch.Tensor | None  # [S] int64 index into output_counts; None: row i is i
+    repetition_penalty: torch.Tensor | None  # [S] float32
+    # [rows, V] bool: in the prompt or the output (repetition penalty), picked like the counts
+    seen: torch.Tensor | None
+    state_rows: torch.Tensor | None  # [S] int64 index into output_counts and seen; None: i is i
     banned: torch.Tensor | None  # [S, V] bool (EOS/stop ids before min_tokens)
     seeded: list[tuple[int, torch.Generator]]  # (row, its own generator): seeded requests
     default_generator: torch.Generator
@@ -46,10 +53,13 @@ class Sampler(nn.Module):
     def forward(self, logits: torch.Tensor, batch: SamplingBatch) -> SamplerOutput:
         logits = logits.float()
         raw_logprobs = torch.log_softmax(logits, dim=-1) if batch.num_logprobs else None
+        if batch.repetition_penalty is not None and batch.seen is not None:
+            seen = self._rows(batch.seen, batch.state_rows)
+            penalty = batch.repetition_penalty[:, None]
+            penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
+            logits = torch.where(seen, penalised, logits)
         if batch.output_counts is not None:
-            counts = batch.output_counts
-            if batch.count_rows is not None:
-                counts = counts.index_select(0, batch.count_rows)
+            counts = self._rows(batch.output_counts, batch.state_rows)
             if batch.presence_penalty is not None:
                 logits = logits - batch.presence_penalty[:, None] * (counts > 0)
             if batch.frequency_penalty is not None:
@@ -65,6 +75,10 @@ class Sampler(nn.Module):
         top_logprobs, top_ids = raw_logprobs.topk(batch.num_logprobs, dim=-1)
         chosen = raw_logprobs.gather(1, tokens[:, None]).squeeze(1)
         return SamplerOutput(tokens, chosen, top_ids, top_logprobs)
+
+    @staticmethod
+    def _rows(table: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+        return table if rows is None else table.index_select(0, rows)
 
     def _sample(self, logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
         if batch.top_k is not None or batch.top_p is not None:

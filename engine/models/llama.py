@@ -25,7 +25,7 @@ from engine.layers.linear import (
     VocabParallelEmbedding,
 )
 from engine.layers.norm import RMSNorm
-from engine.layers.rotary import RotaryEmbedding
+from engine.layers.rotary import Angles, RotaryEmbedding, rotate
 
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM",
@@ -126,9 +126,6 @@ class DecoderAttention(nn.Module):
         self.o_proj = RowParallelLinear(
             args.num_heads * args.head_dim, args.hidden_size, False, tp.tp_size, tp.tp_rank
         )
-        self.rotary_emb = RotaryEmbedding(
-            args.head_dim, args.max_position_embeddings, args.rope_theta, args.rope_scaling
-        )
         if args.qk_norm:
             self.q_norm = RMSNorm(args.head_dim, args.rms_norm_eps, backend)
             self.k_norm = RMSNorm(args.head_dim, args.rms_norm_eps, backend)
@@ -138,7 +135,7 @@ class DecoderAttention(nn.Module):
         )
 
     def forward(
-        self, positions: torch.Tensor, hidden: torch.Tensor, meta: AttentionMetadata | None
+        self, angles: Angles, hidden: torch.Tensor, meta: AttentionMetadata | None
     ) -> torch.Tensor:
         q_size = self.num_heads * self.head_dim
         kv_size = self.num_kv_heads * self.head_dim
@@ -148,7 +145,7 @@ class DecoderAttention(nn.Module):
         v = v.reshape(-1, self.num_kv_heads, self.head_dim)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary_emb(positions, q, k)
+        q, k = rotate(angles, q, k)
         return self.o_proj(self.attn(q, k, v, meta))
 
 
@@ -178,7 +175,7 @@ class DecoderLayer(nn.Module):
 
     def forward(
         self,
-        positions: torch.Tensor,
+        angles: Angles,
         hidden: torch.Tensor,
         residual: torch.Tensor | None,
         meta: AttentionMetadata | None,
@@ -187,16 +184,22 @@ class DecoderLayer(nn.Module):
             hidden, residual = self.input_layernorm(hidden), hidden
         else:
             hidden, residual = self.input_layernorm(hidden, residual)
-        hidden = self.self_attn(positions, hidden, meta)
+        hidden = self.self_attn(angles, hidden, meta)
         hidden, residual = self.post_attention_layernorm(hidden, residual)
         return self.mlp(hidden), residual
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, args: ModelArgs, tp: ParallelSpec, backend: Backend) -> None:
+    def __init__(
+        self, args: ModelArgs, tp: ParallelSpec, backend: Backend, max_position: int
+    ) -> None:
         super().__init__()
         self.embed_tokens = VocabParallelEmbedding(
             args.vocab_size, args.hidden_size, tp.tp_size, tp.tp_rank
+        )
+        # cos/sin for positions [0, max_position): shared, since every layer rotates alike
+        self.rotary_emb = RotaryEmbedding(
+            args.head_dim, max_position, args.rope_theta, args.rope_scaling
         )
         self.layers = nn.ModuleList(DecoderLayer(args, tp, backend) for _ in range(args.num_layers))
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps, backend)
@@ -206,8 +209,9 @@ class LlamaModel(nn.Module):
     ) -> torch.Tensor:
         hidden = self.embed_tokens(input_ids)
         residual = None
+        angles = self.rotary_emb.angles(positions)  # once per step, for every layer
         for layer in self.layers:
-            hidden, residual = layer(positions, hidden, residual, meta)
+            hidden, residual = layer(angles, hidden, residual, meta)
         hidden, _ = self.norm(hidden, residual)
         return hidden
 
@@ -223,12 +227,18 @@ class LlamaForCausalLM(nn.Module):
     }
 
     def __init__(
-        self, args: ModelArgs, tp: ParallelSpec | None = None, backend: Backend = "torch"
+        self,
+        args: ModelArgs,
+        tp: ParallelSpec | None = None,
+        backend: Backend = "torch",
+        max_position: int | None = None,
     ) -> None:
+        """`max_position`: the longest sequence served (the RoPE table's rows); by default
+        the checkpoint's `max_position_embeddings`."""
         super().__init__()
         tp = tp or ParallelSpec()
         self.args = args
-        self.model = LlamaModel(args, tp, backend)
+        self.model = LlamaModel(args, tp, backend, max_position or args.max_position_embeddings)
         self.lm_head = ParallelLMHead(args.vocab_size, args.hidden_size, tp.tp_size, tp.tp_rank)
         if args.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight

@@ -7,6 +7,8 @@ W3  256 requests sharing a 1,024-token prefix (64-token unique suffixes): prefix
 W4  batch-1 decode: time per token against weight bytes / measured copy bandwidth.
 W5  online: Poisson arrivals through ``AsyncEngine``; TTFT and ITL percentiles.
 host  the engine's host work per step, model call stubbed (``engine.tools.host_bench``).
+smollm2  the bundled real model on the CPU, batch 1 and 16, against HF ``generate``
+    (``engine.tools.bench_smollm2``; not part of ``all``).
 
 Weights are random (bf16 on CUDA, fp32 on the CPU) in the real shapes, written once to a
 temporary HF-format directory; EOS is ignored so every request makes its full output. Each
@@ -496,7 +498,7 @@ def run_workload(
     kv_pool_blocks = model_runner.num_blocks
     kv_pool_bytes = kv_pool_blocks * model_runner.kv_bytes_per_block
     backend = model_runner.backend
-    weight_bytes = sum(p.numel() * p.element_size() for p in model_runner.model.parameters())
+    weight_bytes = model_runner.weight_bytes
     del model_runner
     runner: Callable = run_online if workload.name == "W5" else run_offline
     passes = 2 if workload.name == "W3" else 1
@@ -563,7 +565,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m engine.bench", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--workload", default="W1", choices=[*WORKLOADS, "all", "host"])
+    parser.add_argument("--workload", default="W1", choices=[*WORKLOADS, "all", "host", "smollm2"])
     parser.add_argument("--tiny", action="store_true", help="CPU-sized model and workload")
     parser.add_argument(
         "--max-seconds",
@@ -584,13 +586,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--penalties",
         action="store_true",
-        help="host: sample with presence_penalty and top_p instead of greedy",
+        help="host: sample with presence and repetition penalties and top_p, not greedy",
     )
     parser.add_argument(
         "--sync-scheduling",
         action="store_true",
         help="host: read each step's tokens back before the next (off on a GPU by default)",
     )
+    parser.add_argument("--repeats", type=int, default=5, help="smollm2: runs per batch size")
+    parser.add_argument("--output-len", type=int, default=None, help="smollm2: tokens per request")
     args = parser.parse_args(argv)
     if args.max_seconds <= 0:
         parser.error("--max-seconds must be > 0")
@@ -598,6 +602,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--rate must be > 0")
     if args.max_num_seqs < 1:
         parser.error("--max-num-seqs must be >= 1")
+    if args.repeats < 1:
+        parser.error("--repeats must be >= 1")
     return args
 
 
@@ -635,6 +641,13 @@ def main(argv: list[str] | None = None) -> int:
             penalties=args.penalties,
             async_scheduling=not args.sync_scheduling,
         )
+        result["command"] = " ".join(["python -m engine.bench", *(argv or sys.argv[1:])])
+        print(json.dumps(result), flush=True)
+        return 0
+    if args.workload == "smollm2":
+        from engine.tools.bench_smollm2 import run as run_smollm2
+
+        result = run_smollm2(args.tiny, args.repeats, args.output_len)
         result["command"] = " ".join(["python -m engine.bench", *(argv or sys.argv[1:])])
         print(json.dumps(result), flush=True)
         return 0

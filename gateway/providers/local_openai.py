@@ -2,7 +2,9 @@
 
 ``parse_request`` turns a /v1/chat/completions or /v1/completions body into token-id prompts
 (the chat template renders messages) and one ``SamplingParams``; every bad value becomes a 400
-that names the parameter. The ``*_response``/``*_chunk`` builders shape the engine's outputs
+that names the parameter. Every field a body sets is either honoured or refused: a field the
+engine cannot honour (tools, ``logit_bias``, audio, an unknown name) is a 400 naming it, unless
+its value asks for nothing (``tool_choice: "none"``, ``store: false``, an empty ``logit_bias``). The ``*_response``/``*_chunk`` builders shape the engine's outputs
 exactly like OpenAI's (ids, ``created``, ``model``, ``finish_reason``, ``usage``, logprobs).
 """
 
@@ -17,7 +19,63 @@ from gateway.errors import UpstreamError
 
 Kind = Literal["chat", "completion"]
 # vLLM extensions accepted alongside OpenAI's fields (sent by SDKs through ``extra_body``).
-_EXTENSIONS = ("top_k", "min_p", "min_tokens", "ignore_eos", "stop_token_ids")
+_EXTENSIONS = (
+    "top_k",
+    "min_p",
+    "min_tokens",
+    "ignore_eos",
+    "stop_token_ids",
+    "repetition_penalty",
+    "include_stop_str_in_output",
+)
+# Fields honoured as asked. `user` and `metadata` identify or label the request (routing and
+# usage read them) and do not change what is generated.
+_HONOURED = {
+    "model",
+    "stream",
+    "stream_options",
+    "n",
+    "temperature",
+    "top_p",
+    "seed",
+    "stop",
+    "max_tokens",
+    "logprobs",
+    "presence_penalty",
+    "frequency_penalty",
+    "user",
+    "metadata",
+    *_EXTENSIONS,
+}
+_HONOURED_BY_KIND = {
+    "chat": {"messages", "max_completion_tokens", "top_logprobs"},
+    "completion": {"prompt", "best_of"},
+}
+
+
+def _asks_for_nothing(name: str, value: Any, body: dict[str, Any]) -> bool:
+    """True when a field the engine lacks is set to a value that needs no feature of it."""
+    if value is None:
+        return True
+    if name in ("tools", "functions", "logit_bias"):
+        return not value
+    if name in ("tool_choice", "function_call"):
+        return value == "none" or (value == "auto" and not body.get("tools"))
+    if name == "parallel_tool_calls":
+        return not body.get("tools")
+    if name == "response_format":
+        return isinstance(value, dict) and value.get("type") in (None, "text")
+    if name in ("store", "echo"):
+        return value is False
+    if name == "suffix":
+        return value == ""
+    if name == "service_tier":
+        return value in ("auto", "default")
+    if name == "modalities":
+        return value == ["text"]
+    if name in ("skip_special_tokens", "spaces_between_special_tokens"):
+        return value is True
+    return False
 
 
 def client_error(provider: str, message: str, param: str | None, code: str | None = None) -> Any:
@@ -116,21 +174,18 @@ def _completion_prompts(provider: str, tokenizer: Any, prompt: Any) -> list[list
 
 
 def _refuse_unsupported(provider: str, body: dict[str, Any], kind: Kind) -> None:
-    if body.get("tools") or body.get("functions"):
-        name = "tools" if body.get("tools") else "functions"
-        raise client_error(provider, "the local model does not support tool calls", name)
-    response_format = body.get("response_format")
-    if isinstance(response_format, dict) and response_format.get("type") not in (None, "text"):
-        raise client_error(
-            provider, "the local model supports only response_format text", "response_format"
-        )
-    if body.get("logit_bias"):
-        raise client_error(provider, "the local model does not support logit_bias", "logit_bias")
+    honoured = _HONOURED | _HONOURED_BY_KIND[kind]
+    for name, value in body.items():
+        if name in honoured or _asks_for_nothing(name, value, body):
+            continue
+        if name in ("tools", "functions", "tool_choice", "function_call"):
+            message = f"the local model does not support tool calls ({name})"
+        elif name == "response_format":
+            message = "the local model supports only response_format text"
+        else:
+            message = f"the local model does not support {name}"
+        raise client_error(provider, message, name)
     if kind == "completion":
-        if body.get("echo"):
-            raise client_error(provider, "the local model does not support echo", "echo")
-        if body.get("suffix"):
-            raise client_error(provider, "the local model does not support suffix", "suffix")
         best_of = body.get("best_of")
         if best_of is not None and best_of != (body.get("n") or 1):
             raise client_error(provider, "the local model supports only best_of = n", "best_of")

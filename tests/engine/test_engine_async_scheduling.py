@@ -69,6 +69,17 @@ def _feature_requests(base_text: str, base_ids: list[int]) -> list[tuple[str, Sa
         (
             "café 🙂",
             SamplingParams(
+                temperature=0.0, max_tokens=24, stop=[stop], include_stop_str_in_output=True
+            ),
+        ),
+        ("numbers: 1 2 3", SamplingParams(temperature=0.0, max_tokens=24, repetition_penalty=1.5)),
+        (
+            "the lazy dog",
+            SamplingParams(temperature=0.9, seed=8, max_tokens=20, repetition_penalty=0.8),
+        ),
+        (
+            "café 🙂",
+            SamplingParams(
                 temperature=0.0, max_tokens=16, stop_token_ids=[base_ids[3]], min_tokens=2
             ),
         ),
@@ -100,8 +111,9 @@ def test_async_scheduling_matches_sync_for_every_sampling_feature(llama_path, mo
     prompts = [prompt for prompt, _ in requests]
     params = [p for _, p in requests]
     expected = sync.generate(prompts, params)
-    assert expected[3].finish_reason == "stop" and expected[4].finish_reason == "stop"
-    assert len(expected[5].outputs) == 3
+    assert expected[3].finish_reason == "stop" and expected[7].finish_reason == "stop"
+    assert expected[4].outputs[0].text == expected[3].outputs[0].text + base.text[4:7]
+    assert len(expected[8].outputs) == 3
 
     late = make_llm(llama_path, async_scheduling=True)
     fed = _count_device_fed_steps(late, monkeypatch)

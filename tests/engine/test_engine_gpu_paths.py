@@ -42,13 +42,22 @@ def test_profile_step_runs_the_paged_path_and_the_full_width_sampler(llama_path,
     expected = [o.token_ids for o in llm.generate(PROMPTS, GREEDY)]
     attention_tokens, sampler_calls = [], []
     real_attention = kernels.paged_attention
+    real_sdpa = torch.nn.functional.scaled_dot_product_attention
+    inside_paged = []
 
     def paged(query, *args, **kwargs):
         attention_tokens.append(query.shape[0])
-        return real_attention(query, *args, **kwargs)
+        inside_paged.append(True)
+        try:
+            return real_attention(query, *args, **kwargs)
+        finally:
+            inside_paged.pop()
 
     def no_sdpa(*args, **kwargs):
-        raise AssertionError("the profile must not take the O(T^2) SDPA path")
+        # the torch paged path batches with SDPA over bounded groups; nothing else may
+        if not inside_paged:
+            raise AssertionError("the profile must not take the O(T^2) SDPA path")
+        return real_sdpa(*args, **kwargs)
 
     real_sampler = runner.sampler
 
@@ -70,6 +79,7 @@ def test_profile_step_runs_the_paged_path_and_the_full_width_sampler(llama_path,
     [(shape, batch)] = sampler_calls
     assert shape == (12, runner.args.vocab_size)  # [max_num_seqs, vocab] logits
     assert batch.output_counts is not None and batch.banned is not None
+    assert batch.seen is not None and batch.repetition_penalty is not None
     assert batch.top_k is not None and batch.top_p is not None and batch.min_p is not None
     assert batch.num_logprobs == 20 and not batch.all_greedy
     # the temporary cache is gone and serving is untouched by the profile's sampler rows

@@ -9,6 +9,7 @@ import pytest
 import torch
 from engine_helpers import make_llm
 
+from engine.core.llm_engine import LLM
 from engine.errors import LoaderError, TokenizerError
 from engine.loader import build_model, load_model_args, resolve_model_path
 from engine.models.llama import SUPPORTED_ARCHITECTURES
@@ -73,16 +74,43 @@ def test_shape_mismatch_names_tensor_expected_and_got(copy_of):
     assert "expected shape (64, 128)" in str(err.value) and "got (64, 120)" in str(err.value)
 
 
-def test_integer_tensor_is_a_dtype_error(copy_of):
+@pytest.mark.parametrize("dtype", ["int32", "float8_e4m3fn"])
+def test_integer_or_fp8_tensor_is_a_dtype_error(copy_of, dtype):
+    """An fp8 weight without its scale would load as a wrong float: refused by name."""
     from safetensors.torch import load_file, save_file
 
     path = copy_of()
     weights = load_file(str(path / "model.safetensors"))
-    name = "model.norm.weight"
-    weights[name] = weights[name].to(torch.int32)
+    name = "model.layers.0.mlp.down_proj.weight"
+    weights[name] = weights[name].to(getattr(torch, dtype))
     save_file(weights, str(path / "model.safetensors"))
-    with pytest.raises(LoaderError, match=rf"{name}.*floating-point.*int32"):
+    with pytest.raises(LoaderError, match=rf"{name}.*dtype torch.{dtype} is not a float dtype"):
         _load(path)
+
+
+@pytest.mark.parametrize(
+    "quantization",
+    [
+        {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]},
+        {"quant_method": "compressed-tensors", "format": "float-quantized"},
+        {"quant_method": "gptq", "bits": 4},
+    ],
+)
+def test_a_quantization_config_is_refused_by_name(tmp_path, quantization):
+    """A tiny random checkpoint carrying a quantization_config (its weights fp8 with scales, as
+    in a real FP8 checkpoint) is refused before any weight loads: never wrong numbers."""
+    from safetensors.torch import load_file, save_file
+
+    path = write_tiny_checkpoint(
+        tmp_path / "quantized", arch="qwen3", quantization_config=quantization
+    )
+    weights = load_file(str(path / "model.safetensors"))
+    for name in [n for n in weights if n.endswith("proj.weight")]:
+        weights[name + "_scale_inv"] = weights[name].abs().amax().reshape(1, 1) / 448
+        weights[name] = (weights[name] / weights[name + "_scale_inv"]).to(torch.float8_e4m3fn)
+    save_file(weights, str(path / "model.safetensors"))
+    with pytest.raises(LoaderError, match=rf"quantized \({quantization['quant_method']}"):
+        LLM(path, progress=False, device="cpu")
 
 
 def test_missing_weight_is_reported(copy_of):
@@ -141,3 +169,25 @@ def test_tokenizer_special_tokens_and_chat_templates(checkpoints):
     )
     text = "Hello wörld 🙂 日本語!"
     assert qwen.decode(qwen.encode(text)) == text
+
+
+def test_one_rope_table_for_all_layers_sized_to_max_model_len(tmp_path):
+    """Per-layer fp32 tables sized to max_position_embeddings cost 0.59 GB on Qwen3-0.6B (28
+    layers x 40,960 positions); one shared table sized to max_model_len costs what it needs.
+    Tokens still equal HF's: the HF-equality tests run through the shared table."""
+    path = write_tiny_checkpoint(
+        tmp_path / "long", arch="qwen3", num_hidden_layers=4, max_position_embeddings=32768
+    )
+    llm = make_llm(path, max_model_len=512)
+    model = llm.engine.runner.model
+    # the model gathers a step's angles once; layers hold no table of their own
+    assert not any(hasattr(layer.self_attn, "rotary_emb") for layer in model.model.layers)
+    rope = model.model.rotary_emb
+    head_dim = model.args.head_dim
+    assert tuple(rope.cos_cache.shape) == tuple(rope.sin_cache.shape) == (512, head_dim // 2)
+    buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())  # deduplicated
+    per_layer_before = 4 * 2 * 32768 * (head_dim // 2) * 4  # 4 layers, cos + sin, fp32
+    assert buffer_bytes == 2 * 512 * (head_dim // 2) * 4 == per_layer_before // (4 * 64)
+    # without max_model_len the table covers the checkpoint's whole context, once
+    full = make_llm(path).engine.runner.model.model.rotary_emb
+    assert full.cos_cache.shape[0] == 32768

@@ -1,4 +1,5 @@
-"""Sampling: seeds, top-k, stop strings and ids, n > 1 sharing, logprobs, validation."""
+"""Sampling: seeds, top-k, stop strings and ids, n > 1 sharing, logprobs, penalties (the
+repetition penalty against HF's), validation."""
 
 from __future__ import annotations
 
@@ -121,9 +122,59 @@ def test_penalties_change_repetitive_output(llm):
     assert penalised.token_ids != plain.token_ids
 
 
+def test_repetition_penalty_equals_hf_token_for_token(llm, llama_path):
+    """HF's meaning: every token of the prompt or the output so far has its logit divided by
+    the penalty when positive, multiplied when negative; greedy continuations must match.
+    Also with asynchronous scheduling and preemption, where the device-side "seen" rows are
+    marked from the previous step's samples and rebuilt when a sequence is readmitted."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(llama_path, dtype=torch.float32).eval()
+    squeezed = make_llm(llama_path, async_scheduling=True, num_gpu_blocks=4)
+    prompts = [llm.tokenizer.encode(p) for p in PROMPTS]
+    for penalty in (1.3, 0.7):
+        params = SamplingParams(temperature=0.0, max_tokens=16, repetition_penalty=penalty)
+        # one batch mixing penalised and plain rows: each row keeps its own setting
+        plain = SamplingParams(temperature=0.0, max_tokens=16)
+        batch = [params] * len(prompts) + [plain]
+        ours = llm.generate(prompts + prompts[:1], batch)
+        late = squeezed.generate(prompts + prompts[:1], batch)
+        with torch.inference_mode():
+            for prompt, output, async_output in zip(prompts, ours, late, strict=False):
+                ids = torch.tensor([prompt])
+                expected = model.generate(
+                    ids,
+                    attention_mask=torch.ones_like(ids),
+                    max_new_tokens=16,
+                    do_sample=False,
+                    repetition_penalty=penalty,
+                )[0, len(prompt) :].tolist()
+                assert output.token_ids == expected, (penalty, prompt)
+                assert async_output.token_ids == expected, ("async", penalty, prompt)
+        unpenalised = llm.generate(prompts[:1], plain)[0].token_ids
+        assert ours[-1].token_ids == late[-1].token_ids == unpenalised
+        assert ours[0].token_ids != unpenalised  # the penalty did change this output
+    assert squeezed.engine.stats.snapshot()["num_preemptions"] > 0
+    assert_all_blocks_free(squeezed)
+
+
+def test_include_stop_str_in_output_keeps_the_stop_string(llm):
+    base = llm.generate([PROMPTS[1]], SamplingParams(temperature=0.0, max_tokens=24))[0].text
+    stops = [base[7:9], base[3:6]]  # the earlier match wins, wherever it is listed
+    kept = llm.generate(
+        [PROMPTS[1]],
+        SamplingParams(temperature=0.0, max_tokens=24, stop=stops, include_stop_str_in_output=True),
+    )[0]
+    assert kept.finish_reason == "stop"
+    assert kept.text == base[: base.index(stops[1]) + len(stops[1])]
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [
+        ("repetition_penalty", 0.0),
+        ("repetition_penalty", 2.5),
         ("temperature", -0.1),
         ("top_p", 0.0),
         ("top_k", -5),

@@ -1,4 +1,5 @@
-"""From a fresh state: `switchyard serve` with the shipped policy answers from the local model."""
+"""From a fresh state: `switchyard serve` with the shipped policy answers from the local model,
+the bundled real SmolLM2-135M-Instruct, through the official openai SDK."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import openai
 
 from gateway.store.embedded import free_port
 
@@ -57,24 +59,30 @@ def test_serve_with_shipped_policy_answers_from_the_local_model(tmp_path: Path) 
         admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
         created = httpx.post(base + "/admin/keys", json={"name": "smoke"}, headers=admin)
         assert created.status_code == 201, created.text
-        key = {"Authorization": f"Bearer {created.json()['key']}"}
-        reply = httpx.post(
-            base + "/v1/chat/completions",
-            json={"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8},
-            headers=key,
-            timeout=60,
+        client = openai.OpenAI(base_url=base + "/v1", api_key=created.json()["key"], timeout=60)
+        question = [{"role": "user", "content": "What is the capital of France?"}]
+        # "auto": the default chat task, whose paid candidates have no keys here
+        reply = client.chat.completions.with_raw_response.create(
+            model="auto", messages=question, max_tokens=32, temperature=0
         )
-        assert reply.status_code == 200, reply.text
         assert reply.headers["x-switchyard-provider"] == "local"
-        body = reply.json()
-        assert body["object"] == "chat.completion"
-        assert body["choices"][0]["message"]["role"] == "assistant"
-        assert 1 <= body["usage"]["completion_tokens"] <= 8
-        card = (data_dir / "models" / "tiny-random-qwen3" / "README.md").read_text()
-        assert "random-weight" in card
-        models = httpx.get(base + "/v1/models", headers=key).json()["data"]
-        local = next(m for m in models if m["id"] == "local-qwen3")
-        assert "RANDOM WEIGHTS" in local["description"]
+        body = reply.parse()
+        assert body.model == "smollm2-135m-instruct"
+        assert "Paris" in body.choices[0].message.content
+        assert body.choices[0].finish_reason == "stop"
+        assert 1 <= body.usage.completion_tokens <= 32
+        stream = client.chat.completions.create(
+            model="local", messages=question, max_tokens=32, temperature=0, stream=True
+        )
+        streamed = "".join(
+            chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices
+        )
+        assert streamed == body.choices[0].message.content
+        view = data_dir / "models" / "SmolLM2-135M-Instruct.Q4_1"
+        assert (view / "config.json").is_file() and (view / "tokenizer.json").is_file()
+        models = client.models.list().data
+        local = next(m for m in models if m.id == "local-smollm2")
+        assert "RANDOM WEIGHTS" not in (local.model_extra.get("description") or "")
     finally:
         process.send_signal(signal.SIGTERM)
         try:

@@ -115,12 +115,64 @@ def test_completions_endpoint_counts_with_the_tokenizer(client, tokenizer):
         ({"seed": "x"}, "seed"),
         ({"top_logprobs": 3}, "top_logprobs"),
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"logit_bias": {"5": 10}}, "logit_bias"),
+        ({"store": True}, "store"),
+        ({"reasoning_effort": "high"}, "reasoning_effort"),
+        ({"modalities": ["text", "audio"]}, "modalities"),
+        ({"extra_body": {"repetition_penalty": 0}}, "repetition_penalty"),
+        ({"extra_body": {"skip_special_tokens": False}}, "skip_special_tokens"),
+        ({"extra_body": {"guided_json": {"type": "object"}}}, "guided_json"),
+        ({"extra_body": {"no_such_field": 1}}, "no_such_field"),
     ],
 )
 def test_bad_values_are_400_naming_the_param(client, extra, param):
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model="tiny", messages=MESSAGES, **extra)
     assert caught.value.body["param"] == param
+    assert param in caught.value.message or param == "messages"
+
+
+def test_fields_that_ask_for_nothing_are_accepted(client):
+    reply = client.chat.completions.create(
+        model="tiny",
+        messages=MESSAGES,
+        max_tokens=3,
+        tool_choice="none",
+        parallel_tool_calls=True,
+        store=False,
+        logit_bias={},
+        service_tier="auto",
+        modalities=["text"],
+        user="end-user-7",
+        metadata={"team_ref": "blue"},
+        response_format={"type": "text"},
+        extra_body={"skip_special_tokens": True},
+    )
+    assert reply.choices[0].message.role == "assistant"
+
+
+def test_repetition_penalty_and_include_stop_str_in_output_are_honoured(client, checkpoint):
+    """Both reach the engine: the gateway's greedy text equals a direct engine run's."""
+    from engine.core.llm_engine import LLM
+    from engine.sampling import SamplingParams
+
+    llm = LLM(checkpoint, progress=False, device="cpu", kv_cache_bytes=16 << 20)
+    prompt = llm.tokenizer.apply_chat_template(MESSAGES, tokenize=True)
+    plain = SamplingParams(temperature=0.0, max_tokens=24)
+    penalised = SamplingParams(temperature=0.0, max_tokens=24, repetition_penalty=1.8)
+    expected = llm.generate([prompt], penalised)[0].text
+    assert expected != llm.generate([prompt], plain)[0].text
+    args = dict(model="tiny", messages=MESSAGES, max_tokens=24, temperature=0)
+    reply = client.chat.completions.create(**args, extra_body={"repetition_penalty": 1.8})
+    assert reply.choices[0].message.content == expected
+    full = client.chat.completions.create(**args).choices[0].message.content
+    stop = full[4:7]
+    kept = client.chat.completions.create(
+        **args, stop=[stop], extra_body={"include_stop_str_in_output": True}
+    ).choices[0]
+    assert kept.finish_reason == "stop"
+    assert kept.message.content == full[: full.index(stop) + len(stop)]
 
 
 def test_more_samples_than_engine_seats_is_a_400_naming_n(client):
