@@ -22,33 +22,8 @@ from typing import Any
 
 from gateway.ledger.event import LedgerEvent
 from gateway.ledger.query import COUNTERS
+from gateway.ledger.tables import EVENT_COLUMNS
 
-# Column order of usage_events (and of every row a driver sends).
-EVENT_COLUMNS = (
-    "day",
-    "event_id",
-    "time_ms",
-    "key_id",
-    "team",
-    "model",
-    "provider",
-    "task",
-    "route",
-    "prompt_tokens",
-    "completion_tokens",
-    "cached_tokens",
-    "cache_write_tokens",
-    "cost_nanos",
-    "status",
-    "streamed",
-    "usage_source",
-    "attempts",
-    "latency_ms",
-    "ttft_ms",
-    "policy_version",
-    "end_user",
-    "tags",
-)
 EVENT_TYPES = (
     "date",
     "text",
@@ -242,14 +217,6 @@ def values_source(rows: int) -> str:
             + ")"
         )
     return f"SELECT * FROM (VALUES {', '.join(tuples)}) AS v({_EVENT_LIST})"
-
-
-EVENT_SELECT = (
-    "SELECT event_id, time_ms, key_id, model, provider, team, task, route, prompt_tokens,"
-    " completion_tokens, cached_tokens, cache_write_tokens, cost_nanos, status, streamed,"
-    " usage_source, attempts, latency_ms, ttft_ms, policy_version, end_user, tags"
-    " FROM usage_events"
-)
 
 
 def event_row(event: LedgerEvent) -> tuple[Any, ...]:

@@ -30,8 +30,6 @@ from gateway.ledger.event import LedgerEvent
 from gateway.ledger.postgres_sql import (
     CREATE_STAGE,
     CREATE_VERSION_TABLE,
-    EVENT_COLUMNS,
-    EVENT_SELECT,
     INSERT_FROM_STAGE,
     LIST_PARTITIONS,
     MIGRATIONS,
@@ -64,10 +62,10 @@ from gateway.ledger.store import (
     retention_cutoff,
     utc_today,
 )
+from gateway.ledger.tables import EVENT_COLUMNS, EVENT_SELECT, ROLLUP_TABLES
 
 log = structlog.get_logger(__name__)
 
-ROLLUP_TABLES = ("usage_rollup", "usage_rollup_tag", "usage_rollup_user")
 # Deadlocks cannot happen between our own writers (sorted inserts, sorted upserts), but a
 # retry keeps a batch alive against anything else holding rows in another order.
 RETRIES = 3
@@ -263,7 +261,7 @@ class PostgresStore:
             for day in expired:
                 await conn.execute(drop_partition_sql(day))
             deleted = 0
-            for table in ROLLUP_TABLES:
+            for table in ROLLUP_TABLES.values():
                 status = await conn.execute(f"DELETE FROM {table} WHERE day < $1", cutoff)
                 deleted += int(status.rsplit(" ", 1)[-1])
         self._partitions.difference_update(expired)

@@ -17,6 +17,7 @@ from datetime import date
 from typing import Any
 
 from gateway.ledger.event import MAX_ID_LENGTH, LedgerError, LedgerEvent, check_tag, day_of_ms
+from gateway.ledger.tables import ROLLUP_TABLES
 
 GROUP_BYS = ("key", "team", "model", "provider", "task", "day", "tag", "user")
 FILTERS = ("key_id", "team", "model", "provider", "task", "tag", "user")
@@ -56,7 +57,6 @@ COUNTERS = (
     "estimated",
 )
 ROLLUP_DIMENSIONS = ("day", "key_id", "team", "model", "provider", "task")
-ROLLUP_TABLES = {"": "usage_rollup", "tag": "usage_rollup_tag", "end_user": "usage_rollup_user"}
 
 
 class LedgerQueryError(ValueError):

@@ -52,6 +52,7 @@ from gateway.ledger.store import (
     retention_cutoff,
     utc_today,
 )
+from gateway.ledger.tables import EVENT_COLUMNS, EVENT_SELECT, ROLLUP_TABLES
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -62,31 +63,6 @@ DELETE_CHUNK = 5_000
 
 _COUNTER_COLUMNS = ",\n  ".join(f"{name} INTEGER NOT NULL" for name in COUNTERS)
 _DIMENSIONS = "key_id TEXT NOT NULL, team TEXT NOT NULL, model TEXT NOT NULL,\n  provider TEXT NOT NULL, task TEXT NOT NULL"
-EVENT_COLUMNS = (
-    "day",
-    "event_id",
-    "time_ms",
-    "key_id",
-    "team",
-    "model",
-    "provider",
-    "task",
-    "route",
-    "prompt_tokens",
-    "completion_tokens",
-    "cached_tokens",
-    "cache_write_tokens",
-    "cost_nanos",
-    "status",
-    "streamed",
-    "usage_source",
-    "attempts",
-    "latency_ms",
-    "ttft_ms",
-    "policy_version",
-    "end_user",
-    "tags",
-)
 _TEXT = {"event_id", "key_id", "team", "model", "provider", "task", "route", "usage_source"}
 _TEXT |= {"policy_version", "end_user", "tags"}
 _EVENT_DDL = ",\n  ".join(
@@ -130,12 +106,6 @@ INSERT_EVENT = (
     f"INSERT INTO usage_events ({', '.join(EVENT_COLUMNS)})"
     f" VALUES ({', '.join('?' for _ in EVENT_COLUMNS)}) ON CONFLICT DO NOTHING"
 )
-EVENT_SELECT = (
-    "SELECT event_id, time_ms, key_id, model, provider, team, task, route, prompt_tokens,"
-    " completion_tokens, cached_tokens, cache_write_tokens, cost_nanos, status, streamed,"
-    " usage_source, attempts, latency_ms, ttft_ms, policy_version, end_user, tags"
-    " FROM usage_events"
-)
 _ADD = ", ".join(f"{name} = {name} + excluded.{name}" for name in COUNTERS)
 
 
@@ -152,7 +122,6 @@ _MAIN_KEYS = "day, key_id, team, model, provider, task"
 UPSERT_MAIN = _upsert("usage_rollup", _MAIN_KEYS)
 UPSERT_TAG = _upsert("usage_rollup_tag", "day, tag, key_id, team, model, provider, task")
 UPSERT_USER = _upsert("usage_rollup_user", "day, end_user, key_id, team, model, provider, task")
-ROLLUP_TABLES = ("usage_rollup", "usage_rollup_tag", "usage_rollup_user")
 
 
 def day_value(day: date) -> int:
@@ -430,7 +399,7 @@ class SqliteStore:
         rollup_rows = 0
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for table in ROLLUP_TABLES:
+            for table in ROLLUP_TABLES.values():
                 rollup_rows += conn.execute(f"DELETE FROM {table} WHERE day < ?", (limit,)).rowcount
             conn.execute("COMMIT")
         except BaseException:
