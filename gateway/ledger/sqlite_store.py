@@ -39,6 +39,7 @@ from gateway.ledger.query import (
     EventQuery,
     RollupQuery,
     RollupRow,
+    event_counts,
     events_sql,
     page_of,
     rollup_sql,
@@ -334,18 +335,7 @@ class SqliteStore:
                 inserted += 1
                 dims = (event.key_id, event.team, event.model, event.provider, event.task)
                 day = event.day_number
-                counts = (
-                    1,
-                    event.prompt_tokens,
-                    event.completion_tokens,
-                    event.cached_tokens,
-                    event.cache_write_tokens,
-                    event.cost_nanos,
-                    1 if event.status >= 400 else 0,
-                    event.latency_ms,
-                    1 if event.streamed else 0,
-                    1 if event.usage_source == "estimated" else 0,
-                )
+                counts = event_counts(event)
                 _add(main, (day, *dims), counts)
                 for tag in event.tags or ("",):  # untagged counts under the empty tag
                     _add(tags, (day, tag, *dims), counts)
