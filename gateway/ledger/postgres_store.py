@@ -57,10 +57,11 @@ from gateway.ledger.store import (
     DEFAULT_RETENTION_DAYS,
     RetentionResult,
     StoreConfigError,
-    check_batch,
+    events_to_keep,
     redact,
     retention_cutoff,
     utc_today,
+    versions_to_apply,
 )
 from gateway.ledger.tables import EVENT_COLUMNS, EVENT_SELECT, ROLLUP_TABLES
 
@@ -161,12 +162,7 @@ class PostgresStore:
             current = await conn.fetchval(
                 "SELECT coalesce(max(version), 0) FROM usage_schema_version"
             )
-            if current > SCHEMA_VERSION:
-                raise StoreConfigError(
-                    f"the usage store's schema is version {current}, newer than this gateway's "
-                    f"({SCHEMA_VERSION}): upgrade the gateway"
-                )
-            for version in range(current + 1, SCHEMA_VERSION + 1):
+            for version in versions_to_apply(current, SCHEMA_VERSION):
                 await conn.execute(MIGRATIONS[version - 1])
                 await conn.execute(
                     "INSERT INTO usage_schema_version (version) VALUES ($1)", version
@@ -201,11 +197,7 @@ class PostgresStore:
     # -- writes --------------------------------------------------------------------------
 
     async def insert(self, events: Sequence[LedgerEvent]) -> int:
-        batch = check_batch(events)
-        cutoff = self.cutoff()
-        kept = [event for event in batch if event.day >= cutoff]
-        if len(kept) < len(batch):
-            log.warning("usage_events_past_retention", skipped=len(batch) - len(kept))
+        kept = events_to_keep(events, self.cutoff())
         if not kept:
             return 0
         rows = [event_row(event) for event in kept]  # staged rows are read back sorted

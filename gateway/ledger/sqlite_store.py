@@ -49,9 +49,10 @@ from gateway.ledger.store import (
     DEFAULT_RETENTION_DAYS,
     RetentionResult,
     StoreConfigError,
-    check_batch,
+    events_to_keep,
     retention_cutoff,
     utc_today,
+    versions_to_apply,
 )
 from gateway.ledger.tables import EVENT_COLUMNS, EVENT_SELECT, ROLLUP_TABLES
 
@@ -284,12 +285,7 @@ class SqliteStore:
             current = conn.execute(
                 "SELECT coalesce(max(version), 0) FROM usage_schema_version"
             ).fetchone()[0]
-            if current > SCHEMA_VERSION:
-                raise StoreConfigError(
-                    f"the usage store's schema is version {current}, newer than this gateway's "
-                    f"({SCHEMA_VERSION}): upgrade the gateway"
-                )
-            for version in range(current + 1, SCHEMA_VERSION + 1):
+            for version in versions_to_apply(current, SCHEMA_VERSION):
                 for statement in MIGRATIONS[version - 1].split(";"):
                     if statement.strip():
                         conn.execute(statement)
@@ -311,11 +307,7 @@ class SqliteStore:
     # -- writes --------------------------------------------------------------------------
 
     async def insert(self, events: Sequence[LedgerEvent]) -> int:
-        batch = check_batch(events)
-        cutoff = day_value(self.cutoff())
-        kept = [event for event in batch if event.day_number >= cutoff]
-        if len(kept) < len(batch):
-            log.warning("usage_events_past_retention", skipped=len(batch) - len(kept))
+        kept = events_to_keep(events, self.cutoff())
         if not kept:
             return 0
         kept.sort(key=lambda event: (event.time_ms // 86_400_000, event.event_id))
