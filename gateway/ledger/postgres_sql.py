@@ -22,7 +22,7 @@ from typing import Any
 
 from gateway.ledger.event import LedgerEvent
 from gateway.ledger.query import COUNTERS
-from gateway.ledger.tables import EVENT_COLUMNS
+from gateway.ledger.tables import EVENT_COLUMNS, row_values
 
 EVENT_TYPES = (
     "date",
@@ -221,31 +221,7 @@ def values_source(rows: int) -> str:
 
 def event_row(event: LedgerEvent) -> tuple[Any, ...]:
     """An event as a row in EVENT_COLUMNS order."""
-    return (
-        event.day,
-        event.event_id,
-        event.time_ms,
-        event.key_id,
-        event.team,
-        event.model,
-        event.provider,
-        event.task,
-        event.route,
-        event.prompt_tokens,
-        event.completion_tokens,
-        event.cached_tokens,
-        event.cache_write_tokens,
-        event.cost_nanos,
-        event.status,
-        event.streamed,
-        event.usage_source,
-        event.attempts,
-        event.latency_ms,
-        event.ttft_ms,
-        event.policy_version,
-        event.end_user,
-        list(event.tags),
-    )
+    return row_values(event, day=event.day, streamed=event.streamed, tags=list(event.tags))
 
 
 def unnest_columns(rows: Sequence[tuple[Any, ...]]) -> list[list[Any]]:

@@ -54,7 +54,7 @@ from gateway.ledger.store import (
     utc_today,
     versions_to_apply,
 )
-from gateway.ledger.tables import EVENT_COLUMNS, EVENT_SELECT, ROLLUP_TABLES
+from gateway.ledger.tables import EVENT_COLUMNS, EVENT_SELECT, ROLLUP_TABLES, row_values
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -139,30 +139,11 @@ def _placeholder(_: int) -> str:
 
 
 def _event_params(event: LedgerEvent) -> tuple[Any, ...]:
-    return (
-        event.day_number,
-        event.event_id,
-        event.time_ms,
-        event.key_id,
-        event.team,
-        event.model,
-        event.provider,
-        event.task,
-        event.route,
-        event.prompt_tokens,
-        event.completion_tokens,
-        event.cached_tokens,
-        event.cache_write_tokens,
-        event.cost_nanos,
-        event.status,
-        int(event.streamed),
-        event.usage_source,
-        event.attempts,
-        event.latency_ms,
-        event.ttft_ms,
-        event.policy_version,
-        event.end_user,
-        orjson.dumps(event.tags).decode(),
+    return row_values(
+        event,
+        day=event.day_number,
+        streamed=int(event.streamed),
+        tags=orjson.dumps(event.tags).decode(),
     )
 
 

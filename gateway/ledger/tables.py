@@ -10,6 +10,7 @@ values are Python types again) is ``LedgerEvent(*row)``.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from gateway.ledger.event import LedgerEvent
 
@@ -43,3 +44,33 @@ EVENT_SELECT = (
 )
 # The rollup table a report reads, by the attribution column it needs ("" for none).
 ROLLUP_TABLES = {"": "usage_rollup", "tag": "usage_rollup_tag", "end_user": "usage_rollup_user"}
+
+
+def row_values(event: LedgerEvent, *, day: Any, streamed: Any, tags: Any) -> tuple[Any, ...]:
+    """An event as a row in ``EVENT_COLUMNS`` order. The three columns each backend stores in
+    its own type (the day, the streamed flag, the tags) come in already converted."""
+    return (
+        day,
+        event.event_id,
+        event.time_ms,
+        event.key_id,
+        event.team,
+        event.model,
+        event.provider,
+        event.task,
+        event.route,
+        event.prompt_tokens,
+        event.completion_tokens,
+        event.cached_tokens,
+        event.cache_write_tokens,
+        event.cost_nanos,
+        event.status,
+        streamed,
+        event.usage_source,
+        event.attempts,
+        event.latency_ms,
+        event.ttft_ms,
+        event.policy_version,
+        event.end_user,
+        tags,
+    )
