@@ -17,6 +17,7 @@ from gateway.formats.fields import (
     at,
     load_object,
     obj,
+    opt_array,
     opt_bool,
     opt_choice,
     opt_int,
@@ -60,9 +61,8 @@ def parse_request(body: bytes | str | dict[str, Any]) -> ChatRequest:
     model = string(required(data, "model", "model"), "model", non_empty=True)
     request = ChatRequest(model=model, source=NAME, messages=[])
     _parse_messages(request, array(required(data, "messages", "messages"), "messages"))
-    request.tools = [
-        _parse_tool(tool, at("tools", i)) for i, tool in enumerate(_list(data, "tools"))
-    ]
+    tools = opt_array(data, "tools", "tools")
+    request.tools = [_parse_tool(tool, at("tools", i)) for i, tool in enumerate(tools)]
     request.tool_choice = _parse_tool_choice(data.get("tool_choice"))
     request.parallel_tool_calls = opt_bool(data, "parallel_tool_calls", "parallel_tool_calls")
     limit = opt_int(data, "max_completion_tokens", "max_completion_tokens", 1, 10**9)
@@ -89,11 +89,6 @@ def parse_request(body: bytes | str | dict[str, Any]) -> ChatRequest:
     request.extras = {key: value for key, value in data.items() if key not in _MODELLED}
     _mark_unportable(request, data)
     return request
-
-
-def _list(data: dict[str, Any], key: str) -> list[Any]:
-    value = data.get(key)
-    return [] if value is None else array(value, key)
 
 
 def _mark_unportable(request: ChatRequest, data: dict[str, Any]) -> None:
@@ -235,8 +230,8 @@ def _assistant_content(message: dict[str, Any], path: str) -> list[Block]:
     refusal = opt_str(message, "refusal", at(path, "refusal"))
     if refusal:
         blocks.append(Refusal(refusal, at(path, "refusal")))
-    calls = message.get("tool_calls")
-    for index, call in enumerate([] if calls is None else array(calls, at(path, "tool_calls"))):
+    calls = opt_array(message, "tool_calls", at(path, "tool_calls"))
+    for index, call in enumerate(calls):
         blocks.append(_tool_call(call, at(at(path, "tool_calls"), index)))
     for legacy in ("function_call", "audio"):
         if message.get(legacy) is not None:

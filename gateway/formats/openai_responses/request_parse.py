@@ -19,6 +19,7 @@ from gateway.formats.fields import (
     at,
     load_object,
     obj,
+    opt_array,
     opt_bool,
     opt_choice,
     opt_int,
@@ -71,8 +72,7 @@ def parse_request(body: bytes | str | dict[str, Any]) -> ChatRequest:
     if instructions:
         request.system.append(Text(instructions, path="instructions"))
     _parse_input(request, required(data, "input", "input"))
-    tools = data.get("tools")
-    tools = [] if tools is None else array(tools, "tools")
+    tools = opt_array(data, "tools", "tools")
     request.tools = [_parse_tool(tool, at("tools", i)) for i, tool in enumerate(tools)]
     request.tool_choice = _parse_tool_choice(data.get("tool_choice"))
     request.parallel_tool_calls = opt_bool(data, "parallel_tool_calls", "parallel_tool_calls")
@@ -254,8 +254,7 @@ def _parse_function_output(item: dict[str, Any], path: str) -> ToolResult:
 def _parse_reasoning_item(item: dict[str, Any], path: str) -> Thinking:
     texts = []
     for key, kind in (("summary", "summary_text"), ("content", "reasoning_text")):
-        parts = item.get(key)
-        for i, part in enumerate([] if parts is None else array(parts, at(path, key))):
+        for i, part in enumerate(opt_array(item, key, at(path, key))):
             part_path = at(at(path, key), i)
             part = obj(part, part_path)
             if part.get("type") != kind:
