@@ -43,6 +43,7 @@ from gateway.formats.internal import (
     ToolResult,
 )
 from gateway.formats.media import parse_data_url
+from gateway.formats.openai_tools import tool_choice_mode
 
 NAME = "openai_chat"
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
@@ -279,15 +280,9 @@ def _parse_tool(tool: Any, path: str) -> Tool | Raw:
 
 
 def _parse_tool_choice(choice: Any) -> ToolChoice | Raw | None:
-    if choice is None:
-        return None
-    if choice in ("auto", "none", "required"):
-        return ToolChoice(choice)
-    if isinstance(choice, str):
-        raise InvalidRequest(
-            "tool_choice must be auto, none, required or an object", param="tool_choice"
-        )
-    choice = obj(choice, "tool_choice")
+    choice = tool_choice_mode(choice)
+    if not isinstance(choice, dict):
+        return choice
     if choice.get("type") == "function":
         function = obj(required(choice, "function", "tool_choice.function"), "tool_choice.function")
         name = string(

@@ -28,6 +28,7 @@ from gateway.formats.internal import (
     ToolResult,
 )
 from gateway.formats.media import data_url
+from gateway.formats.openai_tools import put_tools
 from gateway.formats.portability import (
     TITLES,
     check_unportable,
@@ -47,12 +48,7 @@ def render_request(request: ChatRequest, model: str) -> dict[str, Any]:
     refuse_unless(request, "top_k", NAME, request.top_k, None, "Chat Completions has no top_k")
     refuse_cache_warming(request, NAME)
     body: dict[str, Any] = {"model": model, "messages": _render_messages(request)}
-    if request.tools:
-        body["tools"] = [_render_tool(tool) for tool in request.tools]
-        if request.parallel_tool_calls is not None:
-            body["parallel_tool_calls"] = request.parallel_tool_calls
-    if request.tool_choice is not None and request.tools:  # OpenAI refuses it without tools
-        body["tool_choice"] = _render_tool_choice(request.tool_choice)
+    put_tools(body, request, _render_tool, _render_tool_choice)
     optional = {
         "max_completion_tokens": request.max_tokens,
         "temperature": request.temperature,

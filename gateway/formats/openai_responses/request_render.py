@@ -8,6 +8,7 @@ penalties and several choices have no place here and are refused.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from gateway.formats.errors import Untranslatable
@@ -26,6 +27,7 @@ from gateway.formats.internal import (
     ToolResult,
 )
 from gateway.formats.media import data_url
+from gateway.formats.openai_tools import put_tools
 from gateway.formats.portability import (
     TITLES,
     check_unportable,
@@ -52,12 +54,7 @@ def render_request(request: ChatRequest, model: str) -> dict[str, Any]:
     for message in request.messages:
         items.extend(_render_message(message))
     body["input"] = items
-    if request.tools:
-        body["tools"] = [render_tool(tool, request) for tool in request.tools]
-        if request.parallel_tool_calls is not None:
-            body["parallel_tool_calls"] = request.parallel_tool_calls
-    if request.tool_choice is not None and request.tools:  # OpenAI refuses it without tools
-        body["tool_choice"] = render_tool_choice(request.tool_choice)
+    put_tools(body, request, functools.partial(render_tool, request=request), render_tool_choice)
     optional = {
         "max_output_tokens": request.max_tokens,
         "temperature": request.temperature,
