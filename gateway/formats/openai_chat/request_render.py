@@ -29,6 +29,7 @@ from gateway.formats.internal import (
 )
 from gateway.formats.media import data_url
 from gateway.formats.openai_tools import put_tools
+from gateway.formats.optional_fields import present
 from gateway.formats.portability import (
     TITLES,
     check_unportable,
@@ -49,18 +50,19 @@ def render_request(request: ChatRequest, model: str) -> dict[str, Any]:
     refuse_cache_warming(request, NAME)
     body: dict[str, Any] = {"model": model, "messages": _render_messages(request)}
     put_tools(body, request, _render_tool, _render_tool_choice)
-    optional = {
-        "max_completion_tokens": request.max_tokens,
-        "temperature": request.temperature,
-        "top_p": request.top_p,
-        "n": request.n,
-        "seed": request.seed,
-        "presence_penalty": request.presence_penalty,
-        "frequency_penalty": request.frequency_penalty,
-        "user": request.user,
-        "metadata": request.metadata,
-    }
-    body.update({key: value for key, value in optional.items() if value is not None})
+    body.update(
+        present(
+            max_completion_tokens=request.max_tokens,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            n=request.n,
+            seed=request.seed,
+            presence_penalty=request.presence_penalty,
+            frequency_penalty=request.frequency_penalty,
+            user=request.user,
+            metadata=request.metadata,
+        )
+    )
     if request.stop:
         body["stop"] = list(request.stop)
     if request.response_format is not None:
@@ -157,10 +159,7 @@ def _render_image(image: Image) -> dict[str, Any]:
         raise Untranslatable(
             image.path or "content", TARGET, "images by file id stay with their provider"
         )
-    spec: dict[str, Any] = {"url": url}
-    if image.detail is not None:
-        spec["detail"] = image.detail
-    return {"type": "image_url", "image_url": spec}
+    return {"type": "image_url", "image_url": {"url": url, **present(detail=image.detail)}}
 
 
 def _render_assistant(message: Message) -> dict[str, Any]:
@@ -207,13 +206,12 @@ def _render_tool_call(call: ToolCall) -> dict[str, Any]:
 def _render_tool(tool: Tool | Raw) -> dict[str, Any]:
     if isinstance(tool, Raw):
         return raw_data(tool, NAME, "tools")
-    function: dict[str, Any] = {"name": tool.name}
-    if tool.description is not None:
-        function["description"] = tool.description
-    if tool.parameters is not None:
-        function["parameters"] = tool.parameters
-    if tool.strict is not None:
-        function["strict"] = tool.strict
+    function = present(
+        name=tool.name,
+        description=tool.description,
+        parameters=tool.parameters,
+        strict=tool.strict,
+    )
     return {"type": "function", "function": function}
 
 
@@ -228,13 +226,12 @@ def _render_tool_choice(choice: ToolChoice | Raw) -> Any:
 def _render_response_format(spec: ResponseFormat) -> dict[str, Any]:
     if spec.kind != "json_schema":
         return {"type": spec.kind}
-    schema: dict[str, Any] = {"name": spec.name or "response"}
-    if spec.description is not None:
-        schema["description"] = spec.description
-    if spec.schema is not None:
-        schema["schema"] = spec.schema
-    if spec.strict is not None:
-        schema["strict"] = spec.strict
+    schema = present(
+        name=spec.name or "response",
+        description=spec.description,
+        schema=spec.schema,
+        strict=spec.strict,
+    )
     return {"type": "json_schema", "json_schema": schema}
 
 

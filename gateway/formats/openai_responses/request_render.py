@@ -28,6 +28,7 @@ from gateway.formats.internal import (
 )
 from gateway.formats.media import data_url
 from gateway.formats.openai_tools import put_tools
+from gateway.formats.optional_fields import present
 from gateway.formats.portability import (
     TITLES,
     check_unportable,
@@ -55,14 +56,15 @@ def render_request(request: ChatRequest, model: str) -> dict[str, Any]:
         items.extend(_render_message(message))
     body["input"] = items
     put_tools(body, request, functools.partial(render_tool, request=request), render_tool_choice)
-    optional = {
-        "max_output_tokens": request.max_tokens,
-        "temperature": request.temperature,
-        "top_p": request.top_p,
-        "user": request.user,
-        "metadata": request.metadata,
-    }
-    body.update({key: value for key, value in optional.items() if value is not None})
+    body.update(
+        present(
+            max_output_tokens=request.max_tokens,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            user=request.user,
+            metadata=request.metadata,
+        )
+    )
     text = render_text(request)
     if text is not None:
         body["text"] = text
@@ -240,16 +242,12 @@ def render_tool_choice(choice: ToolChoice | Raw) -> Any:
 def render_format(spec: ResponseFormat) -> dict[str, Any]:
     if spec.kind != "json_schema":
         return {"type": spec.kind}
-    out: dict[str, Any] = {
+    return {
         "type": "json_schema",
         "name": spec.name or "response",
         "schema": spec.schema,
+        **present(description=spec.description, strict=spec.strict),
     }
-    if spec.description is not None:
-        out["description"] = spec.description
-    if spec.strict is not None:
-        out["strict"] = spec.strict
-    return out
 
 
 def render_text(request: ChatRequest) -> dict[str, Any] | None:
@@ -263,9 +261,4 @@ def render_reasoning(request: ChatRequest) -> dict[str, Any] | None:
     reasoning = request.reasoning
     if reasoning is None or (reasoning.effort is None and reasoning.summary is None):
         return None
-    out: dict[str, Any] = {}
-    if reasoning.effort is not None:
-        out["effort"] = reasoning.effort
-    if reasoning.summary is not None:
-        out["summary"] = reasoning.summary
-    return out
+    return present(effort=reasoning.effort, summary=reasoning.summary)
