@@ -9,6 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 
-def present(**fields: Any) -> dict[str, Any]:
-    """The fields that are set, in the order given."""
+def present(fields: dict[str, Any]) -> dict[str, Any]:
+    """The fields that are set, in their order."""
     return {key: value for key, value in fields.items() if value is not None}

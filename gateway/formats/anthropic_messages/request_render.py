@@ -61,7 +61,8 @@ def render_request(
         choice = _render_tool_choice(request)
         if choice is not None:
             body["tool_choice"] = choice
-    body.update(present(temperature=request.temperature, top_p=request.top_p, top_k=request.top_k))
+    optional = {"temperature": request.temperature, "top_p": request.top_p, "top_k": request.top_k}
+    body.update(present(optional))
     if request.stop:
         body["stop_sequences"] = list(request.stop)
     if request.user is not None:
@@ -194,7 +195,7 @@ def _render_tool(tool: Tool | Raw, request: ChatRequest) -> dict[str, Any]:
     out: dict[str, Any] = {
         "name": tool.name,
         "input_schema": tool.parameters or {"type": "object", "properties": {}},
-        **present(description=tool.description, strict=tool.strict),
+        **present({"description": tool.description, "strict": tool.strict}),
     }
     if request.same_format(NAME):
         out.update(tool.extras)

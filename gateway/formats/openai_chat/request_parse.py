@@ -42,7 +42,7 @@ from gateway.formats.internal import (
     ToolChoice,
     ToolResult,
 )
-from gateway.formats.media import parse_data_url
+from gateway.formats.media import image_from_url
 from gateway.formats.openai_tools import tool_choice_mode
 
 NAME = "openai_chat"
@@ -196,15 +196,7 @@ def _image(part: dict[str, Any], path: str) -> Image:
     spec = obj(required(part, "image_url", at(path, "image_url")), at(path, "image_url"))
     url = string(required(spec, "url", at(path, "image_url.url")), at(path, "image_url.url"))
     detail = opt_choice(spec, "detail", at(path, "image_url.detail"), ("auto", "low", "high"))
-    inline = parse_data_url(url)
-    if inline is not None:
-        return Image(data=inline[1], media_type=inline[0], detail=detail, path=path)
-    if url.startswith("data:"):
-        raise InvalidRequest(
-            f"{path}.image_url.url must be a base64 data URL or an http(s) URL",
-            param=at(path, "image_url.url"),
-        )
-    return Image(url=url, detail=detail, path=path)
+    return image_from_url(url, detail, path, at(path, "image_url.url"))
 
 
 def _assistant_content(message: dict[str, Any], path: str) -> list[Block]:

@@ -50,19 +50,18 @@ def render_request(request: ChatRequest, model: str) -> dict[str, Any]:
     refuse_cache_warming(request, NAME)
     body: dict[str, Any] = {"model": model, "messages": _render_messages(request)}
     put_tools(body, request, _render_tool, _render_tool_choice)
-    body.update(
-        present(
-            max_completion_tokens=request.max_tokens,
-            temperature=request.temperature,
-            top_p=request.top_p,
-            n=request.n,
-            seed=request.seed,
-            presence_penalty=request.presence_penalty,
-            frequency_penalty=request.frequency_penalty,
-            user=request.user,
-            metadata=request.metadata,
-        )
-    )
+    optional = {
+        "max_completion_tokens": request.max_tokens,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "n": request.n,
+        "seed": request.seed,
+        "presence_penalty": request.presence_penalty,
+        "frequency_penalty": request.frequency_penalty,
+        "user": request.user,
+        "metadata": request.metadata,
+    }
+    body.update(present(optional))
     if request.stop:
         body["stop"] = list(request.stop)
     if request.response_format is not None:
@@ -159,7 +158,7 @@ def _render_image(image: Image) -> dict[str, Any]:
         raise Untranslatable(
             image.path or "content", TARGET, "images by file id stay with their provider"
         )
-    return {"type": "image_url", "image_url": {"url": url, **present(detail=image.detail)}}
+    return {"type": "image_url", "image_url": {"url": url, **present({"detail": image.detail})}}
 
 
 def _render_assistant(message: Message) -> dict[str, Any]:
@@ -207,10 +206,12 @@ def _render_tool(tool: Tool | Raw) -> dict[str, Any]:
     if isinstance(tool, Raw):
         return raw_data(tool, NAME, "tools")
     function = present(
-        name=tool.name,
-        description=tool.description,
-        parameters=tool.parameters,
-        strict=tool.strict,
+        {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+            "strict": tool.strict,
+        }
     )
     return {"type": "function", "function": function}
 
@@ -227,10 +228,12 @@ def _render_response_format(spec: ResponseFormat) -> dict[str, Any]:
     if spec.kind != "json_schema":
         return {"type": spec.kind}
     schema = present(
-        name=spec.name or "response",
-        description=spec.description,
-        schema=spec.schema,
-        strict=spec.strict,
+        {
+            "name": spec.name or "response",
+            "description": spec.description,
+            "schema": spec.schema,
+            "strict": spec.strict,
+        }
     )
     return {"type": "json_schema", "json_schema": schema}
 

@@ -47,7 +47,7 @@ from gateway.formats.internal import (
     ToolChoice,
     ToolResult,
 )
-from gateway.formats.media import parse_data_url
+from gateway.formats.media import image_from_url
 from gateway.formats.openai_tools import tool_choice_mode
 from gateway.formats.signatures import from_client
 
@@ -217,15 +217,7 @@ def _parse_image(part: dict[str, Any], path: str) -> Image:
         raise InvalidRequest(
             f"{path}.image_url or {path}.file_id is required", param=at(path, "image_url")
         )
-    inline = parse_data_url(url)
-    if inline is not None:
-        return Image(data=inline[1], media_type=inline[0], detail=detail, path=path)
-    if url.startswith("data:"):
-        raise InvalidRequest(
-            f"{path}.image_url must be a base64 data URL or an http(s) URL",
-            param=at(path, "image_url"),
-        )
-    return Image(url=url, detail=detail, path=path)
+    return image_from_url(url, detail, path, at(path, "image_url"))
 
 
 def _parse_function_call(item: dict[str, Any], path: str) -> ToolCall:

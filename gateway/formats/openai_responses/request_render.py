@@ -56,15 +56,14 @@ def render_request(request: ChatRequest, model: str) -> dict[str, Any]:
         items.extend(_render_message(message))
     body["input"] = items
     put_tools(body, request, functools.partial(render_tool, request=request), render_tool_choice)
-    body.update(
-        present(
-            max_output_tokens=request.max_tokens,
-            temperature=request.temperature,
-            top_p=request.top_p,
-            user=request.user,
-            metadata=request.metadata,
-        )
-    )
+    optional = {
+        "max_output_tokens": request.max_tokens,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "user": request.user,
+        "metadata": request.metadata,
+    }
+    body.update(present(optional))
     text = render_text(request)
     if text is not None:
         body["text"] = text
@@ -246,7 +245,7 @@ def render_format(spec: ResponseFormat) -> dict[str, Any]:
         "type": "json_schema",
         "name": spec.name or "response",
         "schema": spec.schema,
-        **present(description=spec.description, strict=spec.strict),
+        **present({"description": spec.description, "strict": spec.strict}),
     }
 
 
@@ -261,4 +260,4 @@ def render_reasoning(request: ChatRequest) -> dict[str, Any] | None:
     reasoning = request.reasoning
     if reasoning is None or (reasoning.effort is None and reasoning.summary is None):
         return None
-    return present(effort=reasoning.effort, summary=reasoning.summary)
+    return present({"effort": reasoning.effort, "summary": reasoning.summary})
