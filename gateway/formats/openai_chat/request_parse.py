@@ -43,7 +43,7 @@ from gateway.formats.internal import (
     ToolResult,
 )
 from gateway.formats.media import image_from_url
-from gateway.formats.openai_tools import tool_choice_mode
+from gateway.formats.openai_tools import function_fields, tool_choice_mode
 
 NAME = "openai_chat"
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
@@ -261,14 +261,7 @@ def _parse_tool(tool: Any, path: str) -> Tool | Raw:
         return Raw(NAME, tool, path)
     function = obj(required(tool, "function", at(path, "function")), at(path, "function"))
     name = string(required(function, "name", at(path, "function.name")), at(path, "function.name"))
-    parameters = function.get("parameters")
-    return Tool(
-        name=name,
-        description=opt_str(function, "description", at(path, "function.description")),
-        parameters=None if parameters is None else obj(parameters, at(path, "function.parameters")),
-        strict=opt_bool(function, "strict", at(path, "function.strict")),
-        path=path,
-    )
+    return Tool(name=name, **function_fields(function, at(path, "function")), path=path)
 
 
 def _parse_tool_choice(choice: Any) -> ToolChoice | Raw | None:

@@ -48,7 +48,7 @@ from gateway.formats.internal import (
     ToolResult,
 )
 from gateway.formats.media import image_from_url
-from gateway.formats.openai_tools import tool_choice_mode
+from gateway.formats.openai_tools import function_fields, tool_choice_mode
 from gateway.formats.signatures import from_client
 
 NAME = "openai_responses"
@@ -272,7 +272,6 @@ def _parse_tool(tool: Any, path: str) -> Tool | Raw:
     tool = obj(tool, path)
     if tool.get("type") != "function":
         return Raw(NAME, tool, path)  # built-in tools: web search, file search, MCP, ...
-    parameters = tool.get("parameters")
     extras = {
         k: v
         for k, v in tool.items()
@@ -280,9 +279,7 @@ def _parse_tool(tool: Any, path: str) -> Tool | Raw:
     }
     return Tool(
         name=string(required(tool, "name", at(path, "name")), at(path, "name"), non_empty=True),
-        description=opt_str(tool, "description", at(path, "description")),
-        parameters=None if parameters is None else obj(parameters, at(path, "parameters")),
-        strict=opt_bool(tool, "strict", at(path, "strict")),
+        **function_fields(tool, path),
         extras=extras,
         path=path,
     )
