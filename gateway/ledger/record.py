@@ -10,7 +10,6 @@ record (ids, the request's outcome); bounds that do (a 64-bit column) stay with 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, ClassVar, Self, TypeVar
 
 import orjson
@@ -50,11 +49,6 @@ def check_outcome(
         raise error("usage_source", f"must be one of {', '.join(USAGE_SOURCES)}")
 
 
-@functools.cache
-def field_names(record_type: type) -> frozenset[str]:
-    return frozenset(field.name for field in dataclasses.fields(record_type))
-
-
 class JsonRecord:
     """Mixin of a frozen dataclass record: a dict and JSON round trip that refuses what does
     not fit. ``from_json`` goes through ``from_dict``, so a record that upgrades old data
@@ -89,10 +83,11 @@ R = TypeVar("R", bound=JsonRecord)
 
 def build_strictly(record_type: type[R], data: dict[str, Any]) -> R:
     """The record of exactly these fields: an unknown one or a missing required one is refused."""
-    unknown = set(data) - field_names(record_type)
-    if unknown:
-        raise record_type.error(sorted(unknown)[0], "unknown field")
     try:
         return record_type(**data)
-    except TypeError as exc:  # a missing required field
+    except TypeError as exc:  # an unknown field (refused before any check runs) or a missing one
+        names = {field.name for field in dataclasses.fields(record_type)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise record_type.error(unknown[0], "unknown field") from None
         raise record_type.error("event", str(exc)) from exc
