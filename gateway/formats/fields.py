@@ -82,6 +82,12 @@ def opt_obj(parent: dict[str, Any], key: str, path: str) -> dict[str, Any] | Non
     return None if value is None else obj(value, path)
 
 
+def opt_array(parent: dict[str, Any], key: str, path: str) -> list[Any]:
+    """An optional list; absent or ``null`` reads as empty."""
+    value = parent.get(key)
+    return [] if value is None else array(value, path)
+
+
 def opt_str(parent: dict[str, Any], key: str, path: str) -> str | None:
     value = parent.get(key)
     return None if value is None else string(value, path)

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from gateway.formats.error_body import error_member, error_message
 from gateway.formats.errors import (
     CONTENT_FILTER,
     CONTEXT_LENGTH_EXCEEDED,
@@ -58,13 +59,7 @@ def render_stream_error(info: ErrorInfo) -> bytes:
 def parse_error(status: int | None, body: bytes | dict[str, Any]) -> ErrorInfo:
     """An OpenAI-format error body (any shape, even not JSON) as an ``ErrorInfo``; a None
     status (an error mid-stream) is 429 for rate limits and 500 otherwise."""
-    data: Any = body
-    if isinstance(body, bytes):
-        try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            data = None
-    error = data.get("error") if isinstance(data, dict) else None
+    error = error_member(body)
     if status is None:
         limited = isinstance(error, dict) and "rate_limit" in str(
             error.get("type") or error.get("code")
@@ -72,9 +67,7 @@ def parse_error(status: int | None, body: bytes | dict[str, Any]) -> ErrorInfo:
         status = 429 if limited else 500
     if not isinstance(error, dict):
         return ErrorInfo.for_status(status, f"upstream returned HTTP {status}")
-    message = error.get("message")
-    if not isinstance(message, str) or not message:
-        message = f"upstream returned HTTP {status}"
+    message = error_message(error, status)
     code = error.get("code") if isinstance(error.get("code"), str) else None
     param = error.get("param") if isinstance(error.get("param"), str) else None
     kind = kind_for_status(status)

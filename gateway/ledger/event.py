@@ -10,15 +10,17 @@ a NUL).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from typing import Any
 
-import orjson
+from gateway.ledger.record import (
+    MAX_ID_LENGTH,
+    JsonRecord,
+    RecordError,
+    check_id,
+    check_outcome,
+)
 
-USAGE_SOURCES = ("provider", "estimated")
-MAX_ID_LENGTH = 200
 MAX_TAGS = 8
 MAX_TAG_LENGTH = 64
 TAG_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:/=@")
@@ -32,12 +34,8 @@ MS_PER_DAY = 86_400_000
 EPOCH_DAY = date(1970, 1, 1)
 
 
-class LedgerError(ValueError):
+class LedgerError(RecordError):
     """An event the store refuses; ``field`` names the offending attribute."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 def day_number(time_ms: int) -> int:
@@ -47,15 +45,6 @@ def day_number(time_ms: int) -> int:
 
 def day_of_ms(time_ms: int) -> date:
     return datetime.fromtimestamp(time_ms / 1000, UTC).date()
-
-
-def _check_id(field: str, value: object) -> None:
-    if not isinstance(value, str) or not value:
-        raise LedgerError(field, "must be a non-empty string")
-    if len(value) > MAX_ID_LENGTH:
-        raise LedgerError(field, f"longer than {MAX_ID_LENGTH} characters")
-    if any(ch in "{}" or not ch.isprintable() or ch.isspace() for ch in value):
-        raise LedgerError(field, "contains braces, whitespace or control characters")
 
 
 def _check_text(field: str, value: object) -> None:
@@ -79,8 +68,10 @@ def check_tag(tag: object) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class LedgerEvent:
+class LedgerEvent(JsonRecord):
     """One request's usage, as stored. ``cost_nanos`` is exact integer nano-dollars."""
+
+    error = LedgerError
 
     event_id: str
     time_ms: int
@@ -106,12 +97,12 @@ class LedgerEvent:
     tags: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        _check_id("event_id", self.event_id)
+        check_id(LedgerError, "event_id", self.event_id)
         if isinstance(self.time_ms, bool) or not isinstance(self.time_ms, int):
             raise LedgerError("time_ms", "must be integer epoch milliseconds")
         if not MIN_TIME_MS <= self.time_ms < MAX_TIME_MS:
             raise LedgerError("time_ms", "out of range (epoch milliseconds expected)")
-        _check_id("key_id", self.key_id)
+        check_id(LedgerError, "key_id", self.key_id)
         for name in ("model", "provider", "team", "task", "route", "policy_version", "end_user"):
             _check_text(name, getattr(self, name))
         for name in ("prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens"):
@@ -119,14 +110,7 @@ class LedgerEvent:
         if self.cached_tokens > self.prompt_tokens:
             raise LedgerError("cached_tokens", "exceeds prompt_tokens")
         _check_int("cost_nanos", self.cost_nanos, MAX_COST_NANOS)
-        if isinstance(self.status, bool) or not isinstance(self.status, int):
-            raise LedgerError("status", "must be an HTTP status code")
-        if not 100 <= self.status <= 599:
-            raise LedgerError("status", "must be an HTTP status code")
-        if not isinstance(self.streamed, bool):
-            raise LedgerError("streamed", "must be a boolean")
-        if self.usage_source not in USAGE_SOURCES:
-            raise LedgerError("usage_source", f"must be one of {', '.join(USAGE_SOURCES)}")
+        check_outcome(LedgerError, self.status, self.streamed, self.usage_source)
         _check_int("attempts", self.attempts, 1000)
         _check_int("latency_ms", self.latency_ms, MAX_MILLIS)
         if self.ttft_ms is not None:
@@ -167,32 +151,3 @@ class LedgerEvent:
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def to_json(self) -> bytes:
-        return orjson.dumps(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LedgerEvent:
-        unknown = set(data) - FIELD_NAMES
-        if unknown:
-            raise LedgerError(sorted(unknown)[0], "unknown field")
-        try:
-            return cls(**data)
-        except TypeError as exc:  # a missing required field
-            raise LedgerError("event", str(exc)) from exc
-
-    @classmethod
-    def from_json(cls, raw: bytes | str) -> LedgerEvent:
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise LedgerError("event", f"invalid JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise LedgerError("event", "must be a JSON object")
-        return cls.from_dict(data)
-
-
-FIELD_NAMES = frozenset(field.name for field in dataclasses.fields(LedgerEvent))

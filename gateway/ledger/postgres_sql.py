@@ -22,33 +22,8 @@ from typing import Any
 
 from gateway.ledger.event import LedgerEvent
 from gateway.ledger.query import COUNTERS
+from gateway.ledger.tables import EVENT_COLUMNS, row_values
 
-# Column order of usage_events (and of every row a driver sends).
-EVENT_COLUMNS = (
-    "day",
-    "event_id",
-    "time_ms",
-    "key_id",
-    "team",
-    "model",
-    "provider",
-    "task",
-    "route",
-    "prompt_tokens",
-    "completion_tokens",
-    "cached_tokens",
-    "cache_write_tokens",
-    "cost_nanos",
-    "status",
-    "streamed",
-    "usage_source",
-    "attempts",
-    "latency_ms",
-    "ttft_ms",
-    "policy_version",
-    "end_user",
-    "tags",
-)
 EVENT_TYPES = (
     "date",
     "text",
@@ -244,41 +219,9 @@ def values_source(rows: int) -> str:
     return f"SELECT * FROM (VALUES {', '.join(tuples)}) AS v({_EVENT_LIST})"
 
 
-EVENT_SELECT = (
-    "SELECT event_id, time_ms, key_id, model, provider, team, task, route, prompt_tokens,"
-    " completion_tokens, cached_tokens, cache_write_tokens, cost_nanos, status, streamed,"
-    " usage_source, attempts, latency_ms, ttft_ms, policy_version, end_user, tags"
-    " FROM usage_events"
-)
-
-
 def event_row(event: LedgerEvent) -> tuple[Any, ...]:
     """An event as a row in EVENT_COLUMNS order."""
-    return (
-        event.day,
-        event.event_id,
-        event.time_ms,
-        event.key_id,
-        event.team,
-        event.model,
-        event.provider,
-        event.task,
-        event.route,
-        event.prompt_tokens,
-        event.completion_tokens,
-        event.cached_tokens,
-        event.cache_write_tokens,
-        event.cost_nanos,
-        event.status,
-        event.streamed,
-        event.usage_source,
-        event.attempts,
-        event.latency_ms,
-        event.ttft_ms,
-        event.policy_version,
-        event.end_user,
-        list(event.tags),
-    )
+    return row_values(event, day=event.day, streamed=event.streamed, tags=list(event.tags))
 
 
 def unnest_columns(rows: Sequence[tuple[Any, ...]]) -> list[list[Any]]:

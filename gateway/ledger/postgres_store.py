@@ -30,8 +30,6 @@ from gateway.ledger.event import LedgerEvent
 from gateway.ledger.postgres_sql import (
     CREATE_STAGE,
     CREATE_VERSION_TABLE,
-    EVENT_COLUMNS,
-    EVENT_SELECT,
     INSERT_FROM_STAGE,
     LIST_PARTITIONS,
     MIGRATIONS,
@@ -59,15 +57,16 @@ from gateway.ledger.store import (
     DEFAULT_RETENTION_DAYS,
     RetentionResult,
     StoreConfigError,
-    check_batch,
+    events_to_keep,
     redact,
     retention_cutoff,
     utc_today,
+    versions_to_apply,
 )
+from gateway.ledger.tables import EVENT_COLUMNS, EVENT_SELECT, ROLLUP_TABLES
 
 log = structlog.get_logger(__name__)
 
-ROLLUP_TABLES = ("usage_rollup", "usage_rollup_tag", "usage_rollup_user")
 # Deadlocks cannot happen between our own writers (sorted inserts, sorted upserts), but a
 # retry keeps a batch alive against anything else holding rows in another order.
 RETRIES = 3
@@ -163,12 +162,7 @@ class PostgresStore:
             current = await conn.fetchval(
                 "SELECT coalesce(max(version), 0) FROM usage_schema_version"
             )
-            if current > SCHEMA_VERSION:
-                raise StoreConfigError(
-                    f"the usage store's schema is version {current}, newer than this gateway's "
-                    f"({SCHEMA_VERSION}): upgrade the gateway"
-                )
-            for version in range(current + 1, SCHEMA_VERSION + 1):
+            for version in versions_to_apply(current, SCHEMA_VERSION):
                 await conn.execute(MIGRATIONS[version - 1])
                 await conn.execute(
                     "INSERT INTO usage_schema_version (version) VALUES ($1)", version
@@ -203,11 +197,7 @@ class PostgresStore:
     # -- writes --------------------------------------------------------------------------
 
     async def insert(self, events: Sequence[LedgerEvent]) -> int:
-        batch = check_batch(events)
-        cutoff = self.cutoff()
-        kept = [event for event in batch if event.day >= cutoff]
-        if len(kept) < len(batch):
-            log.warning("usage_events_past_retention", skipped=len(batch) - len(kept))
+        kept = events_to_keep(events, self.cutoff())
         if not kept:
             return 0
         rows = [event_row(event) for event in kept]  # staged rows are read back sorted
@@ -263,7 +253,7 @@ class PostgresStore:
             for day in expired:
                 await conn.execute(drop_partition_sql(day))
             deleted = 0
-            for table in ROLLUP_TABLES:
+            for table in ROLLUP_TABLES.values():
                 status = await conn.execute(f"DELETE FROM {table} WHERE day < $1", cutoff)
                 deleted += int(status.rsplit(" ", 1)[-1])
         self._partitions.difference_update(expired)

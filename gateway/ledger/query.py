@@ -17,6 +17,7 @@ from datetime import date
 from typing import Any
 
 from gateway.ledger.event import MAX_ID_LENGTH, LedgerError, LedgerEvent, check_tag, day_of_ms
+from gateway.ledger.tables import ROLLUP_TABLES
 
 GROUP_BYS = ("key", "team", "model", "provider", "task", "day", "tag", "user")
 FILTERS = ("key_id", "team", "model", "provider", "task", "tag", "user")
@@ -56,7 +57,22 @@ COUNTERS = (
     "estimated",
 )
 ROLLUP_DIMENSIONS = ("day", "key_id", "team", "model", "provider", "task")
-ROLLUP_TABLES = {"": "usage_rollup", "tag": "usage_rollup_tag", "end_user": "usage_rollup_user"}
+
+
+def event_counts(event: LedgerEvent) -> tuple[int, ...]:
+    """What one event adds to each counter, in ``COUNTERS`` order."""
+    return (
+        1,
+        event.prompt_tokens,
+        event.completion_tokens,
+        event.cached_tokens,
+        event.cache_write_tokens,
+        event.cost_nanos,
+        1 if event.is_error else 0,
+        event.latency_ms,
+        1 if event.streamed else 0,
+        1 if event.estimated else 0,
+    )
 
 
 class LedgerQueryError(ValueError):
@@ -85,18 +101,7 @@ class Totals:
 
     @classmethod
     def of_event(cls, event: LedgerEvent) -> Totals:
-        return cls(
-            1,
-            event.prompt_tokens,
-            event.completion_tokens,
-            event.cached_tokens,
-            event.cache_write_tokens,
-            event.cost_nanos,
-            1 if event.is_error else 0,
-            event.latency_ms,
-            1 if event.streamed else 0,
-            1 if event.estimated else 0,
-        )
+        return cls(*event_counts(event))
 
     def __add__(self, other: Totals) -> Totals:
         return Totals(*(a + b for a, b in zip(self.values(), other.values(), strict=True)))

@@ -39,6 +39,7 @@ from gateway.ledger.query import (
     EventQuery,
     RollupQuery,
     RollupRow,
+    event_counts,
     events_sql,
     page_of,
     rollup_sql,
@@ -48,10 +49,12 @@ from gateway.ledger.store import (
     DEFAULT_RETENTION_DAYS,
     RetentionResult,
     StoreConfigError,
-    check_batch,
+    events_to_keep,
     retention_cutoff,
     utc_today,
+    versions_to_apply,
 )
+from gateway.ledger.tables import EVENT_COLUMNS, EVENT_SELECT, ROLLUP_TABLES, row_values
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -62,31 +65,6 @@ DELETE_CHUNK = 5_000
 
 _COUNTER_COLUMNS = ",\n  ".join(f"{name} INTEGER NOT NULL" for name in COUNTERS)
 _DIMENSIONS = "key_id TEXT NOT NULL, team TEXT NOT NULL, model TEXT NOT NULL,\n  provider TEXT NOT NULL, task TEXT NOT NULL"
-EVENT_COLUMNS = (
-    "day",
-    "event_id",
-    "time_ms",
-    "key_id",
-    "team",
-    "model",
-    "provider",
-    "task",
-    "route",
-    "prompt_tokens",
-    "completion_tokens",
-    "cached_tokens",
-    "cache_write_tokens",
-    "cost_nanos",
-    "status",
-    "streamed",
-    "usage_source",
-    "attempts",
-    "latency_ms",
-    "ttft_ms",
-    "policy_version",
-    "end_user",
-    "tags",
-)
 _TEXT = {"event_id", "key_id", "team", "model", "provider", "task", "route", "usage_source"}
 _TEXT |= {"policy_version", "end_user", "tags"}
 _EVENT_DDL = ",\n  ".join(
@@ -130,12 +108,6 @@ INSERT_EVENT = (
     f"INSERT INTO usage_events ({', '.join(EVENT_COLUMNS)})"
     f" VALUES ({', '.join('?' for _ in EVENT_COLUMNS)}) ON CONFLICT DO NOTHING"
 )
-EVENT_SELECT = (
-    "SELECT event_id, time_ms, key_id, model, provider, team, task, route, prompt_tokens,"
-    " completion_tokens, cached_tokens, cache_write_tokens, cost_nanos, status, streamed,"
-    " usage_source, attempts, latency_ms, ttft_ms, policy_version, end_user, tags"
-    " FROM usage_events"
-)
 _ADD = ", ".join(f"{name} = {name} + excluded.{name}" for name in COUNTERS)
 
 
@@ -152,7 +124,6 @@ _MAIN_KEYS = "day, key_id, team, model, provider, task"
 UPSERT_MAIN = _upsert("usage_rollup", _MAIN_KEYS)
 UPSERT_TAG = _upsert("usage_rollup_tag", "day, tag, key_id, team, model, provider, task")
 UPSERT_USER = _upsert("usage_rollup_user", "day, end_user, key_id, team, model, provider, task")
-ROLLUP_TABLES = ("usage_rollup", "usage_rollup_tag", "usage_rollup_user")
 
 
 def day_value(day: date) -> int:
@@ -168,30 +139,11 @@ def _placeholder(_: int) -> str:
 
 
 def _event_params(event: LedgerEvent) -> tuple[Any, ...]:
-    return (
-        event.day_number,
-        event.event_id,
-        event.time_ms,
-        event.key_id,
-        event.team,
-        event.model,
-        event.provider,
-        event.task,
-        event.route,
-        event.prompt_tokens,
-        event.completion_tokens,
-        event.cached_tokens,
-        event.cache_write_tokens,
-        event.cost_nanos,
-        event.status,
-        int(event.streamed),
-        event.usage_source,
-        event.attempts,
-        event.latency_ms,
-        event.ttft_ms,
-        event.policy_version,
-        event.end_user,
-        orjson.dumps(event.tags).decode(),
+    return row_values(
+        event,
+        day=event.day_number,
+        streamed=int(event.streamed),
+        tags=orjson.dumps(event.tags).decode(),
     )
 
 
@@ -314,12 +266,7 @@ class SqliteStore:
             current = conn.execute(
                 "SELECT coalesce(max(version), 0) FROM usage_schema_version"
             ).fetchone()[0]
-            if current > SCHEMA_VERSION:
-                raise StoreConfigError(
-                    f"the usage store's schema is version {current}, newer than this gateway's "
-                    f"({SCHEMA_VERSION}): upgrade the gateway"
-                )
-            for version in range(current + 1, SCHEMA_VERSION + 1):
+            for version in versions_to_apply(current, SCHEMA_VERSION):
                 for statement in MIGRATIONS[version - 1].split(";"):
                     if statement.strip():
                         conn.execute(statement)
@@ -341,11 +288,7 @@ class SqliteStore:
     # -- writes --------------------------------------------------------------------------
 
     async def insert(self, events: Sequence[LedgerEvent]) -> int:
-        batch = check_batch(events)
-        cutoff = day_value(self.cutoff())
-        kept = [event for event in batch if event.day_number >= cutoff]
-        if len(kept) < len(batch):
-            log.warning("usage_events_past_retention", skipped=len(batch) - len(kept))
+        kept = events_to_keep(events, self.cutoff())
         if not kept:
             return 0
         kept.sort(key=lambda event: (event.time_ms // 86_400_000, event.event_id))
@@ -365,18 +308,7 @@ class SqliteStore:
                 inserted += 1
                 dims = (event.key_id, event.team, event.model, event.provider, event.task)
                 day = event.day_number
-                counts = (
-                    1,
-                    event.prompt_tokens,
-                    event.completion_tokens,
-                    event.cached_tokens,
-                    event.cache_write_tokens,
-                    event.cost_nanos,
-                    1 if event.status >= 400 else 0,
-                    event.latency_ms,
-                    1 if event.streamed else 0,
-                    1 if event.usage_source == "estimated" else 0,
-                )
+                counts = event_counts(event)
                 _add(main, (day, *dims), counts)
                 for tag in event.tags or ("",):  # untagged counts under the empty tag
                     _add(tags, (day, tag, *dims), counts)
@@ -430,7 +362,7 @@ class SqliteStore:
         rollup_rows = 0
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for table in ROLLUP_TABLES:
+            for table in ROLLUP_TABLES.values():
                 rollup_rows += conn.execute(f"DELETE FROM {table} WHERE day < ?", (limit,)).rowcount
             conn.execute("COMMIT")
         except BaseException:

@@ -8,6 +8,8 @@ same contract, proven by one set of tests: ``insert`` is idempotent by event id 
 rollups in the same transaction, only for rows it actually inserted; ``rollup`` reads rollup
 tables only; ``list_events`` pages raw events by index; ``maintain`` creates what the coming
 days need and applies retention (whole days older than ``retention_days``, today included).
+The checks both backends apply alike (a batch against retention, the schema version found
+at open) are here too, so they cannot drift apart.
 """
 
 from __future__ import annotations
@@ -20,8 +22,12 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from gateway.ledger.event import LedgerError, LedgerEvent
+import structlog
+
+from gateway.ledger.event import EPOCH_DAY, LedgerError, LedgerEvent
 from gateway.ledger.query import EventPage, EventQuery, RollupQuery, RollupRow
+
+log = structlog.get_logger(__name__)
 
 DEFAULT_RETENTION_DAYS = 400
 SQLITE_FILE = Path("usage") / "usage.sqlite3"
@@ -91,6 +97,26 @@ def check_batch(events: Sequence[LedgerEvent]) -> list[LedgerEvent]:
                 "event", f"item {index} is a {type(event).__name__}, not a LedgerEvent"
             )
     return batch
+
+
+def events_to_keep(events: Sequence[LedgerEvent], cutoff: date) -> list[LedgerEvent]:
+    """The checked batch less the events whose day is already past retention (logged)."""
+    batch = check_batch(events)
+    first_day = (cutoff - EPOCH_DAY).days
+    kept = [event for event in batch if event.day_number >= first_day]
+    if len(kept) < len(batch):
+        log.warning("usage_events_past_retention", skipped=len(batch) - len(kept))
+    return kept
+
+
+def versions_to_apply(current: int, latest: int) -> range:
+    """The migrations a schema at version ``current`` still needs; a newer schema is refused."""
+    if current > latest:
+        raise StoreConfigError(
+            f"the usage store's schema is version {current}, newer than this gateway's "
+            f"({latest}): upgrade the gateway"
+        )
+    return range(current + 1, latest + 1)
 
 
 def redact(url: str) -> str:

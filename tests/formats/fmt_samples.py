@@ -10,11 +10,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.formats.internal import Usage
+
 WEATHER_TOOL_ARGS = {"city": "Paris", "unit": "c"}
 SAID = "I'll check the weather in Paris."
 THOUGHT = "The user wants Paris weather. I should call the tool."
 SIGNATURE = "EqQBCkYIBhgCIkB0sig"
 CREATED = 1_760_000_000
+# What every sample answer and stream reports, as the internal record (see above).
+USAGE = Usage(
+    prompt_tokens=622,
+    completion_tokens=89,
+    cached_tokens=100,
+    cache_write_tokens=50,
+    reasoning_tokens=30,
+)
 
 ANTHROPIC_STREAM: list[tuple[str, dict[str, Any]]] = [
     (

@@ -16,6 +16,7 @@ from fmt_samples import (
     SAID,
     SIGNATURE,
     THOUGHT,
+    USAGE,
     WEATHER_TOOL_ARGS,
     responses_object,
 )
@@ -30,13 +31,6 @@ BODIES = {
     "openai_chat": CHAT_COMPLETION,
     "openai_responses": RESPONSES_RESPONSE,
 }
-USAGE = Usage(
-    prompt_tokens=622,
-    completion_tokens=89,
-    cached_tokens=100,
-    cache_write_tokens=50,
-    reasoning_tokens=30,
-)
 
 
 @pytest.mark.parametrize("source", FORMAT_NAMES)

@@ -12,6 +12,7 @@ from fmt_samples import (
     SAID,
     SIGNATURE,
     THOUGHT,
+    USAGE,
     WEATHER_TOOL_ARGS,
     chat_stream,
     responses_stream,
@@ -55,13 +56,6 @@ SOURCES = {
     "chat+reasoning": ("openai_chat", sse(chat_stream(reasoning=True))),
     "responses": ("openai_responses", sse(responses_stream())),
 }
-USAGE = Usage(
-    prompt_tokens=622,
-    completion_tokens=89,
-    cached_tokens=100,
-    cache_write_tokens=50,
-    reasoning_tokens=30,
-)
 
 
 def _has_thinking(source: str) -> bool:

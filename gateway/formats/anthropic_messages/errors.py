@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from gateway.formats.error_body import error_member, error_message
 from gateway.formats.errors import (
     CONTEXT_LENGTH_EXCEEDED,
     ErrorInfo,
@@ -52,22 +53,14 @@ def render_stream_error(info: ErrorInfo) -> bytes:
 def parse_error(status: int | None, body: bytes | dict[str, Any]) -> ErrorInfo:
     """An Anthropic-format error body (any shape, even not JSON) as an ``ErrorInfo``; a None
     status (an ``error`` event mid-stream) takes the status of the error's type."""
-    data: Any = body
-    if isinstance(body, bytes):
-        try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            data = None
-    error = data.get("error") if isinstance(data, dict) else None
+    error = error_member(body)
     error = error if isinstance(error, dict) else {}
     kind = _KINDS.get(error.get("type"))  # type: ignore[arg-type]
     if status is None:
         kind = kind or "api_error"
         status = status_for_kind(kind)
     kind = kind or kind_for_status(status)
-    message = error.get("message")
-    if not isinstance(message, str) or not message:
-        message = f"upstream returned HTTP {status}"
+    message = error_message(error, status)
     lowered = message.lower()
     code = CONTEXT_LENGTH_EXCEEDED if any(m in lowered for m in _CONTEXT_MESSAGES) else None
     return ErrorInfo(status, message, kind, code=code)

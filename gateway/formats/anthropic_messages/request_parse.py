@@ -16,6 +16,7 @@ from gateway.formats.fields import (
     dumps,
     load_object,
     obj,
+    opt_array,
     opt_bool,
     opt_choice,
     opt_int,
@@ -73,15 +74,13 @@ def parse_request(body: bytes | str | dict[str, Any]) -> ChatRequest:
         _parse_message(item, at("messages", i))
         for i, item in enumerate(array(required(data, "messages", "messages"), "messages"))
     ]
-    tools = data.get("tools")
-    tools = [] if tools is None else array(tools, "tools")
+    tools = opt_array(data, "tools", "tools")
     request.tools = [_parse_tool(tool, at("tools", i)) for i, tool in enumerate(tools)]
     _parse_tool_choice(request, data.get("tool_choice"))
     request.temperature = opt_number(data, "temperature", "temperature", 0, 1)
     request.top_p = opt_number(data, "top_p", "top_p", 0, 1)
     request.top_k = opt_int(data, "top_k", "top_k", 0, 10**9)
-    stops = data.get("stop_sequences")
-    stops = [] if stops is None else array(stops, "stop_sequences")
+    stops = opt_array(data, "stop_sequences", "stop_sequences")
     request.stop = [string(stop, at("stop_sequences", i)) for i, stop in enumerate(stops)]
     request.stream = bool(opt_bool(data, "stream", "stream"))
     metadata = opt_obj(data, "metadata", "metadata")

@@ -28,6 +28,7 @@ from gateway.formats.internal import (
     ToolResult,
 )
 from gateway.formats.media import ANTHROPIC_IMAGE_TYPES
+from gateway.formats.optional_fields import present
 from gateway.formats.portability import (
     TITLES,
     check_unportable,
@@ -61,7 +62,7 @@ def render_request(
         if choice is not None:
             body["tool_choice"] = choice
     optional = {"temperature": request.temperature, "top_p": request.top_p, "top_k": request.top_k}
-    body.update({key: value for key, value in optional.items() if value is not None})
+    body.update(present(optional))
     if request.stop:
         body["stop_sequences"] = list(request.stop)
     if request.user is not None:
@@ -194,11 +195,8 @@ def _render_tool(tool: Tool | Raw, request: ChatRequest) -> dict[str, Any]:
     out: dict[str, Any] = {
         "name": tool.name,
         "input_schema": tool.parameters or {"type": "object", "properties": {}},
+        **present({"description": tool.description, "strict": tool.strict}),
     }
-    if tool.description is not None:
-        out["description"] = tool.description
-    if tool.strict is not None:
-        out["strict"] = tool.strict
     if request.same_format(NAME):
         out.update(tool.extras)
     return _with_cache(out, tool.cache_control)

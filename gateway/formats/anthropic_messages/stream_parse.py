@@ -12,12 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from gateway.formats.anthropic_messages.errors import parse_error
 from gateway.formats.anthropic_messages.response import parse_block, parse_stop, parse_usage
-from gateway.formats.errors import ErrorInfo, UpstreamProtocolError
-from gateway.formats.internal import Raw, Text, Thinking, ToolCall, Usage
+from gateway.formats.errors import UpstreamProtocolError
+from gateway.formats.internal import Raw, Text, Thinking, ToolCall
 from gateway.formats.stream import (
     ArgumentsDelta,
     BlockStart,
@@ -32,25 +30,19 @@ from gateway.formats.stream import (
     TextDelta,
     ThinkingDelta,
 )
+from gateway.formats.stream_parser import BaseStreamParser
 
 NAME = "anthropic_messages"
 
 
-class StreamParser:
+class StreamParser(BaseStreamParser):
     """Feed each SSE ``data`` payload; ``close()`` when the upstream's stream ends."""
 
     def __init__(self) -> None:
-        self._finished = False
+        super().__init__()
         self._blocks: dict[int, Any] = {}  # index -> the block it started
-        self.usage: Usage | None = None
 
-    def feed(self, data: bytes | str) -> list[StreamEvent]:
-        if self._finished:
-            return []
-        try:
-            event = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            raise UpstreamProtocolError("upstream sent a stream event that is not JSON") from None
+    def _event(self, event: Any) -> list[StreamEvent]:
         if not isinstance(event, dict):
             raise UpstreamProtocolError("upstream sent a stream event that is not an object")
         kind = event.get("type")
@@ -82,12 +74,6 @@ class StreamParser:
             self._finished = True
             return [StreamError(parse_error(None, event))]
         return []  # ping, and event types newer than this parser
-
-    def close(self) -> list[StreamEvent]:
-        if self._finished:
-            return []
-        self._finished = True
-        return [StreamError(ErrorInfo(502, "the upstream stream ended early", "api_error"))]
 
     def _start(self, event: dict[str, Any]) -> MessageStart:
         message = event.get("message")

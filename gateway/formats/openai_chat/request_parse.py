@@ -17,6 +17,7 @@ from gateway.formats.fields import (
     at,
     load_object,
     obj,
+    opt_array,
     opt_bool,
     opt_choice,
     opt_int,
@@ -41,7 +42,8 @@ from gateway.formats.internal import (
     ToolChoice,
     ToolResult,
 )
-from gateway.formats.media import parse_data_url
+from gateway.formats.media import image_from_url
+from gateway.formats.openai_tools import function_fields, tool_choice_mode
 
 NAME = "openai_chat"
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
@@ -60,9 +62,8 @@ def parse_request(body: bytes | str | dict[str, Any]) -> ChatRequest:
     model = string(required(data, "model", "model"), "model", non_empty=True)
     request = ChatRequest(model=model, source=NAME, messages=[])
     _parse_messages(request, array(required(data, "messages", "messages"), "messages"))
-    request.tools = [
-        _parse_tool(tool, at("tools", i)) for i, tool in enumerate(_list(data, "tools"))
-    ]
+    tools = opt_array(data, "tools", "tools")
+    request.tools = [_parse_tool(tool, at("tools", i)) for i, tool in enumerate(tools)]
     request.tool_choice = _parse_tool_choice(data.get("tool_choice"))
     request.parallel_tool_calls = opt_bool(data, "parallel_tool_calls", "parallel_tool_calls")
     limit = opt_int(data, "max_completion_tokens", "max_completion_tokens", 1, 10**9)
@@ -89,11 +90,6 @@ def parse_request(body: bytes | str | dict[str, Any]) -> ChatRequest:
     request.extras = {key: value for key, value in data.items() if key not in _MODELLED}
     _mark_unportable(request, data)
     return request
-
-
-def _list(data: dict[str, Any], key: str) -> list[Any]:
-    value = data.get(key)
-    return [] if value is None else array(value, key)
 
 
 def _mark_unportable(request: ChatRequest, data: dict[str, Any]) -> None:
@@ -200,15 +196,7 @@ def _image(part: dict[str, Any], path: str) -> Image:
     spec = obj(required(part, "image_url", at(path, "image_url")), at(path, "image_url"))
     url = string(required(spec, "url", at(path, "image_url.url")), at(path, "image_url.url"))
     detail = opt_choice(spec, "detail", at(path, "image_url.detail"), ("auto", "low", "high"))
-    inline = parse_data_url(url)
-    if inline is not None:
-        return Image(data=inline[1], media_type=inline[0], detail=detail, path=path)
-    if url.startswith("data:"):
-        raise InvalidRequest(
-            f"{path}.image_url.url must be a base64 data URL or an http(s) URL",
-            param=at(path, "image_url.url"),
-        )
-    return Image(url=url, detail=detail, path=path)
+    return image_from_url(url, detail, path, at(path, "image_url.url"))
 
 
 def _assistant_content(message: dict[str, Any], path: str) -> list[Block]:
@@ -235,8 +223,8 @@ def _assistant_content(message: dict[str, Any], path: str) -> list[Block]:
     refusal = opt_str(message, "refusal", at(path, "refusal"))
     if refusal:
         blocks.append(Refusal(refusal, at(path, "refusal")))
-    calls = message.get("tool_calls")
-    for index, call in enumerate([] if calls is None else array(calls, at(path, "tool_calls"))):
+    calls = opt_array(message, "tool_calls", at(path, "tool_calls"))
+    for index, call in enumerate(calls):
         blocks.append(_tool_call(call, at(at(path, "tool_calls"), index)))
     for legacy in ("function_call", "audio"):
         if message.get(legacy) is not None:
@@ -273,26 +261,13 @@ def _parse_tool(tool: Any, path: str) -> Tool | Raw:
         return Raw(NAME, tool, path)
     function = obj(required(tool, "function", at(path, "function")), at(path, "function"))
     name = string(required(function, "name", at(path, "function.name")), at(path, "function.name"))
-    parameters = function.get("parameters")
-    return Tool(
-        name=name,
-        description=opt_str(function, "description", at(path, "function.description")),
-        parameters=None if parameters is None else obj(parameters, at(path, "function.parameters")),
-        strict=opt_bool(function, "strict", at(path, "function.strict")),
-        path=path,
-    )
+    return Tool(name=name, **function_fields(function, at(path, "function")), path=path)
 
 
 def _parse_tool_choice(choice: Any) -> ToolChoice | Raw | None:
-    if choice is None:
-        return None
-    if choice in ("auto", "none", "required"):
-        return ToolChoice(choice)
-    if isinstance(choice, str):
-        raise InvalidRequest(
-            "tool_choice must be auto, none, required or an object", param="tool_choice"
-        )
-    choice = obj(choice, "tool_choice")
+    choice = tool_choice_mode(choice)
+    if not isinstance(choice, dict):
+        return choice
     if choice.get("type") == "function":
         function = obj(required(choice, "function", "tool_choice.function"), "tool_choice.function")
         name = string(

@@ -28,6 +28,8 @@ from gateway.formats.internal import (
     ToolResult,
 )
 from gateway.formats.media import data_url
+from gateway.formats.openai_tools import put_tools
+from gateway.formats.optional_fields import present
 from gateway.formats.portability import (
     TITLES,
     check_unportable,
@@ -47,12 +49,7 @@ def render_request(request: ChatRequest, model: str) -> dict[str, Any]:
     refuse_unless(request, "top_k", NAME, request.top_k, None, "Chat Completions has no top_k")
     refuse_cache_warming(request, NAME)
     body: dict[str, Any] = {"model": model, "messages": _render_messages(request)}
-    if request.tools:
-        body["tools"] = [_render_tool(tool) for tool in request.tools]
-        if request.parallel_tool_calls is not None:
-            body["parallel_tool_calls"] = request.parallel_tool_calls
-    if request.tool_choice is not None and request.tools:  # OpenAI refuses it without tools
-        body["tool_choice"] = _render_tool_choice(request.tool_choice)
+    put_tools(body, request, _render_tool, _render_tool_choice)
     optional = {
         "max_completion_tokens": request.max_tokens,
         "temperature": request.temperature,
@@ -64,7 +61,7 @@ def render_request(request: ChatRequest, model: str) -> dict[str, Any]:
         "user": request.user,
         "metadata": request.metadata,
     }
-    body.update({key: value for key, value in optional.items() if value is not None})
+    body.update(present(optional))
     if request.stop:
         body["stop"] = list(request.stop)
     if request.response_format is not None:
@@ -161,10 +158,7 @@ def _render_image(image: Image) -> dict[str, Any]:
         raise Untranslatable(
             image.path or "content", TARGET, "images by file id stay with their provider"
         )
-    spec: dict[str, Any] = {"url": url}
-    if image.detail is not None:
-        spec["detail"] = image.detail
-    return {"type": "image_url", "image_url": spec}
+    return {"type": "image_url", "image_url": {"url": url, **present({"detail": image.detail})}}
 
 
 def _render_assistant(message: Message) -> dict[str, Any]:
@@ -211,13 +205,14 @@ def _render_tool_call(call: ToolCall) -> dict[str, Any]:
 def _render_tool(tool: Tool | Raw) -> dict[str, Any]:
     if isinstance(tool, Raw):
         return raw_data(tool, NAME, "tools")
-    function: dict[str, Any] = {"name": tool.name}
-    if tool.description is not None:
-        function["description"] = tool.description
-    if tool.parameters is not None:
-        function["parameters"] = tool.parameters
-    if tool.strict is not None:
-        function["strict"] = tool.strict
+    function = present(
+        {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+            "strict": tool.strict,
+        }
+    )
     return {"type": "function", "function": function}
 
 
@@ -232,13 +227,14 @@ def _render_tool_choice(choice: ToolChoice | Raw) -> Any:
 def _render_response_format(spec: ResponseFormat) -> dict[str, Any]:
     if spec.kind != "json_schema":
         return {"type": spec.kind}
-    schema: dict[str, Any] = {"name": spec.name or "response"}
-    if spec.description is not None:
-        schema["description"] = spec.description
-    if spec.schema is not None:
-        schema["schema"] = spec.schema
-    if spec.strict is not None:
-        schema["strict"] = spec.strict
+    schema = present(
+        {
+            "name": spec.name or "response",
+            "description": spec.description,
+            "schema": spec.schema,
+            "strict": spec.strict,
+        }
+    )
     return {"type": "json_schema", "json_schema": schema}
 
 

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from gateway.formats.errors import UpstreamProtocolError
-from gateway.formats.fields import load_upstream, upstream_int
+from gateway.formats.fields import load_upstream
 from gateway.formats.internal import (
     Block,
     ChatResponse,
@@ -24,6 +24,7 @@ from gateway.formats.internal import (
     ToolCall,
     Usage,
 )
+from gateway.formats.openai_usage import parse_openai_usage
 from gateway.formats.portability import raw_output
 
 NAME = "openai_chat"
@@ -112,24 +113,7 @@ def _parse_tool_call(call: Any) -> Block:
 
 
 def parse_usage(usage: dict[str, Any]) -> Usage:
-    prompt_details = usage.get("prompt_tokens_details")
-    prompt_details = prompt_details if isinstance(prompt_details, dict) else {}
-    output_details = usage.get("completion_tokens_details")
-    output_details = output_details if isinstance(output_details, dict) else {}
-    record = Usage(
-        prompt_tokens=upstream_int(usage, "prompt_tokens", "usage"),
-        completion_tokens=upstream_int(usage, "completion_tokens", "usage"),
-        cached_tokens=upstream_int(prompt_details, "cached_tokens", "usage.prompt_tokens_details"),
-        cache_write_tokens=upstream_int(
-            prompt_details, "cache_write_tokens", "usage.prompt_tokens_details"
-        ),
-        reasoning_tokens=upstream_int(
-            output_details, "reasoning_tokens", "usage.completion_tokens_details"
-        ),
-    )
-    if record.uncached_prompt_tokens < 0:
-        raise UpstreamProtocolError("upstream usage counts more cached tokens than prompt tokens")
-    return record
+    return parse_openai_usage(usage, "prompt", "completion")
 
 
 def render_usage(usage: Usage) -> dict[str, Any]:

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import orjson
-
 from gateway.formats.errors import ErrorInfo, UpstreamProtocolError
-from gateway.formats.internal import Refusal, StopReason, Text, Thinking, ToolCall, Usage
+from gateway.formats.internal import Refusal, StopReason, Text, Thinking, ToolCall
 from gateway.formats.openai_chat.response import FINISH_TO_STOP, parse_usage, reasoning_text
 from gateway.formats.openai_errors import parse_error
 from gateway.formats.stream import (
@@ -28,32 +26,29 @@ from gateway.formats.stream import (
     TextDelta,
     ThinkingDelta,
 )
+from gateway.formats.stream_parser import BaseStreamParser
 
 _Kind = Literal["thinking", "text", "refusal", "tool"]
 
 
-class StreamParser:
+class StreamParser(BaseStreamParser):
     """Feed each SSE ``data`` payload; ``close()`` when the upstream's stream ends."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._started = False
-        self._finished = False
         self._id = ""
         self._open: tuple[_Kind, int] | None = None  # (kind, tool index) of the open block
         self._next_block = 0
         self._tool_blocks: dict[int, int] = {}  # the chunk's tool-call index -> block index
         self._stop: StopReason | None = None
-        self.usage: Usage | None = None
 
     def feed(self, data: bytes | str) -> list[StreamEvent]:
-        if self._finished:
-            return []
-        if data.strip() in (b"[DONE]", "[DONE]"):
+        if not self._finished and data.strip() in (b"[DONE]", "[DONE]"):
             return self._finish()
-        try:
-            chunk = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            raise UpstreamProtocolError("upstream sent a stream event that is not JSON") from None
+        return super().feed(data)
+
+    def _event(self, chunk: Any) -> list[StreamEvent]:
         if not isinstance(chunk, dict):
             raise UpstreamProtocolError("upstream sent a stream event that is not an object")
         if "error" in chunk:
@@ -83,12 +78,9 @@ class StreamParser:
 
     def close(self) -> list[StreamEvent]:
         """The upstream's stream ended: finish if it had finished, else report it cut short."""
-        if self._finished:
-            return []
-        if self._stop is not None:
+        if not self._finished and self._stop is not None:
             return self._finish()
-        self._finished = True
-        return [StreamError(ErrorInfo(502, "the upstream stream ended early", "api_error"))]
+        return super().close()
 
     def _choice(self, choice: dict[str, Any], events: list[StreamEvent]) -> None:
         delta = choice.get("delta") or {}

@@ -19,6 +19,7 @@ from gateway.formats.fields import (
     at,
     load_object,
     obj,
+    opt_array,
     opt_bool,
     opt_choice,
     opt_int,
@@ -46,7 +47,8 @@ from gateway.formats.internal import (
     ToolChoice,
     ToolResult,
 )
-from gateway.formats.media import parse_data_url
+from gateway.formats.media import image_from_url
+from gateway.formats.openai_tools import function_fields, tool_choice_mode
 from gateway.formats.signatures import from_client
 
 NAME = "openai_responses"
@@ -71,8 +73,7 @@ def parse_request(body: bytes | str | dict[str, Any]) -> ChatRequest:
     if instructions:
         request.system.append(Text(instructions, path="instructions"))
     _parse_input(request, required(data, "input", "input"))
-    tools = data.get("tools")
-    tools = [] if tools is None else array(tools, "tools")
+    tools = opt_array(data, "tools", "tools")
     request.tools = [_parse_tool(tool, at("tools", i)) for i, tool in enumerate(tools)]
     request.tool_choice = _parse_tool_choice(data.get("tool_choice"))
     request.parallel_tool_calls = opt_bool(data, "parallel_tool_calls", "parallel_tool_calls")
@@ -216,15 +217,7 @@ def _parse_image(part: dict[str, Any], path: str) -> Image:
         raise InvalidRequest(
             f"{path}.image_url or {path}.file_id is required", param=at(path, "image_url")
         )
-    inline = parse_data_url(url)
-    if inline is not None:
-        return Image(data=inline[1], media_type=inline[0], detail=detail, path=path)
-    if url.startswith("data:"):
-        raise InvalidRequest(
-            f"{path}.image_url must be a base64 data URL or an http(s) URL",
-            param=at(path, "image_url"),
-        )
-    return Image(url=url, detail=detail, path=path)
+    return image_from_url(url, detail, path, at(path, "image_url"))
 
 
 def _parse_function_call(item: dict[str, Any], path: str) -> ToolCall:
@@ -254,8 +247,7 @@ def _parse_function_output(item: dict[str, Any], path: str) -> ToolResult:
 def _parse_reasoning_item(item: dict[str, Any], path: str) -> Thinking:
     texts = []
     for key, kind in (("summary", "summary_text"), ("content", "reasoning_text")):
-        parts = item.get(key)
-        for i, part in enumerate([] if parts is None else array(parts, at(path, key))):
+        for i, part in enumerate(opt_array(item, key, at(path, key))):
             part_path = at(at(path, key), i)
             part = obj(part, part_path)
             if part.get("type") != kind:
@@ -280,7 +272,6 @@ def _parse_tool(tool: Any, path: str) -> Tool | Raw:
     tool = obj(tool, path)
     if tool.get("type") != "function":
         return Raw(NAME, tool, path)  # built-in tools: web search, file search, MCP, ...
-    parameters = tool.get("parameters")
     extras = {
         k: v
         for k, v in tool.items()
@@ -288,24 +279,16 @@ def _parse_tool(tool: Any, path: str) -> Tool | Raw:
     }
     return Tool(
         name=string(required(tool, "name", at(path, "name")), at(path, "name"), non_empty=True),
-        description=opt_str(tool, "description", at(path, "description")),
-        parameters=None if parameters is None else obj(parameters, at(path, "parameters")),
-        strict=opt_bool(tool, "strict", at(path, "strict")),
+        **function_fields(tool, path),
         extras=extras,
         path=path,
     )
 
 
 def _parse_tool_choice(choice: Any) -> ToolChoice | Raw | None:
-    if choice is None:
-        return None
-    if choice in ("auto", "none", "required"):
-        return ToolChoice(choice)
-    if isinstance(choice, str):
-        raise InvalidRequest(
-            "tool_choice must be auto, none, required or an object", param="tool_choice"
-        )
-    choice = obj(choice, "tool_choice")
+    choice = tool_choice_mode(choice)
+    if not isinstance(choice, dict):
+        return choice
     if choice.get("type") == "function":
         return ToolChoice(
             "tool", string(required(choice, "name", "tool_choice.name"), "tool_choice.name")

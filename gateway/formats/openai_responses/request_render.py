@@ -8,6 +8,7 @@ penalties and several choices have no place here and are refused.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from gateway.formats.errors import Untranslatable
@@ -26,6 +27,8 @@ from gateway.formats.internal import (
     ToolResult,
 )
 from gateway.formats.media import data_url
+from gateway.formats.openai_tools import put_tools
+from gateway.formats.optional_fields import present
 from gateway.formats.portability import (
     TITLES,
     check_unportable,
@@ -52,12 +55,7 @@ def render_request(request: ChatRequest, model: str) -> dict[str, Any]:
     for message in request.messages:
         items.extend(_render_message(message))
     body["input"] = items
-    if request.tools:
-        body["tools"] = [render_tool(tool, request) for tool in request.tools]
-        if request.parallel_tool_calls is not None:
-            body["parallel_tool_calls"] = request.parallel_tool_calls
-    if request.tool_choice is not None and request.tools:  # OpenAI refuses it without tools
-        body["tool_choice"] = render_tool_choice(request.tool_choice)
+    put_tools(body, request, functools.partial(render_tool, request=request), render_tool_choice)
     optional = {
         "max_output_tokens": request.max_tokens,
         "temperature": request.temperature,
@@ -65,7 +63,7 @@ def render_request(request: ChatRequest, model: str) -> dict[str, Any]:
         "user": request.user,
         "metadata": request.metadata,
     }
-    body.update({key: value for key, value in optional.items() if value is not None})
+    body.update(present(optional))
     text = render_text(request)
     if text is not None:
         body["text"] = text
@@ -243,16 +241,12 @@ def render_tool_choice(choice: ToolChoice | Raw) -> Any:
 def render_format(spec: ResponseFormat) -> dict[str, Any]:
     if spec.kind != "json_schema":
         return {"type": spec.kind}
-    out: dict[str, Any] = {
+    return {
         "type": "json_schema",
         "name": spec.name or "response",
         "schema": spec.schema,
+        **present({"description": spec.description, "strict": spec.strict}),
     }
-    if spec.description is not None:
-        out["description"] = spec.description
-    if spec.strict is not None:
-        out["strict"] = spec.strict
-    return out
 
 
 def render_text(request: ChatRequest) -> dict[str, Any] | None:
@@ -266,9 +260,4 @@ def render_reasoning(request: ChatRequest) -> dict[str, Any] | None:
     reasoning = request.reasoning
     if reasoning is None or (reasoning.effort is None and reasoning.summary is None):
         return None
-    out: dict[str, Any] = {}
-    if reasoning.effort is not None:
-        out["effort"] = reasoning.effort
-    if reasoning.summary is not None:
-        out["summary"] = reasoning.summary
-    return out
+    return present({"effort": reasoning.effort, "summary": reasoning.summary})

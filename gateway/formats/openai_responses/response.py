@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from gateway.formats.errors import UpstreamProtocolError
-from gateway.formats.fields import load_upstream, upstream_int
+from gateway.formats.fields import load_upstream
 from gateway.formats.internal import (
     Block,
     ChatRequest,
@@ -35,6 +35,7 @@ from gateway.formats.openai_responses.request_render import (
     render_tool,
     render_tool_choice,
 )
+from gateway.formats.openai_usage import parse_openai_usage
 from gateway.formats.portability import raw_output
 from gateway.formats.signatures import for_client
 
@@ -123,24 +124,7 @@ def parse_reasoning(item: dict[str, Any]) -> Thinking:
 
 
 def parse_usage(usage: dict[str, Any]) -> Usage:
-    input_details = usage.get("input_tokens_details")
-    input_details = input_details if isinstance(input_details, dict) else {}
-    output_details = usage.get("output_tokens_details")
-    output_details = output_details if isinstance(output_details, dict) else {}
-    record = Usage(
-        prompt_tokens=upstream_int(usage, "input_tokens", "usage"),
-        completion_tokens=upstream_int(usage, "output_tokens", "usage"),
-        cached_tokens=upstream_int(input_details, "cached_tokens", "usage.input_tokens_details"),
-        cache_write_tokens=upstream_int(
-            input_details, "cache_write_tokens", "usage.input_tokens_details"
-        ),
-        reasoning_tokens=upstream_int(
-            output_details, "reasoning_tokens", "usage.output_tokens_details"
-        ),
-    )
-    if record.uncached_prompt_tokens < 0:
-        raise UpstreamProtocolError("upstream usage counts more cached tokens than input tokens")
-    return record
+    return parse_openai_usage(usage, "input", "output")
 
 
 def render_usage(usage: Usage) -> dict[str, Any]:

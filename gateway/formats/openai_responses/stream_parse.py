@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from gateway.formats.errors import ErrorInfo, UpstreamProtocolError
 from gateway.formats.internal import (
     Block,
@@ -23,7 +21,6 @@ from gateway.formats.internal import (
     Text,
     Thinking,
     ToolCall,
-    Usage,
 )
 from gateway.formats.openai_responses.response import parse_reasoning, parse_stop, parse_usage
 from gateway.formats.stream import (
@@ -40,31 +37,25 @@ from gateway.formats.stream import (
     TextDelta,
     ThinkingDelta,
 )
+from gateway.formats.stream_parser import BaseStreamParser
 
 NAME = "openai_responses"
 
 
-class StreamParser:
+class StreamParser(BaseStreamParser):
     """Feed each SSE ``data`` payload; ``close()`` when the upstream's stream ends."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._started = False
-        self._finished = False
         self._next_block = 0
         self._items: dict[int, tuple[str, int | None]] = {}  # output_index -> (type, block)
         self._parts: dict[tuple[int, int], int] = {}  # (output_index, content_index) -> block
         self._open: int | None = None
         self._sent: dict[int, str] = {}  # block -> the text or JSON streamed so far
         self._blocks: list[Block] = []
-        self.usage: Usage | None = None
 
-    def feed(self, data: bytes | str) -> list[StreamEvent]:
-        if self._finished:
-            return []
-        try:
-            event = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            raise UpstreamProtocolError("upstream sent a stream event that is not JSON") from None
+    def _event(self, event: Any) -> list[StreamEvent]:
         if not isinstance(event, dict) or not isinstance(event.get("type"), str):
             raise UpstreamProtocolError("upstream sent a stream event without a type")
         kind: str = event["type"]
@@ -130,12 +121,6 @@ class StreamParser:
         if event.get("summary_index", 0) and block is not None and self._sent.get(block):
             return self._text(block, "\n\n", ThinkingDelta)
         return []
-
-    def close(self) -> list[StreamEvent]:
-        if self._finished:
-            return []
-        self._finished = True
-        return [StreamError(ErrorInfo(502, "the upstream stream ended early", "api_error"))]
 
     def _start(self, event: dict[str, Any]) -> list[StreamEvent]:
         if self._started:

@@ -1,0 +1,93 @@
+"""What every checked usage-event record shares: its error, field checks and strict JSON.
+
+A record is a frozen dataclass that checks its fields in ``__post_init__`` and raises its own
+``RecordError`` subclass (``error``) naming the bad field. ``JsonRecord`` gives it ``to_dict`` /
+``to_json`` and a strict ``from_dict`` / ``from_json``: an unknown or missing field is refused,
+never ignored. The checks here are the ones whose rules do not depend on the store behind the
+record (ids, the request's outcome); bounds that do (a 64-bit column) stay with each record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, Self, TypeVar
+
+import orjson
+
+USAGE_SOURCES = ("provider", "estimated")
+MAX_ID_LENGTH = 200
+
+
+class RecordError(ValueError):
+    """A record refused; ``field`` names the offending attribute."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+def check_id(error: type[RecordError], field: str, value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise error(field, "must be a non-empty string")
+    if len(value) > MAX_ID_LENGTH:
+        raise error(field, f"longer than {MAX_ID_LENGTH} characters")
+    # Braces would break a Redis cluster hash tag; whitespace and control characters have no
+    # place in ids.
+    if any(ch in "{}" or not ch.isprintable() or ch.isspace() for ch in value):
+        raise error(field, "contains braces, whitespace or control characters")
+
+
+def check_outcome(
+    error: type[RecordError], status: object, streamed: object, usage_source: object
+) -> None:
+    """The request's HTTP status, whether it streamed, and where its token counts came from."""
+    if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
+        raise error("status", "must be an HTTP status code")
+    if not isinstance(streamed, bool):
+        raise error("streamed", "must be a boolean")
+    if usage_source not in USAGE_SOURCES:
+        raise error("usage_source", f"must be one of {', '.join(USAGE_SOURCES)}")
+
+
+class JsonRecord:
+    """Mixin of a frozen dataclass record: a dict and JSON round trip that refuses what does
+    not fit. ``from_json`` goes through ``from_dict``, so a record that upgrades old data
+    overrides only ``from_dict`` (and builds with ``build_strictly``)."""
+
+    __slots__ = ()
+    error: ClassVar[type[RecordError]] = RecordError
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        return build_strictly(cls, data)
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> Self:
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise cls.error("event", f"invalid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise cls.error("event", "must be a JSON object")
+        return cls.from_dict(data)
+
+
+R = TypeVar("R", bound=JsonRecord)
+
+
+def build_strictly(record_type: type[R], data: dict[str, Any]) -> R:
+    """The record of exactly these fields: an unknown one or a missing required one is refused."""
+    try:
+        return record_type(**data)
+    except TypeError as exc:  # an unknown field (refused before any check runs) or a missing one
+        names = {field.name for field in dataclasses.fields(record_type)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise record_type.error(unknown[0], "unknown field") from None
+        raise record_type.error("event", str(exc)) from exc
