@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import enum
 import time
 from dataclasses import dataclass
@@ -34,11 +33,18 @@ from datetime import UTC, date, datetime
 from typing import Any
 from urllib.parse import quote, unquote
 
-import orjson
 import structlog
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
+from gateway.ledger.record import (
+    MAX_ID_LENGTH,
+    JsonRecord,
+    RecordError,
+    build_strictly,
+    check_id,
+    check_outcome,
+)
 from gateway.metering.spool import Segment, Spool
 from gateway.money import NANOS_PER_MICRO, nanos_to_usd
 from gateway.store.connect import REDIS_FAILURES
@@ -46,11 +52,9 @@ from gateway.store.scripts import LuaScript, ScriptBatch
 
 log = structlog.get_logger(__name__)
 
-USAGE_SOURCES = ("provider", "estimated")
 # "nano" is the cost in nano-dollars; "cost" (micro-dollars) is only read, from older data.
 METRICS = ("req", "prompt", "completion", "cached", "nano", "err", "lat", "streamed", "est")
 KEY_INDEX = "sy:usage:keys"
-MAX_ID_LENGTH = 200
 
 # KEYS: 1 idempotency marker, 2 event stream, 3 day aggregate hash
 # ARGV: 1 marker ttl s, 2 stream min id (ms), 3 event json, 4 day hash expire-at (epoch s),
@@ -75,12 +79,8 @@ return 1
 RECORD_LUA = LuaScript.of(RECORD_SCRIPT)
 
 
-class UsageError(ValueError):
+class UsageError(RecordError):
     """An event that cannot be recorded; ``field`` names the offending attribute."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 def day_of(epoch_s: float) -> date:
@@ -112,25 +112,17 @@ def active_day_key(day: date) -> str:
     return f"sy:usage:active:{day_code(day)}"
 
 
-def _check_id(field: str, value: object) -> None:
-    if not isinstance(value, str) or not value:
-        raise UsageError(field, "must be a non-empty string")
-    if len(value) > MAX_ID_LENGTH:
-        raise UsageError(field, f"longer than {MAX_ID_LENGTH} characters")
-    # Braces would break the cluster hash tag; whitespace/control chars have no place in ids.
-    if any(ch in "{}" or not ch.isprintable() or ch.isspace() for ch in value):
-        raise UsageError(field, "contains braces, whitespace or control characters")
-
-
 def _check_count(field: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise UsageError(field, "must be a non-negative integer")
 
 
 @dataclass(frozen=True, slots=True)
-class UsageEvent:
+class UsageEvent(JsonRecord):
     """One request's usage. ``cost_nanos`` (nano-dollars) is exact and authoritative;
     ``cost_usd`` is its float rendering, always derived from it."""
+
+    error = UsageError
 
     time: float
     request_id: str
@@ -158,8 +150,8 @@ class UsageEvent:
             raise UsageError("time", "must be epoch seconds")
         if not 0 < self.time < 1e11:
             raise UsageError("time", "out of range")
-        _check_id("request_id", self.request_id)
-        _check_id("key_id", self.key_id)
+        check_id(UsageError, "request_id", self.request_id)
+        check_id(UsageError, "key_id", self.key_id)
         for name in ("model", "provider", "team", "task", "route", "policy_version"):
             value = getattr(self, name)
             if not isinstance(value, str) or len(value) > MAX_ID_LENGTH:
@@ -170,14 +162,7 @@ class UsageEvent:
             _check_count("ttft_ms", self.ttft_ms)
         if self.cached_tokens > self.prompt_tokens:
             raise UsageError("cached_tokens", "exceeds prompt_tokens")
-        if isinstance(self.status, bool) or not isinstance(self.status, int):
-            raise UsageError("status", "must be an HTTP status code")
-        if not 100 <= self.status <= 599:
-            raise UsageError("status", "must be an HTTP status code")
-        if not isinstance(self.streamed, bool):
-            raise UsageError("streamed", "must be a boolean")
-        if self.usage_source not in USAGE_SOURCES:
-            raise UsageError("usage_source", f"must be one of {', '.join(USAGE_SOURCES)}")
+        check_outcome(UsageError, self.status, self.streamed, self.usage_source)
         _check_count("attempts", self.attempts)
         _check_count("cost_nanos", self.cost_nanos)
         if self.cost_nanos >= 2**63:
@@ -194,33 +179,9 @@ class UsageEvent:
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def to_json(self) -> bytes:
-        return orjson.dumps(self)
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> UsageEvent:
-        data = upgrade_event_dict(data)
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - names
-        if unknown:
-            raise UsageError(sorted(unknown)[0], "unknown field")
-        try:
-            return cls(**data)
-        except TypeError as exc:  # a missing required field
-            raise UsageError("event", str(exc)) from exc
-
-    @classmethod
-    def from_json(cls, raw: bytes | str) -> UsageEvent:
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise UsageError("event", f"invalid JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise UsageError("event", "must be a JSON object")
-        return cls.from_dict(data)
+        return build_strictly(cls, upgrade_event_dict(data))
 
 
 def upgrade_event_dict(data: dict[str, Any]) -> dict[str, Any]:
