@@ -12,7 +12,8 @@ sy:cache:scopes               set     every scope seen ([namespace, model] JSON)
 A scope's keys share the hash tag ``{cache:<scope>}``: every script touches one Cluster slot.
 The lookup is one script (``GET`` + count + epoch): one round trip before the upstream call.
 Storing happens after the answer went out (one round trip; a second one only to delete
-entries pushed past ``max_entries``). A purge moves the scope's epoch on first, so an answer
+entries pushed past ``max_entries``). Bypasses and skips are counted in process and written
+once a second in one batch, so a request the cache does not serve costs no Redis call. A purge moves the scope's epoch on first, so an answer
 recorded before the purge and stored after it is refused, then deletes the indexed entries in
 batches. ``sy:cache:scopes`` is pruned of scopes whose stats expired whenever it is read.
 
@@ -45,6 +46,8 @@ from gateway.redis_scripts import LuaScript, ScriptBatch
 # Stats of a scope outlive its last use by this long (or its TTL, when longer).
 STATS_RETENTION_S = 86_400
 PURGE_BATCH = 500
+# Counts of requests the cache did not serve are written at most this long after the fact.
+NOTE_FLUSH_S = 1.0
 
 StoreOutcome = Literal["stored", "too_large", "purged"]
 
@@ -90,6 +93,9 @@ class ResponseCache:
         self._purge_lua = _script("cache_purge.lua")
         self._scopes_key = f"{prefix}:cache:scopes"
         self._background: set[asyncio.Task[Any]] = set()
+        self._notes: dict[tuple[CacheScope, str], int] = {}
+        self._note_keep: dict[CacheScope, int] = {}
+        self._note_flush: asyncio.Task[None] | None = None
 
     # Key names ----------------------------------------------------------------------------
 
@@ -146,7 +152,7 @@ class ResponseCache:
         scope was purged since the lookup that returned ``epoch``."""
         value = entry.encode()
         if len(value) > policy.max_entry_bytes:
-            await self.note(scope, "skip_too_large", policy)
+            self.note(scope, "skip_too_large", policy)
             return "too_large"
         base = self._base(scope)
         batch = ScriptBatch()
@@ -176,20 +182,47 @@ class ResponseCache:
             raise CacheUnavailable(str(exc)) from exc
         return "stored"
 
-    async def note(self, scope: CacheScope, kind: str, policy: CachePolicy | None) -> None:
-        """Count an outcome that needed no lookup or store (``bypass``, ``skip_*``)."""
+    def note(self, scope: CacheScope, kind: str, policy: CachePolicy | None) -> None:
+        """Count an outcome that needed no lookup or store (``bypass``, ``skip_*``). Counted in
+        this process and written within ``NOTE_FLUSH_S`` by one batch: no Redis call per
+        request for requests the cache does not serve."""
         if kind not in NOTE_KINDS:
             raise ValueError(f"unknown cache counter {kind!r}")
+        self._notes[(scope, kind)] = self._notes.get((scope, kind), 0) + 1
+        self._note_keep[scope] = max(self._note_keep.get(scope, 0), self._keep_ms(policy))
+        if self._note_flush is None:
+            self._note_flush = asyncio.get_running_loop().create_task(self._flush_later())
+
+    async def _flush_later(self) -> None:
+        try:
+            await asyncio.sleep(NOTE_FLUSH_S)
+        finally:
+            self._note_flush = None
+        with contextlib.suppress(CacheUnavailable):  # kept for the next flush
+            await self.flush_notes()
+
+    async def flush_notes(self) -> None:
+        """Write the counts ``note`` buffered (one round trip); on a Redis failure they stay
+        buffered (one number per scope and counter) and ``CacheUnavailable`` is raised."""
+        if not self._notes:
+            return
+        notes, self._notes = self._notes, {}
+        keeps, self._note_keep = self._note_keep, {}
         batch = ScriptBatch()
-        batch.call(
-            self._note_lua,
-            [f"{self._base(scope)}meta"],
-            [kind, self._keep_ms(policy), scope.namespace, scope.model],
-        )
-        batch.command("SADD", self._scopes_key, scope.member)
+        for (scope, kind), count in notes.items():
+            batch.call(
+                self._note_lua,
+                [f"{self._base(scope)}meta"],
+                [kind, count, keeps[scope], scope.namespace, scope.model],
+            )
+        for scope in keeps:
+            batch.command("SADD", self._scopes_key, scope.member)
         try:
             await batch.execute(self._direct)
         except REDIS_FAILURES as exc:
+            for (scope, kind), count in notes.items():
+                self._notes[(scope, kind)] = self._notes.get((scope, kind), 0) + count
+                self._note_keep[scope] = max(self._note_keep.get(scope, 0), keeps[scope])
             raise CacheUnavailable(str(exc)) from exc
 
     # Admin --------------------------------------------------------------------------------
@@ -197,6 +230,7 @@ class ResponseCache:
     async def stats(self, *, model: str | None = None, team: str | None = None) -> CacheStats:
         """Counters and live entries of every scope (of ``model`` and/or ``team``)."""
         try:
+            await self.flush_notes()  # this replica's buffered counts first
             scopes = await self._scopes(model, team)
             if not scopes:
                 return CacheStats()
@@ -295,7 +329,13 @@ class ResponseCache:
         task.add_done_callback(self._background.discard)
 
     async def drain(self) -> None:
-        """Wait for the scope registrations still running (at shutdown; tests)."""
+        """Write buffered counts now and wait for registrations still running (shutdown)."""
+        if self._note_flush is not None:
+            self._note_flush.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._note_flush
+        with contextlib.suppress(CacheUnavailable):
+            await self.flush_notes()
         while self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
 

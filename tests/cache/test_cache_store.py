@@ -18,6 +18,7 @@ from gateway.cache import (
     CacheUnavailable,
     ResponseCache,
 )
+from gateway.cache import store as store_module
 from gateway.redis_embedded import EmbeddedRedis
 
 POLICY = CachePolicy(ttl_s=60)
@@ -47,8 +48,8 @@ async def test_second_lookup_hits_and_counts(cache: ResponseCache) -> None:
     assert await cache.store(alpha, KEY, answer(), POLICY, epoch=0) == "stored"
     hit = await cache.lookup(alpha, KEY, POLICY)
     assert hit.entry == answer(created_ms=hit.entry.created_ms)
-    await cache.note(alpha, "bypass", POLICY)
-    await cache.note(alpha, "skip_nondeterministic", POLICY)
+    cache.note(alpha, "bypass", POLICY)
+    cache.note(alpha, "skip_nondeterministic", POLICY)
     stats = await cache.stats()
     assert stats.entries == 1 and stats.hit_ratio == 0.5
     counters = stats.counters
@@ -58,7 +59,7 @@ async def test_second_lookup_hits_and_counts(cache: ResponseCache) -> None:
     assert (row.namespace, row.model, row.entries) == ("team:alpha", "fake-model", 1)
     assert stats.to_dict()["scopes"][0]["hit"] == 1
     with pytest.raises(ValueError, match="unknown cache counter"):
-        await cache.note(alpha, "hit", POLICY)
+        cache.note(alpha, "hit", POLICY)
 
 
 async def test_teams_never_share_an_entry_unless_the_policy_says_so(
@@ -168,7 +169,7 @@ async def test_memory_is_bounded_every_cache_key_expires(
     cache: ResponseCache, redis_client: redis.asyncio.Redis
 ) -> None:
     await put(cache, scope("alpha"), KEY, answer())
-    await cache.note(scope("beta"), "bypass", POLICY)
+    cache.note(scope("beta"), "bypass", POLICY)
     await cache.lookup(scope("gamma"), KEY, POLICY)
     await cache.purge(team="alpha")
     await cache.drain()
@@ -205,14 +206,38 @@ async def test_redis_down_is_cache_unavailable(own_redis: EmbeddedRedis) -> None
     try:
         await put(cache, scope(), KEY, answer())
         own_redis.stop()
+        cache.note(scope(), "bypass", POLICY)  # buffered: never raises
         for call in (
             cache.lookup(scope(), KEY, POLICY),
             cache.store(scope(), KEY, answer(), POLICY, epoch=0),
-            cache.note(scope(), "bypass", POLICY),
+            cache.flush_notes(),
             cache.stats(),
             cache.purge(),
         ):
             with pytest.raises(CacheUnavailable):
                 await call
+        own_redis.start()
+        await cache.flush_notes()  # the counts kept through the outage arrive
+        assert (await cache.stats()).counters["bypass"] == 1
     finally:
+        await cache.drain()
         await client.aclose()
+
+
+async def test_counts_without_a_lookup_are_written_in_one_batch_soon(
+    cache: ResponseCache, redis_client: redis.asyncio.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "NOTE_FLUSH_S", 0.05)
+    meta = f"sy:{{cache:{scope().id}}}:meta"
+    for _ in range(3):
+        cache.note(scope(), "bypass", POLICY)
+    cache.note(scope(), "skip_no_store", CachePolicy(ttl_s=7 * 86_400))
+    assert await redis_client.exists(meta) == 0  # nothing written per request
+    for _ in range(100):
+        await asyncio.sleep(0.02)
+        if await redis_client.exists(meta):
+            break
+    counts = await redis_client.hmget(meta, "bypass", "skip_no_store", "namespace", "model")
+    assert counts == [b"3", b"1", b"team:alpha", b"fake-model"]
+    assert await redis_client.pttl(meta) > 6 * 86_400_000  # the longest TTL noted
+    assert await redis_client.sismember("sy:cache:scopes", scope().member)
