@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import orjson
 
@@ -90,15 +90,22 @@ def _canonical_value(value: Any) -> Any:
     return value
 
 
-def canonical_request(
-    route: str,
-    body: Mapping[str, Any],
-    *,
-    mode: Mode,
-    model: str,
-    provider: str,
-    upstream_model: str,
-) -> bytes:
+class Routed(Protocol):
+    """The model after routing (the router's candidate has these three)."""
+
+    model: str
+    provider: str
+    upstream_model: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoutedModel:
+    model: str
+    provider: str
+    upstream_model: str
+
+
+def canonical_request(route: str, body: Mapping[str, Any], mode: Mode, routed: Routed) -> bytes:
     """The bytes the key hashes (for tests and for debugging a miss)."""
     kept = {
         name: _canonical_value(value) for name, value in body.items() if name not in IGNORED_FIELDS
@@ -106,28 +113,17 @@ def canonical_request(
     document = {
         "route": route,
         "mode": mode,
-        "model": model,
-        "provider": provider,
-        "upstream_model": upstream_model,
+        "model": routed.model,
+        "provider": routed.provider,
+        "upstream_model": routed.upstream_model,
         "body": kept,
     }
     return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
 
 
-def request_key(
-    route: str,
-    body: Mapping[str, Any],
-    *,
-    mode: Mode,
-    model: str,
-    provider: str,
-    upstream_model: str,
-) -> str:
+def request_key(route: str, body: Mapping[str, Any], mode: Mode, routed: Routed) -> str:
     """The entry's hash (64 hex digits) within its scope."""
-    canonical = canonical_request(
-        route, body, mode=mode, model=model, provider=provider, upstream_model=upstream_model
-    )
-    return hashlib.sha256(KEY_VERSION + canonical).hexdigest()
+    return hashlib.sha256(KEY_VERSION + canonical_request(route, body, mode, routed)).hexdigest()
 
 
 def _is_number(value: Any) -> bool:

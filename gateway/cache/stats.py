@@ -27,55 +27,46 @@ COUNTERS = (
 NOTE_KINDS = frozenset(COUNTERS) - {"hit", "miss", "store", "skip_purged"}
 
 
-def _ratio(counters: dict[str, int]) -> float | None:
-    looked_up = counters["hit"] + counters["miss"]
-    return counters["hit"] / looked_up if looked_up else None
+class _Counted:
+    """What a scope and the total both show: live entries, hit ratio, counters."""
 
-
-@dataclass(frozen=True)
-class ScopeStats:
-    namespace: str
-    model: str
     entries: int
     counters: dict[str, int]
 
     @property
     def hit_ratio(self) -> float | None:
-        return _ratio(self.counters)
+        looked_up = self.counters["hit"] + self.counters["miss"]
+        return self.counters["hit"] / looked_up if looked_up else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "model": self.model,
-            "entries": self.entries,
-            "hit_ratio": self.hit_ratio,
-            **self.counters,
-        }
+    def _view(self) -> dict[str, Any]:
+        return {"entries": self.entries, "hit_ratio": self.hit_ratio, **self.counters}
 
 
 @dataclass(frozen=True)
-class CacheStats:
+class ScopeStats(_Counted):
+    namespace: str
+    model: str
+    entries: int
+    counters: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "model": self.model, **self._view()}
+
+
+@dataclass(frozen=True)
+class CacheStats(_Counted):
     scopes: list[ScopeStats] = field(default_factory=list)
 
     @property
-    def entries(self) -> int:
+    def entries(self) -> int:  # type: ignore[override]
         return sum(scope.entries for scope in self.scopes)
 
     @property
-    def counters(self) -> dict[str, int]:
+    def counters(self) -> dict[str, int]:  # type: ignore[override]
         return {name: sum(scope.counters[name] for scope in self.scopes) for name in COUNTERS}
 
-    @property
-    def hit_ratio(self) -> float | None:
-        return _ratio(self.counters)
-
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "entries": self.entries,
-            "hit_ratio": self.hit_ratio,
-            **self.counters,
-            "scopes": [scope.to_dict() for scope in self.scopes],
-        }
+        return {**self._view(), "scopes": [scope.to_dict() for scope in self.scopes]}
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,16 @@ from typing import Any
 
 import pytest
 
-from gateway.cache import IGNORED_FIELDS, CacheScope, canonical_request, nondeterminism, request_key
+from gateway.cache import (
+    IGNORED_FIELDS,
+    CacheScope,
+    RoutedModel,
+    canonical_request,
+    nondeterminism,
+    request_key,
+)
 
-ROUTED = {"mode": "json", "model": "gpt-4.1", "provider": "openai", "upstream_model": "gpt-4.1"}
+ROUTED = RoutedModel("gpt-4.1", "openai", "gpt-4.1")
 
 BODY: dict[str, Any] = {
     "model": "gpt-4.1",
@@ -24,8 +31,17 @@ BODY: dict[str, Any] = {
 }
 
 
-def key_of(body: dict[str, Any], **routed: Any) -> str:
-    return request_key("chat.completions", body, **{**ROUTED, **routed})
+def key_of(body: dict[str, Any], mode: str = "json", **routed: str) -> str:
+    model = RoutedModel(**{**vars_of(ROUTED), **routed})
+    return request_key("chat.completions", body, mode, model)  # type: ignore[arg-type]
+
+
+def vars_of(routed: RoutedModel) -> dict[str, str]:
+    return {
+        "model": routed.model,
+        "provider": routed.provider,
+        "upstream_model": routed.upstream_model,
+    }
 
 
 def test_same_request_same_key_whatever_the_spelling() -> None:
@@ -35,7 +51,7 @@ def test_same_request_same_key_whatever_the_spelling() -> None:
     assert key_of(BODY) == key_of(copy.deepcopy(BODY)) == key_of(reordered) == key_of(floats)
     assert len(key_of(BODY)) == 64
     # Canonical JSON: sorted keys, no whitespace.
-    canonical = canonical_request("chat.completions", BODY, **ROUTED)
+    canonical = canonical_request("chat.completions", BODY, "json", ROUTED)
     assert b" " not in canonical.replace(b"Be brief.", b"").replace(b"What is 2+2?", b"")
     assert canonical.index(b'"body"') < canonical.index(b'"mode"') < canonical.index(b'"route"')
 
@@ -107,7 +123,7 @@ def test_the_routed_model_route_and_mode_are_in_the_key() -> None:
     assert key_of(BODY, provider="azure") != base
     assert key_of(BODY, upstream_model="gpt-4.1-2025-04-14") != base  # a remapped model
     assert key_of(BODY, mode="sse") != base
-    assert request_key("completions", BODY, **ROUTED) != base
+    assert request_key("completions", BODY, "json", ROUTED) != base
 
 
 def test_scopes_keep_teams_apart_unless_shared() -> None:
