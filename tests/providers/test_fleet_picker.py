@@ -64,16 +64,25 @@ def test_removing_a_replica_moves_only_the_keys_it_owned() -> None:
 
 
 def simulate(
-    routing: str, *, prompts: int = 8, users: int = 32, in_flight: int = 12, cached: int = 3
+    routing: str,
+    *,
+    header: str = "",
+    memory_entries: int = 65536,
+    prompts: int = 8,
+    users: int = 32,
+    in_flight: int = 12,
+    cached: int = 3,
 ) -> tuple[float, list[int]]:
     """Requests of ``prompts`` system prompts x ``users``, arriving interleaved (seeded
     shuffle), each in flight until ``in_flight`` later ones arrived. Each replica's KV cache
     holds ``cached`` system prompts (least recently used out), so where a prefix lands decides
-    whether it is still cached. Returns the prefix hit rate and the requests per replica."""
+    whether it is still cached. ``header`` opens every system prompt. Returns the prefix hit
+    rate and the requests per replica."""
     members = fleet_of(URLS)
-    picker = Picker(PickSettings(routing=routing))  # type: ignore[arg-type]
+    picker = Picker(PickSettings(routing=routing, memory_entries=memory_entries))  # type: ignore[arg-type]
     systems = [
-        f"You are agent {n} of the ACME help desk. Follow the manual. " * 30 for n in range(prompts)
+        header + f"You are agent {n} of the ACME help desk. Follow the manual. " * 30
+        for n in range(prompts)
     ]
     arrivals = [(prompt, user) for user in range(users) for prompt in range(prompts)]
     random.Random(7).shuffle(arrivals)
@@ -118,6 +127,19 @@ def test_affinity_spreads_8_prefixes_by_32_users_and_hits_far_more_than_round_ro
     measured = f"affinity {affinity_hits:.2f} rr {round_robin_hits:.2f} ll {least_loaded_hits:.2f}"
     assert affinity_hits >= 2 * round_robin_hits, measured
     assert affinity_hits >= 1.5 * least_loaded_hits, measured
+
+
+def test_prompts_sharing_a_header_still_meet_their_cache_through_the_memory() -> None:
+    # Every system prompt opens with the same ~580 characters: the same first two blocks, so
+    # the same ring home for all. The ring alone then overflows prompts at random; the memory
+    # keeps each prompt where its deeper blocks went.
+    header = "ACME policy: be kind, be brief, cite the manual, never promise refunds. " * 8
+    remembering, shares = simulate("affinity", header=header)
+    forgetting, _ = simulate("affinity", header=header, memory_entries=0)
+    round_robin, _ = simulate("round_robin", header=header)
+    measured = f"memory {remembering:.2f} ring only {forgetting:.2f} rr {round_robin:.2f}"
+    assert remembering >= 2 * round_robin and remembering >= 1.5 * forgetting, measured
+    assert max(shares) <= 1.5 * sum(shares) / len(shares)
 
 
 def test_one_hot_prefix_cannot_swamp_its_home_replica() -> None:
