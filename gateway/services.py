@@ -22,9 +22,13 @@ from gateway.access.auth import Authenticator, AuthSettings
 from gateway.access.keys import PEPPER_FINGERPRINT_KEY, KeyStore, PepperMismatch, check_pepper
 from gateway.access.sessions import SessionStore
 from gateway.access.throttle import AuthThrottle, ThrottleSettings
+from gateway.ledger import StoreConfigError, UsageStore, make_store
 from gateway.metering.accounting import Accountant
+from gateway.metering.buffer import UsageBuffer
+from gateway.metering.exporter import ExportSettings, UsageExporter
 from gateway.metering.gate import LimiterSettings, LimitsGate
 from gateway.metering.ledger import UsageLedger
+from gateway.metering.legacy import LegacyImport
 from gateway.metering.limits import Limiter
 from gateway.metering.reports import UsageReports
 from gateway.metering.settler import SettleBatcher
@@ -69,6 +73,10 @@ class Services:
     # Settles and records each request once it ends.
     accountant: Accountant
     ledger: UsageLedger
+    # Every usage event, in SQL (embedded SQLite or a shared PostgreSQL): what reports read.
+    usage_store: UsageStore
+    # Moves usage events from the Redis buffer into the store, beside the requests.
+    exporter: UsageExporter
     reports: UsageReports
     # The dashboard's server-side sessions.
     sessions: SessionStore
@@ -97,10 +105,24 @@ def build_services(
     policies = PolicyStore(settings.policy_file)
     keys = KeyStore(redis, secrets.key_pepper)
     limiter = Limiter(redis)
-    ledger = UsageLedger(redis, spool=Spool(settings.data_dir / "spool"))
+    usage_store = make_store(
+        settings.usage_store_url,
+        data_dir=settings.data_dir,
+        retention_days=settings.usage_retention_days,
+    )
+    buffer = UsageBuffer(redis)  # named after the store once it is open
+    ledger = UsageLedger(buffer, spool=Spool(settings.data_dir / "spool"))
     settler = SettleBatcher(redis, limiter, ledger, log)
     state = RoutingState.from_settings(settings)
     metrics = Metrics(routing=state)
+    exporter = UsageExporter(
+        buffer,
+        usage_store,
+        ExportSettings.from_settings(settings),
+        metrics,
+        log,
+        legacy=LegacyImport(redis, usage_store, log),
+    )
     metrics.watch_spool(ledger.spool_depth)
     # The in-process engine (only if the policy has a local provider), loaded when started.
     local_engine = LocalEngineHost(settings.data_dir, metrics, log)
@@ -126,7 +148,9 @@ def build_services(
         settler=settler,
         accountant=Accountant(settler, limiter, metrics, log),
         ledger=ledger,
-        reports=UsageReports(redis),
+        usage_store=usage_store,
+        exporter=exporter,
+        reports=UsageReports(usage_store, buffer),
         sessions=SessionStore(redis, secrets.admin_key),
         auth_throttle=AuthThrottle(
             redis, ThrottleSettings.from_settings(settings), log=log, metrics=metrics
@@ -166,14 +190,16 @@ async def running_services(
 
 def _parts(services: Services, pepper: bytes) -> list[Part]:
     """The start order; stopping runs it backwards (the settle batch drains before the ledger
-    stops, the engine stops after the providers, Redis closes last)."""
+    stops and the exporter's last round, the store closes after it, the engine stops after the
+    providers, Redis closes last)."""
     redis = _RedisWatch(services, pepper)
     parts = []
     if services.embedded_redis is not None:
         parts.append(_embedded_redis(services.embedded_redis, services.log))
-    policies, engine = services.policies, services.local_engine
+    policies, engine, store = services.policies, services.local_engine, services.usage_store
     parts += [
         Part("redis", start=redis.connect, stop=services.redis.aclose),
+        Part("usage store", start=lambda: _open_usage_store(services), stop=store.close),
         Part("policy", start=lambda: _load_policy(services)),
         Part(
             "local engine", start=lambda: engine.start(policies.policy_or_none()), stop=engine.stop
@@ -181,6 +207,7 @@ def _parts(services: Services, pepper: bytes) -> list[Part]:
         Part("providers", stop=services.providers.close),
         Part("policy watch", start=_now(policies.start_watching), stop=policies.stop),
         Part("releases", stop=services.accountant.wait_background),
+        Part("usage export", start=services.exporter.start, stop=services.exporter.stop),
         Part("usage ledger", start=services.ledger.start, stop=services.ledger.stop),
         Part("settle batch", stop=services.settler.drain),
         Part("watchers", start=redis.start_watching, stop=redis.stop_watching),
@@ -205,6 +232,18 @@ def _embedded_redis(server: EmbeddedRedis, log: Any) -> Part:
         log.info("embedded_redis_stopped")
 
     return Part("embedded redis", start=start, stop=stop)
+
+
+async def _open_usage_store(services: Services) -> None:
+    """Open (create, migrate) the usage store and name the Redis buffer after it. A store that
+    cannot be opened refuses the start: this replica could not tell which buffer is its own."""
+    store = services.usage_store
+    try:
+        await store.open()
+    except StoreConfigError as exc:
+        raise SettingsError(f"SWITCHYARD_USAGE_STORE_URL: {exc}") from None
+    services.ledger.buffer.bind(store.store_id)
+    services.log.info("usage_store_opened", backend=store.kind, store_id=store.store_id)
 
 
 async def _load_policy(services: Services) -> None:

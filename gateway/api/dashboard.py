@@ -48,7 +48,8 @@ async def page(request: Request, services: Services) -> Response:
     keys = await services.keys.list(limit=MAX_KEYS_SHOWN)
     key_list: list[dict[str, Any]] = [record.public_view() for record in keys.records]
     view = build_view(start, end, await reports.cells(start, end), key_list)
-    return secured(HTMLResponse(renderer.render("dashboard.html", view=view)))
+    freshness = await reports.freshness()
+    return secured(HTMLResponse(renderer.render("dashboard.html", view=view, freshness=freshness)))
 
 
 async def login(request: Request, services: Services) -> Response:

@@ -185,6 +185,14 @@ USAGE_ROW = obj(
     },
     ["requests", "total_tokens", "cost", "cost_nanos", "errors"],
 )
+# How fresh a usage report is (docs/usage.md#freshness).
+FRESHNESS: dict[str, Schema] = {
+    "as_of": {"type": "string", "format": "date-time", "description": "when it was read (UTC)"},
+    "pending_export": nullable(
+        {"type": "integer", "description": "events not in the usage store yet; null: unknown"}
+    ),
+    "export_lag_s": nullable({"type": "number", "description": "age of the oldest of them"}),
+}
 ROUTE_ROW = obj(
     {"model": STRING, "provider": STRING, "upstream_model": STRING, "reason": STRING},
     ["model", "provider", "reason"],
@@ -331,6 +339,7 @@ SCHEMAS: dict[str, Schema] = {
             "errors": INTEGER,
             "by_model": {"type": "array", "items": ref("UsageRow")},
             "by_day": {"type": "array", "items": ref("UsageRow")},
+            **FRESHNESS,
         },
         ["object", "key_id", "days", "from", "to", "requests", "by_model", "by_day"],
     ),
@@ -343,6 +352,7 @@ SCHEMAS: dict[str, Schema] = {
             "to": STRING,
             "data": {"type": "array", "items": ref("UsageRow")},
             "totals": ref("UsageRow"),
+            **FRESHNESS,
         },
         ["object", "group_by", "from", "to", "data", "totals"],
     ),
@@ -352,6 +362,7 @@ SCHEMAS: dict[str, Schema] = {
             "data": {"type": "array", "items": obj({"id": STRING}, ["id"])},
             "has_more": BOOLEAN,
             "next_cursor": nullable(STRING),
+            **FRESHNESS,
         },
         ["object", "data", "has_more", "next_cursor"],
     ),

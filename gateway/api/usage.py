@@ -1,8 +1,11 @@
 """Usage reports over HTTP: ``GET /v1/usage`` (the calling key's own, ``Guard.API_KEY``) and
 ``GET /admin/usage``, ``GET /admin/usage/events`` (``Guard.ADMIN``).
 
-They read ``UsageReports`` (the same numbers as ``switchyard usage report``). Bad parameters get
-a 400 in OpenAI's error envelope naming the parameter.
+They read ``UsageReports`` over the SQL usage store (the same numbers as ``switchyard usage
+report``), and every answer says how fresh it is: ``as_of``, ``pending_export`` (events not in
+the store yet) and ``export_lag_s`` in JSON, the headers ``x-usage-as-of`` and
+``x-usage-pending-export`` with CSV. Bad parameters get a 400 in OpenAI's error envelope naming
+the parameter; a store that cannot be read, a 503.
 """
 
 from __future__ import annotations
@@ -98,10 +101,15 @@ async def admin_usage(request: Request, services: Services) -> Response:
         raise _invalid(exc) from None
     if query.format == "csv":
         filename = f"usage-{group_by}-{report['from']}-{report['to']}.csv"
+        pending = report["pending_export"]
         return Response(
             render_csv(report["data"], group_by),
             media_type="text/csv; charset=utf-8",
-            headers={"content-disposition": f'attachment; filename="{filename}"'},
+            headers={
+                "content-disposition": f'attachment; filename="{filename}"',
+                "x-usage-as-of": report["as_of"],
+                "x-usage-pending-export": "unknown" if pending is None else str(pending),
+            },
         )
     return json_response(report)
 
