@@ -232,7 +232,7 @@ class UsageExporter:
                 )
             if now >= next_stats:
                 next_stats = now + settings.stats_interval_s
-                await self._update_stats()
+                await self.refresh_stats()
             if now >= next_maintain:
                 next_maintain = now + settings.maintain_interval_s
                 await self._maintain()
@@ -246,7 +246,8 @@ class UsageExporter:
     def _backoff(self, failures: int) -> float:
         return min(self.settings.interval_s * 2 ** (failures - 1), MAX_BACKOFF_S)
 
-    async def _update_stats(self) -> None:
+    async def refresh_stats(self) -> None:
+        """Read the buffer's backlog, pending count and lag into the metrics."""
         try:
             stats = await self.buffer.stats()
         except Exception as exc:
