@@ -129,7 +129,7 @@ class UsageExporter:
             raise ExportFailed("redis", exc) from exc
         self._unsent = []
         self.metrics.exported.labels("inserted").inc(inserted)
-        self.metrics.exported.labels("skipped").inc(len(events) - inserted)
+        self.metrics.exported.labels("duplicate").inc(len(events) - inserted)
         self.metrics.exported.labels("rejected").inc(rejected)
         return len(entries)
 
