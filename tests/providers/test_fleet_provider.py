@@ -8,6 +8,7 @@ its requests end."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -17,6 +18,7 @@ from gateway_runner import unused_port
 
 from gateway.errors import UpstreamError
 from gateway.providers.base import Timeouts
+from gateway.providers.fleet.prefix import PrefixSettings, prefix_hashes
 from gateway.providers.fleet_host import FleetHost
 from gateway.providers.fleet_provider import FleetProvider
 from gateway.providers.openai_compat import UpstreamSettings
@@ -238,3 +240,29 @@ async def test_a_policy_edit_retires_the_old_fleet_once_its_requests_end() -> No
     finally:
         await host.stop()
         await a.stop()
+
+
+async def test_prefix_blocks_follow_the_replicas_tokenizer_when_it_is_given(
+    checkpoint: Path, tokenizer: Any
+) -> None:
+    prefix = {"tokenizer": str(checkpoint / "tokenizer.json"), "blocks": 2, "block_tokens": 8}
+    provider = await started(["http://127.0.0.1:9"], prefix=prefix)
+    log = EventRecorder()
+    missing = FleetProvider(
+        "engines",
+        config(["http://127.0.0.1:9"], prefix={**prefix, "tokenizer": "/nonexistent.json"}),
+        UPSTREAM,
+        log,
+    )
+    await missing.start()
+    try:
+        assert (provider.prefix_units, missing.prefix_units) == ("tokens", "chars")
+        assert log.named("fleet_tokenizer_unavailable")[0]["using"] == "characters"
+        body = {"model": "tiny", "prompt": "The quick brown fox jumps over the lazy dog " * 4}
+        ids = tokenizer.encode("The quick brown fox jumps over the lazy dog " * 4, False)
+        expected = prefix_hashes(body, PrefixSettings(2, 256, 8), lambda _text: ids)
+        assert provider.fleet.prefix_hashes(body) == expected
+        assert missing.fleet.prefix_hashes(body) != expected
+    finally:
+        await provider.close()
+        await missing.close()
