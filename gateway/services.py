@@ -30,8 +30,11 @@ from gateway.metering.reports import UsageReports
 from gateway.metering.settler import SettleBatcher
 from gateway.metering.spool import Spool
 from gateway.metrics import Metrics
+from gateway.providers.anthropic import AnthropicProvider
+from gateway.providers.azure_openai import AzureOpenAIProvider
+from gateway.providers.http_upstream import UpstreamSettings
 from gateway.providers.local_host import LocalEngineHost
-from gateway.providers.openai_compat import OpenAICompatProvider, UpstreamSettings
+from gateway.providers.openai_compat import OpenAICompatProvider
 from gateway.providers.registry import ProviderRegistry
 from gateway.routing.dispatch import Dispatcher, RetrySettings
 from gateway.routing.policy import PolicyError
@@ -108,6 +111,8 @@ def build_services(
     providers = ProviderRegistry(
         {
             "openai_compatible": lambda name, config: OpenAICompatProvider(name, config, upstream),
+            "azure_openai": lambda name, config: AzureOpenAIProvider(name, config, upstream),
+            "anthropic": lambda name, config: AnthropicProvider(name, config, upstream),
             "local": local_engine.provider_for,
         }
     )

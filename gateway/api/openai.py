@@ -39,6 +39,7 @@ from gateway.api.validation import (
     validate_image,
 )
 from gateway.errors import GatewayError, RateLimited, ServiceUnavailable, UpstreamError
+from gateway.formats import openai_errors
 from gateway.metering.accounting import Accounting, produced_tokens
 from gateway.metering.gate import usage_from
 from gateway.providers.base import UpstreamResponse, UpstreamStream
@@ -262,6 +263,10 @@ async def _stream(
 
     result = await services.dispatcher.run(plan, attempt, hold=True)
     served = _served(call, plan, result)
+
+    def provider_of(candidate: Candidate) -> Any:
+        return services.providers.get(candidate.provider, policy.providers[candidate.provider])
+
     call.headers.update(SSE_HEADERS)
     upstream: UpstreamStream = result.value
 
@@ -284,6 +289,9 @@ async def _stream(
                 chunk: Any = None
                 with contextlib.suppress(orjson.JSONDecodeError):
                     chunk = orjson.loads(data)
+                if isinstance(chunk, dict) and "error" in chunk and "choices" not in chunk:
+                    info = openai_errors.parse_error(None, chunk)
+                    raise provider_of(served).stream_error(info)
                 books.streamed_chunks += produced_tokens(chunk)
                 usage = usage_from(chunk)
                 if usage is not None:
@@ -291,6 +299,12 @@ async def _stream(
                     if not client_wants_usage and not chunk.get("choices"):
                         continue  # the usage-only chunk the client did not ask for
                 yield b"data: " + data + b"\n\n"
+            else:
+                raise UpstreamError(
+                    f"upstream provider {served.provider} ended the stream without [DONE]",
+                    kind="protocol",
+                    provider=served.provider,
+                )
         except UpstreamError as exc:
             outcome.status = exc.status
             error = exc.message

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gateway.errors import UpstreamError
-from gateway.providers.base import UpstreamResponse
+from gateway.providers.base import Headers, RawReply, UpstreamResponse, unsupported
 from gateway.providers.local_openai import (
     Choice,
     LocalRequest,
@@ -41,6 +41,8 @@ _END = object()  # a producer finished
 
 
 class LocalProvider:
+    formats: tuple[str, ...] = ("openai_chat",)
+
     def __init__(
         self,
         name: str,
@@ -95,6 +97,7 @@ class LocalProvider:
         path: str,
         body: dict[str, Any],
         *,
+        headers: Headers | None = None,
         client_gone: Callable[[], Awaitable[Any]] | None = None,
     ) -> UpstreamResponse:
         """The whole answer. ``client_gone`` resolves when the client disconnects (the ASGI
@@ -127,10 +130,15 @@ class LocalProvider:
         raw = orjson.dumps(data)
         return UpstreamResponse(200, raw, data)
 
-    async def open_stream(self, path: str, body: dict[str, Any]) -> LocalStream:
+    async def open_stream(
+        self, path: str, body: dict[str, Any], *, headers: Headers | None = None
+    ) -> LocalStream:
         request = self._prepare(path, body)
         options = body.get("stream_options") or {}
         return LocalStream(self, request, include_usage=options.get("include_usage") is True)
+
+    async def forward(self, path: str, body: Any, **_: Any) -> RawReply:
+        raise unsupported(self.name, path, "the local engine generates text only")
 
 
 async def _gather(run: LocalRun, choices: list[Choice]) -> None:
