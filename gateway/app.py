@@ -21,7 +21,7 @@ from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from gateway.api import admin, dashboard, openai, ops, policy, usage
+from gateway.api import admin, anthropic, dashboard, openai, ops, policy, responses, uploads, usage
 from gateway.api.dashboard_view import DashboardRenderer
 from gateway.api.http import error_response
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, echo
@@ -93,6 +93,9 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
     app = Starlette(
         routes=[
             *openai.routes,
+            *anthropic.routes,
+            *responses.routes,
+            *uploads.routes,
             *admin.routes,
             *usage.routes,
             *policy.routes,

@@ -73,6 +73,8 @@ class Settings(BaseSettings):
     upstream_max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024, le=4 * 1024**3)
     upstream_max_event_bytes: int = Field(default=1024 * 1024, ge=1024, le=256 * 1024**2)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=1024**3)
+    # Multipart uploads (audio, image edits) are streamed through, never buffered, up to this.
+    max_upload_bytes: int = Field(default=25 * 1024 * 1024, ge=1024, le=16 * 1024**3)
     # When Redis is down: closed -> 503; open -> recently verified keys are served unlimited.
     limits_on_redis_failure: Literal["closed", "open"] = "closed"
     fail_open_window_s: float = Field(default=300.0, ge=0, le=86400)

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.access.auth import Principal, admin_token, is_admin_key
+from gateway.access.auth import Principal, admin_token, client_credential, is_admin_key
 from gateway.api.dashboard_view import error_page
 from gateway.api.http import client_address, error_response
 from gateway.errors import GatewayError, PermissionDenied, ServiceUnavailable
@@ -79,8 +79,8 @@ def _api_key(handler: Callable[..., Awaitable[Response]]) -> Endpoint:
         services = services_of(request)
 
         async def guarded() -> Response:
-            authorization = request.headers.get("authorization")
-            principal: Principal = await services.auth.authenticate(authorization)
+            credential = client_credential(request.headers)
+            principal: Principal = await services.auth.authenticate(credential)
             return await handler(request, services, principal)
 
         response = await _enveloped(guarded)

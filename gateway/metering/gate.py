@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gateway.access.auth import Principal
+from gateway.formats.internal import FormatName
+from gateway.formats.internal import Usage as FormatUsage
+from gateway.formats.relay import usage_of
 from gateway.metering.limits import KeyLimits, Limiter, LimiterUnavailable, Reservation
 from gateway.metrics import Metrics
 from gateway.routing.estimate import estimate_prompt_tokens, expected_output_tokens
@@ -27,33 +30,43 @@ from gateway.settings import Settings
 
 @dataclass(frozen=True)
 class Usage:
+    """What one request is charged for. ``prompt_tokens`` counts every input token; of them,
+    ``cached_tokens`` were read from a provider's prompt cache and ``cache_write_tokens``
+    written to it (each priced apart), whatever the wire format said."""
+
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
+    cache_write_tokens: int = 0
 
     @property
     def total(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
+    @classmethod
+    def of(cls, usage: FormatUsage | None) -> Usage | None:
+        """The record of a format's usage (``gateway.formats.internal.Usage``)."""
+        if usage is None:
+            return None
+        return cls(
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.cached_tokens,
+            usage.cache_write_tokens,
+        )
 
-def usage_from(data: Any) -> Usage | None:
-    """The ``usage`` object of an OpenAI response or chunk, if it has one."""
+
+def usage_from(data: Any, wire_format: FormatName = "openai_chat") -> Usage | None:
+    """The usage a whole answer in ``wire_format`` reports, if it has one."""
     if not isinstance(data, Mapping):
         return None
-    usage = data.get("usage")
-    if not isinstance(usage, Mapping):
-        return None
-    prompt = usage.get("prompt_tokens")
-    completion = usage.get("completion_tokens") or 0
-    if not isinstance(prompt, int) or not isinstance(completion, int):
-        return None
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, Mapping) else 0
-    return Usage(prompt, completion, cached if isinstance(cached, int) else 0)
+    return Usage.of(usage_of(wire_format, dict(data)))
 
 
 # Routes whose answers produce no completion tokens: their estimate is the prompt alone.
-PROMPT_ONLY_ROUTES = frozenset({"embeddings"})
+PROMPT_ONLY_ROUTES = frozenset(
+    {"embeddings", "moderations", "audio.speech", "messages.count_tokens"}
+)
 
 
 def key_limits(principal: Principal) -> KeyLimits | None:
@@ -69,7 +82,7 @@ def cost_of(policy: Policy, model: str, usage: Usage) -> int:
     if config is None:
         return 0
     return config.price.cost_nanos(
-        usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens
+        usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.cache_write_tokens
     )
 
 

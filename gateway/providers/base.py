@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.errors import UpstreamError
+from gateway.formats.errors import ErrorInfo
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,10 @@ class Provider(Protocol):
         model it names."""
         ...
 
+    def stream_error(self, info: ErrorInfo) -> UpstreamError:
+        """An error event the upstream sent mid-stream, as the scrubbed error relayed."""
+        ...
+
     def unavailable(self) -> Unavailable | None: ...
 
     def model_note(self) -> str | None:
@@ -130,4 +135,15 @@ def unsupported(provider: str, path: str, why: str = "") -> UpstreamError:
         kind="unsupported",
         provider=provider,
         code="unsupported_endpoint",
+    )
+
+
+def local_stream_error(provider: str, info: ErrorInfo) -> UpstreamError:
+    """A stream error of an in-process provider (no upstream credentials to scrub)."""
+    return UpstreamError(
+        f"provider {provider} reported an error mid-stream: {info.message}",
+        retryable=False,
+        kind="status",
+        provider=provider,
+        code=info.code,
     )

@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gateway.errors import UpstreamError
-from gateway.providers.base import Headers, RawReply, UpstreamResponse, unsupported
+from gateway.formats.errors import ErrorInfo
+from gateway.providers.base import (
+    Headers,
+    RawReply,
+    UpstreamResponse,
+    local_stream_error,
+    unsupported,
+)
 from gateway.providers.local_openai import (
     Choice,
     LocalRequest,
@@ -139,6 +146,9 @@ class LocalProvider:
 
     async def forward(self, path: str, body: Any, **_: Any) -> RawReply:
         raise unsupported(self.name, path, "the local engine generates text only")
+
+    def stream_error(self, info: ErrorInfo) -> UpstreamError:
+        return local_stream_error(self.name, info)
 
 
 async def _gather(run: LocalRun, choices: list[Choice]) -> None:

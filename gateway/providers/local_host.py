@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.data_dir import private_dir
 from gateway.errors import UpstreamError
+from gateway.formats.errors import ErrorInfo
 from gateway.providers.base import (
     ClientGone,
     Headers,
@@ -30,6 +31,7 @@ from gateway.providers.base import (
     Unavailable,
     UpstreamResponse,
     UpstreamStream,
+    local_stream_error,
     unsupported,
 )
 from gateway.routing.policy import LocalEngineSettings, Policy, ProviderConfig
@@ -282,6 +284,9 @@ class HostedProvider:
 
     async def forward(self, path: str, body: Any, **_: Any) -> RawReply:
         raise unsupported(self.name, path, "the local engine generates text only")
+
+    def stream_error(self, info: ErrorInfo) -> UpstreamError:
+        return local_stream_error(self.name, info)
 
     async def close(self) -> None:
         """Nothing to close here: the host owns the engine and stops it at shutdown."""
