@@ -236,7 +236,7 @@ def _json_attempt(call: V1Call, exchange: Exchange) -> Callable[[Candidate], Awa
     async def attempt(candidate: Candidate) -> Served:
         upstream = Upstream(call, candidate)
         provider = upstream.provider
-        target = exchange.target(provider.formats)
+        target = exchange.target(candidate.provider, provider.formats)
         path, body = exchange.upstream_body(
             target,
             candidate.upstream_model,
@@ -260,7 +260,7 @@ async def _stream(call: V1Call, exchange: Exchange, plan: RoutePlan) -> Response
     async def attempt(candidate: Candidate) -> Served:
         upstream = Upstream(call, candidate)
         provider = upstream.provider
-        target = exchange.target(provider.formats)
+        target = exchange.target(candidate.provider, provider.formats)
         path, body = exchange.upstream_body(
             target,
             candidate.upstream_model,

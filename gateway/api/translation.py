@@ -29,7 +29,7 @@ from gateway.formats.internal import ChatRequest, FormatName
 from gateway.formats.openai_chat.relay import ChatRelay
 from gateway.formats.relay import StreamRelay, stream_relay, usage_of
 from gateway.metering.gate import Usage
-from gateway.providers.base import UpstreamResponse
+from gateway.providers.base import UpstreamResponse, unsupported
 from gateway.routing.policy import ProviderConfig
 
 
@@ -82,11 +82,14 @@ class Exchange:
         self.raw = raw
         self._parsed = parsed
 
-    def target(self, formats: tuple[str, ...]) -> FormatName:
-        """The format a provider speaking ``formats`` gets this request in."""
+    def target(self, provider: str, formats: tuple[str, ...]) -> FormatName:
+        """The format a provider speaking ``formats`` gets this request in; a door that does
+        not translate reaches only providers of its own format."""
         door = self.door
-        if not door.translatable or door.format in formats or not formats:
+        if door.format in formats:
             return door.format
+        if not door.translatable:
+            raise unsupported(provider, door.path, f"it does not speak {door.format}")
         return formats[0]  # type: ignore[return-value]
 
     def request(self, provider: str | None = None) -> ChatRequest:

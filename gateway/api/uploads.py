@@ -45,7 +45,7 @@ from gateway.api.translation import Answer
 from gateway.errors import InvalidRequest, PayloadTooLarge, UpstreamError
 from gateway.formats.openai_chat.relay import chat_usage
 from gateway.metering.gate import Usage
-from gateway.providers.base import RawReply
+from gateway.providers.base import RawReply, unsupported
 from gateway.routing.router import Candidate
 from gateway.services import Services
 
@@ -57,6 +57,12 @@ def _unchecked(body: dict[str, Any]) -> None:
 TRANSCRIPTIONS = Door("audio.transcriptions", "/audio/transcriptions", "openai_chat", _unchecked)
 TRANSLATIONS = Door("audio.translations", "/audio/translations", "openai_chat", _unchecked)
 IMAGE_EDITS = Door("images.edits", "/images/edits", "openai_chat", _unchecked)
+
+
+def speaks_openai(candidate: Candidate, upstream: Upstream, door: Door) -> None:
+    """These operations are OpenAI's: a provider of another format does not offer them."""
+    if door.format not in upstream.provider.formats:
+        raise unsupported(candidate.provider, door.path, f"it does not speak {door.format}")
 
 
 def reply_answer(reply: RawReply) -> Answer:
@@ -84,6 +90,7 @@ async def handle_speech(request: Request, services: Services, door: Door) -> Res
 
         async def attempt(candidate: Candidate) -> Served:
             upstream = Upstream(call, candidate)
+            speaks_openai(candidate, upstream, door)
             sent = orjson.dumps({**raw, "model": candidate.upstream_model})
             reply = await upstream.provider.forward(
                 door.path,
@@ -145,6 +152,7 @@ def _upload_attempt(
 ) -> Callable[[Candidate], Awaitable[Served]]:
     async def attempt(candidate: Candidate) -> Served:
         upstream = Upstream(call, candidate)
+        speaks_openai(candidate, upstream, door)
         model = candidate.upstream_model
         if upload.started:
             raise UpstreamError(
