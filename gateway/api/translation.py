@@ -30,7 +30,7 @@ from gateway.formats.openai_chat.relay import ChatRelay
 from gateway.formats.relay import StreamRelay, stream_relay, usage_of
 from gateway.metering.gate import Usage
 from gateway.providers.base import UpstreamResponse, unsupported
-from gateway.routing.policy import ProviderConfig
+from gateway.routing.policy import AUTO_MODEL, ProviderConfig
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,11 @@ class Exchange:
         """The internal request, parsed on first use; a body its own format refuses is the
         client's error."""
         if self._parsed is None:
+            raw = self.raw
+            if not raw.get("model"):  # task routing: the plan names the model
+                raw = {**raw, "model": AUTO_MODEL}
             try:
-                self._parsed = wire_format(self.door.format).parse_request(self.raw)
+                self._parsed = wire_format(self.door.format).parse_request(raw)
             except FormatError as exc:
                 raise _refusal(exc, provider, "status") from None
         return self._parsed

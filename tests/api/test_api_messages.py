@@ -11,7 +11,7 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
-from conftest import NativeGateway
+from native_gateway import NativeGateway
 
 PNG = base64.b64encode(
     bytes.fromhex(

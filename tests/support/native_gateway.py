@@ -10,10 +10,14 @@ each model has there, for tests that compute costs from the upstreams' books.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from native_upstreams import FakeAnthropic, FakeAzure, FakeOpenAI, NativeFleet
+from gateway_runner import RunningGateway
+from native_anthropic import FakeAnthropic
+from native_openai import FakeAzure, FakeOpenAI
+from native_upstreams import NativeFleet
 
 OPENAI_KEY = "sk-openai-upstream-0123456789"
 AZURE_KEY = "azure-key-0123456789abcdef"
@@ -35,6 +39,16 @@ PRICES: dict[str, dict[str, float]] = {
 }
 
 
+@dataclass
+class NativeGateway:
+    """A running gateway in front of the native upstreams, and an API key for it."""
+
+    gateway: RunningGateway
+    fleet: NativeFleet
+    key_id: str
+    key: str
+
+
 def native_fleet() -> NativeFleet:
     return NativeFleet(
         FakeOpenAI("openai", OPENAI_KEY),
@@ -47,7 +61,11 @@ def _price(model: str) -> str:
     return "{" + ", ".join(f"{k}: {v}" for k, v in PRICES[model].items()) + "}"
 
 
-def native_policy(fleet: NativeFleet, checkpoint: Path | None = None, extra: str = "") -> str:
+def native_policy(
+    fleet: NativeFleet, checkpoint: Path | None = None, *, models: str = "", tail: str = ""
+) -> str:
+    """The policy; ``models`` adds model entries (indented two spaces), ``tail`` top-level
+    sections (tasks, fallbacks)."""
     local = ""
     local_model = ""
     if checkpoint is not None:
@@ -107,8 +125,8 @@ models:
     provider: anthropic
     upstream_model: claude-sonnet-4
     price: {_price("claude")}
-{local_model}
-{extra}
+{local_model}{models}
+{tail}
 """
 
 
