@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from pathlib import Path
 from typing import Any
 
 import anthropic
 import httpx
 import pytest
-from native_gateway import NativeGateway
+from gateway_runner import GatewayProcess
+from native_gateway import KEY_ENV, NativeGateway, native_policy
 
 PNG = base64.b64encode(
     bytes.fromhex(
@@ -234,3 +236,19 @@ def test_count_tokens_goes_to_anthropic_only_and_is_free(native: NativeGateway) 
     with pytest.raises(anthropic.BadRequestError) as caught:
         sdk.messages.count_tokens(model="gpt", messages=[{"role": "user", "content": "hi"}])
     assert "does not serve /v1/messages/count_tokens" in _error(caught.value)["message"]
+
+
+def test_switchyard_serve_answers_the_anthropic_sdk(native: NativeGateway, tmp_path: Path) -> None:
+    """The same through ``switchyard serve`` (a process with its embedded Redis)."""
+    policy = tmp_path / "routing_rules.yaml"
+    policy.write_text(native_policy(native.fleet))
+    with GatewayProcess(tmp_path / "data", policy, env=KEY_ENV) as served:
+        _, key = served.create_key(name="serve")
+        sdk = anthropic.Anthropic(base_url=served.base_url, api_key=key, max_retries=0)
+        question = [{"role": "user", "content": "Weather in Paris?"}]
+        for model in ("claude", "gpt"):
+            with sdk.messages.stream(
+                model=model, max_tokens=50, tools=TOOLS, messages=question
+            ) as stream:
+                final = stream.get_final_message()
+            assert final.stop_reason == "tool_use" and final.content[-1].input == {"city": "Paris"}
