@@ -58,6 +58,7 @@ class Served:
     stream: UpstreamStream | None = None
     target: FormatName = "openai_chat"
     reply_type: str = JSON
+    route_note: str | None = None  # which replica of a fleet served, and why
 
 
 def allowed_models(principal: Principal, policy: Policy) -> frozenset[str] | None:
@@ -69,9 +70,14 @@ def allowed_models(principal: Principal, policy: Policy) -> frozenset[str] | Non
 
 
 def route_headers(
-    plan: RoutePlan, served: Candidate, attempts: list[AttemptRecord] | None = None
+    plan: RoutePlan,
+    served: Candidate,
+    attempts: list[AttemptRecord] | None = None,
+    route_note: str | None = None,
 ) -> dict[str, str]:
     route = plan.header_value(served)
+    if route_note:  # which replica of a fleet served, and why
+        route += "; " + "".join(c if " " <= c <= "~" else "?" for c in route_note[:200])
     for record in attempts or ():  # a candidate passed over (not loaded, too long): why
         if record.outcome == "skipped" and record.kind in ("unavailable", "context_window"):
             why = "".join(c if " " <= c <= "~" else "?" for c in redact(record.detail, limit=160))
@@ -195,7 +201,7 @@ def note_served(call: V1Call, plan: RoutePlan, result: DispatchResult[Any]) -> C
     books.served_model, books.served_provider = served.model, served.provider
     books.attempts = len(result.attempts)
     call.outcome.note_dispatch(services, plan, result.attempts, served)
-    call.headers.update(route_headers(plan, served, result.attempts))
+    call.headers.update(route_headers(plan, served, result.attempts, result.value.route_note))
     upstream_s = sum(attempt.duration_s for attempt in result.attempts)
     elapsed = time.perf_counter() - call.outcome.started
     services.metrics.overhead.labels(call.route).observe(max(elapsed - upstream_s, 0.0))
@@ -247,7 +253,8 @@ def _json_attempt(call: V1Call, exchange: Exchange) -> Callable[[Candidate], Awa
         # A provider that works long before answering (the local engine) stops when the
         # client hangs up.
         reply = await provider.post_json(path, body, headers=upstream.headers, client_gone=receive)
-        return Served(answer=exchange.answer(target, reply, candidate.provider), target=target)
+        answer = exchange.answer(target, reply, candidate.provider)
+        return Served(answer=answer, target=target, route_note=reply.route_note)
 
     return attempt
 
@@ -269,7 +276,7 @@ async def _stream(call: V1Call, exchange: Exchange, plan: RoutePlan) -> Response
             config=upstream.config,
         )
         stream = await provider.open_stream(path, body, headers=upstream.headers)
-        return Served(stream=stream, target=target)
+        return Served(stream=stream, target=target, route_note=stream.route_note)
 
     result = await services.dispatcher.run(plan, attempt, hold=True)
     served = note_served(call, plan, result)
