@@ -54,6 +54,7 @@ class RawReply:
     status: int
     body: bytes
     content_type: str
+    route_note: str | None = None  # as ``UpstreamResponse.route_note``
 
 
 @dataclass(frozen=True)

@@ -292,7 +292,7 @@ class FleetProvider:
         pick = self._pick({"model": model}, set(), None)
         with self._lease(pick.replica):
             try:
-                return await self.http.forward_to(
+                reply = await self.http.forward_to(
                     pick.replica + API_PREFIX,
                     path,
                     body,
@@ -306,6 +306,7 @@ class FleetProvider:
                 if why is not None:  # the replica is reported; the upload is not sent again
                     self.fleet.request_failed(pick.replica, why)
                 raise
+        return dataclasses.replace(reply, route_note=pick.header_part())
 
     # --- helpers -------------------------------------------------------------------------
 
