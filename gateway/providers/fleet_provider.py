@@ -264,7 +264,9 @@ class FleetProvider:
                     pick.replica + API_PREFIX, path, body, headers=headers
                 )
                 events = stream.events()
-                first = await anext(events)  # nothing reaches the client before this
+                first = await anext(events, None)  # nothing reaches the client before this
+                if first is None:
+                    raise self.http.http.protocol_error("ended a stream before its first event")
             except UpstreamError as error:
                 if stream is not None:
                     stream.close()
