@@ -63,23 +63,14 @@ def paged_attention(
     ``num_kv_splits`` fixes its flash-decoding split count (``None``: the kernel picks);
     ``plan`` is the torch path's per-step layout (``plan_paged_attention``; ``None``: made
     here)."""
+    args = (query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale)
     if backend == "triton":
         from engine.kernels.triton_paged_attention import paged_attention_triton
 
         return paged_attention_triton(
-            query,
-            k_cache,
-            v_cache,
-            block_tables,
-            cu_seqlens_q,
-            context_lens,
-            scale,
-            max_query_len=max_query_len,
-            num_kv_splits=num_kv_splits,
+            *args, max_query_len=max_query_len, num_kv_splits=num_kv_splits
         )
-    return paged_attention_ref(
-        query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale, plan=plan
-    )
+    return paged_attention_ref(*args, plan=plan)
 
 
 def rms_norm(
