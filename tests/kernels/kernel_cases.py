@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 HAS_CUDA = torch.cuda.is_available()
+CPU = torch.device("cpu")
 # The interpreter computes with numpy, which has no bfloat16.
 KERNEL_DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if HAS_CUDA else [])
 
@@ -31,20 +32,33 @@ class AttentionBatch:
     max_query_len: int
     scale: float
 
+    def args(self) -> tuple:
+        """The positional arguments every paged attention takes (reference, Triton, dispatch)."""
+        return (
+            self.query,
+            self.k_cache,
+            self.v_cache,
+            self.block_tables,
+            self.cu_seqlens_q,
+            self.context_lens,
+            self.scale,
+        )
+
 
 def make_batch(
     seqs: list[tuple[int, int]],
     *,
     num_heads: int,
     num_kv_heads: int,
-    head_dim: int,
-    block_size: int,
-    dtype: torch.dtype,
-    device: torch.device,
+    head_dim: int = 64,
+    block_size: int = 16,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device = CPU,
     trailing_pad_tokens: int = 0,
     seed: int = 0,
 ) -> AttentionBatch:
-    """``seqs`` lists ``(q_len, context_len)``; ``(0, 0)`` is a padding row.
+    """``seqs`` lists ``(q_len, context_len)``; ``(0, 0)`` is a padding row. Unless told
+    otherwise: 64-dim heads, 16-token blocks, float32, on the CPU.
 
     Physical blocks are handed out in shuffled order so the kernel must follow the table.
     """
