@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from engine.kernels.launch_args import check_kv_caches, unit_stride
+from engine.kernels.reference import AttentionMetadata
 
 LOG2_E = 1.4426950408889634
 # Below this many KV positions per split, splitting costs more than it hides.
@@ -226,12 +227,7 @@ def choose_num_kv_splits(
 
 
 def _check_inputs(
-    query: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    context_lens: torch.Tensor,
+    query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
 ) -> None:
     if query.dim() != 3 or k_cache.dim() != 4:
         raise ValueError(
@@ -244,10 +240,11 @@ def _check_inputs(
         raise ValueError(f"cache head_dim {k_cache.shape[3]} != query head_dim {head_dim}")
     if num_heads % num_kv_heads != 0:
         raise ValueError(f"{num_heads} query heads are not a multiple of {num_kv_heads} KV heads")
-    num_seqs = context_lens.shape[0]
-    if cu_seqlens_q.shape != (num_seqs + 1,):
-        raise ValueError(f"cu_seqlens_q must be [{num_seqs + 1}], got {tuple(cu_seqlens_q.shape)}")
-    if block_tables.dim() != 2 or block_tables.shape[0] != num_seqs:
+    num_seqs = meta.context_lens.shape[0]
+    if meta.cu_seqlens_q.shape != (num_seqs + 1,):
+        got = tuple(meta.cu_seqlens_q.shape)
+        raise ValueError(f"cu_seqlens_q must be [{num_seqs + 1}], got {got}")
+    if meta.block_tables.dim() != 2 or meta.block_tables.shape[0] != num_seqs:
         raise ValueError(f"block_tables must be [{num_seqs}, max_blocks]")
 
 
@@ -255,23 +252,21 @@ def paged_attention_triton(
     query: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    context_lens: torch.Tensor,
+    meta: AttentionMetadata,
     scale: float,
-    max_query_len: int | None = None,
-    num_kv_splits: int | None = None,
 ) -> torch.Tensor:
     """Same contract as ``paged_attention_ref``; returns ``[num_tokens, num_heads, head_dim]``.
 
-    ``max_query_len`` (the longest run of new tokens of any sequence) sizes the grid; pass it
-    to avoid a device-to-host sync. ``num_kv_splits`` forces the flash-decoding split count
-    (``None`` picks one from the batch shape; ``1`` disables splitting).
+    ``meta.max_query_len`` (the longest run of new tokens of any sequence) sizes the grid; set
+    it to avoid a device-to-host sync. ``meta.num_kv_splits`` forces the flash-decoding split
+    count (``None`` picks one from the batch shape; ``1`` disables splitting).
     """
-    _check_inputs(query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens)
+    _check_inputs(query, k_cache, v_cache, meta)
+    block_tables, cu_seqlens_q = meta.block_tables, meta.cu_seqlens_q
+    max_query_len, num_kv_splits = meta.max_query_len, meta.num_kv_splits
     num_tokens, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
-    num_seqs = context_lens.shape[0]
+    num_seqs = meta.context_lens.shape[0]
     # Rows no sequence claims (e.g. graph padding) stay zero, as in the reference.
     out = torch.zeros_like(query)
     if num_tokens == 0 or num_seqs == 0:
@@ -323,7 +318,7 @@ def paged_attention_triton(
         v_cache,
         block_tables,
         cu_seqlens_q,
-        context_lens,
+        meta.context_lens,
         out,
         partial_out,
         partial_max,

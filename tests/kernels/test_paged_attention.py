@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -14,14 +12,14 @@ from engine.kernels.triton_paged_attention import choose_num_kv_splits, paged_at
 from .kernel_cases import KERNEL_DTYPES, AttentionBatch, make_batch, tolerance
 
 
-def run_both(batch: AttentionBatch, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
-    expected = paged_attention_ref(*batch.args())
-    actual = paged_attention_triton(*batch.args(), max_query_len=batch.max_query_len, **kwargs)
-    return actual, expected
+def run_both(batch: AttentionBatch, **layout: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton and the reference on ``batch``, its layout changed by ``layout`` (split count)."""
+    batch = batch.with_meta(**layout)
+    return paged_attention_triton(*batch.args()), paged_attention_ref(*batch.args())
 
 
-def assert_matches(batch: AttentionBatch, **kwargs: object) -> torch.Tensor:
-    actual, expected = run_both(batch, **kwargs)
+def assert_matches(batch: AttentionBatch, **layout: object) -> torch.Tensor:
+    actual, expected = run_both(batch, **layout)
     assert actual.shape == expected.shape and actual.dtype == expected.dtype
     assert torch.isfinite(actual.float()).all()
     torch.testing.assert_close(actual.float(), expected.float(), **tolerance(batch.query.dtype))
@@ -107,6 +105,7 @@ def test_dispatcher_without_max_query_len_syncs_and_matches(device):
     batch = make_batch(
         [(6, 30), (1, 12)], num_heads=4, num_kv_heads=1, dtype=torch.float16, device=device
     )
+    batch = batch.with_meta(max_query_len=None)
     expected = paged_attention(*batch.args(), backend="torch")
     actual = paged_attention(*batch.args(), backend="triton")
     torch.testing.assert_close(actual.float(), expected.float(), **tolerance(torch.float16))
@@ -126,7 +125,7 @@ def test_bad_shapes_get_clear_errors(device):
     with pytest.raises(ValueError, match="multiple"):
         paged_attention_triton(*three_heads_over_two.args())
     good = make_batch([(1, 10)], num_heads=2, num_kv_heads=2, device=device)
-    short_cu_seqlens = dataclasses.replace(good, cu_seqlens_q=good.cu_seqlens_q[:1])
+    short_cu_seqlens = good.with_meta(cu_seqlens_q=good.meta.cu_seqlens_q[:1])
     with pytest.raises(ValueError, match="cu_seqlens_q"):
         paged_attention_triton(*short_cu_seqlens.args())
 
@@ -153,7 +152,7 @@ def test_random_ragged_batches(seed, num_splits, device):
         device=device,
         seed=seed,
     )
-    assert batch.max_query_len > 0, "the seeded draw must hold real rows besides padding"
+    assert batch.meta.max_query_len > 0, "the seeded draw must hold real rows besides padding"
     assert_matches(batch, num_kv_splits=num_splits)
 
 
@@ -167,7 +166,7 @@ def test_automatic_split_choice_on_long_contexts(device):
         dtype=torch.float16,
         device=device,
     )
-    max_context = batch.block_tables.shape[1] * batch.k_cache.shape[1]
+    max_context = batch.meta.block_tables.shape[1] * batch.k_cache.shape[1]
     splits = choose_num_kv_splits(2, 1, 1, max_context, device)
     if device.type == "cuda":
         assert 1 < splits <= 16
