@@ -3,7 +3,7 @@
 Every call picks a replica (``gateway.providers.fleet``: prefix affinity under bounded load,
 replicas past ``spill_when`` and ejected ones skipped), counts the request on it while it runs
 (a stream until it is closed) and sends it to ``<replica>/v1`` through the shared HTTP plumbing
-(``OpenAICompatProvider``'s ``*_to`` calls: one pooled session, the same timeouts, size caps,
+(``OpenAICompatProvider.at(replica)``: one pooled session, the same timeouts, size caps,
 error mapping, credential scrubbing and forwarded headers as any upstream). A replica speaks
 OpenAI's Chat Completions; clients of other formats are translated by the gateway first.
 
@@ -240,9 +240,7 @@ class FleetProvider:
             pick = self._pick(body, tried, last)
             with self._lease(pick.replica):
                 try:
-                    response = await self.http.post_json_to(
-                        pick.replica + API_PREFIX, path, body, headers=headers
-                    )
+                    response = await self._sender(pick).post_json(path, body, headers=headers)
                 except UpstreamError as error:
                     last = self._failed(pick, error, tried)
                     continue
@@ -260,9 +258,7 @@ class FleetProvider:
             lease.enter_context(self._lease(pick.replica))
             stream: SseStream | None = None
             try:
-                stream = await self.http.open_stream_to(
-                    pick.replica + API_PREFIX, path, body, headers=headers
-                )
+                stream = await self._sender(pick).open_stream(path, body, headers=headers)
                 events = stream.events()
                 first = await anext(events, None)  # nothing reaches the client before this
                 if first is None:
@@ -294,8 +290,7 @@ class FleetProvider:
         pick = self._pick({"model": model}, set(), None)
         with self._lease(pick.replica):
             try:
-                reply = await self.http.forward_to(
-                    pick.replica + API_PREFIX,
+                reply = await self._sender(pick).forward(
                     path,
                     body,
                     model=model,
@@ -345,6 +340,10 @@ class FleetProvider:
         tried.add(pick.replica)
         self.log.info("fleet_request_failed_over", fleet=self.name, replica=pick.label, reason=why)
         return error
+
+    def _sender(self, pick: RoutePick) -> OpenAICompatProvider:
+        """The shared HTTP side, sending to the picked replica's API."""
+        return self.http.at(pick.replica + API_PREFIX)
 
     @contextlib.contextmanager
     def _lease(self, url: str) -> Iterator[None]:
