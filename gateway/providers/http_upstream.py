@@ -43,6 +43,7 @@ from gateway.formats import openai_errors
 from gateway.formats.error_body import error_member
 from gateway.formats.errors import ErrorInfo
 from gateway.providers.base import RawReply, Timeouts, UpstreamResponse
+from gateway.providers.capped_read import BodyTooLarge, read_capped
 from gateway.redact import redact
 from gateway.settings import Settings
 
@@ -97,27 +98,6 @@ def retry_after_seconds(value: str | None) -> float | None:
     except ValueError:
         return None  # an HTTP date: rare from LLM APIs, fall back to our own backoff
     return seconds if seconds >= 0 else None
-
-
-class _TooLarge(Exception):
-    """The upstream answer went past its cap."""
-
-
-async def _read_capped(response: aiohttp.ClientResponse, cap: int) -> bytes:
-    """The body, or ``_TooLarge`` as soon as it (decompressed) passes ``cap`` bytes."""
-    declared = response.content_length
-    if declared is not None and declared > cap and not response.headers.get("Content-Encoding"):
-        raise _TooLarge
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        chunk = await response.content.readany()
-        if not chunk:
-            return b"".join(chunks)
-        size += len(chunk)
-        if size > cap:
-            raise _TooLarge
-        chunks.append(chunk)
 
 
 async def _read_error_body(response: aiohttp.ClientResponse) -> bytes:
@@ -229,9 +209,8 @@ class HttpUpstream:
                     raw = await _read_error_body(response)
                 else:
                     try:
-                        raw = await _read_capped(response, cap)
-                    except _TooLarge:
-                        response.close()  # the rest is never read
+                        raw = await read_capped(response, cap)
+                    except BodyTooLarge:
                         raise self._too_large("a response", cap) from None
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
             raise self.timeout_error() from exc
@@ -381,7 +360,7 @@ class SseStream:
                         data_lines.append(line[5:].lstrip(b" "))
                         size += len(line)
                         if size > cap:
-                            raise _TooLarge
+                            raise BodyTooLarge
                     continue  # comments, event names and ids: the data says it all
                 if data_lines:
                     data = b"\n".join(data_lines)
@@ -390,7 +369,7 @@ class SseStream:
                     yield data
                     if data == b"[DONE]":
                         return
-        except (LineTooLong, _TooLarge):
+        except (LineTooLong, BodyTooLarge):
             self.response.close()  # the rest of the event is never read
             raise upstream._too_large("a stream event", cap) from None
         except (TimeoutError, aiohttp.ServerTimeoutError):
