@@ -29,6 +29,7 @@ from gateway.formats import anthropic_messages, openai_chat, openai_responses
 from gateway.formats.errors import ErrorInfo, FormatError
 from gateway.formats.internal import ChatRequest, FormatName, Usage
 from gateway.formats.openai_chat.relay import ChatRelay, chat_usage
+from gateway.formats.relay_progress import RelayProgress
 from gateway.formats.sse import encode_sse
 from gateway.formats.stream import (
     ArgumentsDelta,
@@ -39,7 +40,6 @@ from gateway.formats.stream import (
     ThinkingDelta,
 )
 
-ENDED_EARLY = "the upstream stream ended early"
 _OUTPUT_EVENTS = (TextDelta, ArgumentsDelta, ThinkingDelta)
 
 
@@ -76,18 +76,15 @@ def stream_relay(
     return TranslatedRelay(client, upstream, request)
 
 
-class ParsedRelay:
+class ParsedRelay(RelayProgress):
     """The same format passed through (Anthropic, Responses): each payload is read by the
     format's parser for usage and the end, and relayed as it came, with its event name."""
 
     def __init__(self, name: FormatName) -> None:
+        super().__init__()
         package = _package(name)
         self._parser = package.StreamParser()
         self._render_stream_error = package.render_stream_error
-        self.usage: Usage | None = None
-        self.produced = 0
-        self.finished = False
-        self.error: ErrorInfo | None = None
 
     def feed(self, data: bytes) -> bytes:
         if self.finished:
@@ -96,7 +93,7 @@ class ParsedRelay:
         self.usage = self._parser.usage
         for event in events:
             if isinstance(event, StreamError):
-                self.error, self.finished = event.error, True
+                self.stop(event.error)
                 return b""
             if isinstance(event, _OUTPUT_EVENTS):
                 self.produced += 1
@@ -104,28 +101,20 @@ class ParsedRelay:
                 self.finished = True
         return encode_sse(data, _event_name(data))
 
-    def close(self) -> bytes:
-        if not self.finished:
-            self.finished = True
-            self.error = ErrorInfo(502, ENDED_EARLY, "api_error")
-        return b""
-
     def render_error(self, info: ErrorInfo) -> bytes:
         return self._render_stream_error(info)
 
 
-class TranslatedRelay:
-    """An upstream stream in one format rendered for a client of another."""
+class TranslatedRelay(RelayProgress):
+    """An upstream stream in one format rendered for a client of another; its parser reports
+    an early end as a ``StreamError``."""
 
     def __init__(
         self, client: FormatName, upstream: FormatName, request: ChatRequest | None
     ) -> None:
+        super().__init__()
         self._parser = _package(upstream).StreamParser()
         self._renderer = _package(client).StreamRenderer(request)
-        self.usage: Usage | None = None
-        self.produced = 0
-        self.finished = False
-        self.error: ErrorInfo | None = None
 
     def feed(self, data: bytes) -> bytes:
         if self.finished:
@@ -145,7 +134,7 @@ class TranslatedRelay:
         out = b""
         for event in events:
             if isinstance(event, StreamError):
-                self.error, self.finished = event.error, True
+                self.stop(event.error)
                 return out
             if isinstance(event, _OUTPUT_EVENTS):
                 self.produced += 1

@@ -18,9 +18,9 @@ from gateway.formats.errors import ErrorInfo, FormatError
 from gateway.formats.internal import Usage
 from gateway.formats.openai_errors import parse_error, render_stream_error
 from gateway.formats.openai_usage import parse_openai_usage
+from gateway.formats.relay_progress import RelayProgress
 
 DONE = b"data: [DONE]\n\n"
-ENDED_EARLY = "the upstream stream ended early"
 # Delta fields that carry generated output.
 OUTPUT_DELTA_FIELDS = ("content", "tool_calls", "function_call", "refusal", "reasoning_content")
 
@@ -56,15 +56,12 @@ def produced_pieces(chunk: Any) -> int:
     return count
 
 
-class ChatRelay:
+class ChatRelay(RelayProgress):
     """Feed each SSE ``data`` payload; the bytes returned go to the client."""
 
     def __init__(self, include_usage: bool | None) -> None:
+        super().__init__()
         self.include_usage = include_usage is True
-        self.usage: Usage | None = None
-        self.produced = 0
-        self.finished = False
-        self.error: ErrorInfo | None = None
 
     def feed(self, data: bytes) -> bytes:
         if self.finished:
@@ -78,7 +75,7 @@ class ChatRelay:
             chunk = None
         if isinstance(chunk, dict):
             if "error" in chunk and "choices" not in chunk:
-                self.error, self.finished = parse_error(None, chunk), True
+                self.stop(parse_error(None, chunk))
                 return b""
             self.produced += produced_pieces(chunk)
             usage = chunk.get("usage")
@@ -87,12 +84,6 @@ class ChatRelay:
                 if not self.include_usage and not chunk.get("choices"):
                     return b""  # the usage-only chunk the client did not ask for
         return b"data: " + data + b"\n\n"
-
-    def close(self) -> bytes:
-        if not self.finished:
-            self.finished = True
-            self.error = ErrorInfo(502, ENDED_EARLY, "api_error")
-        return b""
 
     def render_error(self, info: ErrorInfo) -> bytes:
         return render_stream_error(info)
