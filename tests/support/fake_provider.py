@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from chat_answers import chat_chunk, chat_completion
 from loopback import BackgroundLoop, LoopbackServer
 
 PROMPT_TOKENS = 10
@@ -127,24 +128,10 @@ class FakeProvider(LoopbackServer):
             await asyncio.sleep(step.arg)
         if stream:
             return await self._stream(request, body, model, cut=step.kind == "cut")
-        return web.json_response(self._answer(model))
-
-    def _answer(self, model: str) -> dict[str, Any]:
-        return {
-            "id": f"chatcmpl-{self.name}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": f"served by {self.name}"},
-                    "logprobs": None,
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": _usage(),
-        }
+        answer = chat_completion(
+            self.name, model, f"served by {self.name}", _usage(), created=int(time.time())
+        )
+        return web.json_response(answer)
 
     async def _stream(
         self, request: web.Request, body: dict[str, Any], model: str, *, cut: bool = False
@@ -155,14 +142,7 @@ class FakeProvider(LoopbackServer):
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
         def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            return {
-                "id": f"chatcmpl-{self.name}",
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
-                "choices": [choice],
-            }
+            return chat_chunk(self.name, model, delta, finish, created=created)
 
         events = [
             chunk({"role": "assistant", "content": "served"}, None),
