@@ -65,6 +65,8 @@ class ChatRelay:
         self.produced = 0
         self.finished = False
         self.error: ErrorInfo | None = None
+        # The usage-only chunk last held back from the client (the response cache keeps it).
+        self.withheld: bytes | None = None
 
     def feed(self, data: bytes) -> bytes:
         if self.finished:
@@ -85,6 +87,7 @@ class ChatRelay:
             if isinstance(usage, dict):
                 self.usage = chat_usage(usage) or self.usage
                 if not self.include_usage and not chunk.get("choices"):
+                    self.withheld = b"data: " + data + b"\n\n"
                     return b""  # the usage-only chunk the client did not ask for
         return b"data: " + data + b"\n\n"
 
