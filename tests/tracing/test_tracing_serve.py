@@ -1,0 +1,158 @@
+"""Traces of real requests: ``switchyard serve`` with OTEL_EXPORTER_OTLP_ENDPOINT pointed at the
+loopback OTLP/HTTP receiver, two loopback upstreams (the first fails, so retries and the
+fallback each get a span), the openai SDK as the client, sending its own ``traceparent``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from fake_provider import FakeProvider, FakeProviderFleet, Step
+from gateway_runner import GatewayProcess
+from otlp_receiver import OtlpReceiver, ReceivedSpan
+
+POLICY = """
+providers:
+  alpha:
+    base_url: {alpha}
+  beta:
+    base_url: {beta}
+models:
+  first:
+    provider: alpha
+    upstream_model: alpha-large
+  second:
+    provider: beta
+    upstream_model: beta-small
+tasks:
+  chat:
+    candidates: [first, second]
+    cache: {{ttl_s: 60}}
+default_task: chat
+"""
+SECRET_QUESTION = "the launch code is swordfish"
+CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CLIENT_SPAN = "00f067aa0ba902b7"
+SERVER, CLIENT, INTERNAL = 2, 3, 1  # opentelemetry.proto SpanKind
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Iterator[FakeProviderFleet]:
+    with FakeProviderFleet("alpha", "beta") as providers:
+        yield providers
+
+
+@pytest.fixture(scope="module")
+def traced(
+    tmp_path_factory: pytest.TempPathFactory,
+    fleet: FakeProviderFleet,
+    session_receiver: OtlpReceiver,
+) -> Iterator[GatewayProcess]:
+    root = tmp_path_factory.mktemp("traced")
+    policy = root / "routing_rules.yaml"
+    policy.write_text(POLICY.format(alpha=fleet["alpha"].base_url, beta=fleet["beta"].base_url))
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": session_receiver.endpoint,
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+        "OTEL_SERVICE_NAME": "switchyard-under-test",
+    }
+    settings = {"upstream_max_tries": 2, "upstream_backoff_initial_s": 0.01}
+    with GatewayProcess(root / "data", policy, env=env, **settings) as gateway:
+        yield gateway
+
+
+def by_name(spans: list[ReceivedSpan], name: str) -> ReceivedSpan:
+    found = [span for span in spans if span.name == name]
+    assert len(found) == 1, [span.name for span in spans]
+    return found[0]
+
+
+def test_a_request_with_retries_and_a_fallback_is_one_trace(
+    traced: GatewayProcess, fleet: FakeProviderFleet, receiver: OtlpReceiver
+) -> None:
+    alpha: FakeProvider = fleet["alpha"]
+    alpha.play(Step("status", 500), Step("status", 503))
+    _, key = traced.create_key(name="traced", team="search")
+    client = openai.OpenAI(base_url=traced.v1, api_key=key, max_retries=0)
+    answer = client.chat.completions.with_raw_response.create(
+        model="auto",
+        messages=[{"role": "user", "content": SECRET_QUESTION}],
+        temperature=0,
+        max_tokens=20,
+        extra_headers={"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"},
+    )
+    assert answer.headers["x-switchyard-model"] == "second"
+    spans = receiver.wait_for_spans(8)
+    assert {span.trace_id for span in spans} == {CLIENT_TRACE}  # the client's trace, honoured
+
+    server = next(span for span in spans if span.kind == SERVER)
+    assert server.parent_span_id == CLIENT_SPAN
+    assert server.name == "chat auto"
+    assert server.resource["service.name"] == "switchyard-under-test"
+    attributes = server.attributes
+    assert attributes["gen_ai.operation.name"] == "chat"
+    assert attributes["gen_ai.request.model"] == "auto"
+    assert attributes["gen_ai.request.temperature"] == 0
+    assert attributes["gen_ai.request.max_tokens"] == 20
+    assert attributes["gen_ai.response.model"] == "second"
+    assert attributes["gen_ai.usage.input_tokens"] == 10
+    assert attributes["gen_ai.usage.output_tokens"] == 5
+    assert attributes["http.response.status_code"] == 200
+    assert attributes["switchyard.cache"] == "miss"
+
+    children = [span for span in spans if span is not server]
+    assert all(span.parent_span_id == server.span_id for span in children)
+    for stage in ("authenticate", "limits", "cache", "usage_record"):
+        assert by_name(children, stage).kind == INTERNAL
+    tries = sorted(
+        (span for span in children if span.kind == CLIENT),
+        key=lambda span: span.attributes["switchyard.attempt"],
+    )
+    seen = [
+        (
+            span.attributes["switchyard.attempt"],
+            span.attributes["gen_ai.provider.name"],
+            span.attributes["gen_ai.request.model"],
+            span.attributes["switchyard.attempt.outcome"],
+            span.attributes.get("error.type"),
+        )
+        for span in tries
+    ]
+    assert seen == [  # the upstream's 5xx, as the gateway saw it
+        (1, "alpha", "alpha-large", "failed", "status"),
+        (2, "alpha", "alpha-large", "failed", "status"),
+        (3, "beta", "beta-small", "ok", None),
+    ]
+    assert tries[0].status_code == 2 and tries[2].status_code != 2
+    # Each try told its upstream its own span as the parent.
+    upstream_parents = [hit.traceparent for hit in alpha.hits + fleet["beta"].hits]
+    assert upstream_parents == [f"00-{CLIENT_TRACE}-{span.span_id}-01" for span in tries]
+    # No prompt text and no key leaves the gateway unless prompt capture is on.
+    exported = b"".join(receiver.bodies)
+    assert SECRET_QUESTION.encode() not in exported
+    assert key.encode() not in exported
+    fleet.reset()
+
+
+def test_a_cache_hit_is_a_trace_without_upstream_tries(
+    traced: GatewayProcess, fleet: FakeProviderFleet, receiver: OtlpReceiver
+) -> None:
+    _, key = traced.create_key(name="hits", team="hits")
+    client = openai.OpenAI(base_url=traced.v1, api_key=key, max_retries=0)
+    question: Any = [{"role": "user", "content": "cache me"}]
+    client.chat.completions.create(model="auto", messages=question, temperature=0)
+    with traced.admin() as admin:
+        from polling import wait_for
+
+        wait_for(lambda: admin.get("/admin/cache", params={"team": "hits"}).json()["store"])
+    receiver.clear()
+    client.chat.completions.create(model="auto", messages=question, temperature=0)
+    spans = receiver.wait_for_spans(5)
+    server = next(span for span in spans if span.kind == SERVER)
+    assert server.attributes["switchyard.cache"] == "hit"
+    assert by_name(spans, "cache").attributes["switchyard.cache"] == "hit"
+    assert not [span for span in spans if span.kind == CLIENT]
+    assert fleet["alpha"].hit_count() == 1
+    fleet.reset()
