@@ -231,6 +231,11 @@ class StreamKeeper:
         if out:
             self._recorder.add(out)
 
+    def incomplete(self) -> None:
+        """The stream broke or its client left: nothing is stored."""
+        cached = self._cached
+        self._call.services.cache.note(cached.scope, "skip_incomplete", cached.policy)
+
     def keep(self, served: Candidate, usage: Usage | None) -> None:
         call, cached = self._call, self._cached
         if not _may_store(call, cached):

@@ -19,6 +19,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
@@ -263,6 +264,8 @@ def answered(call: V1Call, plan: RoutePlan, result: DispatchResult[Served], door
     answer = result.value.answer
     assert answer is not None
     call.outcome.usage = answer.usage if door.metered else NOTHING
+    if call.services.tracing.enabled and door.format == "openai_chat":
+        call.trace.observe_response(_json_or_none(answer.body))
     return Response(
         answer.body, status_code=200, headers=call.headers, media_type=result.value.reply_type
     )
@@ -354,6 +357,8 @@ async def _stream(
     relay = exchange.relay(result.value.target)
     client = exchange.door.format
     keeper = StreamKeeper(call, cached) if cached is not None else None
+    # Tracing on: the span reads the chunks' ids, finish reasons (and text, when captured).
+    observe = services.tracing.enabled and result.value.target == "openai_chat"
 
     async def body() -> AsyncGenerator[bytes, None]:
         error: str | None = None
@@ -367,6 +372,8 @@ async def _stream(
                         ttft_s = time.perf_counter() - outcome.started
                         books.ttft_ms = int(ttft_s * 1000)
                         services.metrics.ttft.labels(served.model).observe(ttft_s)
+                    if observe and data != b"[DONE]":
+                        call.trace.observe_chunk(_json_or_none(data))
                     out = relay.feed(data)
                     if keeper is not None:
                         keeper.add(relay, out)
@@ -404,6 +411,8 @@ async def _stream(
             # slot given back (no verdict when the client went away), then the request's end.
             _meter(call, relay, exchange.door.metered)
             end_stream_try(call.held_try, outcome.status)
+            if keeper is not None and outcome.status != 200:
+                keeper.incomplete()
             upstream.close()
             result.release()
             recorded = call.end(error)
@@ -416,6 +425,13 @@ async def _stream(
     )
     call.streaming = True
     return response
+
+
+def _json_or_none(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
 
 
 def _meter(call: V1Call, relay: StreamRelay, metered: bool) -> None:

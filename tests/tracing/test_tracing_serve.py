@@ -96,7 +96,10 @@ def test_a_request_with_retries_and_a_fallback_is_one_trace(
     assert attributes["gen_ai.request.model"] == "auto"
     assert attributes["gen_ai.request.temperature"] == 0
     assert attributes["gen_ai.request.max_tokens"] == 20
-    assert attributes["gen_ai.response.model"] == "second"
+    assert attributes["gen_ai.response.model"] == "beta-small"  # as the upstream said
+    assert attributes["gen_ai.response.id"] == "chatcmpl-beta"
+    assert attributes["gen_ai.response.finish_reasons"] == ["stop"]
+    assert attributes["switchyard.model"] == "second"
     assert attributes["gen_ai.usage.input_tokens"] == 10
     assert attributes["gen_ai.usage.output_tokens"] == 5
     assert attributes["http.response.status_code"] == 200
@@ -155,4 +158,25 @@ def test_a_cache_hit_is_a_trace_without_upstream_tries(
     assert by_name(spans, "cache").attributes["switchyard.cache"] == "hit"
     assert not [span for span in spans if span.kind == CLIENT]
     assert fleet["alpha"].hit_count() == 1
+    fleet.reset()
+
+
+def test_a_stream_span_ends_with_the_stream(
+    traced: GatewayProcess, fleet: FakeProviderFleet, receiver: OtlpReceiver
+) -> None:
+    _, key = traced.create_key(name="streams")
+    client = openai.OpenAI(base_url=traced.v1, api_key=key, max_retries=0)
+    chunks = client.chat.completions.create(
+        model="second", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == "served by beta"
+    spans = receiver.wait_for_spans(5)
+    server = next(span for span in spans if span.kind == SERVER)
+    (attempt,) = [span for span in spans if span.kind == CLIENT]
+    assert server.attributes["gen_ai.request.stream"] is True
+    assert server.attributes["gen_ai.response.finish_reasons"] == ["stop"]
+    assert server.attributes["gen_ai.usage.output_tokens"] == 5
+    assert server.attributes["switchyard.cache"] == "bypass"  # the model has no cache: block
+    assert attempt.attributes["switchyard.attempt.outcome"] == "ok"
+    assert attempt.end_ns <= server.end_ns
     fleet.reset()
