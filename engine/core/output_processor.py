@@ -47,6 +47,8 @@ class StreamOutput:
     num_prompt_tokens: int
     num_output_tokens: int  # cumulative for this index
     finished: bool  # the whole request is done (set on its very last output)
+    step_time: float | None = None  # when the step's tokens reached the host (time.monotonic)
+    scheduled_at: float | None = None  # on a sample's first output: when its prefill began
 
 
 @dataclass
@@ -155,7 +157,8 @@ def process_step(
         entry = None if logprobs is None else logprobs[position]
         if entry is not None:
             sample.logprobs.append(entry)
-        if sample.last_time is None:
+        first = sample.last_time is None
+        if first:
             first_token.append(now - state.arrival_time)
         else:
             inter_token.append(now - sample.last_time)
@@ -185,6 +188,8 @@ def process_step(
             state.num_prompt_tokens,
             len(sample.token_ids),
             False,
+            now,
+            seq.scheduled_at if first else None,
         )
         if params.n == 1:
             output.finished = reason is not None

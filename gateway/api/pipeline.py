@@ -46,7 +46,7 @@ from gateway.formats.internal import FormatName
 from gateway.formats.relay import StreamRelay
 from gateway.metering.accounting import Accounting
 from gateway.metering.gate import Usage
-from gateway.providers.base import Provider, UpstreamStream
+from gateway.providers.base import PhasedStream, Provider, UpstreamStream
 from gateway.providers.forwarding import forwarded_headers
 from gateway.redact import redact
 from gateway.routing.dispatch import AttemptRecord, DispatchResult
@@ -309,6 +309,8 @@ def _json_attempt(call: V1Call, exchange: Exchange) -> Callable[[Candidate], Awa
             reply = await provider.post_json(
                 path, body, headers=upstream.headers, client_gone=receive
             )
+            if reply.phases is not None:
+                tried.engine_phases(reply.phases)
             served = Served(
                 answer=exchange.answer(target, reply, candidate.provider), target=target
             )
@@ -410,6 +412,8 @@ async def _stream(
             # However it ends (done, cut, or the client gone): upstream closed, the provider
             # slot given back (no verdict when the client went away), then the request's end.
             _meter(call, relay, exchange.door.metered)
+            if services.tracing.enabled and isinstance(upstream, PhasedStream):
+                call.held_try.engine_phases(upstream.phases())
             end_stream_try(call.held_try, outcome.status)
             if keeper is not None and outcome.status != 200:
                 keeper.incomplete()
