@@ -145,6 +145,7 @@ class UpstreamError(GatewayError):
         provider: str | None = None,
         upstream_body: dict[str, Any] | None = None,
         final: bool = False,
+        upstream_status: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(message, **kwargs)
@@ -158,6 +159,9 @@ class UpstreamError(GatewayError):
         self.kind = kind  # connect | timeout | status | protocol
         self.provider = provider
         self.upstream_body = upstream_body
+        # The HTTP status the upstream answered with (None: no answer), as opposed to
+        # ``status``, what the client gets; a fleet fails over on a replica's 503.
+        self.upstream_status = upstream_status
 
     def body(self) -> dict[str, Any]:
         # An upstream 4xx is passed through with its own message, type and code.

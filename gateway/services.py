@@ -33,6 +33,7 @@ from gateway.metering.spool import Spool
 from gateway.metrics import Metrics
 from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.azure_openai import AzureOpenAIProvider
+from gateway.providers.fleet_host import FleetHost
 from gateway.providers.http_upstream import UpstreamSettings
 from gateway.providers.local_host import LocalEngineHost
 from gateway.providers.openai_compat import OpenAICompatProvider
@@ -86,6 +87,8 @@ class Services:
     log: Any
     # The in-process engine behind a `kind: local` provider (idle when the policy has none).
     local_engine: LocalEngineHost
+    # The policy's `kind: engine_fleet` providers (replica discovery, scrapes, picks).
+    fleets: FleetHost
     # Answers of the policy's `cache:` models and tasks (cache.md).
     cache: ResponseCache
     # Spans of /v1 requests; shared no-ops unless OTEL_* variables turn it on (tracing.md).
@@ -118,12 +121,14 @@ def build_services(
         tracing = build_tracing(capture_prompts=settings.trace_capture_prompts)
     except TracingConfigError as exc:
         raise SettingsError(str(exc)) from None
+    fleets = FleetHost(upstream, metrics, log)
     providers = ProviderRegistry(
         {
             "openai_compatible": lambda name, config: OpenAICompatProvider(name, config, upstream),
             "azure_openai": lambda name, config: AzureOpenAIProvider(name, config, upstream),
             "anthropic": lambda name, config: AnthropicProvider(name, config, upstream),
             "local": local_engine.provider_for,
+            "engine_fleet": fleets.provider_for,
         }
     )
     return Services(
@@ -154,6 +159,7 @@ def build_services(
         local_engine=local_engine,
         cache=ResponseCache(redis),
         tracing=tracing,
+        fleets=fleets,
     )
 
 
@@ -183,7 +189,7 @@ async def running_services(
 
 def _parts(services: Services, pepper: bytes) -> list[Part]:
     """The start order; stopping runs it backwards (the settle batch drains before the ledger
-    stops, the engine stops after the providers, Redis closes last)."""
+    stops, the engine and the fleets stop after the providers, Redis closes last)."""
     redis = _RedisWatch(services, pepper)
     parts = []
     if services.embedded_redis is not None:
@@ -195,6 +201,7 @@ def _parts(services: Services, pepper: bytes) -> list[Part]:
         Part(
             "local engine", start=lambda: engine.start(policies.policy_or_none()), stop=engine.stop
         ),
+        Part("fleets", start=lambda: services.fleets.start(policies), stop=services.fleets.stop),
         Part("providers", stop=services.providers.close),
         Part("policy watch", start=_now(policies.start_watching), stop=policies.stop),
         Part("releases", stop=services.accountant.wait_background),

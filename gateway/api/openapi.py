@@ -1,7 +1,8 @@
 """``GET /openapi.json``: an OpenAPI 3.1 description of every endpoint, /v1 and /admin.
 
 Paths, methods, parameters, request bodies and responses are written here next to each
-other; the schemas live in ``openapi_schemas``. Every error is OpenAI's envelope (``Error``).
+other; the schemas live in ``openapi_schemas``, and the front doors beside Chat Completions in
+``openapi_doors``. Errors are OpenAI's envelope (``Error``), Anthropic's on /v1/messages.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.api.http import json_response
+from gateway.api.openapi_doors import DOOR_SCHEMAS, door_paths
 from gateway.api.openapi_schemas import GROUP_BYS, MAX_EVENTS_LIMIT, SCHEMAS, STRING, ref
 from gateway.services import Services
 
@@ -148,6 +150,7 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                 | _errors(401, 503),
             }
         },
+        **door_paths(),
         "/v1/usage": {
             "get": {
                 "summary": "The calling key's own usage over the last days",
@@ -320,14 +323,21 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
         "info": {
             "title": "Switchyard",
             "version": version,
-            "description": "OpenAI-compatible LLM gateway: /v1 for applications (API key), "
-            "/admin for operators (admin key). Errors use OpenAI's envelope.",
+            "description": "LLM gateway: /v1 for applications (API key: OpenAI's and "
+            "Anthropic's APIs), /admin for operators (admin key). Errors use OpenAI's envelope, "
+            "and Anthropic's on /v1/messages.",
         },
         "paths": paths,
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": SCHEMAS | DOOR_SCHEMAS,
             "securitySchemes": {
                 "apiKey": {"type": "http", "scheme": "bearer", "description": "sk-sy-... key"},
+                "anthropicKey": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "x-api-key",
+                    "description": "the same sk-sy-... key, as Anthropic's SDKs send it",
+                },
                 "adminKey": {"type": "http", "scheme": "bearer", "description": "the admin key"},
             },
         },

@@ -69,6 +69,7 @@ class Served:
     stream: UpstreamStream | None = None
     target: FormatName = "openai_chat"
     reply_type: str = JSON
+    route_note: str | None = None  # which replica of a fleet served, and why
 
 
 def allowed_models(principal: Principal, policy: Policy) -> frozenset[str] | None:
@@ -80,9 +81,14 @@ def allowed_models(principal: Principal, policy: Policy) -> frozenset[str] | Non
 
 
 def route_headers(
-    plan: RoutePlan, served: Candidate, attempts: list[AttemptRecord] | None = None
+    plan: RoutePlan,
+    served: Candidate,
+    attempts: list[AttemptRecord] | None = None,
+    route_note: str | None = None,
 ) -> dict[str, str]:
     route = plan.header_value(served)
+    if route_note:  # which replica of a fleet served, and why
+        route += "; " + "".join(c if " " <= c <= "~" else "?" for c in route_note[:200])
     for record in attempts or ():  # a candidate passed over (not loaded, too long): why
         if record.outcome == "skipped" and record.kind in ("unavailable", "context_window"):
             why = "".join(c if " " <= c <= "~" else "?" for c in redact(record.detail, limit=160))
@@ -251,7 +257,7 @@ def note_served(call: V1Call, plan: RoutePlan, result: DispatchResult[Any]) -> C
     books.served_model, books.served_provider = served.model, served.provider
     books.attempts = len(result.attempts)
     call.outcome.note_dispatch(services, plan, result.attempts, served)
-    call.headers.update(route_headers(plan, served, result.attempts))
+    call.headers.update(route_headers(plan, served, result.attempts, result.value.route_note))
     upstream_s = sum(attempt.duration_s for attempt in result.attempts)
     elapsed = time.perf_counter() - call.outcome.started
     services.metrics.overhead.labels(call.route).observe(max(elapsed - upstream_s, 0.0))
@@ -311,9 +317,8 @@ def _json_attempt(call: V1Call, exchange: Exchange) -> Callable[[Candidate], Awa
             )
             if reply.phases is not None:
                 tried.engine_phases(reply.phases)
-            served = Served(
-                answer=exchange.answer(target, reply, candidate.provider), target=target
-            )
+            answer = exchange.answer(target, reply, candidate.provider)
+            served = Served(answer=answer, target=target, route_note=reply.route_note)
         except BaseException as exc:
             end_try(tried, exc)
             raise
@@ -348,7 +353,7 @@ async def _stream(
             end_try(tried, exc)
             raise
         call.held_try = tried
-        return Served(stream=stream, target=target)
+        return Served(stream=stream, target=target, route_note=stream.route_note)
 
     result = await services.dispatcher.run(plan, attempt, hold=True)
     served = note_served(call, plan, result)

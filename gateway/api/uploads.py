@@ -100,7 +100,11 @@ async def handle_speech(request: Request, services: Services, door: Door) -> Res
                 content_length=len(sent),
                 headers=upstream.headers,
             )
-            return Served(answer=reply_answer(reply), reply_type=reply.content_type)
+            return Served(
+                answer=reply_answer(reply),
+                reply_type=reply.content_type,
+                route_note=reply.route_note,
+            )
 
         result = await call.services.dispatcher.run(plan, attempt)
         return answered(call, plan, result, door)
@@ -186,7 +190,9 @@ def _upload_attempt(
             if isinstance(exc, UpstreamError) and upload.started:
                 exc.retryable, exc.final = False, True  # the file went (partly) to this one
             raise
-        return Served(answer=reply_answer(reply), reply_type=reply.content_type)
+        return Served(
+            answer=reply_answer(reply), reply_type=reply.content_type, route_note=reply.route_note
+        )
 
     return attempt
 

@@ -45,10 +45,10 @@ class AzureOpenAIProvider(HttpProvider):
     def deployment(self, model: str) -> str:
         return self.deployments.get(model, model)
 
-    def url(self, path: str, model: str) -> str:
+    def url(self, base_url: str, path: str, model: str) -> str:
         deployment = quote(self.deployment(model), safe="")
         version = quote(self.api_version, safe="")
-        return f"{self.base_url}/openai/deployments/{deployment}{path}?api-version={version}"
+        return f"{base_url}/openai/deployments/{deployment}{path}?api-version={version}"
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         return {"api-key": api_key} if api_key else {}

@@ -15,7 +15,9 @@ is an ``UpstreamError`` with kind ``unsupported`` (the dispatcher moves on). ``h
 the client's headers that may go upstream (already filtered: request id, trace context, the
 provider's allow-list); the provider's own headers win over them. ``unavailable()`` says,
 before any call, why it cannot take a request now (``None``: it can); ``spill`` marks a
-provider that is only busy, which the dispatcher tries again after the other candidates.
+provider that is only busy, which the dispatcher tries again after the other candidates. A
+provider that chose among replicas says which one and why in ``route_note`` (on the response
+or the stream); the request path appends it to ``x-switchyard-route``.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class UpstreamResponse:
     status: int
     body: bytes
     data: dict[str, Any]
+    route_note: str | None = None  # e.g. "replica=10.0.0.5:8000 (affinity)" (a fleet's pick)
     # The local engine's queue, prefill and decode (for the try's trace span); None elsewhere.
     phases: EnginePhases | None = None
 
@@ -54,6 +57,7 @@ class RawReply:
     status: int
     body: bytes
     content_type: str
+    route_note: str | None = None  # as ``UpstreamResponse.route_note``
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,8 @@ class Unavailable:
 
 
 class UpstreamStream(Protocol):
+    route_note: str | None  # as ``UpstreamResponse.route_note``; None for a single upstream
+
     def events(self) -> AsyncIterator[bytes]:
         """Each event's data, ``[DONE]`` included; raises ``UpstreamError`` if cut short."""
         ...

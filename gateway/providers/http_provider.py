@@ -1,7 +1,9 @@
 """A provider over HTTP, written once: ``HttpProvider`` does the calls through ``HttpUpstream``;
 each kind (``openai_compat``, ``azure_openai``, ``anthropic``) only says where an operation
 goes (``url``), which operations it offers (``serves``) and how it authenticates
-(``auth_headers``).
+(``auth_headers``). The ``*_to`` calls send to another base URL with the same session, headers,
+caps and error mapping: an engine fleet (``fleet_provider``) sends each request to the replica
+it picked through one ``OpenAICompatProvider``.
 
 Headers of a call: the client's forwarded ones (already filtered by the caller), then the
 policy's ``headers`` for this provider, then its credentials: the provider's own win. Every key
@@ -68,8 +70,8 @@ class HttpProvider:
 
     # -- what a kind says -----------------------------------------------------------------
 
-    def url(self, path: str, model: str) -> str:
-        return self.base_url + path
+    def url(self, base_url: str, path: str, model: str) -> str:
+        return base_url + path
 
     def serves(self, path: str) -> bool:
         return True
@@ -101,14 +103,12 @@ class HttpProvider:
         client_gone: ClientGone | None = None,
     ) -> UpstreamResponse:
         """``client_gone`` is not listened to: the HTTP call ends when the client's does."""
-        url = self._url(path, body.get("model"))
-        return await self.http.post_json(url, orjson.dumps(body), self._headers(headers))
+        return await self.post_json_to(self.base_url, path, body, headers=headers)
 
     async def open_stream(
         self, path: str, body: dict[str, Any], *, headers: Headers | None = None
     ) -> SseStream:
-        url = self._url(path, body.get("model"))
-        return await self.http.open_stream(url, orjson.dumps(body), self._headers(headers))
+        return await self.open_stream_to(self.base_url, path, body, headers=headers)
 
     async def forward(
         self,
@@ -120,15 +120,50 @@ class HttpProvider:
         content_length: int | None = None,
         headers: Headers | None = None,
     ) -> RawReply:
+        return await self.forward_to(
+            self.base_url,
+            path,
+            body,
+            model=model,
+            content_type=content_type,
+            content_length=content_length,
+            headers=headers,
+        )
+
+    # -- the same calls to another base URL (a fleet's replica) ---------------------------
+
+    async def post_json_to(
+        self, base_url: str, path: str, body: dict[str, Any], *, headers: Headers | None = None
+    ) -> UpstreamResponse:
+        url = self._url(base_url, path, body.get("model"))
+        return await self.http.post_json(url, orjson.dumps(body), self._headers(headers))
+
+    async def open_stream_to(
+        self, base_url: str, path: str, body: dict[str, Any], *, headers: Headers | None = None
+    ) -> SseStream:
+        url = self._url(base_url, path, body.get("model"))
+        return await self.http.open_stream(url, orjson.dumps(body), self._headers(headers))
+
+    async def forward_to(
+        self,
+        base_url: str,
+        path: str,
+        body: bytes | AsyncIterable[bytes],
+        *,
+        model: str,
+        content_type: str,
+        content_length: int | None = None,
+        headers: Headers | None = None,
+    ) -> RawReply:
         outbound = {**self._headers(headers), "content-type": content_type}
         if content_length is not None:
             outbound["content-length"] = str(content_length)  # else: chunked
-        return await self.http.forward(self._url(path, model), body, outbound)
+        return await self.http.forward(self._url(base_url, path, model), body, outbound)
 
-    def _url(self, path: str, model: Any) -> str:
+    def _url(self, base_url: str, path: str, model: Any) -> str:
         if not self.serves(path):
             raise unsupported(self.name, path, f"a {self.config.kind} provider")
-        return self.url(path, model if isinstance(model, str) else "")
+        return self.url(base_url, path, model if isinstance(model, str) else "")
 
     def _headers(self, forwarded: Headers | None) -> dict[str, str]:
         if not forwarded:

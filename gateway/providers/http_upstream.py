@@ -17,8 +17,10 @@ aiohttp was chosen by measurement on this box (one client, keep-alive, small JSO
 aiohttp.ClientSession ~1,560 / 2,390 req/s at concurrency 1 / 64, plain httpx.AsyncClient
 ~440 / 150, httpx over aiohttp ~600 / 1,000.
 
-Failures are ``UpstreamError`` (502, or the upstream's own 4xx) and ``UpstreamTimeout`` (504),
-never a bare exception. What an upstream says is never relayed as is: an upstream 401/403 (it
+Failures are ``UpstreamError`` (502, or the upstream's own 4xx; ``upstream_status`` keeps
+what the upstream answered) and ``UpstreamTimeout`` (504), never a bare exception; a timeout or
+a connect error keeps its aiohttp cause (``__cause__``), so a fleet can tell a replica that is
+gone from a slow answer. What an upstream says is never relayed as is: an upstream 401/403 (it
 refused *our* credentials) is a 502 ``upstream_auth_failed`` naming the provider; an error body
 is read with the provider's wire format (``read_error``: a format's ``parse_error``, which also
 recognises ``context_length_exceeded`` and ``content_filter``), and its text is cut short and
@@ -231,8 +233,8 @@ class HttpUpstream:
                     except _TooLarge:
                         response.close()  # the rest is never read
                         raise self._too_large("a response", cap) from None
-        except (TimeoutError, aiohttp.ServerTimeoutError):
-            raise self.timeout_error() from None
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            raise self.timeout_error() from exc
         except (*_CONNECT_ERRORS, aiohttp.ClientError) as exc:
             raise self.connect_error(exc) from exc
         if status >= 400:
@@ -243,8 +245,8 @@ class HttpUpstream:
         """Send the request and check the status; the caller then reads ``events()``."""
         try:
             response = await self._client().post(url, data=body, headers=dict(headers))
-        except (TimeoutError, aiohttp.ServerTimeoutError):
-            raise self.timeout_error() from None
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            raise self.timeout_error() from exc
         except (*_CONNECT_ERRORS, aiohttp.ClientError) as exc:
             raise self.connect_error(exc) from exc
         if response.status >= 400:
@@ -298,6 +300,7 @@ class HttpUpstream:
                 kind="auth",
                 provider=provider,
                 code="upstream_auth_failed",
+                upstream_status=status,
             )
         info = self.read_error(status, body)
         if not isinstance(error_member(body), dict):
@@ -314,6 +317,7 @@ class HttpUpstream:
                 retry_after_s=retry_after_seconds(retry_after),
                 kind="status",
                 provider=provider,
+                upstream_status=status,
                 code=_short(info.code, secrets),
                 upstream_body={
                     "error": {
@@ -333,6 +337,7 @@ class HttpUpstream:
             retry_after_s=retry_after_seconds(retry_after),
             kind="status",
             provider=provider,
+            upstream_status=status,
         )
 
     def stream_error(self, info: ErrorInfo) -> UpstreamError:
@@ -349,6 +354,8 @@ class HttpUpstream:
 
 class SseStream:
     """Server-sent events from upstream, yielded one ``data`` payload at a time."""
+
+    route_note: str | None = None  # one upstream: nothing to add to x-switchyard-route
 
     def __init__(self, upstream: HttpUpstream, response: aiohttp.ClientResponse) -> None:
         self.upstream = upstream

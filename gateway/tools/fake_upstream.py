@@ -13,6 +13,9 @@ far cheaper than the gateway in front of it. The requested model name selects a 
 gateway exports there). Usage is ``prompt_tokens`` = 10 and ``completion_tokens`` =
   ``max_tokens`` (or 5), so tests can predict costs.
 
+It answers chat and text completions, embeddings, image generations, moderations and speech
+(a few audio bytes); any other path is a 404 in OpenAI's envelope.
+
 Run standalone with ``python -m gateway.tools.fake_upstream --port 9100``.
 """
 
@@ -170,10 +173,19 @@ class FakeUpstream:
             return await self._stream(writer, path, model, body)
         if model.startswith("break"):
             return False
-        writer.write(_json(200, self._answer(path, model, body)))
+        if path.endswith("/audio/speech"):
+            audio = b"ID3fake-audio"
+            writer.write(_head(200, "audio/mpeg", len(audio)) + audio)
+            return True
+        answer = self._answer(path, model, body)
+        if answer is None:
+            error = {"message": f"no route {path}", "type": "invalid_request_error"}
+            writer.write(_json(404, {"error": error}))
+            return True
+        writer.write(_json(200, answer))
         return True
 
-    def _answer(self, path: str, model: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _answer(self, path: str, model: str, body: dict[str, Any]) -> dict[str, Any] | None:
         created = int(time.time())
         if path.endswith("/chat/completions"):
             return {
@@ -216,7 +228,10 @@ class FakeUpstream:
             }
         if path.endswith("/images/generations"):
             return {"created": created, "data": [{"url": "https://example.invalid/fake.png"}]}
-        return {"error": {"message": f"no route {path}"}}
+        if path.endswith("/moderations"):
+            result = {"flagged": False, "categories": {}, "category_scores": {}}
+            return {"id": "modr-fake", "model": model, "results": [result]}
+        return None
 
     async def _stream(
         self, writer: asyncio.StreamWriter, path: str, model: str, body: dict[str, Any]

@@ -1,5 +1,5 @@
-"""A gateway in front of the native loopback upstreams (OpenAI, Azure OpenAI, Anthropic), for
-the front-door tests: one per module, with an API key."""
+"""A gateway in front of the native loopback upstreams (OpenAI, Azure OpenAI, Anthropic, an
+engine fleet), for the front-door tests: one per module, with an API key."""
 
 from __future__ import annotations
 
@@ -34,6 +34,10 @@ OPERATION_MODELS = """
   moderation:
     provider: openai
     upstream_model: omni-moderation-latest
+  fleet-whisper:
+    provider: fleet
+    upstream_model: whisper-large-v3
+    price: {input: 6, output: 6}
   azure-embed:
     provider: azure
     upstream_model: text-embedding-3-small

@@ -1,8 +1,8 @@
 """Every front door reaches every provider kind, and the usage report equals the upstreams' books.
 
 One gateway (uvicorn on a thread) in front of the native loopback upstreams (OpenAI with the
-Responses API, the same upstream as a chat-only provider, Azure OpenAI, Anthropic) and the
-in-process engine on a tiny random checkpoint. The official SDKs are the clients: the openai
+Responses API, the same upstream as a chat-only provider, Azure OpenAI, Anthropic, an engine
+fleet of one vLLM-like replica) and the in-process engine on a tiny random checkpoint. The official SDKs are the clients: the openai
 SDK for /v1/chat/completions and /v1/responses, the anthropic SDK for /v1/messages, each once
 answered whole and once streamed. Then the key's usage report (``GET /v1/usage``) and its
 usage events must equal what the upstreams themselves reported, to the token, cache reads and
@@ -29,6 +29,7 @@ SERVED = {
     "gpt-chat": "openai says: hello",
     "azure-gpt": "azure says: hello",
     "claude": "anthropic says: hello",
+    "fleet-llama": "engine says: hello",
     "tiny": None,
 }
 PROMPT = "hello"
@@ -124,6 +125,34 @@ def test_every_door_reaches_every_provider_kind(
         for seen in fleet["azure"].seen
     )
     assert {seen.path for seen in fleet["anthropic"].seen} == {"/v1/messages"}
+    # The fleet's replica gets Chat Completions (its only format), the request id with it.
+    engine = fleet["engine"].seen
+    assert {seen.path for seen in engine} == {"/v1/chat/completions"}
+    assert all(seen.headers.get("x-request-id") for seen in engine)
+
+
+def test_a_fleet_names_its_replica_whatever_the_door(
+    matrix: tuple[RunningGateway, NativeFleet, str, str],
+) -> None:
+    gateway, fleet, _, key = matrix
+    replica = fleet["engine"].replica.removeprefix("http://")
+    auth = {"Authorization": f"Bearer {key}"}
+    bodies = {
+        "/chat/completions": {"messages": [{"role": "user", "content": PROMPT}]},
+        "/messages": {"max_tokens": 8, "messages": [{"role": "user", "content": PROMPT}]},
+        "/responses": {"input": PROMPT},
+    }
+    for path, body in bodies.items():
+        for stream in (False, True):
+            reply = httpx.post(
+                gateway.v1 + path,
+                json={**body, "model": "fleet-llama", "stream": stream},
+                headers=auth,
+                timeout=30,
+            )
+            assert reply.status_code == 200, reply.text
+            route = reply.headers["x-switchyard-route"]
+            assert f"replica={replica}" in route, (path, stream, route)
 
 
 def _tokens(usage: Any) -> tuple[int, int]:
@@ -173,6 +202,7 @@ def test_the_usage_report_equals_the_upstreams_books(
         "gpt-chat": fleet["openai"].books().get("gpt-4o-mini", {}),
         "azure-gpt": fleet["azure"].books()["prod-gpt4o"],
         "claude": fleet["anthropic"].books()["claude-sonnet-4"],
+        "fleet-llama": fleet["engine"].books()["llama-3-8b"],
     }
     books["tiny"] = dict(
         zip(("requests", "prompt_tokens", "completion_tokens"), local, strict=True)

@@ -32,7 +32,7 @@ TOOLS = [
         },
     }
 ]
-MODELS = ("claude", "gpt", "azure-gpt")
+MODELS = ("claude", "gpt", "azure-gpt", "fleet-llama")
 
 
 def client(native: NativeGateway, **options: Any) -> anthropic.Anthropic:
@@ -122,6 +122,15 @@ def test_async_client_and_its_streams(native: NativeGateway) -> None:
                 texts.append(await stream.get_final_text())
             assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
             assert "content_block_delta" in kinds
+            async with sdk.messages.stream(
+                model=model,
+                max_tokens=100,
+                tools=TOOLS,
+                messages=[{"role": "user", "content": "Weather in Paris?"}],
+            ) as stream:
+                final = await stream.get_final_message()
+            assert final.stop_reason == "tool_use", model
+            assert final.content[-1].input == {"city": "Paris"}
         await sdk.close()
         return texts
 
@@ -133,6 +142,8 @@ def test_async_client_and_its_streams(native: NativeGateway) -> None:
         "openai says: hi",
         "azure says: hi",
         "azure says: hi",
+        "engine says: hi",
+        "engine says: hi",
     ]
 
 

@@ -1,7 +1,7 @@
 """``/v1/responses`` with the openai SDK's ``responses`` API (JSON and streaming, input items,
 function tools and their outputs), stateless, through a real gateway: untouched (``store:
-false``) to an upstream that serves the Responses API, translated to Chat Completions, Azure
-and Anthropic upstreams."""
+false``) to an upstream that serves the Responses API, translated to Chat Completions, Azure,
+Anthropic and engine-fleet upstreams."""
 
 from __future__ import annotations
 
@@ -23,8 +23,14 @@ TOOLS: list[Any] = [
         },
     }
 ]
-MODELS = ("gpt", "gpt-chat", "azure-gpt", "claude")
-NAMES = {"gpt": "openai", "gpt-chat": "openai", "azure-gpt": "azure", "claude": "anthropic"}
+MODELS = ("gpt", "gpt-chat", "azure-gpt", "claude", "fleet-llama")
+NAMES = {
+    "gpt": "openai",
+    "gpt-chat": "openai",
+    "azure-gpt": "azure",
+    "claude": "anthropic",
+    "fleet-llama": "engine",
+}
 
 
 def client(native: NativeGateway) -> openai.OpenAI:

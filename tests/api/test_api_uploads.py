@@ -44,6 +44,18 @@ def test_transcription_is_streamed_through_with_the_model_replaced(native: Nativ
     assert event["cost_nanos"] == 57 * 6000
 
 
+def test_an_upload_goes_to_the_replica_a_fleet_picks(native: NativeGateway) -> None:
+    raw = client(native).audio.transcriptions.with_raw_response.create(
+        model="fleet-whisper", file=("a.wav", io.BytesIO(AUDIO), "audio/wav")
+    )
+    assert raw.parse().text == f"engine heard {len(AUDIO)} bytes as whisper-large-v3"
+    replica = native.fleet["engine"].replica.removeprefix("http://")
+    assert f"replica={replica}" in raw.headers["x-switchyard-route"]
+    seen = native.fleet["engine"].seen[-1]
+    assert seen.path == "/v1/audio/transcriptions" and form_fields(seen)["file"] == AUDIO
+    assert last_event(native)["usage_source"] == "provider"
+
+
 def test_azure_deployment_serves_audio_and_embeddings(native: NativeGateway) -> None:
     reply = client(native).audio.translations.create(
         model="azure-whisper", file=("a.wav", io.BytesIO(AUDIO), "audio/wav")

@@ -139,7 +139,7 @@ async def test_azure_urls_name_the_deployment_and_the_api_version(
         deployments={"gpt-4o": "prod gpt/4o"},
     )
     provider = AzureOpenAIProvider("azure", config, SETTINGS)
-    assert provider.url("/chat/completions", "gpt-4o") == (
+    assert provider.url(provider.base_url, "/chat/completions", "gpt-4o") == (
         f"{fake.url}/openai/deployments/prod%20gpt%2F4o/chat/completions?api-version=2024-10-21"
     )
     try:

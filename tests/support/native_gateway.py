@@ -1,10 +1,11 @@
 """A gateway in front of the native upstreams (``native_upstreams``): one of each provider kind,
 the policy that routes to them, and the provider keys in the environment.
 
-``native_policy(fleet, local=...)`` writes a policy with models on OpenAI (which also serves the
-Responses API natively), on the same upstream as a chat-only provider (so Responses clients
-are translated), on Azure OpenAI (a deployment map), on Anthropic (prompt-caching prices) and,
-when asked, on the in-process engine with a tiny random checkpoint. ``PRICES`` are the prices
+``native_policy(fleet, checkpoint)`` writes a policy with models on OpenAI (which also serves
+the Responses API natively), on the same upstream as a chat-only provider (so Responses
+clients are translated), on Azure OpenAI (a deployment map), on Anthropic (prompt-caching
+prices), on an engine fleet of one vLLM-like replica (``kind: engine_fleet``) and, when given
+a checkpoint, on the in-process engine with a tiny random checkpoint. ``PRICES`` are the prices
 each model has there, for tests that compute costs from the upstreams' books.
 """
 
@@ -16,17 +17,19 @@ from typing import Any
 
 from gateway_runner import RunningGateway
 from native_anthropic import FakeAnthropic
-from native_openai import FakeAzure, FakeOpenAI
+from native_openai import FakeAzure, FakeEngineReplica, FakeOpenAI
 from native_upstreams import NativeFleet
 
 OPENAI_KEY = "sk-openai-upstream-0123456789"
 AZURE_KEY = "azure-key-0123456789abcdef"
 ANTHROPIC_KEY = "sk-ant-upstream-0123456789"
+ENGINE_KEY = "engine-replica-key-0123456789"
 AZURE_VERSION = "2024-10-21"
 KEY_ENV = {
     "SY_TEST_OPENAI_KEY": OPENAI_KEY,
     "SY_TEST_AZURE_KEY": AZURE_KEY,
     "SY_TEST_ANTHROPIC_KEY": ANTHROPIC_KEY,
+    "SY_TEST_ENGINE_KEY": ENGINE_KEY,
 }
 
 # USD per 1M tokens, exactly as in the policy below.
@@ -35,6 +38,7 @@ PRICES: dict[str, dict[str, float]] = {
     "gpt-chat": {"input": 0.15, "output": 0.6, "cached_input": 0.075},
     "azure-gpt": {"input": 2.5, "output": 10},
     "claude": {"input": 3, "output": 15, "cached_input": 0.3, "cache_write_input": 3.75},
+    "fleet-llama": {"input": 0.2, "output": 0.4},
     "tiny": {"input": 0.1, "output": 0.2},
 }
 
@@ -54,6 +58,7 @@ def native_fleet() -> NativeFleet:
         FakeOpenAI("openai", OPENAI_KEY),
         FakeAzure("azure", AZURE_KEY, AZURE_VERSION),
         FakeAnthropic("anthropic", ANTHROPIC_KEY),
+        FakeEngineReplica("engine", ENGINE_KEY),
     )
 
 
@@ -107,6 +112,11 @@ providers:
     base_url: {fleet["anthropic"].url}
     api_key_env: SY_TEST_ANTHROPIC_KEY
     forward_headers: [anthropic-beta]
+  fleet:
+    kind: engine_fleet
+    api_key_env: SY_TEST_ENGINE_KEY
+    fleet:
+      replicas: [{fleet["engine"].replica}]
 {local}
 models:
   gpt:
@@ -125,6 +135,10 @@ models:
     provider: anthropic
     upstream_model: claude-sonnet-4
     price: {_price("claude")}
+  fleet-llama:
+    provider: fleet
+    upstream_model: llama-3-8b
+    price: {_price("fleet-llama")}
 {local_model}{models}
 {tail}
 """

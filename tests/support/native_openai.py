@@ -445,3 +445,31 @@ class FakeAzure(OpenAIStyle):
             return await handler(request, request.match_info["deployment"])
 
         return route
+
+
+class FakeEngineReplica(FakeOpenAI):
+    """An engine replica of a ``kind: engine_fleet`` provider, as vLLM serves one: OpenAI's API
+    under ``/v1`` (checked and booked as ``FakeOpenAI``'s, no cached tokens) and its
+    Prometheus ``/metrics`` (an idle engine), which the fleet scrapes. ``replica`` is the URL
+    the policy lists (``scheme://host:port``, no path)."""
+
+    cached_tokens = 0
+
+    @property
+    def replica(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def add_routes(self, app: web.Application) -> None:
+        super().add_routes(app)
+        app.router.add_get("/metrics", self.metrics)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        page = (
+            "# TYPE vllm:num_requests_running gauge\n"
+            'vllm:num_requests_running{model_name="engine"} 0.0\n'
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            'vllm:num_requests_waiting{model_name="engine"} 0.0\n'
+            "# TYPE vllm:kv_cache_usage_perc gauge\n"
+            'vllm:kv_cache_usage_perc{model_name="engine"} 0.0\n'
+        )
+        return web.Response(text=page, content_type="text/plain")

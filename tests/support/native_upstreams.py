@@ -5,6 +5,8 @@
 - ``FakeAzure`` (``native_openai``): Azure OpenAI's deployment paths
   (``/openai/deployments/{deployment}/chat/completions?api-version=...``, audio too), with
   Azure's leading ``prompt_filter_results`` stream chunk.
+- ``FakeEngineReplica`` (``native_openai``): an engine replica as vLLM serves one, OpenAI's
+  API under ``/v1`` and Prometheus ``/metrics``, for a ``kind: engine_fleet`` provider.
 - ``FakeAnthropic`` (``native_anthropic``): Anthropic's Messages API under ``/v1`` (JSON and SSE with its event
   types, prompt-caching usage, ``count_tokens``).
 
