@@ -21,7 +21,18 @@ from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from gateway.api import admin, anthropic, dashboard, openai, ops, policy, responses, uploads, usage
+from gateway.api import (
+    admin,
+    anthropic,
+    cache_admin,
+    dashboard,
+    openai,
+    ops,
+    policy,
+    responses,
+    uploads,
+    usage,
+)
 from gateway.api.dashboard_view import DashboardRenderer
 from gateway.api.http import error_response
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, echo
@@ -98,6 +109,7 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
             *uploads.routes,
             *admin.routes,
             *usage.routes,
+            *cache_admin.routes,
             *policy.routes,
             *dashboard.routes,
             *ops.routes,

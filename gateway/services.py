@@ -22,6 +22,7 @@ from gateway.access.auth import Authenticator, AuthSettings
 from gateway.access.keys import PEPPER_FINGERPRINT_KEY, KeyStore, PepperMismatch, check_pepper
 from gateway.access.sessions import SessionStore
 from gateway.access.throttle import AuthThrottle, ThrottleSettings
+from gateway.cache import ResponseCache
 from gateway.metering.accounting import Accountant
 from gateway.metering.gate import LimiterSettings, LimitsGate
 from gateway.metering.ledger import UsageLedger
@@ -46,6 +47,7 @@ from gateway.server.shutdown import Drain
 from gateway.settings import Secrets, Settings, SettingsError
 from gateway.store.connect import REDIS_FAILURES, connect_redis, warm_up
 from gateway.store.embedded import EmbeddedRedis
+from gateway.tracing import Tracing, TracingConfigError, build_tracing
 
 
 class PageRenderer(Protocol):
@@ -87,6 +89,10 @@ class Services:
     local_engine: LocalEngineHost
     # The policy's `kind: engine_fleet` providers (replica discovery, scrapes, picks).
     fleets: FleetHost
+    # Answers of the policy's `cache:` models and tasks (cache.md).
+    cache: ResponseCache
+    # Spans of /v1 requests; shared no-ops unless OTEL_* variables turn it on (tracing.md).
+    tracing: Tracing
     embedded_redis: EmbeddedRedis | None = None
     # Set when the key pepper, checked late (Redis was away at start), differs from Redis's.
     key_pepper_mismatch: bool = False
@@ -111,6 +117,10 @@ def build_services(
     # The in-process engine (only if the policy has a local provider), loaded when started.
     local_engine = LocalEngineHost(settings.data_dir, metrics, log)
     upstream = UpstreamSettings.from_settings(settings)
+    try:
+        tracing = build_tracing(capture_prompts=settings.trace_capture_prompts)
+    except TracingConfigError as exc:
+        raise SettingsError(str(exc)) from None
     fleets = FleetHost(upstream, metrics, log)
     providers = ProviderRegistry(
         {
@@ -147,6 +157,8 @@ def build_services(
         log=log,
         embedded_redis=embedded,
         local_engine=local_engine,
+        cache=ResponseCache(redis),
+        tracing=tracing,
         fleets=fleets,
     )
 
@@ -195,6 +207,8 @@ def _parts(services: Services, pepper: bytes) -> list[Part]:
         Part("releases", stop=services.accountant.wait_background),
         Part("usage ledger", start=services.ledger.start, stop=services.ledger.stop),
         Part("settle batch", stop=services.settler.drain),
+        Part("response cache", stop=services.cache.drain),
+        Part("tracing", start=_now(lambda: _log_tracing(services)), stop=services.tracing.aclose),
         Part("watchers", start=redis.start_watching, stop=redis.stop_watching),
     ]
     return parts
@@ -205,6 +219,11 @@ def _now(start: Callable[[], None]) -> Callable[[], Awaitable[None]]:
         start()
 
     return run
+
+
+def _log_tracing(services: Services) -> None:
+    tracing = services.tracing
+    services.log.info("tracing", enabled=tracing.enabled, reason=tracing.reason)
 
 
 def _embedded_redis(server: EmbeddedRedis, log: Any) -> Part:

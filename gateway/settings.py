@@ -85,6 +85,8 @@ class Settings(BaseSettings):
     redis_timeout_s: float = Field(default=1.0, gt=0, le=60)
     redis_supervise_interval_s: float = Field(default=1.0, gt=0, le=60)
     access_log: bool = True
+    # Traces (OTEL_* variables turn them on) carry prompts and completions only when this is set.
+    trace_capture_prompts: bool = False
     # SIGTERM drain: readiness off, new requests 503, in-flight ones get this long to finish.
     shutdown_grace_s: float = Field(default=30.0, ge=0, le=3600)
     # Client-side limits (slow or oversized clients): the request line and headers must arrive

@@ -115,6 +115,10 @@ KEY_ID = {
     "description": "the key's id (as returned by create)",
 }
 DAY = {"type": "string", "format": "date", "pattern": r"^\d{4}-\d{2}-\d{2}$"}
+CACHE_FILTERS = [
+    _query("model", {"type": "string", "minLength": 1, "maxLength": 1000}, "a canonical model"),
+    _query("team", {"type": "string", "minLength": 1, "maxLength": 200}),
+]
 POLICY_BODY = {
     JSON: {"schema": {"type": "object", "description": "the policy as JSON"}},
     "application/yaml": {"schema": {"type": "string", "description": "the policy as YAML"}},
@@ -233,6 +237,14 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                     _query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_EVENTS_LIMIT}),
                 ],
             )
+        },
+        "/admin/cache": {
+            "get": _admin("Response cache stats, per scope", "CacheStats", params=CACHE_FILTERS),
+            "delete": _admin(
+                "Purge cached answers of a model and/or team (or all=true)",
+                "CachePurged",
+                params=[*CACHE_FILTERS, _query("all", {"type": "boolean"}, "purge every entry")],
+            ),
         },
         "/admin/policy": {
             "get": _admin("The policy in force", "PolicyState"),

@@ -11,6 +11,7 @@ from typing import Any
 
 from gateway.access.key_models import MAX_GRACE_S
 from gateway.api.request_models import ROLES
+from gateway.cache.stats import COUNTERS as CACHE_COUNTERS
 from gateway.metering.reports import GROUP_BYS, MAX_EVENTS_LIMIT
 from gateway.money import MAX_BUDGET_USD
 
@@ -462,6 +463,25 @@ SCHEMAS: dict[str, Schema] = {
             "checks": {"type": "object", "additionalProperties": STRING},
         },
         ["status", "checks"],
+    ),
+    "CacheStats": obj(
+        {
+            "entries": INTEGER,
+            "hit_ratio": nullable({"type": "number"}),
+            **{name: INTEGER for name in CACHE_COUNTERS},
+            "scopes": {
+                "type": "array",
+                "items": obj(
+                    {"namespace": STRING, "model": STRING, "entries": INTEGER},
+                    ["namespace", "model", "entries", "hit_ratio", *CACHE_COUNTERS],
+                ),
+            },
+        },
+        ["entries", "hit_ratio", *CACHE_COUNTERS, "scopes"],
+    ),
+    "CachePurged": obj(
+        {"purged": obj({"scopes": INTEGER, "entries": INTEGER}, ["scopes", "entries"])},
+        ["purged"],
     ),
     "AdminHealth": obj(
         {

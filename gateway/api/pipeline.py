@@ -19,10 +19,21 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from gateway.access.auth import Principal, client_credential
+from gateway.api.caching import (
+    SSE_HEADERS,
+    CachedRequest,
+    StreamKeeper,
+    cache_directive,
+    cache_plan,
+    keep_answer,
+    reserve_and_look_up,
+    served_from_cache,
+)
 from gateway.api.doors import Door
 from gateway.api.envelopes import error_response, stream_error
 from gateway.api.http import JSON, read_body
@@ -35,7 +46,7 @@ from gateway.formats.internal import FormatName
 from gateway.formats.relay import StreamRelay
 from gateway.metering.accounting import Accounting
 from gateway.metering.gate import Usage
-from gateway.providers.base import Provider, UpstreamStream
+from gateway.providers.base import PhasedStream, Provider, UpstreamStream
 from gateway.providers.forwarding import forwarded_headers
 from gateway.redact import redact
 from gateway.routing.dispatch import AttemptRecord, DispatchResult
@@ -43,8 +54,8 @@ from gateway.routing.policy import Policy, ProviderConfig
 from gateway.routing.router import Candidate, RoutePlan
 from gateway.server.exchange import CLIENT_GONE
 from gateway.services import Services
+from gateway.tracing import AttemptTrace
 
-SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 # The usage event's id (gateway-made, so a client cannot replay one to dodge its charges).
 USAGE_ID_HEADER = "x-switchyard-usage-id"
 NOTHING = Usage(0, 0)
@@ -125,17 +136,31 @@ async def _pipeline(call: V1Call, door: Door) -> Response:
     principal = await authenticate(call)
     raw = parse_json_object(body)  # after auth: strangers learn nothing of the schema
     exchange = Exchange(door, raw, door.check(raw))
+    call.trace.request(door.route, raw)
+    directive = cache_directive(call)
     plan = plan_route(call, raw, principal)
-    await reserve(call, raw, principal, plan)
+    cached = cache_plan(call, door, raw, principal, plan, directive)
+    if cached is None:
+        await reserve(call, raw, principal, plan)
+    else:  # the lookup beside the reservation: one round trip's wait for both
+        hit = await reserve_and_look_up(call, cached, reserve(call, raw, principal, plan))
+        if hit is not None:
+            return served_from_cache(call, door, raw, plan, hit)
     if door.streamable and raw.get("stream") is True:
-        return await _stream(call, exchange, plan)  # dispatch, then relay event by event
+        return await _stream(call, exchange, plan, cached)  # dispatch, then relay by event
     result = await call.services.dispatcher.run(plan, _json_attempt(call, exchange))
-    return answered(call, plan, result, door)
+    response = answered(call, plan, result, door)
+    if cached is not None:
+        answer = result.value.answer
+        assert answer is not None
+        keep_answer(call, cached, result.candidate, answer, call.outcome.usage)
+    return response
 
 
 async def authenticate(call: V1Call) -> Principal:
     credential = client_credential(call.request.headers)
-    principal = await call.services.auth.authenticate(credential)
+    with call.trace.stage("authenticate"):
+        principal = await call.services.auth.authenticate(credential)
     call.outcome.key_id = principal.key_id
     return principal
 
@@ -173,9 +198,10 @@ async def reserve(call: V1Call, raw: dict[str, Any], principal: Principal, plan:
     upstream call."""
     books = call.books
     assert books is not None and books.policy is not None
-    books.reservation, books.estimate = await call.services.gate.reserve(
-        principal, plan, raw, books.policy, books.record_id, call.route
-    )
+    with call.trace.stage("limits"):
+        books.reservation, books.estimate = await call.services.gate.reserve(
+            principal, plan, raw, books.policy, books.record_id, call.route
+        )
     if books.reservation is not None:
         call.headers.update(books.reservation.headers)
 
@@ -191,6 +217,36 @@ class Upstream:
         self.headers = forwarded_headers(
             call.request.headers, self.config.forward_headers, call.outcome.request_id
         )
+
+    def traced(self, call: V1Call, candidate: Candidate) -> AttemptTrace:
+        """This try's span (retries and fallbacks each get one); its ``traceparent`` goes
+        upstream in place of the client's."""
+        call.tries += 1
+        tried = call.trace.attempt(
+            number=call.tries,
+            provider=candidate.provider,
+            model=candidate.model,
+            upstream_model=candidate.upstream_model,
+            local=self.config.kind == "local",
+        )
+        tried.inject(self.headers)
+        return tried
+
+
+def end_stream_try(tried: AttemptTrace, status: int) -> None:
+    """The served try of a stream ends with the stream (cut, or the client gone)."""
+    if status == 200:
+        tried.end("ok", status=200)
+    else:
+        tried.end("cancelled" if status == CLIENT_GONE else "failed", status=status)
+
+
+def end_try(tried: AttemptTrace, error: BaseException) -> None:
+    """A try that raised: its status and kind (never the message: it may quote upstream)."""
+    if isinstance(error, UpstreamError):
+        tried.end("failed", status=error.status, error_type=error.kind)
+    else:
+        tried.end("failed", error_type=type(error).__name__)
 
 
 def note_served(call: V1Call, plan: RoutePlan, result: DispatchResult[Any]) -> Candidate:
@@ -214,6 +270,8 @@ def answered(call: V1Call, plan: RoutePlan, result: DispatchResult[Served], door
     answer = result.value.answer
     assert answer is not None
     call.outcome.usage = answer.usage if door.metered else NOTHING
+    if call.services.tracing.enabled and door.format == "openai_chat":
+        call.trace.observe_response(_json_or_none(answer.body))
     return Response(
         answer.body, status_code=200, headers=call.headers, media_type=result.value.reply_type
     )
@@ -250,16 +308,29 @@ def _json_attempt(call: V1Call, exchange: Exchange) -> Callable[[Candidate], Awa
             provider=candidate.provider,
             config=upstream.config,
         )
-        # A provider that works long before answering (the local engine) stops when the
-        # client hangs up.
-        reply = await provider.post_json(path, body, headers=upstream.headers, client_gone=receive)
-        answer = exchange.answer(target, reply, candidate.provider)
-        return Served(answer=answer, target=target, route_note=reply.route_note)
+        tried = upstream.traced(call, candidate)
+        try:
+            # A provider that works long before answering (the local engine) stops when the
+            # client hangs up.
+            reply = await provider.post_json(
+                path, body, headers=upstream.headers, client_gone=receive
+            )
+            if reply.phases is not None:
+                tried.engine_phases(reply.phases)
+            answer = exchange.answer(target, reply, candidate.provider)
+            served = Served(answer=answer, target=target, route_note=reply.route_note)
+        except BaseException as exc:
+            end_try(tried, exc)
+            raise
+        tried.end("ok", status=reply.status)
+        return served
 
     return attempt
 
 
-async def _stream(call: V1Call, exchange: Exchange, plan: RoutePlan) -> Response:
+async def _stream(
+    call: V1Call, exchange: Exchange, plan: RoutePlan, cached: CachedRequest | None
+) -> Response:
     services, outcome, books = call.services, call.outcome, call.books
     assert books is not None
     outcome.stream = books.streamed = True
@@ -275,7 +346,13 @@ async def _stream(call: V1Call, exchange: Exchange, plan: RoutePlan) -> Response
             provider=candidate.provider,
             config=upstream.config,
         )
-        stream = await provider.open_stream(path, body, headers=upstream.headers)
+        tried = upstream.traced(call, candidate)
+        try:
+            stream = await provider.open_stream(path, body, headers=upstream.headers)
+        except BaseException as exc:
+            end_try(tried, exc)
+            raise
+        call.held_try = tried
         return Served(stream=stream, target=target, route_note=stream.route_note)
 
     result = await services.dispatcher.run(plan, attempt, hold=True)
@@ -286,6 +363,9 @@ async def _stream(call: V1Call, exchange: Exchange, plan: RoutePlan) -> Response
     provider = services.providers.get(served.provider, books.policy.providers[served.provider])
     relay = exchange.relay(result.value.target)
     client = exchange.door.format
+    keeper = StreamKeeper(call, cached) if cached is not None else None
+    # Tracing on: the span reads the chunks' ids, finish reasons (and text, when captured).
+    observe = services.tracing.enabled and result.value.target == "openai_chat"
 
     async def body() -> AsyncGenerator[bytes, None]:
         error: str | None = None
@@ -299,7 +379,11 @@ async def _stream(call: V1Call, exchange: Exchange, plan: RoutePlan) -> Response
                         ttft_s = time.perf_counter() - outcome.started
                         books.ttft_ms = int(ttft_s * 1000)
                         services.metrics.ttft.labels(served.model).observe(ttft_s)
+                    if observe and data != b"[DONE]":
+                        call.trace.observe_chunk(_json_or_none(data))
                     out = relay.feed(data)
+                    if keeper is not None:
+                        keeper.add(relay, out)
                     if relay.finished:
                         last = out
                         break
@@ -319,6 +403,8 @@ async def _stream(call: V1Call, exchange: Exchange, plan: RoutePlan) -> Response
                 raise provider.stream_error(relay.error)
             outcome.status = 200
             result.succeeded()  # a clean end: only now a success for breaker and latency
+            if keeper is not None:
+                keeper.keep(served, Usage.of(relay.usage))
         except UpstreamError as exc:
             outcome.status = exc.status
             error = exc.message
@@ -331,6 +417,11 @@ async def _stream(call: V1Call, exchange: Exchange, plan: RoutePlan) -> Response
             # However it ends (done, cut, or the client gone): upstream closed, the provider
             # slot given back (no verdict when the client went away), then the request's end.
             _meter(call, relay, exchange.door.metered)
+            if services.tracing.enabled and isinstance(upstream, PhasedStream):
+                call.held_try.engine_phases(upstream.phases())
+            end_stream_try(call.held_try, outcome.status)
+            if keeper is not None and outcome.status != 200:
+                keeper.incomplete()
             upstream.close()
             result.release()
             recorded = call.end(error)
@@ -343,6 +434,13 @@ async def _stream(call: V1Call, exchange: Exchange, plan: RoutePlan) -> Response
     )
     call.streaming = True
     return response
+
+
+def _json_or_none(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
 
 
 def _meter(call: V1Call, relay: StreamRelay, metered: bool) -> None:

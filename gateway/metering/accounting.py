@@ -54,6 +54,8 @@ class Accounting:
     # Content-bearing chunks read from upstream: the produced-token estimate for a stream
     # that ends (client gone, upstream broke) before the provider reported usage.
     streamed_chunks: int = 0
+    # Answered by the response cache: no upstream call, so no cost and no tokens against TPM.
+    cache_hit: bool = False
 
 
 class Accountant:
@@ -89,6 +91,8 @@ class Accountant:
         provider = books.served_provider or books.plan.candidates[0].provider
         tokens = usage.total if usage else 0
         cost = cost_of(books.policy, model, usage) if usage else 0
+        if books.cache_hit:
+            source, tokens, cost = "cache", 0, 0
         try:
             event = UsageEvent(
                 time=time.time(),

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from gateway.errors import UpstreamError
 from gateway.formats.errors import ErrorInfo
+from gateway.tracing.spans import EnginePhases
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class UpstreamResponse:
     body: bytes
     data: dict[str, Any]
     route_note: str | None = None  # e.g. "replica=10.0.0.5:8000 (affinity)" (a fleet's pick)
+    # The local engine's queue, prefill and decode (for the try's trace span); None elsewhere.
+    phases: EnginePhases | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,13 @@ class UpstreamStream(Protocol):
     def close(self) -> None:
         """Stop reading (and generating): the client has gone, or the relay ended."""
         ...
+
+
+@runtime_checkable
+class PhasedStream(Protocol):
+    """A stream that can say where its time went (the local engine's)."""
+
+    def phases(self) -> EnginePhases: ...
 
 
 # The ASGI ``receive`` of the client's request: a provider that works for a long time before

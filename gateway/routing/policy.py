@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.cache.config import CachePolicy
 from gateway.money import MAX_PRICE_PER_MTOK, price_to_nanos_per_token
 from gateway.routing.policy_yaml import DocumentTooComplex, load_yaml
 
@@ -419,6 +420,7 @@ class ModelConfig(_Strict):
     context_window: int | None = Field(default=None, gt=0)
     capabilities: list[str] = Field(default_factory=list, description="tags: code, vision, fast…")
     description: str | None = None
+    cache: CachePolicy | None = Field(default=None, description="cache its answers (cache.md)")
 
 
 class TaskConfig(_Strict):
@@ -441,6 +443,9 @@ class TaskConfig(_Strict):
         default_factory=list,
         description="upstream errors that move on to the next candidate instead of ending the "
         "request (off by default: they are the client's errors)",
+    )
+    cache: CachePolicy | None = Field(
+        default=None, description="cache its answers; wins over the model's block (cache.md)"
     )
 
 

@@ -7,7 +7,10 @@ far cheaper than the gateway in front of it. The requested model name selects a 
 - ``slow…``: answers after ``slow_s`` seconds (timeout tests);
 - ``break…``: a stream cut after two chunks (a non-stream request gets its connection closed);
 - ``drip…``: a stream with ``drip_s`` seconds between chunks;
-- anything else: a normal answer. Usage is ``prompt_tokens`` = 10 and ``completion_tokens`` =
+- anything else: a normal answer.
+
+``POST /v1/traces`` is an OTLP/HTTP collector that drops what it gets (the benchmark's traced
+gateway exports there). Usage is ``prompt_tokens`` = 10 and ``completion_tokens`` =
   ``max_tokens`` (or 5), so tests can predict costs.
 
 It answers chat and text completions, embeddings, image generations, moderations and speech
@@ -139,6 +142,9 @@ class FakeUpstream:
         raw: bytes,
     ) -> bool:
         """Write one response; False closes the connection."""
+        if path == "/v1/traces":  # protobuf spans: accepted and dropped (an empty reply)
+            writer.write(_head(200, "application/x-protobuf", 0))
+            return True
         try:
             body = orjson.loads(raw) if raw else {}
         except orjson.JSONDecodeError:

@@ -61,6 +61,7 @@ class Hit:
     model: str
     stream: bool
     step: Step
+    traceparent: str | None = None  # the W3C trace context the gateway sent
 
 
 class FakeProvider(LoopbackServer):
@@ -100,17 +101,17 @@ class FakeProvider(LoopbackServer):
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._handle)
 
-    def _next_step(self, model: str, stream: bool) -> Step:
+    def _next_step(self, model: str, stream: bool, traceparent: str | None = None) -> Step:
         with self._lock:
             step = self._steps.popleft() if self._steps else self._then
-            self._hits.append(Hit(time.monotonic(), model, stream, step))
+            self._hits.append(Hit(time.monotonic(), model, stream, step, traceparent))
             return step
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         model = str(body.get("model", ""))
         stream = body.get("stream") is True
-        step = self._next_step(model, stream)
+        step = self._next_step(model, stream, request.headers.get("traceparent"))
         if step.kind == "status":
             code = int(step.arg)
             error = {"message": f"{self.name} failed with {code}", "type": "server_error"}

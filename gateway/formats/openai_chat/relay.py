@@ -62,6 +62,8 @@ class ChatRelay(RelayProgress):
     def __init__(self, include_usage: bool | None) -> None:
         super().__init__()
         self.include_usage = include_usage is True
+        # The usage-only chunk last held back from the client (the response cache keeps it).
+        self.withheld: bytes | None = None
 
     def feed(self, data: bytes) -> bytes:
         if self.finished:
@@ -82,6 +84,7 @@ class ChatRelay(RelayProgress):
             if isinstance(usage, dict):
                 self.usage = chat_usage(usage) or self.usage
                 if not self.include_usage and not chunk.get("choices"):
+                    self.withheld = b"data: " + data + b"\n\n"
                     return b""  # the usage-only chunk the client did not ask for
         return b"data: " + data + b"\n\n"
 
