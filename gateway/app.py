@@ -21,7 +21,18 @@ from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from gateway.api import admin, dashboard, openai, ops, policy, usage
+from gateway.api import (
+    admin,
+    audit,
+    dashboard,
+    dashboard_manage,
+    openai,
+    ops,
+    policy,
+    teams,
+    tokens,
+    usage,
+)
 from gateway.api.dashboard_view import DashboardRenderer
 from gateway.api.http import error_response
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, echo
@@ -94,9 +105,13 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
         routes=[
             *openai.routes,
             *admin.routes,
+            *teams.routes,
+            *tokens.routes,
+            *audit.routes,
             *usage.routes,
             *policy.routes,
             *dashboard.routes,
+            *dashboard_manage.routes,
             *ops.routes,
         ],
         lifespan=lifespan,

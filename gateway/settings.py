@@ -102,6 +102,10 @@ class Settings(BaseSettings):
     # that address gets 429 until the window ends.
     auth_failure_limit: int = Field(default=10, ge=1, le=1_000_000)
     auth_failure_window_s: float = Field(default=300.0, ge=1, le=86400)
+    # A request in flight counts against max_parallel_requests under a lease this long, renewed
+    # by its gateway every third of it: a dead gateway's requests stop counting after at most
+    # this long.
+    inflight_lease_s: float = Field(default=30.0, ge=0.3, le=3600)
 
     @field_validator("redis_url")
     @classmethod

@@ -125,7 +125,7 @@ async def test_bad_input_is_refused_clearly(
     with pytest.raises(ValueError, match="rpm"):
         KeyLimits(rpm=-1)
     with pytest.raises(ValueError, match="budget_period"):
-        KeyLimits(budget_nanos=usd_to_nanos(1), budget_period="week")  # type: ignore[arg-type]
+        KeyLimits(budget_nanos=usd_to_nanos(1), budget_period="fortnight")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="budget_nanos"):
         KeyLimits(budget_nanos=0.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="budget_nanos"):
