@@ -219,13 +219,11 @@ async def audit_page(request: Request, services: Services) -> Response:
         return _refused(services, exc)
     except ValueError:
         return error_page(services.pages, "A filter of the audit page is not valid.", 400)
-    entries = [
-        {
-            **entry_view(entry),
-            "when": datetime.fromtimestamp(entry.time_ms / 1000, UTC).isoformat(timespec="seconds"),
-        }
-        for entry in page.entries
-    ]
+    entries = []
+    for entry in page.entries:
+        view = entry_view(entry)
+        when = datetime.fromtimestamp(entry.time_ms / 1000, UTC).isoformat(timespec="seconds")
+        entries.append({**view, "when": when, "changes": changes(view["before"], view["after"])})
     return _render(
         services,
         "audit.html",
@@ -238,6 +236,15 @@ async def audit_page(request: Request, services: Services) -> Response:
 
 
 _AUDIT_FILTERS = ("actor", "action", "target", "from", "to", "cursor")
+
+
+def changes(before: Any, after: Any) -> list[tuple[str, Any, Any]]:
+    """What an action changed, field by field, for the page (the API keeps both values
+    whole): every field whose value differs, as (field, before, after)."""
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return []
+    fields = sorted(set(before) | set(after))
+    return [(f, before.get(f), after.get(f)) for f in fields if before.get(f) != after.get(f)]
 
 
 async def _audit(

@@ -12,6 +12,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.api.http import json_response
+from gateway.api.openapi_governance import SCHEMAS as GOVERNANCE_SCHEMAS
+from gateway.api.openapi_governance import governance_paths
 from gateway.api.openapi_schemas import GROUP_BYS, MAX_EVENTS_LIMIT, SCHEMAS, STRING, ref
 from gateway.services import Services
 
@@ -205,6 +207,7 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
         "/admin/keys/{key_id}/revoke": {
             "post": _admin("Revoke a key", "Key", params=[KEY_ID], errors=(*ADMIN_ERRORS, 404))
         },
+        **governance_paths(_admin, _query, ADMIN_ERRORS, DAY),
         "/admin/usage": {
             "get": _admin(
                 "Usage grouped by one dimension over a date range",
@@ -309,14 +312,20 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
             "title": "Switchyard",
             "version": version,
             "description": "OpenAI-compatible LLM gateway: /v1 for applications (API key), "
-            "/admin for operators (admin key). Errors use OpenAI's envelope.",
+            "/admin for operators (admin key or admin token). Errors use OpenAI's envelope.",
         },
         "paths": paths,
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": SCHEMAS | GOVERNANCE_SCHEMAS,
             "securitySchemes": {
                 "apiKey": {"type": "http", "scheme": "bearer", "description": "sk-sy-... key"},
-                "adminKey": {"type": "http", "scheme": "bearer", "description": "the admin key"},
+                "adminKey": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "the admin key, or a named admin token (sy-tok-...) whose "
+                    "role reaches the operation's: viewer (usage reports), operator (keys, "
+                    "teams, reading the policy), admin (everything)",
+                },
             },
         },
     }

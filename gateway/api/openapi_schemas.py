@@ -209,7 +209,8 @@ KEY_FIELDS: dict[str, Schema] = {
             "description": "USD with at most 9 decimal places (kept as integer nano-dollars)",
         }
     ),
-    "budget_period": nullable({"enum": ["day", "month", "total"]}),
+    "budget_period": nullable({"enum": ["day", "week", "month", "total"]}),
+    "max_parallel_requests": _int_range(0, 1_000_000),
     "expires_at": nullable(
         {
             "anyOf": [{"type": "number", "exclusiveMinimum": 0}, STRING],
@@ -372,6 +373,7 @@ SCHEMAS: dict[str, Schema] = {
             "tpm": nullable(INTEGER),
             "budget_usd": nullable(NUMBER),
             "budget_period": nullable(STRING),
+            "max_parallel_requests": nullable(INTEGER),
             "expires_at": nullable(NUMBER),
             "metadata": {"type": "object"},
             "status": {"enum": ["active", "revoked", "expired"]},
