@@ -1,7 +1,8 @@
 """Issue 18 end to end, through ``switchyard serve`` processes on one Redis: a team's budget
-stops its keys exactly, and a team's ``max_parallel_requests`` counts requests in flight on
-every gateway, holds while their gateway lives (it renews their leases) and frees them when
-that gateway is killed (the leases lapse)."""
+stops its keys exactly; a team's ``max_parallel_requests`` counts requests in flight on every
+gateway, holds while their gateway lives (it renews their leases) and frees them when that
+gateway is killed (the leases lapse); and a key moved to another team behind the gateways'
+back keeps its budget exact across the move."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from gateway_runner import POLICY, GatewayProcess, running_gateways, unused_port
+import redis.asyncio
+from gateway_runner import PEPPER, POLICY, GatewayProcess, running_gateways, unused_port
 from replica_load import CHAT, fire, outcomes, replicas_on
 
+from gateway.access.keys import KeyStore
+from gateway.access.teams import team_home
 from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
 
 pytestmark = pytest.mark.slow
@@ -120,3 +124,32 @@ async def test_max_parallel_requests_survive_renewal_and_lapse_with_a_dead_gatew
         # Not at once (the killed gateway's last renewal still ran), and within the lease.
         assert 0.3 < first_free <= LEASE_S + 1.0
         assert _team_usage(survivor, "e2e-parallel")["parallel"]["in_flight"] == 0
+
+
+async def test_gateways_follow_a_key_moved_behind_their_back(
+    replicas: list[GatewayProcess], redis_url: str
+) -> None:
+    _create_team(replicas[0], "e2e-red", rpm=10_000)
+    _create_team(replicas[0], "e2e-blue", rpm=10_000)
+    key_id, key = replicas[0].create_key(
+        name="moved", team="e2e-red", budget_usd=0.4, budget_period="month"
+    )  # 20 requests of $0.02
+    assert outcomes(await fire([g.url for g in replicas], key, 5)) == {"200": 5}
+    # Moved by another hand (as a CLI elsewhere would): the record changes, no gateway sweeps;
+    # each one finds out at its next reserve, follows the key and carries its counters over.
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        moved = await KeyStore(client, PEPPER.encode()).update(
+            key_id, {"team": "e2e-blue"}, home=team_home("e2e-blue")
+        )
+        assert moved is not None and moved.home_epoch == 1
+        rest = await fire([g.url for g in replicas], key, 30)
+        assert outcomes(rest) == {"200": 15, "429 insufficient_quota": 15}
+        blue = f"sy:{{team:e2e-blue}}:key:{key_id}:budget:month"
+        assert int(await client.hget(blue, "spent")) == 20 * COST_NANOS
+        assert int(await client.hget(blue, "reserved")) == 0
+        assert not await client.exists(f"sy:{{team:e2e-red}}:key:{key_id}:budget:month")
+    finally:
+        await client.aclose()
+    assert _team_usage(replicas[1], "e2e-red")["requests"]["used"] == 5
+    assert _team_usage(replicas[1], "e2e-blue")["requests"]["used"] == 15
