@@ -24,6 +24,8 @@ from gateway.access.keys import PEPPER_FINGERPRINT_KEY, KeyStore, PepperMismatch
 from gateway.access.sessions import SessionStore
 from gateway.access.teams import TeamStore
 from gateway.access.throttle import AuthThrottle, ThrottleSettings
+from gateway.alerts.deliverer import AlertDeliverer, AlertSettings
+from gateway.alerts.outbox import AlertOutbox
 from gateway.audit.trail import AuditSettings, AuditTrail
 from gateway.metering.accounting import Accountant
 from gateway.metering.gate import LimiterSettings, LimitsGate
@@ -75,6 +77,8 @@ class Services:
     # Reserves a request's worst case before the upstream call (one Redis round trip).
     gate: LimitsGate
     settler: SettleBatcher
+    # POSTs budget alerts from the outbox to the webhook (a background part).
+    alerts: AlertDeliverer
     # Settles and records each request once it ends.
     accountant: Accountant
     ledger: UsageLedger
@@ -112,7 +116,9 @@ def build_services(
     moves = LimitMoves(redis, keys, limiter, log)
     admins = AdminTokens(redis, secrets.key_pepper, secrets.admin_key)
     ledger = UsageLedger(redis, spool=Spool(settings.data_dir / "spool"))
-    settler = SettleBatcher(redis, limiter, ledger, log)
+    alert_settings = AlertSettings.from_settings(settings)
+    outbox = AlertOutbox(redis) if alert_settings.enabled else None
+    settler = SettleBatcher(redis, limiter, ledger, log, alerts=outbox)
     state = RoutingState.from_settings(settings)
     metrics = Metrics(routing=state)
     metrics.watch_spool(ledger.spool_depth)
@@ -148,6 +154,7 @@ def build_services(
             refresh=auth.refresh,
         ),
         settler=settler,
+        alerts=AlertDeliverer(redis, alert_settings, log),
         accountant=Accountant(settler, limiter, metrics, log),
         ledger=ledger,
         reports=UsageReports(redis),
@@ -211,6 +218,7 @@ def _parts(services: Services, pepper: bytes) -> list[Part]:
         Part("audit log", start=services.audit.start, stop=services.audit.stop),
         _background("limit moves", lambda: services.moves.run()),
         _background("in-flight leases", lambda: _renew_in_flight(services)),
+        _background("budget alerts", lambda: services.alerts.run()),
         Part("watchers", start=redis.start_watching, stop=redis.stop_watching),
     ]
     return parts

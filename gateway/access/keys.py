@@ -127,7 +127,7 @@ _FLOAT_FIELDS = (
     "revoked_at",
     "previous_valid_until",
 )
-_JSON_FIELDS = ("models", "metadata")
+_JSON_FIELDS = ("models", "metadata", "alert_thresholds")
 EDITABLE_FIELDS = (
     "name",
     "team",
@@ -137,6 +137,8 @@ EDITABLE_FIELDS = (
     "budget_usd",
     "budget_period",
     "max_parallel_requests",
+    "budget_mode",
+    "alert_thresholds",
     "expires_at",
     "metadata",
 )
@@ -158,6 +160,8 @@ class KeyRecord:
     budget_usd: float | None = None
     budget_period: str | None = None
     max_parallel_requests: int | None = None
+    budget_mode: str | None = None  # hard (None) refuses past the budget; soft only alerts
+    alert_thresholds: tuple[int, ...] | None = None  # percents of the budget (webhooks)
     expires_at: float | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     previous_hash: str | None = None
@@ -201,6 +205,8 @@ class KeyRecord:
             "budget_usd": self.budget_usd,
             "budget_period": self.budget_period,
             "max_parallel_requests": self.max_parallel_requests,
+            "budget_mode": self.budget_mode or "hard",
+            "alert_thresholds": list(self.alert_thresholds or ()),
             "expires_at": self.expires_at,
             "metadata": self.metadata,
             "status": self.effective_status(now),
@@ -230,7 +236,8 @@ def _decode(raw: dict[bytes, bytes]) -> KeyRecord:
             values[name] = float(value_bytes)
         elif name in _JSON_FIELDS:
             decoded = orjson.loads(value_bytes)
-            values[name] = tuple(decoded) if name == "models" and decoded is not None else decoded
+            listed = name in ("models", "alert_thresholds") and decoded is not None
+            values[name] = tuple(decoded) if listed else decoded
         elif name in _STORED_FIELDS:
             values[name] = value_bytes.decode()
     return KeyRecord(**values)

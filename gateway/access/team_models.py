@@ -3,7 +3,8 @@
 ``TeamCreate`` names the team (its id: 1 to 64 letters, digits, ``.``, ``_`` or ``-``, the
 first a letter or digit) and ``TeamUpdate`` changes it; both share the limit fields: rpm, tpm,
 ``max_parallel_requests`` and ``budgets_usd`` (one budget per period: day, week, month,
-total; USD exact to the nano-dollar). Unknown fields are refused with a 400 naming them.
+total; USD exact to the nano-dollar), ``budget_mode`` (hard or soft) and ``alert_thresholds``
+(percents of each budget, docs/limits.md#budget-alerts). Unknown fields are refused with a 400 naming them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,18 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
 
-from gateway.access.key_models import Budget, BudgetPeriod, Name, Parallel, Rpm, Tpm, exact_budget
+from gateway.access.key_models import (
+    AlertThresholds,
+    Budget,
+    BudgetMode,
+    BudgetPeriod,
+    Name,
+    Parallel,
+    Rpm,
+    Tpm,
+    exact_budget,
+    unique_thresholds,
+)
 from gateway.access.teams import TEAM_ID_PATTERN
 from gateway.money import usd_to_nanos
 
@@ -27,6 +39,13 @@ class _TeamFields(BaseModel):
     tpm: Tpm | None = None
     max_parallel_requests: Parallel | None = None
     budgets_usd: dict[BudgetPeriod, Budget] | None = None
+    budget_mode: BudgetMode | None = None
+    alert_thresholds: AlertThresholds | None = None
+
+    @field_validator("alert_thresholds")
+    @classmethod
+    def _thresholds(cls, value: list[int] | None) -> list[int] | None:
+        return unique_thresholds(value)
 
     @field_validator("budgets_usd")
     @classmethod

@@ -1,7 +1,7 @@
 """Teams on Redis: the team record, and where a key's limiter state lives (its home).
 
-A team is ``sy:{team:<id>}``, a hash of its limits (rpm, tpm, max_parallel_requests and a
-budget in nano-dollars per period), listed in ``sy:teams:index`` by creation. The record sits
+A team is ``sy:{team:<id>}``, a hash of its limits (rpm, tpm, max_parallel_requests, a
+budget in nano-dollars per period, its budget mode and alert thresholds), listed in ``sy:teams:index`` by creation. The record sits
 in the team's own hash slot, beside the limiter state of the team and of every key in it, so
 the limiter's reserve script reads the team's limits and checks the key and its team in one
 atomic step, on one Redis or on one Cluster node (docs/limits.md).
@@ -67,6 +67,8 @@ class TeamRecord:
     max_parallel_requests: int | None = None
     # nano-dollars per period ("day", "week", "month", "total"); a period not here is unlimited
     budgets_nanos: dict[str, int] = field(default_factory=dict)
+    budget_mode: str | None = None  # soft: its budgets alert but never refuse
+    alert_thresholds: tuple[int, ...] = ()  # percents of each budget (webhooks)
 
     def public_view(self) -> dict[str, Any]:
         return {
@@ -86,6 +88,8 @@ class TeamRecord:
                 for period in BUDGET_PERIODS
                 if period in self.budgets_nanos
             },
+            "budget_mode": self.budget_mode or "hard",
+            "alert_thresholds": list(self.alert_thresholds),
             "created_at": self.created_at,
             "updated_at": self.updated_at,
         }
@@ -102,8 +106,11 @@ def _decode(raw: dict[bytes, bytes]) -> TeamRecord:
             values[name] = int(value_bytes)
         elif name in _FLOAT_FIELDS:
             values[name] = float(value_bytes)
-        elif name in ("id", "name"):
+        elif name in ("id", "name", "budget_mode"):
             values[name] = value_bytes.decode()
+        elif name == "alert_thresholds":
+            text = value_bytes.decode()
+            values[name] = tuple(int(t) for t in text.split(",")) if text else ()
     return TeamRecord(budgets_nanos=budgets, **values)
 
 
@@ -115,6 +122,9 @@ def stored_fields(changes: dict[str, Any]) -> dict[str, Any]:
             for period in BUDGET_PERIODS:
                 if period in value:
                     flat[f"budget_{period}_nanos"] = value[period]
+        elif name == "alert_thresholds" and value is not None:
+            # comma text: the limiter's settle script reads it from the record
+            flat[name] = ",".join(str(t) for t in value) or None
         else:
             flat[name] = value
     return flat

@@ -10,7 +10,9 @@ from typing import Any
 from gateway.access.admins import ROLES
 from gateway.access.teams import TEAM_ID_PATTERN
 from gateway.api.openapi_schemas import (
+    ALERT_THRESHOLDS,
     BOOLEAN,
+    BUDGET_MODE,
     INTEGER,
     NUMBER,
     STRING,
@@ -36,6 +38,8 @@ TEAM_FIELDS: dict[str, Schema] = {
             description="USD per period, at most 9 decimal places each",
         )
     ),
+    "budget_mode": BUDGET_MODE,
+    "alert_thresholds": ALERT_THRESHOLDS,
 }
 TEAM_ID = {"type": "string", "minLength": 1, "maxLength": 64, "pattern": TEAM_ID_PATTERN}
 
@@ -52,6 +56,8 @@ SCHEMAS: dict[str, Schema] = {
             "max_parallel_requests": nullable(INTEGER),
             "budgets_usd": {"type": "object", "additionalProperties": NUMBER},
             "budgets_nanos": {"type": "object", "additionalProperties": INTEGER},
+            "budget_mode": {"enum": ["hard", "soft"]},
+            "alert_thresholds": {"type": "array", "items": INTEGER},
             "created_at": NUMBER,
             "updated_at": NUMBER,
         },

@@ -24,8 +24,20 @@ LIMIT_FLAGS = (
     "budget_usd",
     "budget_period",
     "max_parallel_requests",
+    "budget_mode",
+    "alert_thresholds",
     "expires_at",
 )
+
+
+def percent_list(text: str) -> list[int]:
+    """``--alert-thresholds 50,80,100``: whole percents (the payload model checks the range)."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected whole percents separated by commas, got {text!r}"
+        ) from None
 
 
 def add_keys_parser(commands: Any) -> None:
@@ -61,6 +73,7 @@ def _add_key_fields(parser: argparse.ArgumentParser, update: bool) -> None:
         type=int,
         help="requests in flight at once",
     )
+    add_alert_flags(parser)
     parser.add_argument(
         "--expires-at", dest="expires_at", help="ISO 8601 date-time or unix timestamp"
     )
@@ -72,6 +85,17 @@ def _add_key_fields(parser: argparse.ArgumentParser, update: bool) -> None:
             choices=["name", "team", "models", *LIMIT_FLAGS],
             help="remove a field (e.g. --clear rpm)",
         )
+
+
+def add_alert_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--budget-mode", dest="budget_mode", choices=["hard", "soft"],
+        help="hard (default) refuses past the budget; soft only alerts",
+    )  # fmt: skip
+    parser.add_argument(
+        "--alert-thresholds", dest="alert_thresholds", type=percent_list, metavar="50,80,100",
+        help="percents of the budget that send a webhook when crossed",
+    )  # fmt: skip
 
 
 def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:

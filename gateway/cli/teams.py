@@ -16,10 +16,11 @@ from gateway.access.admins import ROLES
 from gateway.access.team_models import TeamListQuery
 from gateway.access.token_admin import TokenListQuery
 from gateway.cli.connect import admin_context
+from gateway.cli.keys import add_alert_flags
 from gateway.cli.output import fail, print_json
 from gateway.settings import Settings
 
-TEAM_LIMITS = ("name", "rpm", "tpm", "max_parallel_requests")
+TEAM_LIMITS = ("name", "rpm", "tpm", "max_parallel_requests", "budget_mode", "alert_thresholds")
 PERIODS = ("day", "week", "month", "total")
 
 
@@ -58,6 +59,7 @@ def _add_team_fields(parser: argparse.ArgumentParser, update: bool) -> None:
     for period in PERIODS:
         parser.add_argument(f"--budget-{period}", dest=f"budget_{period}", type=float,
                             metavar="USD", help=f"spend per {period}")  # fmt: skip
+    add_alert_flags(parser)
     if update:
         parser.add_argument(
             "--clear", action="append", choices=[*TEAM_LIMITS, "budgets"],

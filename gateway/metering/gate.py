@@ -76,6 +76,8 @@ def key_limits(record: KeyRecord) -> KeyLimits | None:
         record.budget_nanos,
         record.budget_period or "month",  # type: ignore[arg-type]
         record.max_parallel_requests,
+        budget_soft=record.budget_mode == "soft",
+        alert_thresholds=tuple(record.alert_thresholds or ()),
     )
 
 

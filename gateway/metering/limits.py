@@ -31,6 +31,7 @@ from gateway.store.direct import DirectRedis
 from gateway.store.scripts import LuaScript, ScriptBatch
 
 __all__ = [
+    "BudgetCrossing",
     "BudgetPeriod",
     "HomeChanged",
     "KeyLimits",
@@ -85,6 +86,8 @@ class KeyLimits:
     budget_nanos: int | None = None  # nano-dollars per budget period (gateway/money.py)
     budget_period: BudgetPeriod = "month"
     max_parallel: int | None = None  # requests in flight at once
+    budget_soft: bool = False  # a soft budget alerts but never refuses
+    alert_thresholds: tuple[int, ...] = ()  # whole percents (1-100) of the budget
 
     def __post_init__(self) -> None:
         for name in ("rpm", "tpm", "max_parallel"):
@@ -99,6 +102,10 @@ class KeyLimits:
             raise ValueError(
                 f"budget_period must be one of {', '.join(PERIODS)}, got {self.budget_period!r}"
             )
+        if any(not isinstance(t, int) or not 1 <= t <= 100 for t in self.alert_thresholds):
+            raise ValueError(
+                f"alert_thresholds must be percents 1-100, got {self.alert_thresholds}"
+            )
 
 
 @dataclass(frozen=True)
@@ -112,10 +119,53 @@ class Reservation:
     headers: dict[str, str] = field(default_factory=dict)  # x-ratelimit-* for the response
     home: str | None = None  # where the key's state was when reserved (None: its own home)
     in_flight: int = 0  # scopes holding an in-flight lease (bit 1 the key, bit 2 its team)
+    # The key's own budget and alert thresholds, for the settle to see which ones it crosses.
+    alert_budget_nanos: int | None = None
+    alert_thresholds: tuple[int, ...] = ()
 
     @property
     def team(self) -> str | None:
         return team_of_home(self.home) if self.home else None
+
+
+@dataclass(frozen=True)
+class BudgetCrossing:
+    """One alert threshold of a budget that a settle's spend crossed (exactly one settle
+    crosses each threshold of each budget window)."""
+
+    scope: Literal["key", "team"]
+    scope_id: str  # the key id or the team id
+    period: str
+    window: str  # "2025-06-01", "2025-W23", "2025-06" or "total"
+    threshold: int  # percent of the budget
+    spent_nanos: int
+    budget_nanos: int
+
+
+def settle_crossings(reservation: Reservation, reply: Any) -> list[BudgetCrossing]:
+    """The alert thresholds a settle's reply says it crossed."""
+    if not isinstance(reply, list):
+        return []
+    out = []
+    for at in range(1, len(reply) - 5, 6):
+        scope, period, window, threshold, spent, budget = reply[at : at + 6]
+        team = int(scope) == 2
+        out.append(
+            BudgetCrossing(
+                scope="team" if team else "key",
+                scope_id=(reservation.team or "") if team else reservation.key_id,
+                period=_text(period),
+                window=_text(window),
+                threshold=int(threshold),
+                spent_nanos=int(spent),
+                budget_nanos=int(budget),
+            )
+        )
+    return out
+
+
+def settle_applied(reply: Any) -> bool:
+    return bool(int(reply[0]) if isinstance(reply, list) else int(reply))
 
 
 def _check_nanos(nanos: int, name: str = "cost_nanos") -> int:
@@ -251,6 +301,7 @@ class Limiter:
             -1 if limits.budget_nanos is None else limits.budget_nanos,
             limits.budget_period,
             -1 if limits.max_parallel is None else limits.max_parallel,
+            1 if limits.budget_soft else 0,
         ]
         reply = await self._call(self._reserve_lua, keys, args)
         status = int(reply[0])
@@ -272,6 +323,8 @@ class Limiter:
             headers=rate_headers(reply[4:]),
             home=home,
             in_flight=int(reply[3]),
+            alert_budget_nanos=limits.budget_nanos if limits.alert_thresholds else None,
+            alert_thresholds=limits.alert_thresholds,
         )
         if reservation.in_flight:
             self._flying[request_id] = (reservation, time.monotonic())
@@ -306,12 +359,12 @@ class Limiter:
 
         Returns False when the reservation was already settled or released (a no-op)."""
         keys, args = self._settle_call(reservation, "settle", tokens, cost_nanos)
-        return bool(await self._call(self._settle_lua, keys, args))
+        return settle_applied(await self._call(self._settle_lua, keys, args))
 
     async def release(self, reservation: Reservation) -> bool:
         """The request never reached a provider: give back the request, tokens and budget."""
         keys, args = self._settle_call(reservation, "release", 0, 0)
-        return bool(await self._call(self._settle_lua, keys, args))
+        return settle_applied(await self._call(self._settle_lua, keys, args))
 
     def _settle_call(
         self, reservation: Reservation, mode: str, tokens: int, cost_nanos: int
@@ -320,7 +373,12 @@ class Limiter:
         nanos = _lua_nanos(cost_nanos)
         self._flying.pop(reservation.request_id, None)  # its in-flight leases end with it
         keys = self.reservation_keys(reservation.key_id, reservation.home)
-        return keys, [reservation.request_id, mode, tokens, nanos, self.window_ms, self.buckets]
+        if reservation.team is not None:
+            keys.append(self.team_keys(reservation.team)[-1])  # its budgets and thresholds
+        budget = reservation.alert_budget_nanos
+        thresholds = ",".join(str(t) for t in reservation.alert_thresholds) or "-"
+        args = [reservation.request_id, mode, tokens, nanos, self.window_ms, self.buckets]
+        return keys, [*args, -1 if budget is None else budget, thresholds]
 
     # -- in-flight leases ----------------------------------------------------------------
 

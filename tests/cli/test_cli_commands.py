@@ -25,6 +25,7 @@ from gateway.settings import Settings, SettingsError, ensure_secrets, load_setti
         ("SWITCHYARD_LOG_FORMAT", "xml"),
         ("SWITCHYARD_MAX_BODY_BYTES", "-1"),
         ("SWITCHYARD_UPSTREAM_READ_TIMEOUT_S", "0"),
+        ("SWITCHYARD_ALERT_WEBHOOK_URL", "ftp://hooks.example"),
     ],
 )
 def test_bad_setting_names_the_variable(monkeypatch, variable: str, value: str) -> None:
@@ -136,6 +137,16 @@ async def test_teams_and_tokens_cli_share_the_store_and_the_audit_log(
         _cli_json, capsys, "teams", "update", "cli-team", "--clear", "rpm"
     )
     assert cleared["rpm"] is None and _chat(gateway, key["key"]) == 200
+    alerting = await asyncio.to_thread(
+        _cli_json, capsys, "teams", "update", "cli-team", "--budget-mode", "soft",
+        "--alert-thresholds", "80,50",
+    )  # fmt: skip
+    assert (alerting["budget_mode"], alerting["alert_thresholds"]) == ("soft", [50, 80])
+    assert (
+        await asyncio.to_thread(main, ["teams", "update", "cli-team", "--alert-thresholds", "0"])
+        == 1
+    )
+    assert "alert_thresholds" in capsys.readouterr().err
 
     token = await asyncio.to_thread(
         _cli_json, capsys, "tokens", "create", "--name", "ci-viewer", "--role", "viewer"
@@ -158,7 +169,7 @@ async def test_teams_and_tokens_cli_share_the_store_and_the_audit_log(
         await store.close()
     assert {e.actor_kind for e in page.entries} == {"cli"}
     assert [e.action for e in reversed(page.entries)] == [
-        "team.create", "key.create", "team.update", "token.create", "token.revoke",
+        "team.create", "key.create", "team.update", "team.update", "token.create", "token.revoke",
         "key.update", "team.delete",
     ]  # fmt: skip
     assert token["token"] not in str(page.entries) and key["key"] not in str(page.entries)

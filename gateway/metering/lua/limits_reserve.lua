@@ -4,7 +4,9 @@
 -- ARGV: 1 request id, 2 tokens, 3 nano-USD, 4 window ms, 5 sub-buckets per window, 6 lease ms,
 --       7 in-flight lease ms, 8 the key's home epoch (from its record),
 --       9 key rpm, 10 key tpm, 11 key budget nano-USD, 12 key budget period,
---       13 key max parallel requests (-1 = no limit)
+--       13 key max parallel requests (-1 = no limit), 14 '1' when the key's budget is soft
+--       (a soft budget is held and charged, and alerts, but never refuses; a team's is soft
+--       when its record has budget_mode = soft)
 -- Returns {1, now, key budget window, in-flight scopes (bit 1 key, bit 2 team), stats...}
 --      or {0, reason, retry ms (-1 = never fits), now, scope, limit, used, held, period, stats...}
 --      where stats are, per scope: rpm limit, rpm used, rpm reset ms, tpm limit, tpm used,
@@ -37,16 +39,18 @@ end
 local scopes = {{rpm = tonumber(ARGV[9]), tpm = tonumber(ARGV[10]),
   parallel = tonumber(ARGV[13]), budgets = {}}}
 if tonumber(ARGV[11]) >= 0 then
-  scopes[1].budgets[1] = {period = ARGV[12], limit = tonumber(ARGV[11])}
+  scopes[1].budgets[1] = {period = ARGV[12], limit = tonumber(ARGV[11]), soft = ARGV[14] == '1'}
 end
 if #KEYS > SCOPE then
   local t = redis.call('HMGET', KEYS[2 * SCOPE + 1], 'rpm', 'tpm', 'max_parallel_requests',
-    'budget_day_nanos', 'budget_week_nanos', 'budget_month_nanos', 'budget_total_nanos')
+    'budget_day_nanos', 'budget_week_nanos', 'budget_month_nanos', 'budget_total_nanos',
+    'budget_mode')
   local team = {rpm = limit_of(t[1]), tpm = limit_of(t[2]), parallel = limit_of(t[3]),
     budgets = {}}
   for i, period in ipairs(PERIODS) do
     if t[3 + i] then
-      team.budgets[#team.budgets + 1] = {period = period, limit = tonumber(t[3 + i])}
+      team.budgets[#team.budgets + 1] = {period = period, limit = tonumber(t[3 + i]),
+        soft = t[8] == 'soft'}
     end
   end
   scopes[2] = team
@@ -112,7 +116,7 @@ end
 local function refusal(scope)
   for _, b in ipairs(scope.budgets) do
     local room = b.limit - b.spent - b.held
-    if room <= 0 or nanos > room then
+    if not b.soft and (room <= 0 or nanos > room) then
       local retry = b.window_end
       if b.limit - b.spent > 0 and nanos <= b.limit - b.spent then
         retry = 1000 -- only holds of requests in flight are in the way; they settle soon
