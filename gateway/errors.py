@@ -144,6 +144,7 @@ class UpstreamError(GatewayError):
         kind: str = "connect",
         provider: str | None = None,
         upstream_body: dict[str, Any] | None = None,
+        upstream_status: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(message, **kwargs)
@@ -154,6 +155,9 @@ class UpstreamError(GatewayError):
         self.kind = kind  # connect | timeout | status | protocol
         self.provider = provider
         self.upstream_body = upstream_body
+        # The HTTP status the upstream answered with (None: no answer), as opposed to
+        # ``status``, what the client gets; a fleet fails over on a replica's 503.
+        self.upstream_status = upstream_status
 
     def body(self) -> dict[str, Any]:
         # An upstream 4xx is passed through with its own message, type and code.

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -56,9 +57,14 @@ ENGINE_LATENCY_BUCKETS = (
 )  # fmt: skip
 
 
+# vLLM's namespace: the engine's series are exported under it as well as without it.
+VLLM_PREFIX = "vllm:"
+
+
 class EngineCollector(Collector):
-    """The in-process engine's gauges and counters under vLLM's names (no prefix, so the KEDA
-    queries in deploy/ read them as they read a vLLM server's), read at scrape time."""
+    """The in-process engine's gauges and counters under vLLM's names, read at scrape time:
+    without a prefix (what the KEDA queries in deploy/ read) and with vLLM's ``vllm:`` one
+    (what vLLM-aware routers read; a scraper takes one spelling, never both)."""
 
     def __init__(self, stats: Callable[[], dict[str, Any]]) -> None:
         self.stats = stats
@@ -70,15 +76,69 @@ class EngineCollector(Collector):
             ("num_requests_waiting", "Requests queued for the engine."),
             ("kv_cache_usage_perc", "KV cache blocks in use, a ratio in [0, 1]."),
         )
-        for name, doc in gauges:
-            yield GaugeMetricFamily(name, doc, value=snap[name])
         counters = (
             ("prefix_cache_queries", "Prompt tokens looked up in the prefix cache."),
             ("prefix_cache_hits", "Prompt tokens found in the prefix cache."),
             ("num_preemptions", "Sequences preempted (recomputed) for lack of KV blocks."),
         )
-        for name, doc in counters:
-            yield CounterMetricFamily(name, doc, value=snap[name])
+        # Each also as ``vllm:<name>``, so that routers and dashboards made for vLLM (and the
+        # fleet provider) read a Switchyard engine as they read a vLLM server.
+        for prefix in ("", VLLM_PREFIX):
+            for name, doc in gauges:
+                yield GaugeMetricFamily(prefix + name, doc, value=snap[name])
+            for name, doc in counters:
+                yield CounterMetricFamily(prefix + name, doc, value=snap[name])
+
+
+@dataclass(frozen=True)
+class FleetReplicaGauge:
+    """One engine-fleet replica as the gateway sees it (read at scrape time)."""
+
+    provider: str
+    replica: str  # host:port
+    up: bool  # False while ejected
+    inflight: int  # requests from this gateway
+    waiting: int | None  # the replica's own queue, as last scraped (None: not yet)
+    kv_usage: float | None
+
+
+class FleetCollector(Collector):
+    """Each fleet replica's state: ``switchyard_fleet_replica_{up,inflight,waiting,kv_usage}``."""
+
+    def __init__(self, rows: Callable[[], Iterable[FleetReplicaGauge]]) -> None:
+        self.rows = rows
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["provider", "replica"]
+        up = GaugeMetricFamily(
+            "switchyard_fleet_replica_up",
+            "1 while a fleet replica takes requests, 0 while it is ejected (probed back).",
+            labels=labels,
+        )
+        inflight = GaugeMetricFamily(
+            "switchyard_fleet_replica_inflight",
+            "Requests this gateway has in flight on a fleet replica.",
+            labels=labels,
+        )
+        waiting = GaugeMetricFamily(
+            "switchyard_fleet_replica_waiting",
+            "A fleet replica's waiting queue, as last scraped from its /metrics.",
+            labels=labels,
+        )
+        kv_usage = GaugeMetricFamily(
+            "switchyard_fleet_replica_kv_usage",
+            "A fleet replica's KV cache use (0..1), as last scraped from its /metrics.",
+            labels=labels,
+        )
+        for row in self.rows():
+            key = [row.provider, row.replica]
+            up.add_metric(key, 1.0 if row.up else 0.0)
+            inflight.add_metric(key, row.inflight)
+            if row.waiting is not None:
+                waiting.add_metric(key, row.waiting)
+            if row.kv_usage is not None:
+                kv_usage.add_metric(key, row.kv_usage)
+        return iter((up, inflight, waiting, kv_usage))
 
 
 class Metrics:
@@ -174,6 +234,13 @@ class Metrics:
             ["code"],
             registry=self.registry,
         )
+        self.fleet_picks = Counter(
+            "switchyard_fleet_picks_total",
+            "Replicas picked by engine fleets, by why (affinity, load, spill, ejected-skip, "
+            "failover, round_robin).",
+            ["provider", "replica", "reason"],
+            registry=self.registry,
+        )
         self.spool_depth = Gauge(
             "switchyard_usage_spool_depth",
             "Usage events in the local spool waiting for Redis (read at scrape time).",
@@ -193,6 +260,10 @@ class Metrics:
             Histogram(name, doc, buckets=ENGINE_LATENCY_BUCKETS, registry=self.registry)
             for name, doc in histograms
         )
+
+    def watch_fleets(self, rows: Callable[[], Iterable[FleetReplicaGauge]]) -> None:
+        """Read the engine fleets' replicas at scrape time."""
+        self.registry.register(FleetCollector(rows))
 
     def watch_engine_health(self, healthy: Callable[[], bool]) -> None:
         """``engine_healthy``: 1 while the local engine serves; 0 while it loads, after a failed

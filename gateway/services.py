@@ -36,6 +36,7 @@ from gateway.metering.reports import UsageReports
 from gateway.metering.settler import SettleBatcher
 from gateway.metering.spool import Spool
 from gateway.metrics import Metrics
+from gateway.providers.fleet_host import FleetHost
 from gateway.providers.local_host import LocalEngineHost
 from gateway.providers.openai_compat import OpenAICompatProvider, UpstreamSettings
 from gateway.providers.registry import ProviderRegistry
@@ -96,6 +97,8 @@ class Services:
     log: Any
     # The in-process engine behind a `kind: local` provider (idle when the policy has none).
     local_engine: LocalEngineHost
+    # The policy's `kind: engine_fleet` providers (replica discovery, scrapes, picks).
+    fleets: FleetHost
     embedded_redis: EmbeddedRedis | None = None
     # Set when the key pepper, checked late (Redis was away at start), differs from Redis's.
     key_pepper_mismatch: bool = False
@@ -125,10 +128,12 @@ def build_services(
     # The in-process engine (only if the policy has a local provider), loaded when started.
     local_engine = LocalEngineHost(settings.data_dir, metrics, log)
     upstream = UpstreamSettings.from_settings(settings)
+    fleets = FleetHost(upstream, metrics, log)
     providers = ProviderRegistry(
         {
             "openai_compatible": lambda name, config: OpenAICompatProvider(name, config, upstream),
             "local": local_engine.provider_for,
+            "engine_fleet": fleets.provider_for,
         }
     )
     return Services(
@@ -169,6 +174,7 @@ def build_services(
         log=log,
         embedded_redis=embedded,
         local_engine=local_engine,
+        fleets=fleets,
     )
 
 
@@ -198,7 +204,7 @@ async def running_services(
 
 def _parts(services: Services, pepper: bytes) -> list[Part]:
     """The start order; stopping runs it backwards (the settle batch drains before the ledger
-    stops, the engine stops after the providers, Redis closes last)."""
+    stops, the engine and the fleets stop after the providers, Redis closes last)."""
     redis = _RedisWatch(services, pepper)
     parts = []
     if services.embedded_redis is not None:
@@ -210,6 +216,7 @@ def _parts(services: Services, pepper: bytes) -> list[Part]:
         Part(
             "local engine", start=lambda: engine.start(policies.policy_or_none()), stop=engine.stop
         ),
+        Part("fleets", start=lambda: services.fleets.start(policies), stop=services.fleets.stop),
         Part("providers", stop=services.providers.close),
         Part("policy watch", start=_now(policies.start_watching), stop=policies.stop),
         Part("releases", stop=services.accountant.wait_background),

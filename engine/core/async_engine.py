@@ -22,7 +22,8 @@ from typing import Any
 
 from engine.config import EngineConfig
 from engine.core.llm_engine import LLMEngine
-from engine.core.output_processor import RequestState, StepOutput, StreamOutput, process_step
+from engine.core.output_processor import StepOutput, process_step
+from engine.core.request_state import RequestState, StreamOutput
 from engine.errors import EngineDeadError, EngineNotRunningError, EngineStepError
 from engine.sampling import SamplingParams
 

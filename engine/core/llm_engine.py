@@ -21,13 +21,14 @@ from engine.core.block_manager import BlockManager
 from engine.core.distributed import TensorParallelExecutor
 from engine.core.input_batch import InputBatch
 from engine.core.model_runner import ModelRunner, StepHandle, StepResult
-from engine.core.output_processor import RequestDelta, RequestState, StepOutput, process_step
+from engine.core.output_processor import RequestDelta, StepOutput, process_step
+from engine.core.request_state import RequestState
 from engine.core.scheduler import Scheduler, SchedulerOutput
-from engine.core.sequence import Request, Sequence, SequenceStatus, TokenLogprobs
+from engine.core.sequence import Request, Sequence, SequenceStatus
 from engine.core.stats import EngineStats, StepRecord
 from engine.errors import ConfigError, InvalidPromptError
 from engine.loader import resolve_model_path
-from engine.sampling import SamplingParams
+from engine.sampling import SamplingParams, TokenLogprobs
 from engine.tokenizer import Tokenizer
 
 

@@ -27,7 +27,6 @@ from engine.core.memory_profile import (
     profile_step_inputs,
 )
 from engine.core.sampling_rows import SamplingRows
-from engine.core.sequence import TokenLogprobs
 from engine.errors import ConfigError
 from engine.kernels import resolve_backend
 from engine.kernels.reference import plan_paged_attention
@@ -37,6 +36,7 @@ from engine.layers.linear import kv_heads_per_rank
 from engine.layers.sampler import Sampler, SamplerOutput
 from engine.loader import build_model, load_model_args
 from engine.models.llama import ModelArgs, ParallelSpec
+from engine.sampling import TokenLogprobs
 
 log = logging.getLogger(__name__)
 

@@ -3,24 +3,23 @@
 The step thread hands over a `StepOutput` (the sequences sampled, their tokens, which of
 them finished by a stop token, EOS or length) and moves on. `process_step` runs where
 the client is: on the consumer's event loop for `AsyncEngine`, inline for the synchronous
-`LLMEngine.step`. It keeps one `RequestState` per request: an incremental detokenizer per
-sample, the text not yet streamed (a suffix that could still become a stop string is held
-back), and the token ids and logprobs the client has seen. A stop string cuts the text
-before it (after it with `include_stop_str_in_output`) and finishes the sample here; the engine is then told to stop that sequence
-(`stops`), and tokens it made in the meantime are dropped.
+`LLMEngine.step`. It advances one `RequestState` per request (core/request_state.py): an
+incremental detokenizer per sample, the text not yet streamed (a suffix that could still
+become a stop string is held back), and the token ids and logprobs the client has seen. A
+stop string cuts the text before it (after it with `include_stop_str_in_output`) and
+finishes the sample here; the engine is then told to stop that sequence (`stops`), and
+tokens it made in the meantime are dropped.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from engine.core.detokenizer import Detokenizer, make_detokenizer
-from engine.core.sequence import Sequence, TokenLogprobs
+from engine.core.request_state import RequestState, SampleState, StreamOutput, held_back
+from engine.core.sequence import Sequence
 from engine.core.stats import EngineStats
-from engine.sampling import SamplingParams
-from engine.tokenizer import Tokenizer
+from engine.sampling import SamplingParams, TokenLogprobs
 
 
 @dataclass
@@ -34,21 +33,6 @@ class StepOutput:
     finished: dict[int, str]  # position in `seqs` -> "stop" | "length"
 
 
-@dataclass(slots=True)
-class StreamOutput:
-    """What one sample produced since its previous output (text never splits a character)."""
-
-    request_id: str
-    index: int  # which of the n samples
-    text: str  # new text
-    token_ids: list[int]  # new token ids
-    logprobs: list[TokenLogprobs] | None
-    finish_reason: str | None  # set on the last output of this index
-    num_prompt_tokens: int
-    num_output_tokens: int  # cumulative for this index
-    finished: bool  # the whole request is done (set on its very last output)
-
-
 @dataclass
 class RequestDelta:
     """A step's outputs of one request (the synchronous `LLMEngine.step` API)."""
@@ -57,72 +41,6 @@ class RequestDelta:
     num_prompt_tokens: int
     deltas: list[StreamOutput]
     finished: bool
-
-
-def held_back(text: str, stops: list[str]) -> int:
-    """Length of the longest suffix of `text` that could still grow into a stop string."""
-    longest = 0
-    for stop in stops:
-        for size in range(min(len(stop) - 1, len(text)), longest, -1):
-            if text.endswith(stop[:size]):
-                longest = size
-                break
-    return longest
-
-
-class SampleState:
-    """One of a request's n samples, as the client sees it."""
-
-    __slots__ = (
-        "detokenizer",
-        "finish_reason",
-        "held",
-        "last_time",
-        "logprobs",
-        "pieces",
-        "token_ids",
-    )
-
-    def __init__(self, detokenizer: Detokenizer) -> None:
-        self.detokenizer = detokenizer
-        self.pieces: list[str] = []  # the text streamed so far
-        self.held = ""  # text held back: it may still become a stop string
-        self.token_ids: list[int] = []
-        self.logprobs: list[TokenLogprobs] = []
-        self.finish_reason: str | None = None
-        self.last_time: float | None = None
-
-    @property
-    def text(self) -> str:
-        return "".join(self.pieces)
-
-
-class RequestState:
-    def __init__(
-        self,
-        request_id: str,
-        prompt: str | None,
-        prompt_token_ids: list[int],
-        params: SamplingParams,
-        tokenizer: Tokenizer,
-        arrival_time: float | None = None,
-    ) -> None:
-        self.request_id = request_id
-        self.prompt = prompt
-        self.prompt_token_ids = prompt_token_ids
-        self.num_prompt_tokens = len(prompt_token_ids)
-        self.params = params
-        self.arrival_time = time.monotonic() if arrival_time is None else arrival_time
-        self.samples = [
-            SampleState(make_detokenizer(tokenizer, prompt_token_ids)) for _ in range(params.n)
-        ]
-        self.num_unfinished = params.n
-        # where a step's outputs go (AsyncEngine: the stream's outbox); None: kept by the caller
-        self.sink: Callable[[list[StreamOutput]], None] | None = None
-
-    @property
-    def finished(self) -> bool:
-        return not self.num_unfinished
 
 
 def process_step(

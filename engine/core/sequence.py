@@ -16,22 +16,13 @@ from typing import TYPE_CHECKING
 from engine.sampling import SamplingParams
 
 if TYPE_CHECKING:
-    from engine.core.output_processor import RequestState
+    from engine.core.request_state import RequestState
 
 
 class SequenceStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
     FINISHED = "finished"
-
-
-@dataclass
-class TokenLogprobs:
-    """The sampled token's logprob and the top-k alternatives, raw model distribution."""
-
-    token_id: int
-    logprob: float
-    top: dict[int, float]
 
 
 class Sequence:

@@ -78,9 +78,14 @@ def allowed_models(principal: Principal, policy: Policy) -> frozenset[str] | Non
 
 
 def route_headers(
-    plan: RoutePlan, served: Candidate, attempts: list[AttemptRecord] | None = None
+    plan: RoutePlan,
+    served: Candidate,
+    attempts: list[AttemptRecord] | None = None,
+    route_note: str | None = None,
 ) -> dict[str, str]:
     route = plan.header_value(served)
+    if route_note:  # which replica of a fleet served, and why
+        route += "; " + "".join(c if " " <= c <= "~" else "?" for c in route_note[:200])
     for record in attempts or ():  # a local engine passed over (not loaded, unhealthy): why
         if record.outcome == "skipped" and record.kind == "unavailable":
             why = "".join(c if " " <= c <= "~" else "?" for c in redact(record.detail, limit=160))
@@ -190,7 +195,7 @@ def _served(call: V1Call, plan: RoutePlan, result: DispatchResult[Any]) -> Candi
     books.served_model, books.served_provider = served.model, served.provider
     books.attempts = len(result.attempts)
     call.outcome.note_dispatch(services, plan, result.attempts, served)
-    call.headers.update(route_headers(plan, served, result.attempts))
+    call.headers.update(route_headers(plan, served, result.attempts, result.value.route_note))
     upstream_s = sum(attempt.duration_s for attempt in result.attempts)
     elapsed = time.perf_counter() - call.outcome.started
     services.metrics.overhead.labels(call.route).observe(max(elapsed - upstream_s, 0.0))

@@ -466,6 +466,12 @@ SCHEMAS: dict[str, Schema] = {
             "notes": {"type": "array", "items": STRING},
             "health": {},
             "header": STRING,
+            "fleets": {
+                "type": "object",
+                "description": "engine fleets among the candidates: provider -> the replica it "
+                "would pick now (pick, header) and its replicas",
+                "additionalProperties": {"type": "object"},
+            },
         },
         ["candidates", "skipped"],
     ),

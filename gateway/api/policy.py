@@ -7,7 +7,8 @@ the policy needs the ``admin`` role, reading, validating and explaining ``operat
 - ``POST /admin/route/explain``    ``{"body": {...}, "headers": {...}, "key_id"?, "allowed_models"?}``
                                     → the ordered candidates with reasons, each one's health,
                                     ``would_serve`` (the first the dispatcher would try now) and
-                                    its route header; calls no provider
+                                    its route header; for an engine fleet, the replica it would
+                                    pick and why, and its replicas (``fleets``); calls no provider
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from gateway.api.validation import validate_routed
 from gateway.errors import InvalidRequest, clip
 from gateway.routing.policy import PolicyError, parse_policy
 from gateway.routing.policy_store import policy_text_from_body
+from gateway.routing.router import RoutePlan
 from gateway.services import Services
 
 MAX_POLICY_BYTES = 1 << 20
@@ -97,8 +99,34 @@ async def explain_route(request: Request, services: Services, actor: Actor) -> R
         (c for c, row in zip(plan.candidates, health, strict=True) if _would_try(row)), None
     )
     explained["would_serve"] = would_serve.model if would_serve else None
-    explained["header"] = plan.header_value(would_serve or plan.candidates[0])
+    header = plan.header_value(would_serve or plan.candidates[0])
+    fleets = _fleet_previews(services, plan, body)
+    if fleets:
+        explained["fleets"] = fleets
+        served_fleet = fleets.get(would_serve.provider) if would_serve else None
+        if served_fleet is not None and served_fleet["header"]:
+            header += "; " + served_fleet["header"]
+    explained["header"] = header
     return json_response(explained)
+
+
+def _fleet_previews(
+    services: Services, plan: RoutePlan, body: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """For each engine fleet among the candidates: the replica it would pick for this body
+    now (nothing committed) and every replica's state."""
+    if plan.policy is None:
+        return {}
+    previews: dict[str, dict[str, Any]] = {}
+    for candidate in plan.candidates:
+        config = plan.policy.providers.get(candidate.provider)
+        if config is None or candidate.provider in previews:
+            continue
+        routed = {**body, "model": candidate.upstream_model}  # what the replica is sent
+        preview = services.fleets.preview(candidate.provider, config, routed)
+        if preview is not None:
+            previews[candidate.provider] = preview
+    return previews
 
 
 def _would_try(row: dict[str, Any]) -> bool:

@@ -7,6 +7,7 @@ and run ``maintain()`` periodically for partitions and retention. Nothing here k
 the exporter that feeds it from the Redis buffer lives with the gateway's metering.
 """
 
+from gateway.ledger.backends import make_store, open_store
 from gateway.ledger.event import MAX_TAGS, LedgerError, LedgerEvent
 from gateway.ledger.query import (
     GROUP_BYS,
@@ -25,8 +26,6 @@ from gateway.ledger.store import (
     StoreConfigError,
     UsageStore,
     check_store_url,
-    make_store,
-    open_store,
 )
 
 __all__ = [

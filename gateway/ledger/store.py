@@ -14,7 +14,6 @@ at open) are here too, so they cannot drift apart.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -147,37 +146,3 @@ def check_store_url(url: str) -> str:
         f"unsupported usage store URL {redact(url)!r}: use empty (embedded SQLite),"
         " sqlite:///<path> or postgresql://user@host/db"
     )
-
-
-def make_store(
-    url: str,
-    *,
-    data_dir: Path,
-    retention_days: int = DEFAULT_RETENTION_DAYS,
-    clock: Callable[[], float] = time.time,
-) -> UsageStore:
-    """The store a URL names, not yet opened."""
-    url = check_store_url(url)
-    retention_days = check_retention_days(retention_days)
-    if url.startswith(("postgresql:", "postgres:")):
-        from gateway.ledger.postgres_store import PostgresStore
-
-        return PostgresStore(url, retention_days=retention_days, clock=clock)
-    from gateway.ledger.sqlite_store import SqliteStore
-
-    # As SQLAlchemy writes them: sqlite:///relative/path, sqlite:////absolute/path.
-    path = Path(url.removeprefix("sqlite:///")) if url else data_dir / SQLITE_FILE
-    return SqliteStore(path, retention_days=retention_days, clock=clock)
-
-
-async def open_store(
-    url: str,
-    *,
-    data_dir: Path,
-    retention_days: int = DEFAULT_RETENTION_DAYS,
-    clock: Callable[[], float] = time.time,
-) -> UsageStore:
-    """``make_store`` and ``open``: ready to insert and query."""
-    store = make_store(url, data_dir=data_dir, retention_days=retention_days, clock=clock)
-    await store.open()
-    return store

@@ -7,7 +7,9 @@ A provider answers a JSON request (``post_json`` → ``UpstreamResponse``) or op
 (``open_stream`` → ``UpstreamStream``: raw SSE ``data`` payloads, ``[DONE]`` last), raising
 ``UpstreamError`` for anything that went wrong. ``unavailable()`` says, before any call, why it
 cannot take a request now (``None``: it can); ``spill`` marks a provider that is only busy, which
-the dispatcher tries again after the other candidates.
+the dispatcher tries again after the other candidates. A provider that chose among replicas says
+which one and why in ``route_note`` (on the response or the stream); the request path appends
+it to ``x-switchyard-route``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class UpstreamResponse:
     status: int
     body: bytes
     data: dict[str, Any]
+    route_note: str | None = None  # e.g. "replica=10.0.0.5:8000 (affinity)" (a fleet's pick)
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ class Unavailable:
 
 
 class UpstreamStream(Protocol):
+    route_note: str | None  # as ``UpstreamResponse.route_note``; None for a single upstream
+
     def events(self) -> AsyncIterator[bytes]:
         """Each event's data, ``[DONE]`` included; raises ``UpstreamError`` if cut short."""
         ...

@@ -229,6 +229,8 @@ class LocalRun:
 class LocalStream:
     """OpenAI SSE chunks from the engine: role deltas, content deltas, finish, usage."""
 
+    route_note: str | None = None
+
     def __init__(self, provider: LocalProvider, request: LocalRequest, include_usage: bool):
         self.provider = provider
         self.request = request

@@ -142,6 +142,7 @@ def _error_from_status(
             kind="auth",
             provider=provider,
             code="upstream_auth_failed",
+            upstream_status=status,
         )
     try:
         data = orjson.loads(body)
@@ -164,6 +165,7 @@ def _error_from_status(
             retry_after_s=retry_after_seconds(retry_after),
             kind="status",
             provider=provider,
+            upstream_status=status,
             upstream_body={
                 "error": {
                     "message": message,
@@ -182,6 +184,7 @@ def _error_from_status(
         retry_after_s=retry_after_seconds(retry_after),
         kind="status",
         provider=provider,
+        upstream_status=status,
     )
 
 
@@ -255,9 +258,17 @@ class OpenAICompatProvider:
         self, path: str, body: dict[str, Any], *, client_gone: ClientGone | None = None
     ) -> UpstreamResponse:
         """``client_gone`` is not listened to: the HTTP call ends when the client's does."""
+        return await self.post_json_to(self.base_url, path, body)
+
+    async def post_json_to(
+        self, base_url: str, path: str, body: dict[str, Any]
+    ) -> UpstreamResponse:
+        """``post_json`` to another base URL (a fleet's replica) with this provider's session,
+        headers, limits and error mapping. Timeouts and connect errors keep their aiohttp
+        cause (``__cause__``), so a caller can tell a connect timeout from a slow answer."""
         try:
             async with self._client().post(
-                self.base_url + path, data=orjson.dumps(body), headers=self.headers
+                base_url + path, data=orjson.dumps(body), headers=self.headers
             ) as response:
                 status = response.status
                 retry_after = response.headers.get("Retry-After")
@@ -271,8 +282,8 @@ class OpenAICompatProvider:
                         raise _too_large(
                             self.name, "a response", self.limits.max_body_bytes
                         ) from None
-        except (TimeoutError, aiohttp.ServerTimeoutError):
-            raise self._timeout_error() from None
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            raise self._timeout_error() from exc
         except (*_CONNECT_ERRORS, aiohttp.ClientError) as exc:
             raise self._connect_error(exc) from exc
         if status >= 400:
@@ -295,12 +306,16 @@ class OpenAICompatProvider:
 
     async def open_stream(self, path: str, body: dict[str, Any]) -> EventStream:
         """Send the request and check the status; the caller then reads ``events()``."""
+        return await self.open_stream_to(self.base_url, path, body)
+
+    async def open_stream_to(self, base_url: str, path: str, body: dict[str, Any]) -> EventStream:
+        """``open_stream`` to another base URL (see ``post_json_to``)."""
         try:
             response = await self._client().post(
-                self.base_url + path, data=orjson.dumps(body), headers=self.headers
+                base_url + path, data=orjson.dumps(body), headers=self.headers
             )
-        except (TimeoutError, aiohttp.ServerTimeoutError):
-            raise self._timeout_error() from None
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            raise self._timeout_error() from exc
         except (*_CONNECT_ERRORS, aiohttp.ClientError) as exc:
             raise self._connect_error(exc) from exc
         if response.status >= 400:
@@ -337,6 +352,8 @@ class OpenAICompatProvider:
 
 class EventStream:
     """Server-sent events from upstream, yielded one ``data:`` payload at a time."""
+
+    route_note: str | None = None
 
     def __init__(self, provider: OpenAICompatProvider, response: aiohttp.ClientResponse) -> None:
         self.provider = provider

@@ -33,6 +33,7 @@ from .manifests import (
 
 GATEWAY = "switchyard-gateway"
 ENGINE = "switchyard-engine"
+HEADLESS = "switchyard-engine-headless"
 ALWAYS_NEEDED_SECRETS = {"SWITCHYARD_ADMIN_KEY", "SWITCHYARD_KEY_PEPPER"}
 # Not yet a field of EngineConfig: tensor parallelism lands with engine/distributed.py.
 PENDING_ENGINE_SETTINGS = {"tensor_parallel_size"}
@@ -245,23 +246,40 @@ def test_keda_scales_the_engine_on_its_queue(rendered: Renders, overlay: str) ->
 
 
 @pytest.mark.parametrize("overlay", GPU_OVERLAYS)
-def test_gateways_route_to_the_engine_replicas(rendered: Renders, overlay: str) -> None:
+def test_gateways_route_over_the_engine_replicas_as_a_fleet(
+    rendered: Renders, overlay: str
+) -> None:
     objects = rendered[overlay]
     _gw_cm, gateway_policy = mounted_policy(objects, one(objects, "Deployment", GATEWAY))
-    _engine_cm, engine_policy = mounted_policy(objects, one(objects, "Deployment", ENGINE))
-    service = one(objects, "Service", ENGINE)
-    engine_providers = [
+    engine = one(objects, "Deployment", ENGINE)
+    _engine_cm, engine_policy = mounted_policy(objects, engine)
+    headless = one(objects, "Service", HEADLESS)
+    # One DNS record per ready replica: no cluster IP, not-ready pods left out.
+    assert headless["spec"]["clusterIP"] == "None"
+    assert not headless["spec"].get("publishNotReadyAddresses", False)
+    assert selects(headless["spec"]["selector"], pod_labels(engine))
+    fleets = [
         name
         for name, provider in gateway_policy.providers.items()
-        if provider.kind == "openai_compatible"
-        and urlsplit(provider.base_url or "").hostname == service["metadata"]["name"]
+        if provider.kind == "engine_fleet"
+        and provider.fleet is not None
+        and provider.fleet.dns is not None
+        and urlsplit(provider.fleet.dns).hostname == headless["metadata"]["name"]
     ]
-    assert len(engine_providers) == 1, "one gateway provider points at the engine Service"
-    provider = gateway_policy.providers[engine_providers[0]]
-    url = urlsplit(provider.base_url or "")
-    assert url.scheme == "http" and url.path == "/v1"
-    assert url.port in {p["port"] for p in service["spec"]["ports"]}
-    routed = [m for m, cfg in gateway_policy.models.items() if cfg.provider == engine_providers[0]]
+    assert len(fleets) == 1, "one gateway provider routes over the engine replicas"
+    provider = gateway_policy.providers[fleets[0]]
+    assert provider.fleet is not None and provider.fleet.dns is not None
+    url = urlsplit(provider.fleet.dns)
+    assert url.scheme == "http"
+    # The port the Service names is the pods' own: a headless name resolves to pod addresses.
+    container_ports = {p["name"]: p["containerPort"] for p in container(engine)["ports"]}
+    service_ports = {p["port"]: p["targetPort"] for p in headless["spec"]["ports"]}
+    assert url.port in service_ports and container_ports[service_ports[url.port]] == url.port
+    # The fleet reads the replicas' queue from the same /metrics Prometheus scrapes for KEDA.
+    annotations = engine["spec"]["template"]["metadata"]["annotations"]
+    assert provider.fleet.scrape.metrics_path == annotations["prometheus.io/path"]
+    assert provider.fleet.refresh_s <= 10, "scaled replicas must be found within seconds"
+    routed = [m for m, cfg in gateway_policy.models.items() if cfg.provider == fleets[0]]
     assert routed, "no gateway model is served by the engine"
     for model in routed:
         assert engine_policy.resolve_model(gateway_policy.upstream_model(model)) is not None, model

@@ -308,3 +308,32 @@ def test_replica_load_counts_in_flight_and_the_scraped_queue() -> None:
     replica.inflight = 2
     replica.load = load(waiting=5)
     assert replica.load_units == 7
+
+
+def test_a_request_a_replica_failed_is_a_failover_wherever_it_lands() -> None:
+    members = fleet_of(URLS)
+    picker = Picker(PickSettings())
+    key = keys(1)[0]
+    home = picker.pick(members.active(), key)
+    assert home is not None and home.reason == "affinity"
+    again = picker.pick(members.active(), key, exclude={home.replica})
+    assert again is not None and again.replica != home.replica
+    assert again.reason == "failover"
+    assert (again.candidates[0].replica, again.candidates[0].verdict) == (home.replica, "excluded")
+    # The memory now points at the new replica; a retry excluding the first is still a failover.
+    retry = picker.pick(members.active(), key, exclude={home.replica})
+    assert retry is not None and (retry.replica, retry.reason) == (again.replica, "failover")
+    assert [c.verdict for c in retry.candidates] == ["excluded", "chosen"]
+    assert picker.pick(members.active(), key) == retry.__class__(
+        again.replica, "affinity", "affinity", retry.candidates[1:], key[0], retry.capacity, 1
+    )
+
+
+def test_the_last_resort_pick_ignores_spill_when() -> None:
+    members = fleet_of(URLS)
+    for replica in members.active():
+        replica.load = load(kv_usage=0.99)
+    picker = Picker(PickSettings(spill=SpillWhen(kv_usage=0.9)))
+    assert picker.pick(members.active(), keys(1)[0]) is None
+    pick = picker.pick(members.active(), keys(1)[0], honor_spill=False)
+    assert pick is not None and pick.reason == "affinity"

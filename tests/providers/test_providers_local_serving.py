@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import openai
 import pytest
 from openai import OpenAI
+
+from gateway.providers.fleet.scrape import parse_load
 
 MESSAGES = [{"role": "user", "content": "How are you today?"}]
 
@@ -205,6 +209,12 @@ def test_models_list_and_metrics(client, local_gateway):
         "e2e_request_latency_seconds_count",
     ):
         assert f"\n{name}" in text, name
+    # Also under vLLM's names, so a fleet (or any vLLM-aware router) reads this engine; a
+    # scraper reads one spelling, never the sum of both.
+    for name in ("num_requests_waiting", "kv_cache_usage_perc", "prefix_cache_queries_total"):
+        assert f"\nvllm:{name} " in text, name
+    queries = float(re.search(r"\nprefix_cache_queries_total (\S+)", text).group(1))
+    assert queries > 0 and parse_load(text).prefix_queries == queries
 
 
 def test_usage_events_and_rate_limits_as_for_upstreams(local_gateway):

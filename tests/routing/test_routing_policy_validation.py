@@ -19,6 +19,26 @@ from gateway.routing.policy import (
 REPO = Path(__file__).resolve().parents[2]
 
 
+def fleet(**block: object) -> dict[str, object]:
+    return {"kind": "engine_fleet", "fleet": block}
+
+
+def test_an_engine_fleet_takes_static_replicas_or_a_dns_name(policy_data) -> None:
+    data = policy_data()
+    data["providers"]["static"] = {
+        **fleet(replicas=["http://10.0.0.1:8000", "https://[fd00::1]:8000"], routing="round_robin"),
+        "spill_when": {"waiting": 8, "kv_usage": 0.95},
+        "api_key_env": "ENGINE_KEY",
+    }
+    data["providers"]["dns"] = fleet(dns="http://engine-headless.ns.svc:8080", refresh_s=2)
+    policy = parse_policy(yaml.safe_dump(data))
+    static, dns = policy.providers["static"], policy.providers["dns"]
+    assert static.fleet is not None and static.fleet.routing == "round_robin"
+    assert static.spill_when is not None and static.spill_when.waiting == 8
+    assert dns.fleet is not None and dns.fleet.dns and dns.fleet.refresh_s == 2
+    assert dns.fleet.scrape.interval_ms == 250 and dns.fleet.prefix.blocks == 8
+
+
 def error_of(data: object) -> PolicyError:
     with pytest.raises(PolicyError) as caught:
         parse_policy(yaml.safe_dump(data) if not isinstance(data, str) else data)
@@ -159,6 +179,56 @@ def test_shipped_policy_is_valid_and_realistic() -> None:
         ),
         (lambda d: d["providers"]["beta"].pop("base_url"), "providers.beta", "base_url"),
         (lambda d: d["models"].update(auto={"provider": "alpha"}), "models", "reserved"),
+        (
+            lambda d: d["providers"]["alpha"].update(spill_when={"waiting": 1}),
+            "providers.alpha",
+            "local and engine_fleet",
+        ),
+        (lambda d: d["providers"].update(f={"kind": "engine_fleet"}), "providers.f", "fleet"),
+        (
+            lambda d: d["providers"].update(f=fleet(replicas=["http://a:1"], dns="http://b:2")),
+            "providers.f.fleet",
+            "exactly one of replicas",
+        ),
+        (
+            lambda d: d["providers"].update(f=fleet(replicas=["http://a:8000/v1"])),
+            "providers.f.fleet",
+            "no path",
+        ),
+        (
+            lambda d: d["providers"].update(f=fleet(replicas=["a:8000"])),
+            "providers.f.fleet",
+            "http://",
+        ),
+        (
+            lambda d: d["providers"].update(f=fleet(dns="http://engine-headless")),
+            "providers.f.fleet",
+            "port",
+        ),
+        (
+            lambda d: d["providers"].update(f=fleet(replicas=["http://a:1"], routing="random")),
+            "providers.f.fleet.routing",
+            "affinity",
+        ),
+        (
+            lambda d: d["providers"].update(
+                f=fleet(replicas=["http://a:1"], scrape={"interval_ms": 1})
+            ),
+            "providers.f.fleet.scrape.interval_ms",
+            "10",
+        ),
+        (
+            lambda d: d["providers"].update(
+                f={**fleet(replicas=["http://a:1"]), "base_url": "http://a:1/v1"}
+            ),
+            "providers.f",
+            "not base_url",
+        ),
+        (
+            lambda d: d["providers"]["beta"].update(fleet={"replicas": ["http://a:1"]}),
+            "providers.beta",
+            "only to an engine_fleet",
+        ),
     ],
 )
 def test_invalid_policy_names_the_field(policy_data, mutate, path, words) -> None:

@@ -9,38 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.formats import fields, internal
 from gateway.formats.errors import InvalidRequest
-from gateway.formats.fields import (
-    array,
-    at,
-    dumps,
-    load_object,
-    obj,
-    opt_array,
-    opt_bool,
-    opt_choice,
-    opt_int,
-    opt_number,
-    opt_obj,
-    opt_str,
-    required,
-    string,
-)
-from gateway.formats.internal import (
-    Block,
-    ChatRequest,
-    Image,
-    Message,
-    Raw,
-    Reasoning,
-    RedactedThinking,
-    ResponseFormat,
-    Text,
-    Tool,
-    ToolCall,
-    ToolChoice,
-    ToolResult,
-)
 from gateway.formats.media import ANTHROPIC_IMAGE_TYPES
 from gateway.formats.signatures import from_client
 
@@ -62,33 +32,37 @@ _UNPORTABLE = {
 }
 
 
-def parse_request(body: bytes | str | dict[str, Any]) -> ChatRequest:
-    data = load_object(body)
-    model = string(required(data, "model", "model"), "model", non_empty=True)
-    request = ChatRequest(model=model, source=NAME, messages=[])
-    request.max_tokens = opt_int(data, "max_tokens", "max_tokens", 0, 10**9)
+def parse_request(body: bytes | str | dict[str, Any]) -> internal.ChatRequest:
+    data = fields.load_object(body)
+    model = fields.string(fields.required(data, "model", "model"), "model", non_empty=True)
+    request = internal.ChatRequest(model=model, source=NAME, messages=[])
+    request.max_tokens = fields.opt_int(data, "max_tokens", "max_tokens", 0, 10**9)
     if request.max_tokens is None:
         raise InvalidRequest("max_tokens is required", param="max_tokens")
     request.system = _parse_system(data.get("system"))
     request.messages = [
-        _parse_message(item, at("messages", i))
-        for i, item in enumerate(array(required(data, "messages", "messages"), "messages"))
+        _parse_message(item, fields.at("messages", i))
+        for i, item in enumerate(
+            fields.array(fields.required(data, "messages", "messages"), "messages")
+        )
     ]
-    tools = opt_array(data, "tools", "tools")
-    request.tools = [_parse_tool(tool, at("tools", i)) for i, tool in enumerate(tools)]
+    tools = fields.opt_array(data, "tools", "tools")
+    request.tools = [_parse_tool(tool, fields.at("tools", i)) for i, tool in enumerate(tools)]
     _parse_tool_choice(request, data.get("tool_choice"))
-    request.temperature = opt_number(data, "temperature", "temperature", 0, 1)
-    request.top_p = opt_number(data, "top_p", "top_p", 0, 1)
-    request.top_k = opt_int(data, "top_k", "top_k", 0, 10**9)
-    stops = opt_array(data, "stop_sequences", "stop_sequences")
-    request.stop = [string(stop, at("stop_sequences", i)) for i, stop in enumerate(stops)]
-    request.stream = bool(opt_bool(data, "stream", "stream"))
-    metadata = opt_obj(data, "metadata", "metadata")
+    request.temperature = fields.opt_number(data, "temperature", "temperature", 0, 1)
+    request.top_p = fields.opt_number(data, "top_p", "top_p", 0, 1)
+    request.top_k = fields.opt_int(data, "top_k", "top_k", 0, 10**9)
+    stops = fields.opt_array(data, "stop_sequences", "stop_sequences")
+    request.stop = [
+        fields.string(stop, fields.at("stop_sequences", i)) for i, stop in enumerate(stops)
+    ]
+    request.stream = bool(fields.opt_bool(data, "stream", "stream"))
+    metadata = fields.opt_obj(data, "metadata", "metadata")
     if metadata is not None:
-        request.user = opt_str(metadata, "user_id", "metadata.user_id")
+        request.user = fields.opt_str(metadata, "user_id", "metadata.user_id")
     request.reasoning = _parse_reasoning(data)
     request.response_format = _parse_output_format(data)
-    request.cache_control = opt_obj(data, "cache_control", "cache_control")
+    request.cache_control = fields.opt_obj(data, "cache_control", "cache_control")
     request.extras = {key: value for key, value in data.items() if key not in _MODELLED}
     for name, why in _UNPORTABLE.items():
         if data.get(name) is not None:
@@ -96,121 +70,148 @@ def parse_request(body: bytes | str | dict[str, Any]) -> ChatRequest:
     return request
 
 
-def _parse_system(system: Any) -> list[Text]:
+def _parse_system(system: Any) -> list[internal.Text]:
     if system is None:
         return []
     if isinstance(system, str):
-        return [Text(system, path="system")]
+        return [internal.Text(system, path="system")]
     return [
-        _text_block(obj(block, at("system", i)), at("system", i))
-        for i, block in enumerate(array(system, "system"))
+        _text_block(fields.obj(block, fields.at("system", i)), fields.at("system", i))
+        for i, block in enumerate(fields.array(system, "system"))
     ]
 
 
-def _text_block(block: dict[str, Any], path: str) -> Text:
+def _text_block(block: dict[str, Any], path: str) -> internal.Text:
     if block.get("type") != "text":
-        raise InvalidRequest(f"{path}.type must be text", param=at(path, "type"))
-    text = string(required(block, "text", at(path, "text")), at(path, "text"))
-    return Text(text, opt_obj(block, "cache_control", at(path, "cache_control")), path)
+        raise InvalidRequest(f"{path}.type must be text", param=fields.at(path, "type"))
+    text = fields.string(
+        fields.required(block, "text", fields.at(path, "text")), fields.at(path, "text")
+    )
+    return internal.Text(
+        text, fields.opt_obj(block, "cache_control", fields.at(path, "cache_control")), path
+    )
 
 
-def _parse_message(item: Any, path: str) -> Message:
-    message = obj(item, path)
+def _parse_message(item: Any, path: str) -> internal.Message:
+    message = fields.obj(item, path)
     role = message.get("role")
     if role not in ("user", "assistant", "system"):
         raise InvalidRequest(
-            f"{path}.role must be user, assistant or system", param=at(path, "role")
+            f"{path}.role must be user, assistant or system", param=fields.at(path, "role")
         )
-    content = required(message, "content", at(path, "content"))
-    content_path = at(path, "content")
+    content = fields.required(message, "content", fields.at(path, "content"))
+    content_path = fields.at(path, "content")
     if isinstance(content, str):
-        return Message(role, [Text(content, path=content_path)], path)
+        return internal.Message(role, [internal.Text(content, path=content_path)], path)
     blocks = [
-        _parse_block(obj(block, at(content_path, i)), at(content_path, i))
-        for i, block in enumerate(array(content, content_path))
+        _parse_block(fields.obj(block, fields.at(content_path, i)), fields.at(content_path, i))
+        for i, block in enumerate(fields.array(content, content_path))
     ]
-    if role == "system" and not all(isinstance(block, Text) for block in blocks):
+    if role == "system" and not all(isinstance(block, internal.Text) for block in blocks):
         raise InvalidRequest(
             f"{content_path} of a system message must be text blocks", param=content_path
         )
-    return Message(role, blocks, path)
+    return internal.Message(role, blocks, path)
 
 
-def _parse_block(block: dict[str, Any], path: str) -> Block:
+def _parse_block(block: dict[str, Any], path: str) -> internal.Block:
     kind = block.get("type")
-    cache = opt_obj(block, "cache_control", at(path, "cache_control"))
+    cache = fields.opt_obj(block, "cache_control", fields.at(path, "cache_control"))
     if kind == "text":
         return _text_block(block, path)
     if kind == "image":
         return _parse_image(block, path, cache)
     if kind == "tool_use":
-        tool_input = obj(required(block, "input", at(path, "input")), at(path, "input"))
-        return ToolCall(
-            id=string(required(block, "id", at(path, "id")), at(path, "id"), non_empty=True),
-            name=string(required(block, "name", at(path, "name")), at(path, "name")),
-            arguments=dumps(tool_input),
+        tool_input = fields.obj(
+            fields.required(block, "input", fields.at(path, "input")), fields.at(path, "input")
+        )
+        return internal.ToolCall(
+            id=fields.string(
+                fields.required(block, "id", fields.at(path, "id")),
+                fields.at(path, "id"),
+                non_empty=True,
+            ),
+            name=fields.string(
+                fields.required(block, "name", fields.at(path, "name")), fields.at(path, "name")
+            ),
+            arguments=fields.dumps(tool_input),
             cache_control=cache,
             path=path,
         )
     if kind == "tool_result":
         return _parse_tool_result(block, path, cache)
     if kind == "thinking":
-        thinking = string(required(block, "thinking", at(path, "thinking")), at(path, "thinking"))
-        signature = string(
-            required(block, "signature", at(path, "signature")), at(path, "signature")
+        thinking = fields.string(
+            fields.required(block, "thinking", fields.at(path, "thinking")),
+            fields.at(path, "thinking"),
+        )
+        signature = fields.string(
+            fields.required(block, "signature", fields.at(path, "signature")),
+            fields.at(path, "signature"),
         )
         return from_client(thinking, signature, NAME, path=path)
     if kind == "redacted_thinking":
-        return RedactedThinking(
-            string(required(block, "data", at(path, "data")), at(path, "data")), path
+        return internal.RedactedThinking(
+            fields.string(
+                fields.required(block, "data", fields.at(path, "data")), fields.at(path, "data")
+            ),
+            path,
         )
     if not isinstance(kind, str) or not kind:
-        raise InvalidRequest(f"{path}.type is required", param=at(path, "type"))
-    return Raw(NAME, block, path)  # documents, search results, server tool blocks
+        raise InvalidRequest(f"{path}.type is required", param=fields.at(path, "type"))
+    return internal.Raw(NAME, block, path)  # documents, search results, server tool blocks
 
 
-def _parse_image(block: dict[str, Any], path: str, cache: dict[str, Any] | None) -> Image:
-    source_path = at(path, "source")
-    source = obj(required(block, "source", source_path), source_path)
+def _parse_image(block: dict[str, Any], path: str, cache: dict[str, Any] | None) -> internal.Image:
+    source_path = fields.at(path, "source")
+    source = fields.obj(fields.required(block, "source", source_path), source_path)
     kind = source.get("type")
     if kind == "base64":
-        media_type = opt_choice(
-            source, "media_type", at(source_path, "media_type"), ANTHROPIC_IMAGE_TYPES
+        media_type = fields.opt_choice(
+            source, "media_type", fields.at(source_path, "media_type"), ANTHROPIC_IMAGE_TYPES
         )
         if media_type is None:
             raise InvalidRequest(
-                f"{source_path}.media_type is required", param=at(source_path, "media_type")
+                f"{source_path}.media_type is required", param=fields.at(source_path, "media_type")
             )
-        data = string(required(source, "data", at(source_path, "data")), at(source_path, "data"))
-        return Image(data=data, media_type=media_type, cache_control=cache, path=path)
-    if kind == "url":
-        url = string(required(source, "url", at(source_path, "url")), at(source_path, "url"))
-        return Image(url=url, cache_control=cache, path=path)
-    if kind == "file":
-        file_id = string(
-            required(source, "file_id", at(source_path, "file_id")), at(source_path, "file_id")
+        data = fields.string(
+            fields.required(source, "data", fields.at(source_path, "data")),
+            fields.at(source_path, "data"),
         )
-        return Image(file_id=file_id, origin=NAME, cache_control=cache, path=path)
+        return internal.Image(data=data, media_type=media_type, cache_control=cache, path=path)
+    if kind == "url":
+        url = fields.string(
+            fields.required(source, "url", fields.at(source_path, "url")),
+            fields.at(source_path, "url"),
+        )
+        return internal.Image(url=url, cache_control=cache, path=path)
+    if kind == "file":
+        file_id = fields.string(
+            fields.required(source, "file_id", fields.at(source_path, "file_id")),
+            fields.at(source_path, "file_id"),
+        )
+        return internal.Image(file_id=file_id, origin=NAME, cache_control=cache, path=path)
     raise InvalidRequest(
-        f"{source_path}.type must be base64, url or file", param=at(source_path, "type")
+        f"{source_path}.type must be base64, url or file", param=fields.at(source_path, "type")
     )
 
 
 def _parse_tool_result(
     block: dict[str, Any], path: str, cache: dict[str, Any] | None
-) -> ToolResult:
-    call_id = string(
-        required(block, "tool_use_id", at(path, "tool_use_id")), at(path, "tool_use_id")
+) -> internal.ToolResult:
+    call_id = fields.string(
+        fields.required(block, "tool_use_id", fields.at(path, "tool_use_id")),
+        fields.at(path, "tool_use_id"),
     )
     content = block.get("content")
-    content_path = at(path, "content")
-    blocks: list[Block] = []
+    content_path = fields.at(path, "content")
+    blocks: list[internal.Block] = []
     if isinstance(content, str):
-        blocks.append(Text(content, path=content_path))
+        blocks.append(internal.Text(content, path=content_path))
     elif content is not None:
-        for i, item in enumerate(array(content, content_path)):
-            item_path = at(content_path, i)
-            item = obj(item, item_path)
+        for i, item in enumerate(fields.array(content, content_path)):
+            item_path = fields.at(content_path, i)
+            item = fields.obj(item, item_path)
             if item.get("type") == "text":
                 blocks.append(_text_block(item, item_path))
             elif item.get("type") == "image":
@@ -218,34 +219,40 @@ def _parse_tool_result(
                     _parse_image(
                         item,
                         item_path,
-                        opt_obj(item, "cache_control", at(item_path, "cache_control")),
+                        fields.opt_obj(
+                            item, "cache_control", fields.at(item_path, "cache_control")
+                        ),
                     )
                 )
             else:
-                blocks.append(Raw(NAME, item, item_path))
-    is_error = bool(opt_bool(block, "is_error", at(path, "is_error")))
-    return ToolResult(call_id, blocks, is_error, cache, path)
+                blocks.append(internal.Raw(NAME, item, item_path))
+    is_error = bool(fields.opt_bool(block, "is_error", fields.at(path, "is_error")))
+    return internal.ToolResult(call_id, blocks, is_error, cache, path)
 
 
-def _parse_tool(tool: Any, path: str) -> Tool | Raw:
-    tool = obj(tool, path)
+def _parse_tool(tool: Any, path: str) -> internal.Tool | internal.Raw:
+    tool = fields.obj(tool, path)
     if tool.get("type") not in (None, "custom") or "input_schema" not in tool:
-        return Raw(NAME, tool, path)  # Anthropic's server tools (web search, bash, ...)
-    return Tool(
-        name=string(required(tool, "name", at(path, "name")), at(path, "name"), non_empty=True),
-        description=opt_str(tool, "description", at(path, "description")),
-        parameters=obj(tool["input_schema"], at(path, "input_schema")),
-        strict=opt_bool(tool, "strict", at(path, "strict")),
-        cache_control=opt_obj(tool, "cache_control", at(path, "cache_control")),
+        return internal.Raw(NAME, tool, path)  # Anthropic's server tools (web search, bash, ...)
+    return internal.Tool(
+        name=fields.string(
+            fields.required(tool, "name", fields.at(path, "name")),
+            fields.at(path, "name"),
+            non_empty=True,
+        ),
+        description=fields.opt_str(tool, "description", fields.at(path, "description")),
+        parameters=fields.obj(tool["input_schema"], fields.at(path, "input_schema")),
+        strict=fields.opt_bool(tool, "strict", fields.at(path, "strict")),
+        cache_control=fields.opt_obj(tool, "cache_control", fields.at(path, "cache_control")),
         extras={key: value for key, value in tool.items() if key not in _TOOL_FIELDS},
         path=path,
     )
 
 
-def _parse_tool_choice(request: ChatRequest, value: Any) -> None:
+def _parse_tool_choice(request: internal.ChatRequest, value: Any) -> None:
     if value is None:
         return
-    choice = obj(value, "tool_choice")
+    choice = fields.obj(value, "tool_choice")
     kind = choice.get("type")
     modes = {"auto": "auto", "any": "required", "none": "none", "tool": "tool"}
     if kind not in modes:
@@ -254,51 +261,56 @@ def _parse_tool_choice(request: ChatRequest, value: Any) -> None:
         )
     name = None
     if kind == "tool":
-        name = string(
-            required(choice, "name", "tool_choice.name"), "tool_choice.name", non_empty=True
+        name = fields.string(
+            fields.required(choice, "name", "tool_choice.name"), "tool_choice.name", non_empty=True
         )
-    request.tool_choice = ToolChoice(modes[kind], name)  # type: ignore[arg-type]
-    disable = opt_bool(choice, "disable_parallel_tool_use", "tool_choice.disable_parallel_tool_use")
+    request.tool_choice = internal.ToolChoice(modes[kind], name)  # type: ignore[arg-type]
+    disable = fields.opt_bool(
+        choice, "disable_parallel_tool_use", "tool_choice.disable_parallel_tool_use"
+    )
     if disable is not None:
         request.parallel_tool_calls = not disable
 
 
-def _parse_reasoning(data: dict[str, Any]) -> Reasoning | None:
-    thinking = opt_obj(data, "thinking", "thinking")
-    config = opt_obj(data, "output_config", "output_config")
+def _parse_reasoning(data: dict[str, Any]) -> internal.Reasoning | None:
+    thinking = fields.opt_obj(data, "thinking", "thinking")
+    config = fields.opt_obj(data, "output_config", "output_config")
     effort = (
-        None if config is None else opt_choice(config, "effort", "output_config.effort", EFFORTS)
+        None
+        if config is None
+        else fields.opt_choice(config, "effort", "output_config.effort", EFFORTS)
     )
     if thinking is None and effort is None:
         return None
-    reasoning = Reasoning(effort=effort)
+    reasoning = internal.Reasoning(effort=effort)
     if thinking is not None:
-        reasoning.mode = opt_choice(thinking, "type", "thinking.type", THINKING_MODES)
+        reasoning.mode = fields.opt_choice(thinking, "type", "thinking.type", THINKING_MODES)
         if reasoning.mode is None:
             raise InvalidRequest("thinking.type is required", param="thinking.type")
-        reasoning.budget_tokens = opt_int(
+        reasoning.budget_tokens = fields.opt_int(
             thinking, "budget_tokens", "thinking.budget_tokens", 1, 10**9
         )
         if reasoning.mode == "enabled" and reasoning.budget_tokens is None:
             raise InvalidRequest(
                 "thinking.budget_tokens is required", param="thinking.budget_tokens"
             )
-        reasoning.display = opt_choice(
+        reasoning.display = fields.opt_choice(
             thinking, "display", "thinking.display", ("summarized", "omitted")
         )
     return reasoning
 
 
-def _parse_output_format(data: dict[str, Any]) -> ResponseFormat | None:
-    config = opt_obj(data, "output_config", "output_config")
-    spec = None if config is None else opt_obj(config, "format", "output_config.format")
+def _parse_output_format(data: dict[str, Any]) -> internal.ResponseFormat | None:
+    config = fields.opt_obj(data, "output_config", "output_config")
+    spec = None if config is None else fields.opt_obj(config, "format", "output_config.format")
     if spec is None:
         return None
     if spec.get("type") != "json_schema":
         raise InvalidRequest(
             "output_config.format.type must be json_schema", param="output_config.format.type"
         )
-    schema = obj(
-        required(spec, "schema", "output_config.format.schema"), "output_config.format.schema"
+    schema = fields.obj(
+        fields.required(spec, "schema", "output_config.format.schema"),
+        "output_config.format.schema",
     )
-    return ResponseFormat("json_schema", schema=schema)
+    return internal.ResponseFormat("json_schema", schema=schema)

@@ -11,42 +11,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.formats import internal, portability
 from gateway.formats.errors import Untranslatable
 from gateway.formats.fields import json_object_text
-from gateway.formats.internal import (
-    Block,
-    ChatRequest,
-    Image,
-    Message,
-    Raw,
-    RedactedThinking,
-    Refusal,
-    Text,
-    Thinking,
-    Tool,
-    ToolCall,
-    ToolResult,
-)
 from gateway.formats.media import ANTHROPIC_IMAGE_TYPES
 from gateway.formats.optional_fields import present
-from gateway.formats.portability import (
-    TITLES,
-    check_unportable,
-    merge_extras,
-    raw_data,
-    refuse_unless,
-)
 
 NAME = "anthropic_messages"
-TARGET = TITLES[NAME]
+TARGET = portability.TITLES[NAME]
 DEFAULT_MAX_TOKENS = 4096
 
 
 def render_request(
-    request: ChatRequest, model: str, *, default_max_tokens: int = DEFAULT_MAX_TOKENS
+    request: internal.ChatRequest, model: str, *, default_max_tokens: int = DEFAULT_MAX_TOKENS
 ) -> dict[str, Any]:
     """A Messages body for ``model``; raises ``Untranslatable`` naming the client's field."""
-    check_unportable(request, NAME)
+    portability.check_unportable(request, NAME)
     _refuse_unsupported(request)
     max_tokens = request.max_tokens if request.max_tokens is not None else default_max_tokens
     body: dict[str, Any] = {"model": model, "max_tokens": max_tokens}
@@ -72,14 +52,18 @@ def render_request(
         body["cache_control"] = request.cache_control
     if request.stream:
         body["stream"] = True
-    merge_extras(body, request, NAME)
+    portability.merge_extras(body, request, NAME)
     return body
 
 
-def _refuse_unsupported(request: ChatRequest) -> None:
-    refuse_unless(request, "n", NAME, request.n, 1, "Anthropic returns one answer per request")
+def _refuse_unsupported(request: internal.ChatRequest) -> None:
+    portability.refuse_unless(
+        request, "n", NAME, request.n, 1, "Anthropic returns one answer per request"
+    )
     for name in ("presence_penalty", "frequency_penalty"):
-        refuse_unless(request, name, NAME, getattr(request, name), 0, "Anthropic has no penalties")
+        portability.refuse_unless(
+            request, name, NAME, getattr(request, name), 0, "Anthropic has no penalties"
+        )
     if request.temperature is not None and request.temperature > 1:
         raise Untranslatable(request.field_name("temperature"), TARGET, "Anthropic accepts 0 to 1")
     spec = request.response_format
@@ -91,20 +75,20 @@ def _refuse_unsupported(request: ChatRequest) -> None:
         raise Untranslatable(request.field_name("response_format"), TARGET, "the schema is missing")
 
 
-def _render_texts(texts: list[Text]) -> str | list[dict[str, Any]]:
+def _render_texts(texts: list[internal.Text]) -> str | list[dict[str, Any]]:
     if len(texts) == 1 and texts[0].cache_control is None:
         return texts[0].text
     return [_render_text(text) for text in texts]
 
 
-def _render_text(text: Text) -> dict[str, Any]:
+def _render_text(text: internal.Text) -> dict[str, Any]:
     out: dict[str, Any] = {"type": "text", "text": text.text}
     if text.cache_control is not None:
         out["cache_control"] = text.cache_control
     return out
 
 
-def _render_message(message: Message) -> dict[str, Any]:
+def _render_message(message: internal.Message) -> dict[str, Any]:
     blocks: list[dict[str, Any]] = []
     for block in message.content:
         rendered = _render_block(block, message)
@@ -113,14 +97,14 @@ def _render_message(message: Message) -> dict[str, Any]:
     return {"role": message.role, "content": blocks}
 
 
-def _render_block(block: Block, message: Message) -> dict[str, Any] | None:
-    if isinstance(block, Text):
+def _render_block(block: internal.Block, message: internal.Message) -> dict[str, Any] | None:
+    if isinstance(block, internal.Text):
         return _render_text(block)
-    if isinstance(block, Refusal):
+    if isinstance(block, internal.Refusal):
         return {"type": "text", "text": block.text}
-    if isinstance(block, Image):
+    if isinstance(block, internal.Image):
         return _render_image(block)
-    if isinstance(block, ToolCall):
+    if isinstance(block, internal.ToolCall):
         out = {
             "type": "tool_use",
             "id": block.id,
@@ -128,16 +112,16 @@ def _render_block(block: Block, message: Message) -> dict[str, Any] | None:
             "input": json_object_text(block.arguments, block.path or message.path),
         }
         return _with_cache(out, block.cache_control)
-    if isinstance(block, ToolResult):
+    if isinstance(block, internal.ToolResult):
         return _render_tool_result(block)
-    if isinstance(block, Thinking):
+    if isinstance(block, internal.Thinking):
         # Only Anthropic's own signatures verify; reasoning from other providers is not resent.
         if not block.signature or block.origin != NAME:
             return None
         return {"type": "thinking", "thinking": block.text, "signature": block.signature}
-    if isinstance(block, RedactedThinking):
+    if isinstance(block, internal.RedactedThinking):
         return {"type": "redacted_thinking", "data": block.data}
-    return raw_data(block, NAME, message.path)
+    return portability.raw_data(block, NAME, message.path)
 
 
 def _with_cache(out: dict[str, Any], cache: dict[str, Any] | None) -> dict[str, Any]:
@@ -146,7 +130,7 @@ def _with_cache(out: dict[str, Any], cache: dict[str, Any] | None) -> dict[str, 
     return out
 
 
-def _render_image(image: Image) -> dict[str, Any]:
+def _render_image(image: internal.Image) -> dict[str, Any]:
     if image.file_id is not None:
         if image.origin != NAME:
             raise Untranslatable(
@@ -166,16 +150,16 @@ def _render_image(image: Image) -> dict[str, Any]:
     return _with_cache({"type": "image", "source": source}, image.cache_control)
 
 
-def _render_tool_result(result: ToolResult) -> dict[str, Any]:
+def _render_tool_result(result: internal.ToolResult) -> dict[str, Any]:
     out: dict[str, Any] = {"type": "tool_result", "tool_use_id": result.call_id}
     content: list[dict[str, Any]] = []
     for block in result.content:
-        if isinstance(block, Text):
+        if isinstance(block, internal.Text):
             content.append(_render_text(block))
-        elif isinstance(block, Image):
+        elif isinstance(block, internal.Image):
             content.append(_render_image(block))
-        elif isinstance(block, Raw):
-            content.append(raw_data(block, NAME, result.path))
+        elif isinstance(block, internal.Raw):
+            content.append(portability.raw_data(block, NAME, result.path))
         else:
             raise Untranslatable(
                 block.path or result.path, TARGET, "tool results carry text and images"
@@ -189,9 +173,11 @@ def _render_tool_result(result: ToolResult) -> dict[str, Any]:
     return _with_cache(out, result.cache_control)
 
 
-def _render_tool(tool: Tool | Raw, request: ChatRequest) -> dict[str, Any]:
-    if isinstance(tool, Raw):
-        return raw_data(tool, NAME, "tools")
+def _render_tool(
+    tool: internal.Tool | internal.Raw, request: internal.ChatRequest
+) -> dict[str, Any]:
+    if isinstance(tool, internal.Raw):
+        return portability.raw_data(tool, NAME, "tools")
     out: dict[str, Any] = {
         "name": tool.name,
         "input_schema": tool.parameters or {"type": "object", "properties": {}},
@@ -202,10 +188,10 @@ def _render_tool(tool: Tool | Raw, request: ChatRequest) -> dict[str, Any]:
     return _with_cache(out, tool.cache_control)
 
 
-def _render_tool_choice(request: ChatRequest) -> dict[str, Any] | None:
+def _render_tool_choice(request: internal.ChatRequest) -> dict[str, Any] | None:
     choice = request.tool_choice
-    if isinstance(choice, Raw):
-        return raw_data(choice, NAME, "tool_choice")
+    if isinstance(choice, internal.Raw):
+        return portability.raw_data(choice, NAME, "tool_choice")
     out: dict[str, Any] | None = None
     if choice is not None:
         kinds = {"auto": "auto", "required": "any", "none": "none", "tool": "tool"}
@@ -218,7 +204,7 @@ def _render_tool_choice(request: ChatRequest) -> dict[str, Any] | None:
     return out
 
 
-def _render_reasoning(body: dict[str, Any], request: ChatRequest) -> None:
+def _render_reasoning(body: dict[str, Any], request: internal.ChatRequest) -> None:
     reasoning = request.reasoning
     config: dict[str, Any] = {}
     if request.response_format is not None and request.response_format.kind == "json_schema":

@@ -13,26 +13,15 @@ from typing import Any
 
 import orjson
 
+from gateway.formats import internal
 from gateway.formats.errors import UpstreamProtocolError
 from gateway.formats.fields import dumps, load_upstream, upstream_int
-from gateway.formats.internal import (
-    Block,
-    ChatResponse,
-    Raw,
-    RedactedThinking,
-    Refusal,
-    StopReason,
-    Text,
-    Thinking,
-    ToolCall,
-    Usage,
-)
 from gateway.formats.portability import raw_output
 from gateway.formats.signatures import for_client
 
 NAME = "anthropic_messages"
 
-TO_STOP: dict[str, StopReason] = {
+TO_STOP: dict[str, internal.StopReason] = {
     "end_turn": "end_turn",
     "max_tokens": "max_tokens",
     "stop_sequence": "stop_sequence",
@@ -44,14 +33,14 @@ TO_STOP: dict[str, StopReason] = {
 FROM_STOP: dict[str, str] = {value: key for key, value in TO_STOP.items()}
 
 
-def parse_response(body: bytes | str | dict[str, Any]) -> ChatResponse:
+def parse_response(body: bytes | str | dict[str, Any]) -> internal.ChatResponse:
     data = load_upstream(body, "message")
     content = data.get("content")
     if not isinstance(content, list):
         raise UpstreamProtocolError("upstream message has no content list")
     usage = data.get("usage")
     stop = data.get("stop_sequence")
-    return ChatResponse(
+    return internal.ChatResponse(
         id=str(data.get("id") or ""),
         model=str(data.get("model") or ""),
         content=[parse_block(block) for block in content],
@@ -61,31 +50,31 @@ def parse_response(body: bytes | str | dict[str, Any]) -> ChatResponse:
     )
 
 
-def parse_stop(value: Any) -> StopReason | None:
+def parse_stop(value: Any) -> internal.StopReason | None:
     if value is None:
         return None
     return TO_STOP.get(value, "end_turn")
 
 
-def parse_block(block: Any) -> Block:
+def parse_block(block: Any) -> internal.Block:
     if not isinstance(block, dict):
         raise UpstreamProtocolError("upstream content block is not an object")
     kind = block.get("type")
     if kind == "text":
-        return Text(_text(block, "text"))
+        return internal.Text(_text(block, "text"))
     if kind == "tool_use":
         tool_input = block.get("input")
-        return ToolCall(
+        return internal.ToolCall(
             id=_text(block, "id"),
             name=_text(block, "name"),
             arguments="" if tool_input is None else dumps(tool_input),
         )
     if kind == "thinking":
         signature = block.get("signature") or None
-        return Thinking(_text(block, "thinking"), signature, origin=NAME)
+        return internal.Thinking(_text(block, "thinking"), signature, origin=NAME)
     if kind == "redacted_thinking":
-        return RedactedThinking(_text(block, "data"))
-    return Raw(NAME, block)
+        return internal.RedactedThinking(_text(block, "data"))
+    return internal.Raw(NAME, block)
 
 
 def _text(block: dict[str, Any], key: str) -> str:
@@ -95,9 +84,9 @@ def _text(block: dict[str, Any], key: str) -> str:
     return value
 
 
-def parse_usage(usage: dict[str, Any], base: Usage | None = None) -> Usage:
+def parse_usage(usage: dict[str, Any], base: internal.Usage | None = None) -> internal.Usage:
     """Anthropic's usage as the internal record; ``base`` supplies fields a delta leaves out."""
-    base = base or Usage()
+    base = base or internal.Usage()
     uncached = _count(usage, "input_tokens", base.uncached_prompt_tokens)
     read = _count(usage, "cache_read_input_tokens", base.cached_tokens)
     write = _count(usage, "cache_creation_input_tokens", base.cache_write_tokens)
@@ -105,7 +94,7 @@ def parse_usage(usage: dict[str, Any], base: Usage | None = None) -> Usage:
     thinking = base.reasoning_tokens
     if isinstance(details, dict):
         thinking = upstream_int(details, "thinking_tokens", "usage.output_tokens_details")
-    return Usage(
+    return internal.Usage(
         prompt_tokens=uncached + read + write,
         completion_tokens=_count(usage, "output_tokens", base.completion_tokens),
         cached_tokens=read,
@@ -118,7 +107,7 @@ def _count(usage: dict[str, Any], key: str, default: int) -> int:
     return default if usage.get(key) is None else upstream_int(usage, key, "usage")
 
 
-def render_usage(usage: Usage) -> dict[str, Any]:
+def render_usage(usage: internal.Usage) -> dict[str, Any]:
     out: dict[str, Any] = {
         "input_tokens": usage.uncached_prompt_tokens,
         "output_tokens": usage.completion_tokens,
@@ -130,27 +119,27 @@ def render_usage(usage: Usage) -> dict[str, Any]:
     return out
 
 
-def render_stop(stop: StopReason | None) -> str:
+def render_stop(stop: internal.StopReason | None) -> str:
     return FROM_STOP.get(stop or "end_turn", "end_turn")
 
 
-def render_block(block: Block) -> dict[str, Any]:
+def render_block(block: internal.Block) -> dict[str, Any]:
     """An output block as Anthropic shows it."""
-    if isinstance(block, Text | Refusal):
+    if isinstance(block, internal.Text | internal.Refusal):
         return {"type": "text", "text": block.text}
-    if isinstance(block, ToolCall):
+    if isinstance(block, internal.ToolCall):
         return {"type": "tool_use", "id": block.id, "name": block.name, "input": tool_input(block)}
-    if isinstance(block, Thinking):
+    if isinstance(block, internal.Thinking):
         signature = for_client(block, NAME) or ""
         return {"type": "thinking", "thinking": block.text, "signature": signature}
-    if isinstance(block, RedactedThinking):
+    if isinstance(block, internal.RedactedThinking):
         return {"type": "redacted_thinking", "data": block.data}
-    if isinstance(block, Raw):
+    if isinstance(block, internal.Raw):
         return raw_output(block, NAME)
     raise UpstreamProtocolError(f"the upstream answered with {type(block).__name__} content")
 
 
-def tool_input(call: ToolCall) -> dict[str, Any]:
+def tool_input(call: internal.ToolCall) -> dict[str, Any]:
     if not call.arguments.strip():
         return {}
     try:
@@ -164,10 +153,12 @@ def tool_input(call: ToolCall) -> dict[str, Any]:
     return value
 
 
-def render_response(response: ChatResponse, request: object | None = None) -> dict[str, Any]:
+def render_response(
+    response: internal.ChatResponse, request: object | None = None
+) -> dict[str, Any]:
     """A ``message`` body; ``request`` is accepted for symmetry and not needed here."""
     content = [render_block(block) for block in response.content]
-    usage = render_usage(response.usage or Usage())
+    usage = render_usage(response.usage or internal.Usage())
     return {
         "id": response.id,
         "type": "message",

@@ -12,24 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.formats import stream
 from gateway.formats.anthropic_messages.errors import parse_error
 from gateway.formats.anthropic_messages.response import parse_block, parse_stop, parse_usage
 from gateway.formats.errors import UpstreamProtocolError
 from gateway.formats.internal import Raw, Text, Thinking, ToolCall
-from gateway.formats.stream import (
-    ArgumentsDelta,
-    BlockStart,
-    BlockStop,
-    MessageDelta,
-    MessageStart,
-    MessageStop,
-    RawDelta,
-    SignatureDelta,
-    StreamError,
-    StreamEvent,
-    TextDelta,
-    ThinkingDelta,
-)
 from gateway.formats.stream_parser import BaseStreamParser
 
 NAME = "anthropic_messages"
@@ -42,7 +29,7 @@ class StreamParser(BaseStreamParser):
         super().__init__()
         self._blocks: dict[int, Any] = {}  # index -> the block it started
 
-    def _event(self, event: Any) -> list[StreamEvent]:
+    def _event(self, event: Any) -> list[stream.StreamEvent]:
         if not isinstance(event, dict):
             raise UpstreamProtocolError("upstream sent a stream event that is not an object")
         kind = event.get("type")
@@ -53,7 +40,7 @@ class StreamParser(BaseStreamParser):
         if kind == "content_block_delta":
             return self._block_delta(event)
         if kind == "content_block_stop":
-            return [BlockStop(self._index(event))]
+            return [stream.BlockStop(self._index(event))]
         if kind == "message_delta":
             delta = event.get("delta") or {}
             usage = event.get("usage")
@@ -61,7 +48,7 @@ class StreamParser(BaseStreamParser):
                 self.usage = parse_usage(usage, self.usage)
             stop = delta.get("stop_sequence")
             return [
-                MessageDelta(
+                stream.MessageDelta(
                     parse_stop(delta.get("stop_reason")),
                     self.usage,
                     stop if isinstance(stop, str) else None,
@@ -69,20 +56,20 @@ class StreamParser(BaseStreamParser):
             ]
         if kind == "message_stop":
             self._finished = True
-            return [MessageStop()]
+            return [stream.MessageStop()]
         if kind == "error":
             self._finished = True
-            return [StreamError(parse_error(None, event))]
+            return [stream.StreamError(parse_error(None, event))]
         return []  # ping, and event types newer than this parser
 
-    def _start(self, event: dict[str, Any]) -> MessageStart:
+    def _start(self, event: dict[str, Any]) -> stream.MessageStart:
         message = event.get("message")
         if not isinstance(message, dict):
             raise UpstreamProtocolError("upstream message_start has no message")
         usage = message.get("usage")
         if isinstance(usage, dict):
             self.usage = parse_usage(usage)
-        return MessageStart(
+        return stream.MessageStart(
             id=str(message.get("id") or ""), model=str(message.get("model") or ""), usage=self.usage
         )
 
@@ -92,40 +79,40 @@ class StreamParser(BaseStreamParser):
             raise UpstreamProtocolError(f"upstream {event.get('type')} has no index")
         return index
 
-    def _block_start(self, event: dict[str, Any]) -> list[StreamEvent]:
+    def _block_start(self, event: dict[str, Any]) -> list[stream.StreamEvent]:
         index = self._index(event)
         block = parse_block(event.get("content_block"))
         self._blocks[index] = block
         if isinstance(block, Text) and block.text:
-            return [BlockStart(index, Text("")), TextDelta(index, block.text)]
+            return [stream.BlockStart(index, Text("")), stream.TextDelta(index, block.text)]
         if isinstance(block, Thinking):
             shell = Thinking("", origin=NAME)
-            events: list[StreamEvent] = [BlockStart(index, shell)]
+            events: list[stream.StreamEvent] = [stream.BlockStart(index, shell)]
             if block.text:
-                events.append(ThinkingDelta(index, block.text))
+                events.append(stream.ThinkingDelta(index, block.text))
             if block.signature:
-                events.append(SignatureDelta(index, block.signature))
+                events.append(stream.SignatureDelta(index, block.signature))
             return events
         if isinstance(block, ToolCall):
-            events = [BlockStart(index, ToolCall(block.id, block.name, ""))]
+            events = [stream.BlockStart(index, ToolCall(block.id, block.name, ""))]
             if block.arguments not in ("", "{}"):
-                events.append(ArgumentsDelta(index, block.arguments))
+                events.append(stream.ArgumentsDelta(index, block.arguments))
             return events
-        return [BlockStart(index, block)]
+        return [stream.BlockStart(index, block)]
 
-    def _block_delta(self, event: dict[str, Any]) -> list[StreamEvent]:
+    def _block_delta(self, event: dict[str, Any]) -> list[stream.StreamEvent]:
         index = self._index(event)
         delta = event.get("delta")
         if not isinstance(delta, dict):
             raise UpstreamProtocolError("upstream content_block_delta has no delta")
         if isinstance(self._blocks.get(index), Raw):
-            return [RawDelta(index, delta)]
+            return [stream.RawDelta(index, delta)]
         kind = delta.get("type")
         fields = {
-            "text_delta": ("text", TextDelta),
-            "input_json_delta": ("partial_json", ArgumentsDelta),
-            "thinking_delta": ("thinking", ThinkingDelta),
-            "signature_delta": ("signature", SignatureDelta),
+            "text_delta": ("text", stream.TextDelta),
+            "input_json_delta": ("partial_json", stream.ArgumentsDelta),
+            "thinking_delta": ("thinking", stream.ThinkingDelta),
+            "signature_delta": ("signature", stream.SignatureDelta),
         }
         if kind not in fields:
             return []  # citations: no other format has them

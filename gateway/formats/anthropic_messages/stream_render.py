@@ -11,34 +11,12 @@ from typing import Any
 
 import orjson
 
+from gateway.formats import internal, stream
 from gateway.formats.anthropic_messages.errors import render_stream_error
 from gateway.formats.anthropic_messages.response import render_stop, render_usage
-from gateway.formats.internal import (
-    ChatRequest,
-    RedactedThinking,
-    Refusal,
-    Text,
-    Thinking,
-    ToolCall,
-    Usage,
-)
 from gateway.formats.portability import raw_output
 from gateway.formats.signatures import for_client
 from gateway.formats.sse import encode_sse
-from gateway.formats.stream import (
-    ArgumentsDelta,
-    BlockStart,
-    BlockStop,
-    MessageDelta,
-    MessageStart,
-    MessageStop,
-    RawDelta,
-    SignatureDelta,
-    StreamError,
-    StreamEvent,
-    TextDelta,
-    ThinkingDelta,
-)
 
 NAME = "anthropic_messages"
 
@@ -46,15 +24,15 @@ NAME = "anthropic_messages"
 class StreamRenderer:
     """Renders internal stream events as Anthropic SSE bytes for one client."""
 
-    def __init__(self, request: ChatRequest | None = None) -> None:
+    def __init__(self, request: internal.ChatRequest | None = None) -> None:
         self._indexes: dict[int, int] = {}  # internal block index -> this stream's index
-        self._usage = Usage()
+        self._usage = internal.Usage()
         # Another provider's reasoning proof, gathered to be sent wrapped at the block's end.
-        self._foreign: dict[int, Thinking] = {}
+        self._foreign: dict[int, internal.Thinking] = {}
 
-    def render(self, event: StreamEvent) -> bytes:
-        if isinstance(event, MessageStart):
-            self._usage = event.usage or Usage()
+    def render(self, event: stream.StreamEvent) -> bytes:
+        if isinstance(event, stream.MessageStart):
+            self._usage = event.usage or internal.Usage()
             message = {
                 "id": event.id,
                 "type": "message",
@@ -66,9 +44,9 @@ class StreamRenderer:
                 "usage": render_usage(self._usage),
             }
             return _event("message_start", {"message": message})
-        if isinstance(event, BlockStart):
+        if isinstance(event, stream.BlockStart):
             return self._block_start(event)
-        if isinstance(event, BlockStop):
+        if isinstance(event, stream.BlockStop):
             index = self._indexes[event.index]
             out = b""
             foreign = self._foreign.pop(event.index, None)
@@ -77,37 +55,39 @@ class StreamRenderer:
                 delta = {"type": "signature_delta", "signature": signature}
                 out = _event("content_block_delta", {"index": index, "delta": delta})
             return out + _event("content_block_stop", {"index": index})
-        if isinstance(event, MessageDelta):
+        if isinstance(event, stream.MessageDelta):
             self._usage = event.usage or self._usage
             delta = {
                 "stop_reason": render_stop(event.stop_reason),
                 "stop_sequence": event.stop_sequence,
             }
             return _event("message_delta", {"delta": delta, "usage": render_usage(self._usage)})
-        if isinstance(event, MessageStop):
+        if isinstance(event, stream.MessageStop):
             return _event("message_stop", {})
-        if isinstance(event, StreamError):
+        if isinstance(event, stream.StreamError):
             return render_stream_error(event.error)
         return self._delta(event)
 
-    def _block_start(self, event: BlockStart) -> bytes:
+    def _block_start(self, event: stream.BlockStart) -> bytes:
         index = len(self._indexes)
         self._indexes[event.index] = index
         block = event.block
         follow: dict[str, Any] | None = None
-        if isinstance(block, Text | Refusal):
+        if isinstance(block, internal.Text | internal.Refusal):
             shell: dict[str, Any] = {"type": "text", "text": ""}
             follow = {"type": "text_delta", "text": block.text} if block.text else None
-        elif isinstance(block, ToolCall):
+        elif isinstance(block, internal.ToolCall):
             shell = {"type": "tool_use", "id": block.id, "name": block.name, "input": {}}
             if block.arguments:
                 follow = {"type": "input_json_delta", "partial_json": block.arguments}
-        elif isinstance(block, Thinking):
+        elif isinstance(block, internal.Thinking):
             shell = {"type": "thinking", "thinking": "", "signature": ""}
             if block.origin not in (None, NAME):
-                self._foreign[event.index] = Thinking("", None, block.item_id, block.origin)
+                self._foreign[event.index] = internal.Thinking(
+                    "", None, block.item_id, block.origin
+                )
             follow = {"type": "thinking_delta", "thinking": block.text} if block.text else None
-        elif isinstance(block, RedactedThinking):
+        elif isinstance(block, internal.RedactedThinking):
             shell = {"type": "redacted_thinking", "data": block.data}
         else:
             shell = raw_output(block, NAME)
@@ -117,15 +97,20 @@ class StreamRenderer:
         return out
 
     def _delta(
-        self, event: TextDelta | ArgumentsDelta | ThinkingDelta | SignatureDelta | RawDelta
+        self,
+        event: stream.TextDelta
+        | stream.ArgumentsDelta
+        | stream.ThinkingDelta
+        | stream.SignatureDelta
+        | stream.RawDelta,
     ) -> bytes:
-        if isinstance(event, TextDelta):
+        if isinstance(event, stream.TextDelta):
             delta: dict[str, Any] = {"type": "text_delta", "text": event.text}
-        elif isinstance(event, ArgumentsDelta):
+        elif isinstance(event, stream.ArgumentsDelta):
             delta = {"type": "input_json_delta", "partial_json": event.json}
-        elif isinstance(event, ThinkingDelta):
+        elif isinstance(event, stream.ThinkingDelta):
             delta = {"type": "thinking_delta", "thinking": event.text}
-        elif isinstance(event, SignatureDelta):
+        elif isinstance(event, stream.SignatureDelta):
             if event.index in self._foreign:
                 foreign = self._foreign[event.index]
                 foreign.signature = (foreign.signature or "") + event.signature

@@ -11,37 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.formats import fields, internal
 from gateway.formats.errors import InvalidRequest
-from gateway.formats.fields import (
-    array,
-    at,
-    load_object,
-    obj,
-    opt_array,
-    opt_bool,
-    opt_choice,
-    opt_int,
-    opt_number,
-    opt_str,
-    required,
-    string,
-    string_map,
-)
-from gateway.formats.internal import (
-    Block,
-    ChatRequest,
-    Image,
-    Message,
-    Raw,
-    Reasoning,
-    Refusal,
-    ResponseFormat,
-    Text,
-    Tool,
-    ToolCall,
-    ToolChoice,
-    ToolResult,
-)
 from gateway.formats.media import image_from_url
 from gateway.formats.openai_tools import function_fields, tool_choice_mode
 
@@ -57,42 +28,50 @@ _MODELLED = frozenset(
 )  # fmt: skip
 
 
-def parse_request(body: bytes | str | dict[str, Any]) -> ChatRequest:
-    data = load_object(body)
-    model = string(required(data, "model", "model"), "model", non_empty=True)
-    request = ChatRequest(model=model, source=NAME, messages=[])
-    _parse_messages(request, array(required(data, "messages", "messages"), "messages"))
-    tools = opt_array(data, "tools", "tools")
-    request.tools = [_parse_tool(tool, at("tools", i)) for i, tool in enumerate(tools)]
+def parse_request(body: bytes | str | dict[str, Any]) -> internal.ChatRequest:
+    data = fields.load_object(body)
+    model = fields.string(fields.required(data, "model", "model"), "model", non_empty=True)
+    request = internal.ChatRequest(model=model, source=NAME, messages=[])
+    _parse_messages(
+        request, fields.array(fields.required(data, "messages", "messages"), "messages")
+    )
+    tools = fields.opt_array(data, "tools", "tools")
+    request.tools = [_parse_tool(tool, fields.at("tools", i)) for i, tool in enumerate(tools)]
     request.tool_choice = _parse_tool_choice(data.get("tool_choice"))
-    request.parallel_tool_calls = opt_bool(data, "parallel_tool_calls", "parallel_tool_calls")
-    limit = opt_int(data, "max_completion_tokens", "max_completion_tokens", 1, 10**9)
-    request.max_tokens = limit or opt_int(data, "max_tokens", "max_tokens", 1, 10**9)
-    request.temperature = opt_number(data, "temperature", "temperature", 0, 2)
-    request.top_p = opt_number(data, "top_p", "top_p", 0, 1)
+    request.parallel_tool_calls = fields.opt_bool(
+        data, "parallel_tool_calls", "parallel_tool_calls"
+    )
+    limit = fields.opt_int(data, "max_completion_tokens", "max_completion_tokens", 1, 10**9)
+    request.max_tokens = limit or fields.opt_int(data, "max_tokens", "max_tokens", 1, 10**9)
+    request.temperature = fields.opt_number(data, "temperature", "temperature", 0, 2)
+    request.top_p = fields.opt_number(data, "top_p", "top_p", 0, 1)
     request.stop = _parse_stop(data.get("stop"))
-    request.n = opt_int(data, "n", "n", 1, 128)
-    request.seed = opt_int(data, "seed", "seed", -(2**63), 2**63 - 1)
-    request.presence_penalty = opt_number(data, "presence_penalty", "presence_penalty", -2, 2)
-    request.frequency_penalty = opt_number(data, "frequency_penalty", "frequency_penalty", -2, 2)
+    request.n = fields.opt_int(data, "n", "n", 1, 128)
+    request.seed = fields.opt_int(data, "seed", "seed", -(2**63), 2**63 - 1)
+    request.presence_penalty = fields.opt_number(
+        data, "presence_penalty", "presence_penalty", -2, 2
+    )
+    request.frequency_penalty = fields.opt_number(
+        data, "frequency_penalty", "frequency_penalty", -2, 2
+    )
     request.response_format = _parse_response_format(data.get("response_format"))
-    effort = opt_choice(data, "reasoning_effort", "reasoning_effort", EFFORTS)
-    request.reasoning = Reasoning(effort=effort) if effort else None
-    request.user = opt_str(data, "user", "user")
+    effort = fields.opt_choice(data, "reasoning_effort", "reasoning_effort", EFFORTS)
+    request.reasoning = internal.Reasoning(effort=effort) if effort else None
+    request.user = fields.opt_str(data, "user", "user")
     if data.get("metadata") is not None:
-        request.metadata = string_map(data["metadata"], "metadata")
-    request.stream = bool(opt_bool(data, "stream", "stream"))
+        request.metadata = fields.string_map(data["metadata"], "metadata")
+    request.stream = bool(fields.opt_bool(data, "stream", "stream"))
     options = data.get("stream_options")
     if options is not None:
-        request.include_usage = opt_bool(
-            obj(options, "stream_options"), "include_usage", "stream_options.include_usage"
+        request.include_usage = fields.opt_bool(
+            fields.obj(options, "stream_options"), "include_usage", "stream_options.include_usage"
         )
     request.extras = {key: value for key, value in data.items() if key not in _MODELLED}
     _mark_unportable(request, data)
     return request
 
 
-def _mark_unportable(request: ChatRequest, data: dict[str, Any]) -> None:
+def _mark_unportable(request: internal.ChatRequest, data: dict[str, Any]) -> None:
     """Known fields that change the answer and that no other format can carry."""
     checks = {
         "logprobs": (data.get("logprobs") is True, "token log-probabilities"),
@@ -113,168 +92,219 @@ def _mark_unportable(request: ChatRequest, data: dict[str, Any]) -> None:
             request.unportable[name] = why
 
 
-def _parse_messages(request: ChatRequest, messages: list[Any]) -> None:
+def _parse_messages(request: internal.ChatRequest, messages: list[Any]) -> None:
     for index, item in enumerate(messages):
-        path = at("messages", index)
-        message = obj(item, path)
+        path = fields.at("messages", index)
+        message = fields.obj(item, path)
         role = message.get("role")
         if role in ("system", "developer"):
-            texts = _text_parts(message.get("content"), at(path, "content"))
+            texts = _text_parts(message.get("content"), fields.at(path, "content"))
             if request.messages:
-                request.messages.append(Message("system", list(texts), path))
+                request.messages.append(internal.Message("system", list(texts), path))
             else:
                 request.system.extend(texts)
         elif role == "user":
-            content = _user_content(required(message, "content", at(path, "content")), path)
-            request.messages.append(Message("user", content, path))
+            content = _user_content(
+                fields.required(message, "content", fields.at(path, "content")), path
+            )
+            request.messages.append(internal.Message("user", content, path))
         elif role == "assistant":
-            request.messages.append(Message("assistant", _assistant_content(message, path), path))
+            request.messages.append(
+                internal.Message("assistant", _assistant_content(message, path), path)
+            )
         elif role == "tool":
             result = _tool_result(message, path)
             previous = request.messages[-1] if request.messages else None
             if previous and previous.role == "user" and _only_tool_results(previous.content):
                 previous.content.append(result)
             else:
-                request.messages.append(Message("user", [result], path))
+                request.messages.append(internal.Message("user", [result], path))
         elif role == "function":
-            request.messages.append(Message("user", [Raw(NAME, message, path)], path))
+            request.messages.append(
+                internal.Message("user", [internal.Raw(NAME, message, path)], path)
+            )
         else:
             raise InvalidRequest(
-                f"{at(path, 'role')} must be one of: system, developer, user, assistant, tool",
-                param=at(path, "role"),
+                f"{fields.at(path, 'role')} must be one of: system, developer, user, assistant, tool",
+                param=fields.at(path, "role"),
             )
 
 
-def _only_tool_results(blocks: list[Block]) -> bool:
-    return all(isinstance(block, ToolResult) for block in blocks)
+def _only_tool_results(blocks: list[internal.Block]) -> bool:
+    return all(isinstance(block, internal.ToolResult) for block in blocks)
 
 
-def _text_parts(content: Any, path: str) -> list[Text]:
+def _text_parts(content: Any, path: str) -> list[internal.Text]:
     if isinstance(content, str):
-        return [Text(content, path=path)]
-    parts = array(content, path)
+        return [internal.Text(content, path=path)]
+    parts = fields.array(content, path)
     texts = []
     for index, part in enumerate(parts):
-        part_path = at(path, index)
-        part = obj(part, part_path)
+        part_path = fields.at(path, index)
+        part = fields.obj(part, part_path)
         if part.get("type") != "text":
-            raise InvalidRequest(f"{part_path}.type must be text here", param=at(part_path, "type"))
+            raise InvalidRequest(
+                f"{part_path}.type must be text here", param=fields.at(part_path, "type")
+            )
         texts.append(
-            Text(
-                string(required(part, "text", at(part_path, "text")), at(part_path, "text")),
+            internal.Text(
+                fields.string(
+                    fields.required(part, "text", fields.at(part_path, "text")),
+                    fields.at(part_path, "text"),
+                ),
                 path=part_path,
             )
         )
     return texts
 
 
-def _user_content(content: Any, path: str) -> list[Block]:
-    content_path = at(path, "content")
+def _user_content(content: Any, path: str) -> list[internal.Block]:
+    content_path = fields.at(path, "content")
     if isinstance(content, str):
-        return [Text(content, path=content_path)]
-    blocks: list[Block] = []
-    for index, part in enumerate(array(content, content_path)):
-        part_path = at(content_path, index)
-        part = obj(part, part_path)
+        return [internal.Text(content, path=content_path)]
+    blocks: list[internal.Block] = []
+    for index, part in enumerate(fields.array(content, content_path)):
+        part_path = fields.at(content_path, index)
+        part = fields.obj(part, part_path)
         kind = part.get("type")
         if kind == "text":
-            text = string(required(part, "text", at(part_path, "text")), at(part_path, "text"))
-            blocks.append(Text(text, path=part_path))
+            text = fields.string(
+                fields.required(part, "text", fields.at(part_path, "text")),
+                fields.at(part_path, "text"),
+            )
+            blocks.append(internal.Text(text, path=part_path))
         elif kind == "image_url":
             blocks.append(_image(part, part_path))
         elif kind in ("input_audio", "file"):
-            blocks.append(Raw(NAME, part, part_path))
+            blocks.append(internal.Raw(NAME, part, part_path))
         else:
             raise InvalidRequest(
                 f"{part_path}.type must be one of: text, image_url, input_audio, file",
-                param=at(part_path, "type"),
+                param=fields.at(part_path, "type"),
             )
     return blocks
 
 
-def _image(part: dict[str, Any], path: str) -> Image:
-    spec = obj(required(part, "image_url", at(path, "image_url")), at(path, "image_url"))
-    url = string(required(spec, "url", at(path, "image_url.url")), at(path, "image_url.url"))
-    detail = opt_choice(spec, "detail", at(path, "image_url.detail"), ("auto", "low", "high"))
-    return image_from_url(url, detail, path, at(path, "image_url.url"))
+def _image(part: dict[str, Any], path: str) -> internal.Image:
+    spec = fields.obj(
+        fields.required(part, "image_url", fields.at(path, "image_url")),
+        fields.at(path, "image_url"),
+    )
+    url = fields.string(
+        fields.required(spec, "url", fields.at(path, "image_url.url")),
+        fields.at(path, "image_url.url"),
+    )
+    detail = fields.opt_choice(
+        spec, "detail", fields.at(path, "image_url.detail"), ("auto", "low", "high")
+    )
+    return image_from_url(url, detail, path, fields.at(path, "image_url.url"))
 
 
-def _assistant_content(message: dict[str, Any], path: str) -> list[Block]:
-    blocks: list[Block] = []
+def _assistant_content(message: dict[str, Any], path: str) -> list[internal.Block]:
+    blocks: list[internal.Block] = []
     content = message.get("content")
-    content_path = at(path, "content")
+    content_path = fields.at(path, "content")
     if isinstance(content, str):
         if content:
-            blocks.append(Text(content, path=content_path))
+            blocks.append(internal.Text(content, path=content_path))
     elif content is not None:
-        for index, part in enumerate(array(content, content_path)):
-            part_path = at(content_path, index)
-            part = obj(part, part_path)
+        for index, part in enumerate(fields.array(content, content_path)):
+            part_path = fields.at(content_path, index)
+            part = fields.obj(part, part_path)
             if part.get("type") == "text":
-                text = string(required(part, "text", at(part_path, "text")), at(part_path, "text"))
-                blocks.append(Text(text, path=part_path))
+                text = fields.string(
+                    fields.required(part, "text", fields.at(part_path, "text")),
+                    fields.at(part_path, "text"),
+                )
+                blocks.append(internal.Text(text, path=part_path))
             elif part.get("type") == "refusal":
-                refusal = required(part, "refusal", at(part_path, "refusal"))
-                blocks.append(Refusal(string(refusal, at(part_path, "refusal")), part_path))
+                refusal = fields.required(part, "refusal", fields.at(part_path, "refusal"))
+                blocks.append(
+                    internal.Refusal(
+                        fields.string(refusal, fields.at(part_path, "refusal")), part_path
+                    )
+                )
             else:
                 raise InvalidRequest(
-                    f"{part_path}.type must be text or refusal", param=at(part_path, "type")
+                    f"{part_path}.type must be text or refusal", param=fields.at(part_path, "type")
                 )
-    refusal = opt_str(message, "refusal", at(path, "refusal"))
+    refusal = fields.opt_str(message, "refusal", fields.at(path, "refusal"))
     if refusal:
-        blocks.append(Refusal(refusal, at(path, "refusal")))
-    calls = opt_array(message, "tool_calls", at(path, "tool_calls"))
+        blocks.append(internal.Refusal(refusal, fields.at(path, "refusal")))
+    calls = fields.opt_array(message, "tool_calls", fields.at(path, "tool_calls"))
     for index, call in enumerate(calls):
-        blocks.append(_tool_call(call, at(at(path, "tool_calls"), index)))
+        blocks.append(_tool_call(call, fields.at(fields.at(path, "tool_calls"), index)))
     for legacy in ("function_call", "audio"):
         if message.get(legacy) is not None:
-            blocks.append(Raw(NAME, {legacy: message[legacy]}, at(path, legacy)))
+            blocks.append(internal.Raw(NAME, {legacy: message[legacy]}, fields.at(path, legacy)))
     return blocks
 
 
-def _tool_call(call: Any, path: str) -> Block:
-    call = obj(call, path)
+def _tool_call(call: Any, path: str) -> internal.Block:
+    call = fields.obj(call, path)
     if call.get("type", "function") != "function":
-        return Raw(NAME, call, path)
-    function = obj(required(call, "function", at(path, "function")), at(path, "function"))
-    return ToolCall(
-        id=string(required(call, "id", at(path, "id")), at(path, "id"), non_empty=True),
-        name=string(
-            required(function, "name", at(path, "function.name")), at(path, "function.name")
+        return internal.Raw(NAME, call, path)
+    function = fields.obj(
+        fields.required(call, "function", fields.at(path, "function")), fields.at(path, "function")
+    )
+    return internal.ToolCall(
+        id=fields.string(
+            fields.required(call, "id", fields.at(path, "id")),
+            fields.at(path, "id"),
+            non_empty=True,
         ),
-        arguments=string(function.get("arguments", ""), at(path, "function.arguments")),
+        name=fields.string(
+            fields.required(function, "name", fields.at(path, "function.name")),
+            fields.at(path, "function.name"),
+        ),
+        arguments=fields.string(
+            function.get("arguments", ""), fields.at(path, "function.arguments")
+        ),
         path=path,
     )
 
 
-def _tool_result(message: dict[str, Any], path: str) -> ToolResult:
-    call_id = string(
-        required(message, "tool_call_id", at(path, "tool_call_id")), at(path, "tool_call_id")
+def _tool_result(message: dict[str, Any], path: str) -> internal.ToolResult:
+    call_id = fields.string(
+        fields.required(message, "tool_call_id", fields.at(path, "tool_call_id")),
+        fields.at(path, "tool_call_id"),
     )
-    content = _text_parts(required(message, "content", at(path, "content")), at(path, "content"))
-    return ToolResult(call_id, list(content), path=path)
+    content = _text_parts(
+        fields.required(message, "content", fields.at(path, "content")), fields.at(path, "content")
+    )
+    return internal.ToolResult(call_id, list(content), path=path)
 
 
-def _parse_tool(tool: Any, path: str) -> Tool | Raw:
-    tool = obj(tool, path)
+def _parse_tool(tool: Any, path: str) -> internal.Tool | internal.Raw:
+    tool = fields.obj(tool, path)
     if tool.get("type") != "function":
-        return Raw(NAME, tool, path)
-    function = obj(required(tool, "function", at(path, "function")), at(path, "function"))
-    name = string(required(function, "name", at(path, "function.name")), at(path, "function.name"))
-    return Tool(name=name, **function_fields(function, at(path, "function")), path=path)
+        return internal.Raw(NAME, tool, path)
+    function = fields.obj(
+        fields.required(tool, "function", fields.at(path, "function")), fields.at(path, "function")
+    )
+    name = fields.string(
+        fields.required(function, "name", fields.at(path, "function.name")),
+        fields.at(path, "function.name"),
+    )
+    return internal.Tool(
+        name=name, **function_fields(function, fields.at(path, "function")), path=path
+    )
 
 
-def _parse_tool_choice(choice: Any) -> ToolChoice | Raw | None:
+def _parse_tool_choice(choice: Any) -> internal.ToolChoice | internal.Raw | None:
     choice = tool_choice_mode(choice)
     if not isinstance(choice, dict):
         return choice
     if choice.get("type") == "function":
-        function = obj(required(choice, "function", "tool_choice.function"), "tool_choice.function")
-        name = string(
-            required(function, "name", "tool_choice.function.name"), "tool_choice.function.name"
+        function = fields.obj(
+            fields.required(choice, "function", "tool_choice.function"), "tool_choice.function"
         )
-        return ToolChoice("tool", name)
-    return Raw(NAME, choice, "tool_choice")
+        name = fields.string(
+            fields.required(function, "name", "tool_choice.function.name"),
+            "tool_choice.function.name",
+        )
+        return internal.ToolChoice("tool", name)
+    return internal.Raw(NAME, choice, "tool_choice")
 
 
 def _parse_stop(stop: Any) -> list[str]:
@@ -282,32 +312,38 @@ def _parse_stop(stop: Any) -> list[str]:
         return []
     if isinstance(stop, str):
         return [stop]
-    return [string(item, at("stop", i)) for i, item in enumerate(array(stop, "stop"))]
+    return [
+        fields.string(item, fields.at("stop", i))
+        for i, item in enumerate(fields.array(stop, "stop"))
+    ]
 
 
-def _parse_response_format(value: Any) -> ResponseFormat | None:
+def _parse_response_format(value: Any) -> internal.ResponseFormat | None:
     if value is None:
         return None
-    spec = obj(value, "response_format")
+    spec = fields.obj(value, "response_format")
     kind = spec.get("type")
     if kind in ("text", "json_object"):
-        return ResponseFormat(kind)
+        return internal.ResponseFormat(kind)
     if kind != "json_schema":
         raise InvalidRequest(
             "response_format.type must be text, json_object or json_schema",
             param="response_format.type",
         )
-    schema = obj(
-        required(spec, "json_schema", "response_format.json_schema"), "response_format.json_schema"
+    schema = fields.obj(
+        fields.required(spec, "json_schema", "response_format.json_schema"),
+        "response_format.json_schema",
     )
     body = schema.get("schema")
-    return ResponseFormat(
+    return internal.ResponseFormat(
         "json_schema",
-        name=string(
-            required(schema, "name", "response_format.json_schema.name"),
+        name=fields.string(
+            fields.required(schema, "name", "response_format.json_schema.name"),
             "response_format.json_schema.name",
         ),
-        schema=None if body is None else obj(body, "response_format.json_schema.schema"),
-        strict=opt_bool(schema, "strict", "response_format.json_schema.strict"),
-        description=opt_str(schema, "description", "response_format.json_schema.description"),
+        schema=None if body is None else fields.obj(body, "response_format.json_schema.schema"),
+        strict=fields.opt_bool(schema, "strict", "response_format.json_schema.strict"),
+        description=fields.opt_str(
+            schema, "description", "response_format.json_schema.description"
+        ),
     )

@@ -11,43 +11,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.formats import internal, portability
 from gateway.formats.errors import Untranslatable
-from gateway.formats.internal import (
-    Block,
-    ChatRequest,
-    Image,
-    Message,
-    Raw,
-    Reasoning,
-    Refusal,
-    ResponseFormat,
-    Text,
-    Tool,
-    ToolCall,
-    ToolChoice,
-    ToolResult,
-)
 from gateway.formats.media import data_url
 from gateway.formats.openai_tools import put_tools
 from gateway.formats.optional_fields import present
-from gateway.formats.portability import (
-    TITLES,
-    check_unportable,
-    merge_extras,
-    raw_data,
-    refuse_cache_warming,
-    refuse_unless,
-)
 
 NAME = "openai_chat"
-TARGET = TITLES[NAME]
+TARGET = portability.TITLES[NAME]
 
 
-def render_request(request: ChatRequest, model: str) -> dict[str, Any]:
+def render_request(request: internal.ChatRequest, model: str) -> dict[str, Any]:
     """A Chat Completions body for ``model``; raises ``Untranslatable`` naming the client's field."""
-    check_unportable(request, NAME)
-    refuse_unless(request, "top_k", NAME, request.top_k, None, "Chat Completions has no top_k")
-    refuse_cache_warming(request, NAME)
+    portability.check_unportable(request, NAME)
+    portability.refuse_unless(
+        request, "top_k", NAME, request.top_k, None, "Chat Completions has no top_k"
+    )
+    portability.refuse_cache_warming(request, NAME)
     body: dict[str, Any] = {"model": model, "messages": _render_messages(request)}
     put_tools(body, request, _render_tool, _render_tool_choice)
     optional = {
@@ -72,18 +52,18 @@ def render_request(request: ChatRequest, model: str) -> dict[str, Any]:
     if request.stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
-    merge_extras(body, request, NAME)
+    portability.merge_extras(body, request, NAME)
     return body
 
 
-def _effort(reasoning: Reasoning | None) -> str | None:
+def _effort(reasoning: internal.Reasoning | None) -> str | None:
     """OpenAI takes an effort only: Anthropic's budget and thinking mode have no equivalent."""
     if reasoning is None:
         return None
     return reasoning.effort
 
 
-def _render_messages(request: ChatRequest) -> list[dict[str, Any]]:
+def _render_messages(request: internal.ChatRequest) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     if request.system:
         messages.append({"role": "system", "content": _text_content(request.system)})
@@ -98,30 +78,30 @@ def _render_messages(request: ChatRequest) -> list[dict[str, Any]]:
     return messages
 
 
-def _system_text(block: Block) -> Text:
-    if not isinstance(block, Text):
+def _system_text(block: internal.Block) -> internal.Text:
+    if not isinstance(block, internal.Text):
         raise Untranslatable(block.path or "system", TARGET, "system messages carry only text")
     return block
 
 
-def _text_content(texts: list[Text]) -> str | list[dict[str, Any]]:
+def _text_content(texts: list[internal.Text]) -> str | list[dict[str, Any]]:
     if len(texts) == 1:
         return texts[0].text
     return [{"type": "text", "text": text.text} for text in texts]
 
 
-def _render_user(message: Message) -> list[dict[str, Any]]:
+def _render_user(message: internal.Message) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
     for block in message.content:
-        if isinstance(block, ToolResult):
+        if isinstance(block, internal.ToolResult):
             out.append(_render_tool_result(block))
-        elif isinstance(block, Text):
+        elif isinstance(block, internal.Text):
             parts.append({"type": "text", "text": block.text})
-        elif isinstance(block, Image):
+        elif isinstance(block, internal.Image):
             parts.append(_render_image(block))
-        elif isinstance(block, Raw):
-            data = raw_data(block, NAME, message.path)
+        elif isinstance(block, internal.Raw):
+            data = portability.raw_data(block, NAME, message.path)
             if data.get("role") == "function":
                 out.append(data)
             else:
@@ -136,11 +116,11 @@ def _render_user(message: Message) -> list[dict[str, Any]]:
     return out
 
 
-def _render_tool_result(result: ToolResult) -> dict[str, Any]:
+def _render_tool_result(result: internal.ToolResult) -> dict[str, Any]:
     """``is_error`` has no field here: the result's text goes as it is (documented)."""
-    texts: list[Text] = []
+    texts: list[internal.Text] = []
     for block in result.content:
-        if not isinstance(block, Text):
+        if not isinstance(block, internal.Text):
             raise Untranslatable(
                 block.path or result.path, TARGET, "tool results carry only text there"
             )
@@ -149,7 +129,7 @@ def _render_tool_result(result: ToolResult) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": result.call_id, "content": content}
 
 
-def _render_image(image: Image) -> dict[str, Any]:
+def _render_image(image: internal.Image) -> dict[str, Any]:
     if image.url is not None:
         url = image.url
     elif image.data is not None and image.media_type is not None:
@@ -161,25 +141,25 @@ def _render_image(image: Image) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url, **present({"detail": image.detail})}}
 
 
-def _render_assistant(message: Message) -> dict[str, Any]:
+def _render_assistant(message: internal.Message) -> dict[str, Any]:
     texts: list[str] = []
     refusals: list[str] = []
     calls: list[dict[str, Any]] = []
     out: dict[str, Any] = {"role": "assistant"}
     for block in message.content:
-        if isinstance(block, Text):
+        if isinstance(block, internal.Text):
             texts.append(block.text)
-        elif isinstance(block, Refusal):
+        elif isinstance(block, internal.Refusal):
             refusals.append(block.text)
-        elif isinstance(block, ToolCall):
+        elif isinstance(block, internal.ToolCall):
             calls.append(_render_tool_call(block))
-        elif isinstance(block, Raw):
-            data = raw_data(block, NAME, message.path)
+        elif isinstance(block, internal.Raw):
+            data = portability.raw_data(block, NAME, message.path)
             if "type" in data:
                 calls.append(data)  # a custom tool call
             else:
                 out.update(data)  # legacy function_call, audio reference
-        elif isinstance(block, ToolResult | Image):
+        elif isinstance(block, internal.ToolResult | internal.Image):
             raise Untranslatable(
                 block.path or message.path,
                 TARGET,
@@ -194,7 +174,7 @@ def _render_assistant(message: Message) -> dict[str, Any]:
     return out
 
 
-def _render_tool_call(call: ToolCall) -> dict[str, Any]:
+def _render_tool_call(call: internal.ToolCall) -> dict[str, Any]:
     return {
         "id": call.id,
         "type": "function",
@@ -202,9 +182,9 @@ def _render_tool_call(call: ToolCall) -> dict[str, Any]:
     }
 
 
-def _render_tool(tool: Tool | Raw) -> dict[str, Any]:
-    if isinstance(tool, Raw):
-        return raw_data(tool, NAME, "tools")
+def _render_tool(tool: internal.Tool | internal.Raw) -> dict[str, Any]:
+    if isinstance(tool, internal.Raw):
+        return portability.raw_data(tool, NAME, "tools")
     function = present(
         {
             "name": tool.name,
@@ -216,15 +196,15 @@ def _render_tool(tool: Tool | Raw) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def _render_tool_choice(choice: ToolChoice | Raw) -> Any:
-    if isinstance(choice, Raw):
-        return raw_data(choice, NAME, "tool_choice")
+def _render_tool_choice(choice: internal.ToolChoice | internal.Raw) -> Any:
+    if isinstance(choice, internal.Raw):
+        return portability.raw_data(choice, NAME, "tool_choice")
     if choice.mode == "tool":
         return {"type": "function", "function": {"name": choice.name}}
     return choice.mode
 
 
-def _render_response_format(spec: ResponseFormat) -> dict[str, Any]:
+def _render_response_format(spec: internal.ResponseFormat) -> dict[str, Any]:
     if spec.kind != "json_schema":
         return {"type": spec.kind}
     schema = present(
@@ -238,7 +218,7 @@ def _render_response_format(spec: ResponseFormat) -> dict[str, Any]:
     return {"type": "json_schema", "json_schema": schema}
 
 
-def _kind(block: Block) -> str:
+def _kind(block: internal.Block) -> str:
     return {
         "ToolResult": "tool results",
         "Image": "images",

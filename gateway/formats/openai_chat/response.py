@@ -11,25 +11,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from gateway.formats import internal
 from gateway.formats.errors import UpstreamProtocolError
 from gateway.formats.fields import load_upstream
-from gateway.formats.internal import (
-    Block,
-    ChatResponse,
-    Raw,
-    Refusal,
-    StopReason,
-    Text,
-    Thinking,
-    ToolCall,
-    Usage,
-)
 from gateway.formats.openai_usage import parse_openai_usage
 from gateway.formats.portability import raw_output
 
 NAME = "openai_chat"
 
-FINISH_TO_STOP: dict[str, StopReason] = {
+FINISH_TO_STOP: dict[str, internal.StopReason] = {
     "stop": "end_turn",
     "length": "max_tokens",
     "tool_calls": "tool_use",
@@ -47,7 +37,7 @@ STOP_TO_FINISH: dict[str, str] = {
 }
 
 
-def parse_response(body: bytes | str | dict[str, Any]) -> ChatResponse:
+def parse_response(body: bytes | str | dict[str, Any]) -> internal.ChatResponse:
     data = load_upstream(body, "chat completion")
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
@@ -59,7 +49,7 @@ def parse_response(body: bytes | str | dict[str, Any]) -> ChatResponse:
     if not isinstance(message, dict):
         raise UpstreamProtocolError("upstream chat completion choice has no message")
     usage = data.get("usage")
-    return ChatResponse(
+    return internal.ChatResponse(
         id=str(data.get("id") or ""),
         model=str(data.get("model") or ""),
         content=_parse_message(message),
@@ -77,17 +67,17 @@ def reasoning_text(message: dict[str, Any]) -> str | None:
     return None
 
 
-def _parse_message(message: dict[str, Any]) -> list[Block]:
-    blocks: list[Block] = []
+def _parse_message(message: dict[str, Any]) -> list[internal.Block]:
+    blocks: list[internal.Block] = []
     thinking = reasoning_text(message)
     if thinking:
-        blocks.append(Thinking(thinking))
+        blocks.append(internal.Thinking(thinking))
     content = message.get("content")
     if isinstance(content, str) and content:
-        blocks.append(Text(content))
+        blocks.append(internal.Text(content))
     refusal = message.get("refusal")
     if isinstance(refusal, str) and refusal:
-        blocks.append(Refusal(refusal))
+        blocks.append(internal.Refusal(refusal))
     calls = message.get("tool_calls") or []
     if not isinstance(calls, list):
         raise UpstreamProtocolError("upstream message.tool_calls is not a list")
@@ -96,27 +86,27 @@ def _parse_message(message: dict[str, Any]) -> list[Block]:
     return blocks
 
 
-def _parse_tool_call(call: Any) -> Block:
+def _parse_tool_call(call: Any) -> internal.Block:
     if not isinstance(call, dict):
         raise UpstreamProtocolError("upstream tool call is not an object")
     if call.get("type", "function") != "function":
-        return Raw(NAME, call)
+        return internal.Raw(NAME, call)
     function = call.get("function")
     if not isinstance(function, dict) or not isinstance(function.get("name"), str):
         raise UpstreamProtocolError("upstream tool call has no function name")
     arguments = function.get("arguments")
-    return ToolCall(
+    return internal.ToolCall(
         id=str(call.get("id") or ""),
         name=function["name"],
         arguments=arguments if isinstance(arguments, str) else "",
     )
 
 
-def parse_usage(usage: dict[str, Any]) -> Usage:
+def parse_usage(usage: dict[str, Any]) -> internal.Usage:
     return parse_openai_usage(usage, "prompt", "completion")
 
 
-def render_usage(usage: Usage) -> dict[str, Any]:
+def render_usage(usage: internal.Usage) -> dict[str, Any]:
     prompt_details: dict[str, int] = {"cached_tokens": usage.cached_tokens}
     if usage.cache_write_tokens:
         prompt_details["cache_write_tokens"] = usage.cache_write_tokens
@@ -129,24 +119,26 @@ def render_usage(usage: Usage) -> dict[str, Any]:
     }
 
 
-def finish_reason(stop: StopReason | None) -> str:
+def finish_reason(stop: internal.StopReason | None) -> str:
     return STOP_TO_FINISH.get(stop or "end_turn", "stop")
 
 
-def render_response(response: ChatResponse, request: object | None = None) -> dict[str, Any]:
+def render_response(
+    response: internal.ChatResponse, request: object | None = None
+) -> dict[str, Any]:
     """A ``chat.completion`` body; ``request`` is accepted for symmetry and not needed here."""
     texts: list[str] = []
     refusals: list[str] = []
     thinking: list[str] = []
     calls: list[dict[str, Any]] = []
     for block in response.content:
-        if isinstance(block, Text):
+        if isinstance(block, internal.Text):
             texts.append(block.text)
-        elif isinstance(block, Refusal):
+        elif isinstance(block, internal.Refusal):
             refusals.append(block.text)
-        elif isinstance(block, Thinking):
+        elif isinstance(block, internal.Thinking):
             thinking.append(block.text)
-        elif isinstance(block, ToolCall):
+        elif isinstance(block, internal.ToolCall):
             calls.append(
                 {
                     "id": block.id,
@@ -154,7 +146,7 @@ def render_response(response: ChatResponse, request: object | None = None) -> di
                     "function": {"name": block.name, "arguments": block.arguments},
                 }
             )
-        elif isinstance(block, Raw):
+        elif isinstance(block, internal.Raw):
             calls.append(raw_output(block, NAME))
         # RedactedThinking has no readable text and no field here.
     message: dict[str, Any] = {

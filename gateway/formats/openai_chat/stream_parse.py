@@ -10,22 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from gateway.formats import internal, stream
 from gateway.formats.errors import ErrorInfo, UpstreamProtocolError
-from gateway.formats.internal import Refusal, StopReason, Text, Thinking, ToolCall
 from gateway.formats.openai_chat.response import FINISH_TO_STOP, parse_usage, reasoning_text
 from gateway.formats.openai_errors import parse_error
-from gateway.formats.stream import (
-    ArgumentsDelta,
-    BlockStart,
-    BlockStop,
-    MessageDelta,
-    MessageStart,
-    MessageStop,
-    StreamError,
-    StreamEvent,
-    TextDelta,
-    ThinkingDelta,
-)
 from gateway.formats.stream_parser import BaseStreamParser
 
 _Kind = Literal["thinking", "text", "refusal", "tool"]
@@ -41,20 +29,20 @@ class StreamParser(BaseStreamParser):
         self._open: tuple[_Kind, int] | None = None  # (kind, tool index) of the open block
         self._next_block = 0
         self._tool_blocks: dict[int, int] = {}  # the chunk's tool-call index -> block index
-        self._stop: StopReason | None = None
+        self._stop: internal.StopReason | None = None
 
-    def feed(self, data: bytes | str) -> list[StreamEvent]:
+    def feed(self, data: bytes | str) -> list[stream.StreamEvent]:
         if not self._finished and data.strip() in (b"[DONE]", "[DONE]"):
             return self._finish()
         return super().feed(data)
 
-    def _event(self, chunk: Any) -> list[StreamEvent]:
+    def _event(self, chunk: Any) -> list[stream.StreamEvent]:
         if not isinstance(chunk, dict):
             raise UpstreamProtocolError("upstream sent a stream event that is not an object")
         if "error" in chunk:
             self._finished = True
-            return [StreamError(parse_error(None, chunk))]
-        events: list[StreamEvent] = []
+            return [stream.StreamError(parse_error(None, chunk))]
+        events: list[stream.StreamEvent] = []
         if not chunk.get("choices") and not isinstance(chunk.get("usage"), dict):
             return events  # Azure's leading prompt_filter_results chunk: no id, no model
         if not self._started:
@@ -62,7 +50,7 @@ class StreamParser(BaseStreamParser):
             self._id = str(chunk.get("id") or "")
             created = chunk.get("created")
             events.append(
-                MessageStart(
+                stream.MessageStart(
                     id=self._id,
                     model=str(chunk.get("model") or ""),
                     created=created if isinstance(created, int) else None,
@@ -76,28 +64,28 @@ class StreamParser(BaseStreamParser):
             self._choice(choice, events)
         return events
 
-    def close(self) -> list[StreamEvent]:
+    def close(self) -> list[stream.StreamEvent]:
         """The upstream's stream ended: finish if it had finished, else report it cut short."""
         if not self._finished and self._stop is not None:
             return self._finish()
         return super().close()
 
-    def _choice(self, choice: dict[str, Any], events: list[StreamEvent]) -> None:
+    def _choice(self, choice: dict[str, Any], events: list[stream.StreamEvent]) -> None:
         delta = choice.get("delta") or {}
         if not isinstance(delta, dict):
             raise UpstreamProtocolError("upstream stream delta is not an object")
         thinking = reasoning_text(delta)
         if thinking:
             self._switch("thinking", 0, events)
-            events.append(ThinkingDelta(self._next_block - 1, thinking))
+            events.append(stream.ThinkingDelta(self._next_block - 1, thinking))
         content = delta.get("content")
         if isinstance(content, str) and content:
             self._switch("text", 0, events)
-            events.append(TextDelta(self._next_block - 1, content))
+            events.append(stream.TextDelta(self._next_block - 1, content))
         refusal = delta.get("refusal")
         if isinstance(refusal, str) and refusal:
             self._switch("refusal", 0, events)
-            events.append(TextDelta(self._next_block - 1, refusal))
+            events.append(stream.TextDelta(self._next_block - 1, refusal))
         for call in delta.get("tool_calls") or []:
             self._tool_delta(call, events)
         reason = choice.get("finish_reason")
@@ -105,7 +93,7 @@ class StreamParser(BaseStreamParser):
             self._close_open(events)
             self._stop = FINISH_TO_STOP.get(reason, "end_turn")
 
-    def _tool_delta(self, call: Any, events: list[StreamEvent]) -> None:
+    def _tool_delta(self, call: Any, events: list[stream.StreamEvent]) -> None:
         if not isinstance(call, dict):
             raise UpstreamProtocolError("upstream tool-call delta is not an object")
         position = call.get("index", 0)
@@ -121,35 +109,41 @@ class StreamParser(BaseStreamParser):
             self._next_block += 1
             self._tool_blocks[position] = block
             self._open = ("tool", position)
-            events.append(BlockStart(block, ToolCall(str(call_id), name, "")))
+            events.append(stream.BlockStart(block, internal.ToolCall(str(call_id), name, "")))
         elif self._open != ("tool", position):
             raise UpstreamProtocolError("interleaved tool-call deltas cannot be translated")
         if isinstance(arguments, str) and arguments:
-            events.append(ArgumentsDelta(self._tool_blocks[position], arguments))
+            events.append(stream.ArgumentsDelta(self._tool_blocks[position], arguments))
 
-    def _switch(self, kind: _Kind, position: int, events: list[StreamEvent]) -> None:
+    def _switch(self, kind: _Kind, position: int, events: list[stream.StreamEvent]) -> None:
         if self._open == (kind, position):
             return
         self._close_open(events)
-        shell = {"thinking": Thinking(""), "text": Text(""), "refusal": Refusal("")}[kind]
-        events.append(BlockStart(self._next_block, shell))
+        shell = {
+            "thinking": internal.Thinking(""),
+            "text": internal.Text(""),
+            "refusal": internal.Refusal(""),
+        }[kind]
+        events.append(stream.BlockStart(self._next_block, shell))
         self._next_block += 1
         self._open = (kind, position)
 
-    def _close_open(self, events: list[StreamEvent]) -> None:
+    def _close_open(self, events: list[stream.StreamEvent]) -> None:
         if self._open is None:
             return
         kind, position = self._open
         index = self._tool_blocks[position] if kind == "tool" else self._next_block - 1
-        events.append(BlockStop(index))
+        events.append(stream.BlockStop(index))
         self._open = None
 
-    def _finish(self) -> list[StreamEvent]:
+    def _finish(self) -> list[stream.StreamEvent]:
         self._finished = True
         if not self._started:
-            return [StreamError(ErrorInfo(502, "the upstream stream was empty", "api_error"))]
-        events: list[StreamEvent] = []
+            return [
+                stream.StreamError(ErrorInfo(502, "the upstream stream was empty", "api_error"))
+            ]
+        events: list[stream.StreamEvent] = []
         self._close_open(events)
-        events.append(MessageDelta(self._stop or "end_turn", self.usage))
-        events.append(MessageStop())
+        events.append(stream.MessageDelta(self._stop or "end_turn", self.usage))
+        events.append(stream.MessageStop())
         return events

@@ -13,25 +13,11 @@ from typing import Any
 
 import orjson
 
-from gateway.formats.internal import ChatRequest, Raw, Refusal, Text, Thinking, ToolCall
+from gateway.formats import internal, stream
 from gateway.formats.openai_chat.response import finish_reason, render_usage
 from gateway.formats.openai_errors import render_stream_error
 from gateway.formats.portability import raw_output
 from gateway.formats.sse import encode_sse
-from gateway.formats.stream import (
-    ArgumentsDelta,
-    BlockStart,
-    BlockStop,
-    MessageDelta,
-    MessageStart,
-    MessageStop,
-    RawDelta,
-    SignatureDelta,
-    StreamError,
-    StreamEvent,
-    TextDelta,
-    ThinkingDelta,
-)
 
 NAME = "openai_chat"
 DONE = b"data: [DONE]\n\n"
@@ -40,7 +26,7 @@ DONE = b"data: [DONE]\n\n"
 class StreamRenderer:
     """Renders internal stream events as Chat Completions SSE bytes for one client."""
 
-    def __init__(self, request: ChatRequest | None = None) -> None:
+    def __init__(self, request: internal.ChatRequest | None = None) -> None:
         self._include_usage = True if request is None else bool(request.include_usage)
         self._id = ""
         self._model = ""
@@ -48,38 +34,38 @@ class StreamRenderer:
         self._tools: dict[int, int] = {}  # block index -> the chunk's tool-call index
         self._refusals: set[int] = set()
 
-    def render(self, event: StreamEvent) -> bytes:
-        if isinstance(event, MessageStart):
+    def render(self, event: stream.StreamEvent) -> bytes:
+        if isinstance(event, stream.MessageStart):
             self._id, self._model = event.id, event.model
             self._created = event.created if event.created is not None else int(time.time())
             return self._chunk({"role": "assistant", "content": ""})
-        if isinstance(event, BlockStart):
+        if isinstance(event, stream.BlockStart):
             return self._start(event)
-        if isinstance(event, TextDelta):
+        if isinstance(event, stream.TextDelta):
             key = "refusal" if event.index in self._refusals else "content"
             return self._chunk({key: event.text})
-        if isinstance(event, ArgumentsDelta):
+        if isinstance(event, stream.ArgumentsDelta):
             call = {"index": self._tools[event.index], "function": {"arguments": event.json}}
             return self._chunk({"tool_calls": [call]})
-        if isinstance(event, ThinkingDelta):
+        if isinstance(event, stream.ThinkingDelta):
             return self._chunk({"reasoning_content": event.text})
-        if isinstance(event, MessageDelta):
+        if isinstance(event, stream.MessageDelta):
             out = self._chunk({}, finish_reason(event.stop_reason))
             if self._include_usage and event.usage is not None:
                 out += self._event(
                     {**self._head(), "choices": [], "usage": render_usage(event.usage)}
                 )
             return out
-        if isinstance(event, MessageStop):
+        if isinstance(event, stream.MessageStop):
             return DONE
-        if isinstance(event, StreamError):
+        if isinstance(event, stream.StreamError):
             return render_stream_error(event.error)
-        assert isinstance(event, SignatureDelta | RawDelta | BlockStop)
+        assert isinstance(event, stream.SignatureDelta | stream.RawDelta | stream.BlockStop)
         return b""  # no place for signatures here; blocks end implicitly
 
-    def _start(self, event: BlockStart) -> bytes:
+    def _start(self, event: stream.BlockStart) -> bytes:
         block = event.block
-        if isinstance(block, ToolCall):
+        if isinstance(block, internal.ToolCall):
             position = len(self._tools)
             self._tools[event.index] = position
             call = {
@@ -89,15 +75,15 @@ class StreamRenderer:
                 "function": {"name": block.name, "arguments": block.arguments},
             }
             return self._chunk({"tool_calls": [call]})
-        if isinstance(block, Raw):
+        if isinstance(block, internal.Raw):
             raw_output(block, NAME)  # raises: no other format's raw content fits a chunk
             return b""
-        if isinstance(block, Refusal):
+        if isinstance(block, internal.Refusal):
             self._refusals.add(event.index)
             return self._chunk({"refusal": block.text}) if block.text else b""
-        if isinstance(block, Text) and block.text:
+        if isinstance(block, internal.Text) and block.text:
             return self._chunk({"content": block.text})
-        if isinstance(block, Thinking) and block.text:
+        if isinstance(block, internal.Thinking) and block.text:
             return self._chunk({"reasoning_content": block.text})
         return b""
 

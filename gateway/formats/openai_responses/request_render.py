@@ -11,40 +11,19 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from gateway.formats import internal, portability
 from gateway.formats.errors import Untranslatable
-from gateway.formats.internal import (
-    ChatRequest,
-    Image,
-    Message,
-    Raw,
-    Refusal,
-    ResponseFormat,
-    Text,
-    Thinking,
-    Tool,
-    ToolCall,
-    ToolChoice,
-    ToolResult,
-)
 from gateway.formats.media import data_url
 from gateway.formats.openai_tools import put_tools
 from gateway.formats.optional_fields import present
-from gateway.formats.portability import (
-    TITLES,
-    check_unportable,
-    merge_extras,
-    raw_data,
-    refuse_cache_warming,
-    refuse_unless,
-)
 
 NAME = "openai_responses"
-TARGET = TITLES[NAME]
+TARGET = portability.TITLES[NAME]
 
 
-def render_request(request: ChatRequest, model: str) -> dict[str, Any]:
+def render_request(request: internal.ChatRequest, model: str) -> dict[str, Any]:
     """A Responses body for ``model`` (always ``store: false``); raises ``Untranslatable``."""
-    check_unportable(request, NAME)
+    portability.check_unportable(request, NAME)
     _refuse_unsupported(request)
     body: dict[str, Any] = {"model": model}
     items: list[dict[str, Any]] = []
@@ -75,33 +54,37 @@ def render_request(request: ChatRequest, model: str) -> dict[str, Any]:
     body["store"] = False
     if request.same_format(NAME) and "text" in request.extras:
         body["text"] = {**request.extras["text"], **body.get("text", {})}
-    merge_extras(body, request, NAME)
+    portability.merge_extras(body, request, NAME)
     return body
 
 
-def _refuse_unsupported(request: ChatRequest) -> None:
-    refuse_unless(request, "n", NAME, request.n, 1, "the Responses API returns one answer")
-    refuse_unless(request, "top_k", NAME, request.top_k, None, "the Responses API has no top_k")
-    refuse_unless(
+def _refuse_unsupported(request: internal.ChatRequest) -> None:
+    portability.refuse_unless(
+        request, "n", NAME, request.n, 1, "the Responses API returns one answer"
+    )
+    portability.refuse_unless(
+        request, "top_k", NAME, request.top_k, None, "the Responses API has no top_k"
+    )
+    portability.refuse_unless(
         request, "stop", NAME, request.stop, [], "the Responses API has no stop sequences"
     )
-    refuse_cache_warming(request, NAME)
+    portability.refuse_cache_warming(request, NAME)
     for name in ("presence_penalty", "frequency_penalty"):
-        refuse_unless(
+        portability.refuse_unless(
             request, name, NAME, getattr(request, name), 0, "the Responses API has no penalties"
         )
 
 
-def _system_item(texts: list[Text]) -> dict[str, Any]:
+def _system_item(texts: list[internal.Text]) -> dict[str, Any]:
     content = [{"type": "input_text", "text": text.text} for text in texts]
     return {"type": "message", "role": "system", "content": content}
 
 
-def _render_message(message: Message) -> list[dict[str, Any]]:
+def _render_message(message: internal.Message) -> list[dict[str, Any]]:
     if message.role == "system":
         texts = []
         for block in message.content:
-            if not isinstance(block, Text):
+            if not isinstance(block, internal.Text):
                 raise Untranslatable(
                     block.path or message.path, TARGET, "system messages carry only text"
                 )
@@ -112,14 +95,14 @@ def _render_message(message: Message) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
     for block in message.content:
-        if isinstance(block, ToolResult):
+        if isinstance(block, internal.ToolResult):
             items.append(_render_tool_result(block))
-        elif isinstance(block, Text):
+        elif isinstance(block, internal.Text):
             parts.append({"type": "input_text", "text": block.text})
-        elif isinstance(block, Image):
+        elif isinstance(block, internal.Image):
             parts.append(_render_image(block))
-        elif isinstance(block, Raw):
-            data = raw_data(block, NAME, message.path)
+        elif isinstance(block, internal.Raw):
+            data = portability.raw_data(block, NAME, message.path)
             (parts if data.get("type") == "input_file" else items).append(data)
         else:
             raise Untranslatable(
@@ -130,7 +113,7 @@ def _render_message(message: Message) -> list[dict[str, Any]]:
     return items
 
 
-def _render_assistant(message: Message) -> list[dict[str, Any]]:
+def _render_assistant(message: internal.Message) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     texts: list[str] = []
 
@@ -140,11 +123,11 @@ def _render_assistant(message: Message) -> list[dict[str, Any]]:
             texts.clear()
 
     for block in message.content:
-        if isinstance(block, Text | Refusal):
+        if isinstance(block, internal.Text | internal.Refusal):
             texts.append(block.text)
             continue
         flush()
-        if isinstance(block, ToolCall):
+        if isinstance(block, internal.ToolCall):
             items.append(
                 {
                     "type": "function_call",
@@ -153,13 +136,13 @@ def _render_assistant(message: Message) -> list[dict[str, Any]]:
                     "arguments": block.arguments,
                 }
             )
-        elif isinstance(block, Thinking):
+        elif isinstance(block, internal.Thinking):
             # Only reasoning items OpenAI produced can be resent; other providers' is dropped.
             if block.origin == NAME and block.item_id:
                 items.append(render_reasoning_item(block, block.item_id))
-        elif isinstance(block, Raw):
-            items.append(raw_data(block, NAME, message.path))
-        elif isinstance(block, ToolResult | Image):
+        elif isinstance(block, internal.Raw):
+            items.append(portability.raw_data(block, NAME, message.path))
+        elif isinstance(block, internal.ToolResult | internal.Image):
             raise Untranslatable(
                 block.path or message.path, TARGET, "assistant turns cannot carry this"
             )
@@ -167,7 +150,7 @@ def _render_assistant(message: Message) -> list[dict[str, Any]]:
     return items
 
 
-def render_reasoning_item(block: Thinking, item_id: str) -> dict[str, Any]:
+def render_reasoning_item(block: internal.Thinking, item_id: str) -> dict[str, Any]:
     item: dict[str, Any] = {
         "type": "reasoning",
         "id": item_id,
@@ -178,16 +161,16 @@ def render_reasoning_item(block: Thinking, item_id: str) -> dict[str, Any]:
     return item
 
 
-def _render_tool_result(result: ToolResult) -> dict[str, Any]:
+def _render_tool_result(result: internal.ToolResult) -> dict[str, Any]:
     """``is_error`` has no field here: the output goes as it is (documented)."""
     parts: list[dict[str, Any]] = []
     for block in result.content:
-        if isinstance(block, Text):
+        if isinstance(block, internal.Text):
             parts.append({"type": "input_text", "text": block.text})
-        elif isinstance(block, Image):
+        elif isinstance(block, internal.Image):
             parts.append(_render_image(block))
-        elif isinstance(block, Raw):
-            parts.append(raw_data(block, NAME, result.path))
+        elif isinstance(block, internal.Raw):
+            parts.append(portability.raw_data(block, NAME, result.path))
         else:
             raise Untranslatable(
                 block.path or result.path, TARGET, "tool outputs carry text and images"
@@ -200,7 +183,7 @@ def _render_tool_result(result: ToolResult) -> dict[str, Any]:
     return {"type": "function_call_output", "call_id": result.call_id, "output": output}
 
 
-def _render_image(image: Image) -> dict[str, Any]:
+def _render_image(image: internal.Image) -> dict[str, Any]:
     part: dict[str, Any] = {"type": "input_image", "detail": image.detail or "auto"}
     if image.file_id is not None:
         if image.origin != NAME:
@@ -215,9 +198,11 @@ def _render_image(image: Image) -> dict[str, Any]:
     return part
 
 
-def render_tool(tool: Tool | Raw, request: ChatRequest | None) -> dict[str, Any]:
-    if isinstance(tool, Raw):
-        return raw_data(tool, NAME, "tools")
+def render_tool(
+    tool: internal.Tool | internal.Raw, request: internal.ChatRequest | None
+) -> dict[str, Any]:
+    if isinstance(tool, internal.Raw):
+        return portability.raw_data(tool, NAME, "tools")
     out: dict[str, Any] = {
         "type": "function",
         "name": tool.name,
@@ -230,15 +215,15 @@ def render_tool(tool: Tool | Raw, request: ChatRequest | None) -> dict[str, Any]
     return out
 
 
-def render_tool_choice(choice: ToolChoice | Raw) -> Any:
-    if isinstance(choice, Raw):
-        return raw_data(choice, NAME, "tool_choice")
+def render_tool_choice(choice: internal.ToolChoice | internal.Raw) -> Any:
+    if isinstance(choice, internal.Raw):
+        return portability.raw_data(choice, NAME, "tool_choice")
     if choice.mode == "tool":
         return {"type": "function", "name": choice.name}
     return choice.mode
 
 
-def render_format(spec: ResponseFormat) -> dict[str, Any]:
+def render_format(spec: internal.ResponseFormat) -> dict[str, Any]:
     if spec.kind != "json_schema":
         return {"type": spec.kind}
     return {
@@ -249,13 +234,13 @@ def render_format(spec: ResponseFormat) -> dict[str, Any]:
     }
 
 
-def render_text(request: ChatRequest) -> dict[str, Any] | None:
+def render_text(request: internal.ChatRequest) -> dict[str, Any] | None:
     if request.response_format is None:
         return None
     return {"format": render_format(request.response_format)}
 
 
-def render_reasoning(request: ChatRequest) -> dict[str, Any] | None:
+def render_reasoning(request: internal.ChatRequest) -> dict[str, Any] | None:
     """Effort and summary; Anthropic's thinking budget has no equivalent and is dropped."""
     reasoning = request.reasoning
     if reasoning is None or (reasoning.effort is None and reasoning.summary is None):

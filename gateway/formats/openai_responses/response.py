@@ -14,21 +14,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from gateway.formats import internal
 from gateway.formats.errors import UpstreamProtocolError
 from gateway.formats.fields import load_upstream
-from gateway.formats.internal import (
-    Block,
-    ChatRequest,
-    ChatResponse,
-    Raw,
-    RedactedThinking,
-    Refusal,
-    StopReason,
-    Text,
-    Thinking,
-    ToolCall,
-    Usage,
-)
 from gateway.formats.openai_responses.request_render import (
     render_reasoning,
     render_text,
@@ -40,13 +28,13 @@ from gateway.formats.portability import raw_output
 from gateway.formats.signatures import for_client
 
 NAME = "openai_responses"
-_INCOMPLETE: dict[str, StopReason] = {
+_INCOMPLETE: dict[str, internal.StopReason] = {
     "max_output_tokens": "max_tokens",
     "content_filter": "refusal",
 }
 
 
-def parse_response(body: bytes | str | dict[str, Any]) -> ChatResponse:
+def parse_response(body: bytes | str | dict[str, Any]) -> internal.ChatResponse:
     data = load_upstream(body, "response")
     if data.get("status") == "failed":
         error = data.get("error") if isinstance(data.get("error"), dict) else {}
@@ -56,12 +44,12 @@ def parse_response(body: bytes | str | dict[str, Any]) -> ChatResponse:
     output = data.get("output")
     if not isinstance(output, list):
         raise UpstreamProtocolError("upstream response has no output list")
-    content: list[Block] = []
+    content: list[internal.Block] = []
     for item in output:
         content.extend(parse_item(item))
     usage = data.get("usage")
     created = data.get("created_at")
-    return ChatResponse(
+    return internal.ChatResponse(
         id=str(data.get("id") or ""),
         model=str(data.get("model") or ""),
         content=content,
@@ -71,51 +59,51 @@ def parse_response(body: bytes | str | dict[str, Any]) -> ChatResponse:
     )
 
 
-def parse_stop(data: dict[str, Any], content: list[Block]) -> StopReason:
+def parse_stop(data: dict[str, Any], content: list[internal.Block]) -> internal.StopReason:
     if data.get("status") == "incomplete":
         details = data.get("incomplete_details")
         reason = details.get("reason") if isinstance(details, dict) else None
         return _INCOMPLETE.get(reason or "", "max_tokens")
-    if any(isinstance(block, ToolCall) for block in content):
+    if any(isinstance(block, internal.ToolCall) for block in content):
         return "tool_use"
     return "end_turn"
 
 
-def parse_item(item: Any) -> list[Block]:
+def parse_item(item: Any) -> list[internal.Block]:
     if not isinstance(item, dict):
         raise UpstreamProtocolError("upstream output item is not an object")
     kind = item.get("type")
     if kind == "message":
-        blocks: list[Block] = []
+        blocks: list[internal.Block] = []
         for part in item.get("content") or []:
             if not isinstance(part, dict):
                 raise UpstreamProtocolError("upstream message content is not an object")
             if part.get("type") == "output_text":
-                blocks.append(Text(str(part.get("text") or "")))
+                blocks.append(internal.Text(str(part.get("text") or "")))
             elif part.get("type") == "refusal":
-                blocks.append(Refusal(str(part.get("refusal") or "")))
+                blocks.append(internal.Refusal(str(part.get("refusal") or "")))
             else:
-                blocks.append(Raw(NAME, part))
+                blocks.append(internal.Raw(NAME, part))
         return blocks
     if kind == "function_call":
         name, call_id = item.get("name"), item.get("call_id")
         if not isinstance(name, str) or not isinstance(call_id, str):
             raise UpstreamProtocolError("upstream function_call has no name or call_id")
         arguments = item.get("arguments")
-        return [ToolCall(call_id, name, arguments if isinstance(arguments, str) else "")]
+        return [internal.ToolCall(call_id, name, arguments if isinstance(arguments, str) else "")]
     if kind == "reasoning":
         return [parse_reasoning(item)]
-    return [Raw(NAME, item)]
+    return [internal.Raw(NAME, item)]
 
 
-def parse_reasoning(item: dict[str, Any]) -> Thinking:
+def parse_reasoning(item: dict[str, Any]) -> internal.Thinking:
     texts = [
         part.get("text") or ""
         for part in (item.get("summary") or item.get("content") or [])
         if isinstance(part, dict)
     ]
     signature = item.get("encrypted_content")
-    return Thinking(
+    return internal.Thinking(
         "\n\n".join(texts),
         signature=signature if isinstance(signature, str) else None,
         item_id=str(item.get("id") or ""),
@@ -123,11 +111,11 @@ def parse_reasoning(item: dict[str, Any]) -> Thinking:
     )
 
 
-def parse_usage(usage: dict[str, Any]) -> Usage:
+def parse_usage(usage: dict[str, Any]) -> internal.Usage:
     return parse_openai_usage(usage, "input", "output")
 
 
-def render_usage(usage: Usage) -> dict[str, Any]:
+def render_usage(usage: internal.Usage) -> dict[str, Any]:
     return {
         "input_tokens": usage.prompt_tokens,
         "input_tokens_details": {
@@ -145,16 +133,16 @@ def item_id(prefix: str, response_id: str, index: int) -> str:
 
 
 def output_item(
-    block: Block, response_id: str, index: int, status: str = "completed"
+    block: internal.Block, response_id: str, index: int, status: str = "completed"
 ) -> dict[str, Any]:
     """One output item for one block: a message, a function call or a reasoning item."""
-    if isinstance(block, Text):
+    if isinstance(block, internal.Text):
         part: dict[str, Any] = {"type": "output_text", "text": block.text, "annotations": []}
         return message_item(item_id("msg", response_id, index), [part], status)
-    if isinstance(block, Refusal):
+    if isinstance(block, internal.Refusal):
         part = {"type": "refusal", "refusal": block.text}
         return message_item(item_id("msg", response_id, index), [part], status)
-    if isinstance(block, ToolCall):
+    if isinstance(block, internal.ToolCall):
         return {
             "type": "function_call",
             "id": item_id("fc", response_id, index),
@@ -163,7 +151,7 @@ def output_item(
             "arguments": block.arguments,
             "status": status,
         }
-    if isinstance(block, Thinking):
+    if isinstance(block, internal.Thinking):
         own = block.origin == NAME and block.item_id
         item: dict[str, Any] = {
             "type": "reasoning",
@@ -174,7 +162,7 @@ def output_item(
         if signature:
             item["encrypted_content"] = signature
         return item
-    if isinstance(block, Raw):
+    if isinstance(block, internal.Raw):
         return raw_output(block, NAME)
     raise UpstreamProtocolError(f"the upstream answered with {type(block).__name__} content")
 
@@ -189,7 +177,7 @@ def message_item(identifier: str, content: list[dict[str, Any]], status: str) ->
     }
 
 
-def status_of(stop: StopReason | None) -> tuple[str, dict[str, str] | None]:
+def status_of(stop: internal.StopReason | None) -> tuple[str, dict[str, str] | None]:
     """(status, incomplete_details) for a stop reason."""
     if stop in ("max_tokens", "context_window_exceeded"):
         return "incomplete", {"reason": "max_output_tokens"}
@@ -202,11 +190,11 @@ def response_object(
     response_id: str,
     model: str,
     created: int,
-    request: ChatRequest | None,
+    request: internal.ChatRequest | None,
     *,
     status: str,
     output: list[dict[str, Any]],
-    usage: Usage | None = None,
+    usage: internal.Usage | None = None,
     incomplete: dict[str, str] | None = None,
     error: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -241,7 +229,7 @@ def response_object(
     return out
 
 
-def _echo(out: dict[str, Any], request: ChatRequest) -> None:
+def _echo(out: dict[str, Any], request: internal.ChatRequest) -> None:
     if request.system:
         out["instructions"] = "\n\n".join(text.text for text in request.system)
     out["max_output_tokens"] = request.max_tokens
@@ -253,21 +241,25 @@ def _echo(out: dict[str, Any], request: ChatRequest) -> None:
     out["text"] = render_text(request) or out["text"]
     choice = request.tool_choice
     # Echo only what the Responses API itself can say; another format's own choice stays out.
-    if choice is not None and (not isinstance(choice, Raw) or choice.format == NAME):
+    if choice is not None and (not isinstance(choice, internal.Raw) or choice.format == NAME):
         out["tool_choice"] = render_tool_choice(choice)
     out["tools"] = [
         render_tool(tool, request)
         for tool in request.tools
-        if not isinstance(tool, Raw) or tool.format == NAME
+        if not isinstance(tool, internal.Raw) or tool.format == NAME
     ]
     out["user"] = request.user
     out["metadata"] = request.metadata or {}
 
 
-def render_response(response: ChatResponse, request: ChatRequest | None = None) -> dict[str, Any]:
+def render_response(
+    response: internal.ChatResponse, request: internal.ChatRequest | None = None
+) -> dict[str, Any]:
     """A ``response`` body; pass the internal ``request`` to echo its settings."""
     status, incomplete = status_of(response.stop_reason)
-    blocks = [block for block in response.content if not isinstance(block, RedactedThinking)]
+    blocks = [
+        block for block in response.content if not isinstance(block, internal.RedactedThinking)
+    ]
     output = [output_item(block, response.id, i) for i, block in enumerate(blocks)]
     if status == "incomplete" and output and "status" in output[-1]:
         output[-1]["status"] = "incomplete"  # the item the cut went through

@@ -14,18 +14,8 @@ from typing import Any
 
 import orjson
 
+from gateway.formats import internal, stream
 from gateway.formats.errors import ErrorInfo
-from gateway.formats.internal import (
-    Block,
-    ChatRequest,
-    RedactedThinking,
-    Refusal,
-    StopReason,
-    Text,
-    Thinking,
-    ToolCall,
-    Usage,
-)
 from gateway.formats.openai_errors import render_error
 from gateway.formats.openai_responses.response import (
     item_id,
@@ -37,20 +27,6 @@ from gateway.formats.openai_responses.response import (
 from gateway.formats.portability import raw_output
 from gateway.formats.signatures import for_client
 from gateway.formats.sse import encode_sse
-from gateway.formats.stream import (
-    ArgumentsDelta,
-    BlockStart,
-    BlockStop,
-    MessageDelta,
-    MessageStart,
-    MessageStop,
-    RawDelta,
-    SignatureDelta,
-    StreamError,
-    StreamEvent,
-    TextDelta,
-    ThinkingDelta,
-)
 
 NAME = "openai_responses"
 
@@ -58,7 +34,7 @@ NAME = "openai_responses"
 class StreamRenderer:
     """Renders internal stream events as Responses API SSE bytes for one client."""
 
-    def __init__(self, request: ChatRequest | None = None) -> None:
+    def __init__(self, request: internal.ChatRequest | None = None) -> None:
         self._request = request
         self._sequence = 0
         self._id = ""
@@ -66,14 +42,14 @@ class StreamRenderer:
         self._created = 0
         self._output: list[dict[str, Any]] = []  # the items so far, as the final response shows
         self._slots: dict[int, int] = {}  # internal block index -> output index
-        self._blocks: dict[int, Block] = {}
+        self._blocks: dict[int, internal.Block] = {}
         self._summary_open: set[int] = set()
-        self._signatures: dict[int, Thinking] = {}  # reasoning proofs gathered per block
-        self._stop: StopReason | None = None
-        self._usage: Usage | None = None
+        self._signatures: dict[int, internal.Thinking] = {}  # reasoning proofs gathered per block
+        self._stop: internal.StopReason | None = None
+        self._usage: internal.Usage | None = None
 
-    def render(self, event: StreamEvent) -> bytes:
-        if isinstance(event, MessageStart):
+    def render(self, event: stream.StreamEvent) -> bytes:
+        if isinstance(event, stream.MessageStart):
             self._id, self._model = event.id, event.model
             self._created = event.created if event.created is not None else int(time.time())
             self._usage = event.usage
@@ -81,19 +57,19 @@ class StreamRenderer:
             return self._emit("response.created", response=snapshot) + self._emit(
                 "response.in_progress", response=snapshot
             )
-        if isinstance(event, BlockStart):
+        if isinstance(event, stream.BlockStart):
             return self._start(event.index, event.block)
-        if isinstance(event, BlockStop):
+        if isinstance(event, stream.BlockStop):
             return self._stop_block(event.index)
-        if isinstance(event, MessageDelta):
+        if isinstance(event, stream.MessageDelta):
             self._stop = event.stop_reason
             self._usage = event.usage or self._usage
             return b""
-        if isinstance(event, MessageStop):
+        if isinstance(event, stream.MessageStop):
             status, incomplete = status_of(self._stop)
             response = self._response(status, incomplete)
             return self._emit(f"response.{status}", response=response)
-        if isinstance(event, StreamError):
+        if isinstance(event, stream.StreamError):
             return self._error(event.error)
         return self._delta(event)
 
@@ -121,17 +97,17 @@ class StreamRenderer:
             error=error,
         )
 
-    def _start(self, index: int, block: Block) -> bytes:
+    def _start(self, index: int, block: internal.Block) -> bytes:
         self._blocks[index] = block
-        if isinstance(block, RedactedThinking):
+        if isinstance(block, internal.RedactedThinking):
             return b""  # no readable text, no item (documented)
         slot = len(self._output)
         self._slots[index] = slot
-        if isinstance(block, Text | Refusal):
+        if isinstance(block, internal.Text | internal.Refusal):
             item = message_item(item_id("msg", self._id, slot), [], "in_progress")
             part: dict[str, Any] = (
                 {"type": "output_text", "text": "", "annotations": []}
-                if isinstance(block, Text)
+                if isinstance(block, internal.Text)
                 else {"type": "refusal", "refusal": ""}
             )
             self._output.append(item)
@@ -145,37 +121,44 @@ class StreamRenderer:
                 part=part,
             )
             if block.text:
-                out += self._delta(TextDelta(index, block.text))
+                out += self._delta(stream.TextDelta(index, block.text))
             return out
-        if isinstance(block, ToolCall):
-            item = output_item(ToolCall(block.id, block.name, ""), self._id, slot, "in_progress")
-        elif isinstance(block, Thinking):
-            shell = Thinking("", item_id=block.item_id, origin=block.origin)
+        if isinstance(block, internal.ToolCall):
+            item = output_item(
+                internal.ToolCall(block.id, block.name, ""), self._id, slot, "in_progress"
+            )
+        elif isinstance(block, internal.Thinking):
+            shell = internal.Thinking("", item_id=block.item_id, origin=block.origin)
             self._signatures[index] = shell
             item = output_item(shell, self._id, slot)
         else:
             item = dict(raw_output(block, NAME))  # type: ignore[arg-type]
         self._output.append(item)
         out = self._emit("response.output_item.added", output_index=slot, item=item)
-        if isinstance(block, ToolCall) and block.arguments:
-            out += self._delta(ArgumentsDelta(index, block.arguments))
-        if isinstance(block, Thinking) and block.text:
-            out += self._delta(ThinkingDelta(index, block.text))
+        if isinstance(block, internal.ToolCall) and block.arguments:
+            out += self._delta(stream.ArgumentsDelta(index, block.arguments))
+        if isinstance(block, internal.Thinking) and block.text:
+            out += self._delta(stream.ThinkingDelta(index, block.text))
         return out
 
     def _delta(
-        self, event: TextDelta | ArgumentsDelta | ThinkingDelta | SignatureDelta | RawDelta
+        self,
+        event: stream.TextDelta
+        | stream.ArgumentsDelta
+        | stream.ThinkingDelta
+        | stream.SignatureDelta
+        | stream.RawDelta,
     ) -> bytes:
         if event.index not in self._slots:
             return b""  # a delta of a block with no item (redacted thinking)
         slot = self._slots[event.index]
         item = self._output[slot]
-        if isinstance(event, RawDelta):
+        if isinstance(event, stream.RawDelta):
             return self._emit(
                 str(event.data.get("type")),
                 **{k: v for k, v in event.data.items() if k not in ("type", "sequence_number")},
             )
-        if isinstance(event, TextDelta):
+        if isinstance(event, stream.TextDelta):
             part = item["content"][0]
             if part["type"] == "refusal":
                 part["refusal"] += event.text
@@ -192,7 +175,7 @@ class StreamRenderer:
                 delta=event.text,
                 logprobs=[],
             )
-        if isinstance(event, ArgumentsDelta):
+        if isinstance(event, stream.ArgumentsDelta):
             item["arguments"] += event.json
             return self._emit(
                 "response.function_call_arguments.delta",
@@ -200,7 +183,7 @@ class StreamRenderer:
                 output_index=slot,
                 delta=event.json,
             )
-        if isinstance(event, SignatureDelta):
+        if isinstance(event, stream.SignatureDelta):
             shell = self._signatures[event.index]
             shell.signature = (shell.signature or "") + event.signature
             item["encrypted_content"] = for_client(shell, NAME)
@@ -232,7 +215,7 @@ class StreamRenderer:
         item = self._output[slot]
         block = self._blocks[index]
         out = b""
-        if isinstance(block, Text | Refusal):
+        if isinstance(block, internal.Text | internal.Refusal):
             part = item["content"][0]
             common = {"item_id": item["id"], "output_index": slot, "content_index": 0}
             if part["type"] == "output_text":
@@ -243,7 +226,7 @@ class StreamRenderer:
                 out += self._emit("response.refusal.done", **common, refusal=part["refusal"])
             out += self._emit("response.content_part.done", **common, part=part)
             item["status"] = "completed"
-        elif isinstance(block, ToolCall):
+        elif isinstance(block, internal.ToolCall):
             out += self._emit(
                 "response.function_call_arguments.done",
                 item_id=item["id"],
@@ -252,7 +235,7 @@ class StreamRenderer:
                 arguments=item["arguments"],
             )
             item["status"] = "completed"
-        elif isinstance(block, Thinking) and index in self._summary_open:
+        elif isinstance(block, internal.Thinking) and index in self._summary_open:
             summary = item["summary"][0]
             common = {"item_id": item["id"], "output_index": slot, "summary_index": 0}
             out += self._emit(

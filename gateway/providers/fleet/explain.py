@@ -7,7 +7,8 @@
 - ``load``: the home replica (or every replica, for ``least_loaded``) was fuller than another;
 - ``spill``: the home replica was past ``spill_when`` (queue or KV cache);
 - ``ejected-skip``: the home replica is ejected (unreachable, waiting for its probe);
-- ``failover``: the home replica already failed this request;
+- ``failover``: a replica already failed this request (listed ``excluded``), so it is retried
+  here;
 - ``round_robin``: the next replica in turn.
 
 ``candidates`` lists the replicas looked at, each with its load and verdict (``chosen`` for

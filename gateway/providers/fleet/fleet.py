@@ -199,13 +199,21 @@ class Fleet:
         return prefix_hashes(body, self.settings.prefix, self.tokenizer)
 
     def pick(
-        self, body: Mapping[str, Any], exclude: Set[str] = frozenset(), *, commit: bool = True
+        self,
+        body: Mapping[str, Any],
+        exclude: Set[str] = frozenset(),
+        *,
+        commit: bool = True,
+        honor_spill: bool = True,
     ) -> RoutePick | None:
         """The replica for this request body now, or None when no replica can take it.
-        ``commit=False`` explains without changing what later picks see."""
+        ``commit=False`` explains without changing what later picks see; ``honor_spill=False``
+        ignores ``spill_when`` (the fleet is the last resort)."""
         routing = self.settings.pick.routing
         hashes = None if routing == "round_robin" else self.prefix_hashes(body)
-        return self.picker.pick(self.members.active(), hashes, exclude, commit=commit)
+        return self.picker.pick(
+            self.members.active(), hashes, exclude, commit=commit, honor_spill=honor_spill
+        )
 
     def unavailable(self) -> FleetUnavailable | None:
         """None when some replica can take a request now; else why not."""

@@ -16,12 +16,14 @@ The ring is built over every active replica, eligible or not, so a replica's sho
 does not move the keys of the others. ``pick`` returns None only when no replica is eligible.
 It is deterministic: the same replicas, loads, prompts and history give the same picks.
 ``commit=False`` (an explain) leaves the memory and the round-robin turn as they were.
+``honor_spill=False`` picks as if no replica were past ``spill_when``: a fleet tried as the last
+resort (every other candidate failed) queues on its replicas, as the local engine does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from gateway.providers.fleet.affinity import HashRing, PrefixMemory, bounded_capacity
@@ -93,7 +95,9 @@ class Picker:
             self._ring = HashRing(urls, self.settings.virtual_nodes)
         return self._ring
 
-    def _verdict(self, replica: Replica, exclude: Set[str]) -> tuple[Verdict, str | None] | None:
+    def _verdict(
+        self, replica: Replica, exclude: Set[str], honor_spill: bool
+    ) -> tuple[Verdict, str | None] | None:
         """Why ``replica`` cannot take this request, or None when it can."""
         if replica.url in exclude:
             return "excluded", None
@@ -101,6 +105,8 @@ class Picker:
             return "draining", None
         if not replica.health.usable:
             return "ejected", replica.health.last_error
+        if not honor_spill:
+            return None
         spill = self.settings.spill.exceeded(replica.load)
         if spill is not None:
             return "spill", spill
@@ -113,19 +119,42 @@ class Picker:
         exclude: Set[str] = frozenset(),
         *,
         commit: bool = True,
+        honor_spill: bool = True,
     ) -> RoutePick | None:
         """The replica for a request with these prefix block hashes (see the module docstring)."""
-        verdicts = {replica.url: self._verdict(replica, exclude) for replica in replicas}
+        verdicts = {
+            replica.url: self._verdict(replica, exclude, honor_spill) for replica in replicas
+        }
         if all(verdict is not None for verdict in verdicts.values()):
             return None
         routing = self.settings.routing
         if routing == "round_robin":
-            return self._round_robin(replicas, verdicts, commit)
-        key = hashes[0] if hashes else None
-        order = self._order(replicas, key)
-        if routing == "least_loaded" or not hashes:
-            return self._least_loaded(order, verdicts, key)
-        return self._bounded(order, verdicts, hashes, commit)
+            pick = self._round_robin(replicas, verdicts, commit)
+        else:
+            key = hashes[0] if hashes else None
+            order = self._order(replicas, key)
+            if routing == "least_loaded" or not hashes:
+                pick = self._least_loaded(order, verdicts, key)
+            else:
+                pick = self._bounded(order, verdicts, hashes, commit)
+        return self._after_failure(pick, replicas, exclude)
+
+    @staticmethod
+    def _after_failure(
+        pick: RoutePick, replicas: Sequence[Replica], exclude: Set[str]
+    ) -> RoutePick:
+        """A request another replica failed is a failover whatever led to this replica; the
+        replicas that failed it are listed first."""
+        failed = [replica for replica in replicas if replica.url in exclude]
+        if not failed:
+            return pick
+        listed = {candidate.replica for candidate in pick.candidates}
+        missing = tuple(
+            Candidate(replica.url, replica.load_units, "excluded")
+            for replica in failed
+            if replica.url not in listed
+        )
+        return replace(pick, reason="failover", candidates=(*missing, *pick.candidates))
 
     def _order(self, replicas: Sequence[Replica], key: int | None) -> list[Replica]:
         by_url = {replica.url: replica for replica in replicas}

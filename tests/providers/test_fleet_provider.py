@@ -1,0 +1,268 @@
+"""The fleet as a provider, against loopback vLLM-like replicas: a replica that cannot take the
+request (refused, dropped before answering, 503) is ejected and the request goes to the next,
+once per replica; an answer of the request's own (400, 500) is not replayed; a stream fails
+over only before its first event, and holds its replica until closed; a fleet whose replicas
+are all busy spills, yet serves as the last resort; a policy edit retires the old fleet once
+its requests end."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from fleet_replica import EventRecorder, FakeReplica, body_homed_on, until
+from gateway_runner import unused_port
+
+from gateway.errors import UpstreamError
+from gateway.providers.base import Timeouts
+from gateway.providers.fleet.prefix import PrefixSettings, prefix_hashes
+from gateway.providers.fleet_host import FleetHost
+from gateway.providers.fleet_provider import FleetProvider
+from gateway.providers.openai_compat import UpstreamSettings
+from gateway.routing.policy import Policy, ProviderConfig
+
+UPSTREAM = UpstreamSettings(Timeouts(connect_s=1.0, read_s=10.0, total_s=30.0))
+CHAT = "/chat/completions"
+
+
+def config(urls: list[str], **fleet: Any) -> ProviderConfig:
+    block = {
+        "replicas": urls,
+        "scrape": {"interval_ms": 30, "timeout_s": 0.5},
+        "probe_backoff_s": 0.2,
+        **fleet,
+    }
+    return ProviderConfig.model_validate({"kind": "engine_fleet", "fleet": block})
+
+
+async def started(urls: list[str], **fleet: Any) -> FleetProvider:
+    provider = FleetProvider("engines", config(urls, **fleet), UPSTREAM, EventRecorder())
+    await provider.start()
+    return provider
+
+
+def state(provider: FleetProvider, url: str) -> str:
+    return provider.fleet.members.replicas[url].health.describe()["state"]  # type: ignore[return-value]
+
+
+def text_of(events: list[bytes]) -> str:
+    pieces = []
+    for data in events:
+        if data != b"[DONE]":
+            for choice in orjson.loads(data)["choices"]:
+                pieces.append(choice["delta"].get("content") or "")
+    return "".join(pieces)
+
+
+async def test_a_refused_replica_is_ejected_and_the_request_served_by_the_next() -> None:
+    live = await FakeReplica(name="b").start()
+    dead = f"http://127.0.0.1:{unused_port()}"
+    provider = await started([dead, live.url])
+    try:
+        body = body_homed_on(provider.fleet, dead)
+        answer = await provider.post_json(CHAT, body)
+        assert answer.data["choices"][0]["message"]["content"] == "served by b"
+        assert answer.route_note == f"replica={live.label} (failover)"
+        assert state(provider, dead) == "ejected"
+        # The prefix now lives where it was served; another prefix homed on the ejected
+        # replica goes straight to the live one.
+        again = await provider.post_json(CHAT, body)
+        assert again.route_note == f"replica={live.label} (affinity)"
+        other = {**body_homed_on(provider.fleet, dead, start=500), "stream": True}
+        stream = await provider.open_stream(CHAT, other)
+        assert stream.route_note == f"replica={live.label} (ejected-skip)"
+        assert text_of([data async for data in stream.events()]) == "served by b"
+    finally:
+        await provider.close()
+        await live.stop()
+
+
+async def test_a_503_fails_over_and_ejects_but_the_requests_own_errors_are_not_replayed() -> None:
+    a, b = await FakeReplica(name="a").start(), await FakeReplica(name="b").start()
+    provider = await started([a.url, b.url], eject_after=100)
+    try:
+        body = body_homed_on(provider.fleet, a.url)
+        a.chat_status = 503  # draining, or overloaded
+        answer = await provider.post_json(CHAT, body)
+        assert answer.data["choices"][0]["message"]["content"] == "served by b"
+        assert state(provider, a.url) == "ejected"
+        await until(lambda: state(provider, a.url) == "healthy")  # its scrape answers
+
+        body = body_homed_on(provider.fleet, a.url, start=500)  # a prefix a has not lost
+        for status, client_sees in ((500, 502), (400, 400)):
+            a.chat_status = status
+            served_before = b.served
+            with pytest.raises(UpstreamError) as raised:
+                await provider.post_json(CHAT, body)
+            assert raised.value.status == client_sees
+            assert b.served == served_before and state(provider, a.url) == "healthy"
+    finally:
+        await provider.close()
+        await a.stop()
+        await b.stop()
+
+
+async def test_a_stream_fails_over_only_while_nothing_was_streamed() -> None:
+    a, b = await FakeReplica(name="a").start(), await FakeReplica(name="b").start()
+    provider = await started([a.url, b.url], eject_after=100)
+    try:
+        body = {**body_homed_on(provider.fleet, a.url), "stream": True}
+        a.hold_s = 30.0  # headers sent, no event yet: then the replica dies
+        opening = asyncio.create_task(provider.open_stream(CHAT, body))
+        await until(lambda: a.inflight == 1)
+        await a.stop()
+        stream = await opening
+        assert stream.route_note == f"replica={b.label} (failover)"
+        assert text_of([data async for data in stream.events()]) == "served by b"
+        assert state(provider, a.url) == "ejected"
+
+        await a.start()  # back on its port: probed, readmitted, and home again
+        a.hold_s, a.stall_s = 0.0, 30.0  # this time the first event goes out, then it dies
+        await until(lambda: state(provider, a.url) == "healthy")
+        body = {**body_homed_on(provider.fleet, a.url, start=500), "stream": True}
+        stream = await provider.open_stream(CHAT, body)
+        assert stream.route_note == f"replica={a.label} (affinity)"
+        events = stream.events()
+        assert text_of([await anext(events)]) == "served"
+        await a.stop()
+        with pytest.raises(UpstreamError) as raised:
+            await anext(events)
+        assert raised.value.kind == "protocol"  # too late to fail over: the client has bytes
+        stream.close()
+    finally:
+        await provider.close()
+        await a.stop()
+        await b.stop()
+
+
+async def test_a_stream_holds_its_replica_until_it_is_closed() -> None:
+    a = await FakeReplica(name="a").start()
+    provider = await started([a.url])
+    replica = provider.fleet.members.replicas[a.url]
+    try:
+        stream = await provider.open_stream(CHAT, {"model": "tiny", "stream": True})
+        assert replica.inflight == 1
+        assert [data async for data in stream.events()][-1] == b"[DONE]"
+        assert replica.inflight == 0
+        stream = await provider.open_stream(CHAT, {"model": "tiny", "stream": True})
+        stream.close()  # the client went away mid-stream
+        stream.close()
+        assert replica.inflight == 0
+        await provider.post_json(CHAT, {"model": "tiny"})
+        assert replica.inflight == 0 and replica.served == 3
+    finally:
+        await provider.close()
+        await a.stop()
+
+
+async def test_a_fleet_past_spill_when_spills_yet_serves_as_the_last_resort() -> None:
+    a, b = await FakeReplica(name="a").start(), await FakeReplica(name="b").start()
+    provider = FleetProvider(
+        "engines",
+        ProviderConfig.model_validate(
+            {**config([a.url, b.url]).model_dump(), "spill_when": {"kv_usage": 0.9}}
+        ),
+        UPSTREAM,
+        EventRecorder(),
+    )
+    await provider.start()
+    loads = provider.fleet.members.replicas
+    try:
+        a.kv_usage = b.kv_usage = 0.95
+        await until(lambda: all(r.load and r.load.kv_usage == 0.95 for r in loads.values()))
+        out = provider.unavailable()
+        assert out is not None and out.spill and "spill_when" in out.detail
+        answer = await provider.post_json(CHAT, {"model": "tiny"})  # tried last: it queues
+        assert answer.data["choices"][0]["message"]["content"].startswith("served by")
+    finally:
+        await provider.close()
+        await a.stop()
+        await b.stop()
+
+
+async def test_with_no_replica_left_the_last_error_is_raised_then_a_503() -> None:
+    dead = [f"http://127.0.0.1:{unused_port()}" for _ in range(2)]
+    provider = await started(dead, probe_backoff_s=30, probe_backoff_max_s=30)
+    try:
+        with pytest.raises(UpstreamError) as raised:
+            await provider.post_json(CHAT, {"model": "tiny"})
+        assert raised.value.kind == "connect" and raised.value.retryable
+        assert all(state(provider, url) == "ejected" for url in dead)
+        out = provider.unavailable()
+        assert out is not None and not out.spill and "ejected" in out.detail
+        with pytest.raises(UpstreamError) as raised:
+            await provider.post_json(CHAT, {"model": "tiny"})
+        assert (raised.value.status, raised.value.code) == (503, "no_replica_available")
+        assert "127.0.0.1" not in raised.value.message  # replica addresses stay internal
+    finally:
+        await provider.close()
+
+
+class PolicyHolder:
+    def __init__(self, policy: Policy | None) -> None:
+        self.policy = policy
+
+    def policy_or_none(self) -> Policy | None:
+        return self.policy
+
+
+def policy_with(provider: ProviderConfig | None) -> Policy:
+    providers: dict[str, Any] = {"up": {"base_url": "http://127.0.0.1:9/v1"}}
+    if provider is not None:
+        providers["engines"] = provider.model_dump(exclude_none=True)
+    return Policy.model_validate({"providers": providers, "models": {"m": {"provider": "up"}}})
+
+
+async def test_a_policy_edit_retires_the_old_fleet_once_its_requests_end() -> None:
+    a = await FakeReplica(name="a").start()
+    host = FleetHost(UPSTREAM, None, EventRecorder(), watch_interval_s=0.02)
+    policies = PolicyHolder(policy_with(config([a.url])))
+    await host.start(policies)
+    try:
+        old = host.provider("engines")
+        assert old is not None and old.started
+        stream = await old.open_stream(CHAT, {"model": "tiny", "stream": True})
+
+        policies.policy = policy_with(config([a.url], routing="round_robin"))
+        await until(lambda: host.provider("engines") is not old)
+        new = host.provider("engines")
+        assert new is not None
+        await until(lambda: new.started)  # started by the watch, before any request
+        assert not old._closed  # a stream is still flowing on the old one
+        assert [data async for data in stream.events()][-1] == b"[DONE]"
+        await until(lambda: old._closed)
+
+        policies.policy = policy_with(None)  # the fleet leaves the policy
+        await until(lambda: host.provider("engines") is None and new._closed)
+    finally:
+        await host.stop()
+        await a.stop()
+
+
+async def test_prefix_blocks_follow_the_replicas_tokenizer_when_it_is_given(
+    checkpoint: Path, tokenizer: Any
+) -> None:
+    prefix = {"tokenizer": str(checkpoint / "tokenizer.json"), "blocks": 2, "block_tokens": 8}
+    provider = await started(["http://127.0.0.1:9"], prefix=prefix)
+    log = EventRecorder()
+    missing = FleetProvider(
+        "engines",
+        config(["http://127.0.0.1:9"], prefix={**prefix, "tokenizer": "/nonexistent.json"}),
+        UPSTREAM,
+        log,
+    )
+    await missing.start()
+    try:
+        assert (provider.prefix_units, missing.prefix_units) == ("tokens", "chars")
+        assert log.named("fleet_tokenizer_unavailable")[0]["using"] == "characters"
+        body = {"model": "tiny", "prompt": "The quick brown fox jumps over the lazy dog " * 4}
+        ids = tokenizer.encode("The quick brown fox jumps over the lazy dog " * 4, False)
+        expected = prefix_hashes(body, PrefixSettings(2, 256, 8), lambda _text: ids)
+        assert provider.fleet.prefix_hashes(body) == expected
+        assert missing.fleet.prefix_hashes(body) != expected
+    finally:
+        await provider.close()
+        await missing.close()
