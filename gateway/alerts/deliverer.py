@@ -100,6 +100,9 @@ class AlertDeliverer:
                 except REDIS_FAILURES as exc:
                     self.log.warning("alert_outbox_unavailable", error=type(exc).__name__)
                     busy = False
+                except Exception as exc:  # an error reply: keep delivering, say so
+                    self.log.error("alert_deliverer_failed", error=str(exc)[:300])
+                    busy = False
                 if not busy:
                     await asyncio.sleep(self.settings.poll_s)
 

@@ -34,8 +34,8 @@ from gateway.ledger.audit import (
     AuditQuery,
     AuditStore,
     now_ms,
-    open_audit_store,
 )
+from gateway.ledger.backends import open_audit_store
 from gateway.metering.spool import Spool
 from gateway.settings import Settings
 

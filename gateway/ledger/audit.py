@@ -8,7 +8,8 @@ already scrubbed of secrets. The table is append-only: an UPDATE fails in both b
 trigger), and the only DELETE is retention's, whole days past ``usage_retention_days``, as for
 usage. PostgreSQL indexes it by time rather than partitioning it: admin actions are few.
 
-``open_audit_store(url, data_dir=..., retention_days=...)`` opens the usage store once (which
+``open_audit_store(url, data_dir=..., retention_days=...)`` (in ``backends.py``, which picks
+a store by its URL) opens the usage store once (which
 applies every pending migration, this table's included) and returns an ``AuditStore``:
 ``insert`` (idempotent by ``event_id``), ``query`` (filters, newest first, an opaque cursor)
 and ``apply_retention``. SQLite opens a connection per call on a worker thread (admin actions
@@ -31,12 +32,6 @@ import asyncpg
 
 from gateway.ledger.event import EPOCH_DAY
 from gateway.ledger.store import (
-    DEFAULT_RETENTION_DAYS,
-    SQLITE_FILE,
-    StoreConfigError,
-    check_store_url,
-    open_store,
-    redact,
     retention_cutoff,
 )
 
@@ -313,25 +308,6 @@ class PostgresAudit:
 
     async def close(self) -> None:
         await self.pool.close()
-
-
-async def open_audit_store(
-    url: str, *, data_dir: Path, retention_days: int = DEFAULT_RETENTION_DAYS
-) -> AuditStore:
-    """The audit table of the store ``url`` names (``SWITCHYARD_USAGE_STORE_URL``), migrated."""
-    url = check_store_url(url)
-    usage = await open_store(url, data_dir=data_dir, retention_days=retention_days)
-    await usage.close()  # opening it applied the migrations; the audit log keeps its own handle
-    if url.startswith(("postgresql:", "postgres:")):
-        try:
-            pool = await asyncpg.create_pool(url, min_size=1, max_size=2, command_timeout=30)
-        except (OSError, asyncpg.PostgresError, ValueError) as exc:
-            raise StoreConfigError(
-                f"cannot connect to the audit store {redact(url)}: {type(exc).__name__}"
-            ) from None
-        return PostgresAudit(pool, retention_days)
-    path = Path(url.removeprefix("sqlite:///")) if url else data_dir / SQLITE_FILE
-    return SqliteAudit(path, retention_days)
 
 
 def day_start_ms(day: date) -> int:

@@ -12,7 +12,8 @@ import pytest
 from gateway_runner import PEPPER, RunningGateway
 
 from gateway.cli import main
-from gateway.ledger.audit import AuditQuery, open_audit_store
+from gateway.ledger.audit import AuditQuery
+from gateway.ledger.backends import open_audit_store
 from gateway.settings import Settings, SettingsError, ensure_secrets, load_settings
 
 

@@ -19,8 +19,8 @@ from gateway.ledger.audit import (
     AuditStore,
     PostgresAudit,
     SqliteAudit,
-    open_audit_store,
 )
+from gateway.ledger.backends import open_audit_store
 
 DAY0 = date(2026, 11, 1)
 
