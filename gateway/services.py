@@ -18,15 +18,21 @@ from typing import Any, Protocol
 
 from redis.asyncio import Redis
 
+from gateway.access.admins import AdminTokens
 from gateway.access.auth import Authenticator, AuthSettings
 from gateway.access.keys import PEPPER_FINGERPRINT_KEY, KeyStore, PepperMismatch, check_pepper
 from gateway.access.sessions import SessionStore
+from gateway.access.teams import TeamStore
 from gateway.access.throttle import AuthThrottle, ThrottleSettings
+from gateway.alerts.deliverer import AlertDeliverer, AlertSettings
+from gateway.alerts.outbox import AlertOutbox
+from gateway.audit.trail import AuditSettings, AuditTrail
 from gateway.cache import ResponseCache
 from gateway.metering.accounting import Accountant
 from gateway.metering.gate import LimiterSettings, LimitsGate
 from gateway.metering.ledger import UsageLedger
-from gateway.metering.limits import Limiter
+from gateway.metering.limits import Limiter, LimiterUnavailable
+from gateway.metering.moves import LimitMoves
 from gateway.metering.reports import UsageReports
 from gateway.metering.settler import SettleBatcher
 from gateway.metering.spool import Spool
@@ -62,20 +68,29 @@ class Services:
     admin_key: str
     redis: Redis
     keys: KeyStore
+    teams: TeamStore
     auth: Authenticator
+    # The bootstrap admin key and the named admin tokens, with their roles.
+    admins: AdminTokens
     policies: PolicyStore
     router: Router
     providers: ProviderRegistry
     # The one place a plan's candidates are tried (retries, fallbacks, breakers).
     dispatcher: Dispatcher
     limiter: Limiter
+    # Carries a key's limiter counters to its new home when it changes teams.
+    moves: LimitMoves
     # Reserves a request's worst case before the upstream call (one Redis round trip).
     gate: LimitsGate
     settler: SettleBatcher
+    # POSTs budget alerts from the outbox to the webhook (a background part).
+    alerts: AlertDeliverer
     # Settles and records each request once it ends.
     accountant: Accountant
     ledger: UsageLedger
     reports: UsageReports
+    # Every admin action, who did it and from where (SQL, beside usage).
+    audit: AuditTrail
     # The dashboard's server-side sessions.
     sessions: SessionStore
     # Failed admin bearers and dashboard logins, counted per client address.
@@ -108,9 +123,14 @@ def build_services(
     )
     policies = PolicyStore(settings.policy_file)
     keys = KeyStore(redis, secrets.key_pepper)
-    limiter = Limiter(redis)
+    limiter = Limiter(redis, in_flight_lease_s=settings.inflight_lease_s)
+    auth = Authenticator(keys, AuthSettings.from_settings(settings))
+    moves = LimitMoves(redis, keys, limiter, log)
+    admins = AdminTokens(redis, secrets.key_pepper, secrets.admin_key)
     ledger = UsageLedger(redis, spool=Spool(settings.data_dir / "spool"))
-    settler = SettleBatcher(redis, limiter, ledger, log)
+    alert_settings = AlertSettings.from_settings(settings)
+    outbox = AlertOutbox(redis) if alert_settings.enabled else None
+    settler = SettleBatcher(redis, limiter, ledger, log, alerts=outbox)
     state = RoutingState.from_settings(settings)
     metrics = Metrics(routing=state)
     metrics.watch_spool(ledger.spool_depth)
@@ -136,18 +156,30 @@ def build_services(
         admin_key=secrets.admin_key,
         redis=redis,
         keys=keys,
-        auth=Authenticator(keys, AuthSettings.from_settings(settings)),
+        teams=TeamStore(redis),
+        auth=auth,
+        admins=admins,
         policies=policies,
         router=Router(policies, state),
         providers=providers,
         dispatcher=Dispatcher(state, RetrySettings.from_settings(settings), providers=providers),
         limiter=limiter,
-        gate=LimitsGate(limiter, LimiterSettings.from_settings(settings), metrics, log),
+        moves=moves,
+        gate=LimitsGate(
+            limiter,
+            LimiterSettings.from_settings(settings),
+            metrics,
+            log,
+            moves=moves,
+            refresh=auth.refresh,
+        ),
         settler=settler,
+        alerts=AlertDeliverer(redis, alert_settings, log),
         accountant=Accountant(settler, limiter, metrics, log),
         ledger=ledger,
         reports=UsageReports(redis),
-        sessions=SessionStore(redis, secrets.admin_key),
+        audit=AuditTrail(AuditSettings.from_settings(settings), log),
+        sessions=SessionStore(redis, secrets.admin_key, admins),
         auth_throttle=AuthThrottle(
             redis, ThrottleSettings.from_settings(settings), log=log, metrics=metrics
         ),
@@ -209,9 +241,40 @@ def _parts(services: Services, pepper: bytes) -> list[Part]:
         Part("settle batch", stop=services.settler.drain),
         Part("response cache", stop=services.cache.drain),
         Part("tracing", start=_now(lambda: _log_tracing(services)), stop=services.tracing.aclose),
+        Part("audit log", start=services.audit.start, stop=services.audit.stop),
+        _background("limit moves", lambda: services.moves.run()),
+        _background("in-flight leases", lambda: _renew_in_flight(services)),
+        _background("budget alerts", lambda: services.alerts.run()),
         Part("watchers", start=redis.start_watching, stop=redis.stop_watching),
     ]
     return parts
+
+
+def _background(name: str, run: Callable[[], Awaitable[None]]) -> Part:
+    """A task beside the requests, started with the parts and cancelled when they stop."""
+    tasks: list[asyncio.Task[None]] = []
+
+    async def start() -> None:
+        tasks.append(asyncio.create_task(run()))
+
+    async def stop() -> None:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    return Part(name, start=start, stop=stop)
+
+
+async def _renew_in_flight(services: Services) -> None:
+    """Renew this gateway's in-flight leases a few times per lease, so that they lapse only
+    when it is gone."""
+    limiter = services.limiter
+    while True:
+        await asyncio.sleep(limiter.in_flight_lease_ms / 3000)
+        try:
+            await limiter.renew_in_flight()
+        except LimiterUnavailable as exc:  # Redis away: the leases may lapse; retry next turn
+            services.log.warning("in_flight_renewal_failed", error=str(exc))
 
 
 def _now(start: Callable[[], None]) -> Callable[[], Awaitable[None]]:

@@ -106,6 +106,18 @@ class Settings(BaseSettings):
     # that address gets 429 until the window ends.
     auth_failure_limit: int = Field(default=10, ge=1, le=1_000_000)
     auth_failure_window_s: float = Field(default=300.0, ge=1, le=86400)
+    # A request in flight counts against max_parallel_requests under a lease this long, renewed
+    # by its gateway every third of it: a dead gateway's requests stop counting after at most
+    # this long.
+    inflight_lease_s: float = Field(default=30.0, ge=0.3, le=3600)
+    # Budget alerts: the webhook they are POSTed to (empty: alerts are only logged), the key
+    # their HMAC-SHA256 signature is made with, and the retry schedule of a failed delivery.
+    alert_webhook_url: str = ""
+    alert_webhook_secret: SecretStr | None = None
+    alert_retry_initial_s: float = Field(default=1.0, gt=0, le=3600)
+    alert_retry_max_s: float = Field(default=300.0, gt=0, le=86400)
+    alert_max_attempts: int = Field(default=12, ge=1, le=100)
+    alert_timeout_s: float = Field(default=10.0, gt=0, le=300)
 
     @field_validator("redis_url")
     @classmethod
@@ -143,6 +155,20 @@ class Settings(BaseSettings):
     usage_store_url: str = ""
     # Days of usage kept in the store, today included; older days are dropped whole.
     usage_retention_days: int = Field(default=400, ge=1, le=36_500)
+
+    @field_validator("alert_webhook_url")
+    @classmethod
+    def _webhook_url_form(cls, value: str) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL, or empty")
+        return value
+
+    @field_validator("alert_webhook_secret")
+    @classmethod
+    def _webhook_signed(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        if info.data.get("alert_webhook_url") and (value is None or len(value) < 16):
+            raise ValueError("needs at least 16 characters when ALERT_WEBHOOK_URL is set")
+        return value
 
     @field_validator("usage_store_url")
     @classmethod

@@ -86,6 +86,12 @@ class Authenticator:
     def invalidate(self, key_id: str) -> None:
         self._cache.pop(key_id, None)
 
+    async def refresh(self, key_id: str) -> KeyRecord | None:
+        """Read a key's record again (it changed under a request) and cache the new one."""
+        self._cache.pop(key_id, None)
+        record, _ = await self._record(key_id)
+        return record
+
     async def authenticate(self, authorization: str | None) -> Principal:
         token = bearer_token(authorization)
         if token is None:

@@ -1,5 +1,5 @@
 """The response cache for operators: ``GET /admin/cache`` (stats) and ``DELETE /admin/cache``
-(purge), both ``Guard.ADMIN``.
+(purge), ``Guard.ADMIN``: stats for a ``viewer``, a purge for an ``operator``.
 
 Both take ``model`` and ``team`` filters (a canonical model name, a team name). A purge with
 neither must say ``all=true``, so an empty filter never empties the whole cache by accident.
@@ -62,6 +62,6 @@ async def cache_purge(request: Request, services: Services) -> Response:
 
 
 routes = [
-    Route("/admin/cache", endpoint(cache_stats, Guard.ADMIN), methods=["GET"]),
-    Route("/admin/cache", endpoint(cache_purge, Guard.ADMIN), methods=["DELETE"]),
+    Route("/admin/cache", endpoint(cache_stats, Guard.ADMIN, "viewer"), methods=["GET"]),
+    Route("/admin/cache", endpoint(cache_purge, Guard.ADMIN, "operator"), methods=["DELETE"]),
 ]

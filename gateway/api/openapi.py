@@ -14,6 +14,8 @@ from starlette.responses import Response
 
 from gateway.api.http import json_response
 from gateway.api.openapi_doors import DOOR_SCHEMAS, door_paths
+from gateway.api.openapi_governance import SCHEMAS as GOVERNANCE_SCHEMAS
+from gateway.api.openapi_governance import governance_paths
 from gateway.api.openapi_schemas import GROUP_BYS, MAX_EVENTS_LIMIT, SCHEMAS, STRING, ref
 from gateway.services import Services
 
@@ -212,6 +214,7 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
         "/admin/keys/{key_id}/revoke": {
             "post": _admin("Revoke a key", "Key", params=[KEY_ID], errors=(*ADMIN_ERRORS, 404))
         },
+        **governance_paths(_admin, _query, ADMIN_ERRORS, DAY),
         "/admin/usage": {
             "get": _admin(
                 "Usage grouped by one dimension over a date range",
@@ -324,12 +327,12 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
             "title": "Switchyard",
             "version": version,
             "description": "LLM gateway: /v1 for applications (API key: OpenAI's and "
-            "Anthropic's APIs), /admin for operators (admin key). Errors use OpenAI's envelope, "
-            "and Anthropic's on /v1/messages.",
+            "Anthropic's APIs), /admin for operators (admin key or admin token). Errors use "
+            "OpenAI's envelope, and Anthropic's on /v1/messages.",
         },
         "paths": paths,
         "components": {
-            "schemas": SCHEMAS | DOOR_SCHEMAS,
+            "schemas": SCHEMAS | DOOR_SCHEMAS | GOVERNANCE_SCHEMAS,
             "securitySchemes": {
                 "apiKey": {"type": "http", "scheme": "bearer", "description": "sk-sy-... key"},
                 "anthropicKey": {
@@ -338,7 +341,13 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                     "name": "x-api-key",
                     "description": "the same sk-sy-... key, as Anthropic's SDKs send it",
                 },
-                "adminKey": {"type": "http", "scheme": "bearer", "description": "the admin key"},
+                "adminKey": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "the admin key, or a named admin token (sy-tok-...) whose "
+                    "role reaches the operation's: viewer (usage reports), operator (keys, "
+                    "teams, reading the policy), admin (everything)",
+                },
             },
         },
     }

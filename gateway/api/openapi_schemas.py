@@ -41,6 +41,20 @@ BOOLEAN = {"type": "boolean"}
 MODEL_NAME = {"type": "string", "minLength": 1, "description": "a model or alias of the policy"}
 
 
+BUDGET_MODE = nullable(
+    {"enum": ["hard", "soft"], "description": "hard refuses past the budget; soft only alerts"}
+)
+ALERT_THRESHOLDS = nullable(
+    {
+        "type": "array",
+        "items": {"type": "integer", "minimum": 1, "maximum": 100},
+        "maxItems": 10,
+        "uniqueItems": True,
+        "description": "percents of the budget; each crossing is a signed webhook",
+    }
+)
+
+
 def _int_range(low: int, high: int) -> Schema:
     return nullable({"type": "integer", "minimum": low, "maximum": high})
 
@@ -210,7 +224,10 @@ KEY_FIELDS: dict[str, Schema] = {
             "description": "USD with at most 9 decimal places (kept as integer nano-dollars)",
         }
     ),
-    "budget_period": nullable({"enum": ["day", "month", "total"]}),
+    "budget_period": nullable({"enum": ["day", "week", "month", "total"]}),
+    "max_parallel_requests": _int_range(0, 1_000_000),
+    "budget_mode": BUDGET_MODE,
+    "alert_thresholds": ALERT_THRESHOLDS,
     "expires_at": nullable(
         {
             "anyOf": [{"type": "number", "exclusiveMinimum": 0}, STRING],
@@ -373,6 +390,9 @@ SCHEMAS: dict[str, Schema] = {
             "tpm": nullable(INTEGER),
             "budget_usd": nullable(NUMBER),
             "budget_period": nullable(STRING),
+            "max_parallel_requests": nullable(INTEGER),
+            "budget_mode": {"enum": ["hard", "soft"]},
+            "alert_thresholds": {"type": "array", "items": INTEGER},
             "expires_at": nullable(NUMBER),
             "metadata": {"type": "object"},
             "status": {"enum": ["active", "revoked", "expired"]},

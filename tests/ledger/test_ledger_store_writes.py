@@ -20,6 +20,7 @@ from sqlstore_support import (
 )
 
 from gateway.ledger import EventQuery, LedgerError, RollupQuery, UsageStore
+from gateway.ledger.sqlite_store import SCHEMA_VERSION
 
 WHOLE_RANGE = RollupQuery(DAY0, DAY0 + timedelta(days=5))
 WRITER = Path(__file__).with_name("sqlstore_writer.py")
@@ -124,6 +125,6 @@ async def test_reopening_keeps_data_and_schema_version(open_ledger) -> None:
     # Several stores opening at once (replicas starting together) migrate exactly once.
     others = await asyncio.gather(*(open_ledger() for _ in range(3)))
     for store in (first, *others):
-        assert await store.schema_version() == 1
+        assert await store.schema_version() == SCHEMA_VERSION  # usage, then the audit log
     assert await others[0].insert(events) == 0
     await assert_rollups_match(others[1], unique(events))
