@@ -15,6 +15,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.access.admins import Actor
+from gateway.api.audit import record_action
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import json_response
 from gateway.api.payloads import parse_query
@@ -37,7 +39,7 @@ def _unavailable(exc: CacheUnavailable) -> ServiceUnavailable:
     return ServiceUnavailable("the response cache (Redis) is unavailable", code="cache_unavailable")
 
 
-async def cache_stats(request: Request, services: Services) -> Response:
+async def cache_stats(request: Request, services: Services, actor: Actor) -> Response:
     """``GET /admin/cache?model=&team=``: live entries, hit ratio and counters, per scope."""
     query = parse_query(CacheQuery, request)
     try:
@@ -47,7 +49,7 @@ async def cache_stats(request: Request, services: Services) -> Response:
     return json_response(stats.to_dict())
 
 
-async def cache_purge(request: Request, services: Services) -> Response:
+async def cache_purge(request: Request, services: Services, actor: Actor) -> Response:
     """``DELETE /admin/cache?model=&team=`` (or ``?all=true``): delete the matching entries."""
     query = parse_query(PurgeQuery, request)
     if query.model is None and query.team is None and not query.all:
@@ -58,6 +60,10 @@ async def cache_purge(request: Request, services: Services) -> Response:
         purged = await services.cache.purge(model=query.model, team=query.team)
     except CacheUnavailable as exc:
         raise _unavailable(exc) from None
+    await record_action(
+        services, request, actor, "cache.purge", "cache",
+        before={"model": query.model, "team": query.team}, after=purged.to_dict(),
+    )  # fmt: skip
     return json_response({"purged": purged.to_dict()})
 
 
