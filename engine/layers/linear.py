@@ -132,7 +132,8 @@ class _RankLoaded(nn.Module):
         self._load(param, as_source(loaded), shard_id)
 
     def _load(self, param: nn.Parameter, source: WeightSource, shard_id: ShardId) -> None:
-        raise NotImplementedError
+        """Each layer kind defines which slice of ``source`` this rank keeps (abstract)."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how it loads weights")
 
 
 class _CpuPacked:

@@ -294,21 +294,28 @@ def refused(call: V1Call, door: Door, exc: GatewayError) -> Response:
     return error_response(door.format, exc, call.headers)
 
 
+def _prepare_try(
+    call: V1Call, exchange: Exchange, candidate: Candidate, *, stream: bool
+) -> tuple[Upstream, FormatName, str, dict[str, Any], AttemptTrace]:
+    """One upstream try's provider, wire format, path and body, and its trace span."""
+    upstream = Upstream(call, candidate)
+    target = exchange.target(candidate.provider, upstream.provider.formats)
+    path, body = exchange.upstream_body(
+        target,
+        candidate.upstream_model,
+        stream=stream,
+        provider=candidate.provider,
+        config=upstream.config,
+    )
+    return upstream, target, path, body, upstream.traced(call, candidate)
+
+
 def _json_attempt(call: V1Call, exchange: Exchange) -> Callable[[Candidate], Awaitable[Served]]:
     receive = call.request.receive
 
     async def attempt(candidate: Candidate) -> Served:
-        upstream = Upstream(call, candidate)
+        upstream, target, path, body, tried = _prepare_try(call, exchange, candidate, stream=False)
         provider = upstream.provider
-        target = exchange.target(candidate.provider, provider.formats)
-        path, body = exchange.upstream_body(
-            target,
-            candidate.upstream_model,
-            stream=False,
-            provider=candidate.provider,
-            config=upstream.config,
-        )
-        tried = upstream.traced(call, candidate)
         try:
             # A provider that works long before answering (the local engine) stops when the
             # client hangs up.
@@ -336,17 +343,8 @@ async def _stream(
     outcome.stream = books.streamed = True
 
     async def attempt(candidate: Candidate) -> Served:
-        upstream = Upstream(call, candidate)
+        upstream, target, path, body, tried = _prepare_try(call, exchange, candidate, stream=True)
         provider = upstream.provider
-        target = exchange.target(candidate.provider, provider.formats)
-        path, body = exchange.upstream_body(
-            target,
-            candidate.upstream_model,
-            stream=True,
-            provider=candidate.provider,
-            config=upstream.config,
-        )
-        tried = upstream.traced(call, candidate)
         try:
             stream = await provider.open_stream(path, body, headers=upstream.headers)
         except BaseException as exc:
