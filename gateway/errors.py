@@ -144,10 +144,14 @@ class UpstreamError(GatewayError):
         kind: str = "connect",
         provider: str | None = None,
         upstream_body: dict[str, Any] | None = None,
+        final: bool = False,
         upstream_status: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(message, **kwargs)
+        # No other candidate may be tried: the request cannot be sent again (an upload that
+        # was already streamed to this one).
+        self.final = final
         if status is not None:
             self.status = status  # type: ignore[misc]
         self.retryable = retryable

@@ -18,10 +18,16 @@ from typing import Any, Protocol
 
 from redis.asyncio import Redis
 
+from gateway.access.admins import AdminTokens
 from gateway.access.auth import Authenticator, AuthSettings
 from gateway.access.keys import PEPPER_FINGERPRINT_KEY, KeyStore, PepperMismatch, check_pepper
 from gateway.access.sessions import SessionStore
+from gateway.access.teams import TeamStore
 from gateway.access.throttle import AuthThrottle, ThrottleSettings
+from gateway.alerts.deliverer import AlertDeliverer, AlertSettings
+from gateway.alerts.outbox import AlertOutbox
+from gateway.audit.trail import AuditSettings, AuditTrail
+from gateway.cache import ResponseCache
 from gateway.ledger import StoreConfigError, UsageStore, make_store
 from gateway.metering.accounting import Accountant
 from gateway.metering.buffer import UsageBuffer
@@ -29,14 +35,18 @@ from gateway.metering.exporter import ExportSettings, UsageExporter
 from gateway.metering.gate import LimiterSettings, LimitsGate
 from gateway.metering.ledger import UsageLedger
 from gateway.metering.legacy import LegacyImport
-from gateway.metering.limits import Limiter
+from gateway.metering.limits import Limiter, LimiterUnavailable
+from gateway.metering.moves import LimitMoves
 from gateway.metering.reports import UsageReports
 from gateway.metering.settler import SettleBatcher
 from gateway.metering.spool import Spool
 from gateway.metrics import Metrics
+from gateway.providers.anthropic import AnthropicProvider
+from gateway.providers.azure_openai import AzureOpenAIProvider
 from gateway.providers.fleet_host import FleetHost
+from gateway.providers.http_upstream import UpstreamSettings
 from gateway.providers.local_host import LocalEngineHost
-from gateway.providers.openai_compat import OpenAICompatProvider, UpstreamSettings
+from gateway.providers.openai_compat import OpenAICompatProvider
 from gateway.providers.registry import ProviderRegistry
 from gateway.routing.dispatch import Dispatcher, RetrySettings
 from gateway.routing.policy import PolicyError
@@ -47,6 +57,7 @@ from gateway.server.shutdown import Drain
 from gateway.settings import Secrets, Settings, SettingsError
 from gateway.store.connect import REDIS_FAILURES, connect_redis, warm_up
 from gateway.store.embedded import EmbeddedRedis
+from gateway.tracing import Tracing, TracingConfigError, build_tracing
 
 
 class PageRenderer(Protocol):
@@ -61,16 +72,23 @@ class Services:
     admin_key: str
     redis: Redis
     keys: KeyStore
+    teams: TeamStore
     auth: Authenticator
+    # The bootstrap admin key and the named admin tokens, with their roles.
+    admins: AdminTokens
     policies: PolicyStore
     router: Router
     providers: ProviderRegistry
     # The one place a plan's candidates are tried (retries, fallbacks, breakers).
     dispatcher: Dispatcher
     limiter: Limiter
+    # Carries a key's limiter counters to its new home when it changes teams.
+    moves: LimitMoves
     # Reserves a request's worst case before the upstream call (one Redis round trip).
     gate: LimitsGate
     settler: SettleBatcher
+    # POSTs budget alerts from the outbox to the webhook (a background part).
+    alerts: AlertDeliverer
     # Settles and records each request once it ends.
     accountant: Accountant
     ledger: UsageLedger
@@ -79,6 +97,8 @@ class Services:
     # Moves usage events from the Redis buffer into the store, beside the requests.
     exporter: UsageExporter
     reports: UsageReports
+    # Every admin action, who did it and from where (SQL, beside usage).
+    audit: AuditTrail
     # The dashboard's server-side sessions.
     sessions: SessionStore
     # Failed admin bearers and dashboard logins, counted per client address.
@@ -92,6 +112,10 @@ class Services:
     local_engine: LocalEngineHost
     # The policy's `kind: engine_fleet` providers (replica discovery, scrapes, picks).
     fleets: FleetHost
+    # Answers of the policy's `cache:` models and tasks (cache.md).
+    cache: ResponseCache
+    # Spans of /v1 requests; shared no-ops unless OTEL_* variables turn it on (tracing.md).
+    tracing: Tracing
     embedded_redis: EmbeddedRedis | None = None
     # Set when the key pepper, checked late (Redis was away at start), differs from Redis's.
     key_pepper_mismatch: bool = False
@@ -107,7 +131,10 @@ def build_services(
     )
     policies = PolicyStore(settings.policy_file)
     keys = KeyStore(redis, secrets.key_pepper)
-    limiter = Limiter(redis)
+    limiter = Limiter(redis, in_flight_lease_s=settings.inflight_lease_s)
+    auth = Authenticator(keys, AuthSettings.from_settings(settings))
+    moves = LimitMoves(redis, keys, limiter, log)
+    admins = AdminTokens(redis, secrets.key_pepper, secrets.admin_key)
     usage_store = make_store(
         settings.usage_store_url,
         data_dir=settings.data_dir,
@@ -115,7 +142,9 @@ def build_services(
     )
     buffer = UsageBuffer(redis)  # named after the store once it is open
     ledger = UsageLedger(buffer, spool=Spool(settings.data_dir / "spool"))
-    settler = SettleBatcher(redis, limiter, ledger, log)
+    alert_settings = AlertSettings.from_settings(settings)
+    outbox = AlertOutbox(redis) if alert_settings.enabled else None
+    settler = SettleBatcher(redis, limiter, ledger, log, alerts=outbox)
     state = RoutingState.from_settings(settings)
     metrics = Metrics(routing=state)
     exporter = UsageExporter(
@@ -130,10 +159,16 @@ def build_services(
     # The in-process engine (only if the policy has a local provider), loaded when started.
     local_engine = LocalEngineHost(settings.data_dir, metrics, log)
     upstream = UpstreamSettings.from_settings(settings)
+    try:
+        tracing = build_tracing(capture_prompts=settings.trace_capture_prompts)
+    except TracingConfigError as exc:
+        raise SettingsError(str(exc)) from None
     fleets = FleetHost(upstream, metrics, log)
     providers = ProviderRegistry(
         {
             "openai_compatible": lambda name, config: OpenAICompatProvider(name, config, upstream),
+            "azure_openai": lambda name, config: AzureOpenAIProvider(name, config, upstream),
+            "anthropic": lambda name, config: AnthropicProvider(name, config, upstream),
             "local": local_engine.provider_for,
             "engine_fleet": fleets.provider_for,
         }
@@ -143,20 +178,32 @@ def build_services(
         admin_key=secrets.admin_key,
         redis=redis,
         keys=keys,
-        auth=Authenticator(keys, AuthSettings.from_settings(settings)),
+        teams=TeamStore(redis),
+        auth=auth,
+        admins=admins,
         policies=policies,
         router=Router(policies, state),
         providers=providers,
         dispatcher=Dispatcher(state, RetrySettings.from_settings(settings), providers=providers),
         limiter=limiter,
-        gate=LimitsGate(limiter, LimiterSettings.from_settings(settings), metrics, log),
+        moves=moves,
+        gate=LimitsGate(
+            limiter,
+            LimiterSettings.from_settings(settings),
+            metrics,
+            log,
+            moves=moves,
+            refresh=auth.refresh,
+        ),
         settler=settler,
+        alerts=AlertDeliverer(redis, alert_settings, log),
         accountant=Accountant(settler, limiter, metrics, log),
         ledger=ledger,
         usage_store=usage_store,
         exporter=exporter,
         reports=UsageReports(usage_store, buffer),
-        sessions=SessionStore(redis, secrets.admin_key),
+        audit=AuditTrail(AuditSettings.from_settings(settings), log),
+        sessions=SessionStore(redis, secrets.admin_key, admins),
         auth_throttle=AuthThrottle(
             redis, ThrottleSettings.from_settings(settings), log=log, metrics=metrics
         ),
@@ -166,6 +213,8 @@ def build_services(
         log=log,
         embedded_redis=embedded,
         local_engine=local_engine,
+        cache=ResponseCache(redis),
+        tracing=tracing,
         fleets=fleets,
     )
 
@@ -217,9 +266,42 @@ def _parts(services: Services, pepper: bytes) -> list[Part]:
         Part("usage export", start=services.exporter.start, stop=services.exporter.stop),
         Part("usage ledger", start=services.ledger.start, stop=services.ledger.stop),
         Part("settle batch", stop=services.settler.drain),
+        Part("response cache", stop=services.cache.drain),
+        Part("tracing", start=_now(lambda: _log_tracing(services)), stop=services.tracing.aclose),
+        Part("audit log", start=services.audit.start, stop=services.audit.stop),
+        _background("limit moves", lambda: services.moves.run()),
+        _background("in-flight leases", lambda: _renew_in_flight(services)),
+        _background("budget alerts", lambda: services.alerts.run()),
         Part("watchers", start=redis.start_watching, stop=redis.stop_watching),
     ]
     return parts
+
+
+def _background(name: str, run: Callable[[], Awaitable[None]]) -> Part:
+    """A task beside the requests, started with the parts and cancelled when they stop."""
+    tasks: list[asyncio.Task[None]] = []
+
+    async def start() -> None:
+        tasks.append(asyncio.create_task(run()))
+
+    async def stop() -> None:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    return Part(name, start=start, stop=stop)
+
+
+async def _renew_in_flight(services: Services) -> None:
+    """Renew this gateway's in-flight leases a few times per lease, so that they lapse only
+    when it is gone."""
+    limiter = services.limiter
+    while True:
+        await asyncio.sleep(limiter.in_flight_lease_ms / 3000)
+        try:
+            await limiter.renew_in_flight()
+        except LimiterUnavailable as exc:  # Redis away: the leases may lapse; retry next turn
+            services.log.warning("in_flight_renewal_failed", error=str(exc))
 
 
 def _now(start: Callable[[], None]) -> Callable[[], Awaitable[None]]:
@@ -227,6 +309,11 @@ def _now(start: Callable[[], None]) -> Callable[[], Awaitable[None]]:
         start()
 
     return run
+
+
+def _log_tracing(services: Services) -> None:
+    tracing = services.tracing
+    services.log.info("tracing", enabled=tracing.enabled, reason=tracing.reason)
 
 
 def _embedded_redis(server: EmbeddedRedis, log: Any) -> Part:

@@ -73,6 +73,8 @@ class Settings(BaseSettings):
     upstream_max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024, le=4 * 1024**3)
     upstream_max_event_bytes: int = Field(default=1024 * 1024, ge=1024, le=256 * 1024**2)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=1024**3)
+    # Multipart uploads (audio, image edits) are streamed through, never buffered, up to this.
+    max_upload_bytes: int = Field(default=25 * 1024 * 1024, ge=1024, le=16 * 1024**3)
     # When Redis is down: closed -> 503; open -> recently verified keys are served unlimited.
     limits_on_redis_failure: Literal["closed", "open"] = "closed"
     fail_open_window_s: float = Field(default=300.0, ge=0, le=86400)
@@ -83,6 +85,8 @@ class Settings(BaseSettings):
     redis_timeout_s: float = Field(default=1.0, gt=0, le=60)
     redis_supervise_interval_s: float = Field(default=1.0, gt=0, le=60)
     access_log: bool = True
+    # Traces (OTEL_* variables turn them on) carry prompts and completions only when this is set.
+    trace_capture_prompts: bool = False
     # SIGTERM drain: readiness off, new requests 503, in-flight ones get this long to finish.
     shutdown_grace_s: float = Field(default=30.0, ge=0, le=3600)
     # Client-side limits (slow or oversized clients): the request line and headers must arrive
@@ -102,6 +106,18 @@ class Settings(BaseSettings):
     # that address gets 429 until the window ends.
     auth_failure_limit: int = Field(default=10, ge=1, le=1_000_000)
     auth_failure_window_s: float = Field(default=300.0, ge=1, le=86400)
+    # A request in flight counts against max_parallel_requests under a lease this long, renewed
+    # by its gateway every third of it: a dead gateway's requests stop counting after at most
+    # this long.
+    inflight_lease_s: float = Field(default=30.0, ge=0.3, le=3600)
+    # Budget alerts: the webhook they are POSTed to (empty: alerts are only logged), the key
+    # their HMAC-SHA256 signature is made with, and the retry schedule of a failed delivery.
+    alert_webhook_url: str = ""
+    alert_webhook_secret: SecretStr | None = None
+    alert_retry_initial_s: float = Field(default=1.0, gt=0, le=3600)
+    alert_retry_max_s: float = Field(default=300.0, gt=0, le=86400)
+    alert_max_attempts: int = Field(default=12, ge=1, le=100)
+    alert_timeout_s: float = Field(default=10.0, gt=0, le=300)
 
     @field_validator("redis_url")
     @classmethod
@@ -146,6 +162,20 @@ class Settings(BaseSettings):
     usage_export_interval_s: float = Field(default=0.5, ge=0.01, le=60)
     usage_export_claim_idle_s: float = Field(default=30.0, ge=0.1, le=86_400)
     usage_maintain_interval_s: float = Field(default=3600.0, ge=1, le=86_400)
+
+    @field_validator("alert_webhook_url")
+    @classmethod
+    def _webhook_url_form(cls, value: str) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL, or empty")
+        return value
+
+    @field_validator("alert_webhook_secret")
+    @classmethod
+    def _webhook_signed(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        if info.data.get("alert_webhook_url") and (value is None or len(value) < 16):
+            raise ValueError("needs at least 16 characters when ALERT_WEBHOOK_URL is set")
+        return value
 
     @field_validator("usage_store_url")
     @classmethod

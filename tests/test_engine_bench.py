@@ -27,12 +27,17 @@ def run_bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[s
     )
 
 
-def test_tiny_w1_prints_one_json_line_with_the_figures():
-    result = run_bench("--workload", "W1", "--tiny", "--device", "cpu")
+def bench_record(*args: str, timeout: float = 120) -> dict:
+    """Run the bench, which must succeed and print one JSON line: that record."""
+    result = run_bench(*args, timeout=timeout)
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     assert len(lines) == 1
-    record = json.loads(lines[0])
+    return json.loads(lines[0])
+
+
+def test_tiny_w1_prints_one_json_line_with_the_figures():
+    record = bench_record("--workload", "W1", "--tiny", "--device", "cpu")
     assert record["workload"] == "W1"
     assert record["model"] == "tiny-qwen3"
     assert record["shape"]["num_kv_heads"] == 2
@@ -53,9 +58,7 @@ def test_tiny_w1_prints_one_json_line_with_the_figures():
 
 
 def test_a_run_past_its_time_cap_still_reports_and_says_so():
-    result = run_bench("--workload", "W1", "--tiny", "--device", "cpu", "--max-seconds", "0.01")
-    assert result.returncode == 0, result.stderr
-    record = json.loads(result.stdout.strip())
+    record = bench_record("--workload", "W1", "--tiny", "--device", "cpu", "--max-seconds", "0.01")
     assert record["truncated"] is True
     assert record["requests"] == 8
     assert record["requests_completed"] < 8
@@ -63,9 +66,7 @@ def test_a_run_past_its_time_cap_still_reports_and_says_so():
 
 @pytest.mark.slow
 def test_tiny_smollm2_compares_the_engine_with_hf_on_the_real_model():
-    result = run_bench("--workload", "smollm2", "--tiny", timeout=300)
-    assert result.returncode == 0, result.stderr
-    record = json.loads(result.stdout.strip())
+    record = bench_record("--workload", "smollm2", "--tiny", timeout=300)
     assert record["workload"] == "smollm2" and record["model"].endswith("Q4_1.gguf")
     for batch in (1, 2):
         figures = record[f"batch_{batch}"]
@@ -103,11 +104,7 @@ def test_gpu_check_dry_run_plans_every_step(tmp_path):
 
 @pytest.mark.parametrize("extra", [(), ("--penalties",)])
 def test_tiny_host_workload_reports_per_step_figures(extra):
-    result = run_bench("--workload", "host", "--tiny", *extra)
-    assert result.returncode == 0, result.stderr
-    lines = [line for line in result.stdout.splitlines() if line.strip()]
-    assert len(lines) == 1
-    record = json.loads(lines[0])
+    record = bench_record("--workload", "host", "--tiny", *extra)
     assert record["workload"] == "host"
     assert record["sampling"] == ("presence+repetition_penalty+top_p" if extra else "greedy")
     # every request streamed its whole output (EOS ignored), as text too

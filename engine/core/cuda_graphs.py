@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from engine.layers.attention import AttentionMetadata
+from engine.kernels.reference import AttentionMetadata
 
 log = logging.getLogger(__name__)
 

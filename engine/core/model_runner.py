@@ -29,8 +29,7 @@ from engine.core.memory_profile import (
 from engine.core.sampling_rows import SamplingRows
 from engine.errors import ConfigError
 from engine.kernels import resolve_backend
-from engine.kernels.reference import plan_paged_attention
-from engine.layers.attention import AttentionMetadata
+from engine.kernels.reference import AttentionMetadata, plan_paged_attention
 from engine.layers.cpu_matmul import pack_model
 from engine.layers.linear import kv_heads_per_rank
 from engine.layers.sampler import Sampler, SamplerOutput

@@ -73,7 +73,8 @@ def process_step(
         entry = None if logprobs is None else logprobs[position]
         if entry is not None:
             sample.logprobs.append(entry)
-        if sample.last_time is None:
+        first = sample.last_time is None
+        if first:
             first_token.append(now - state.arrival_time)
         else:
             inter_token.append(now - sample.last_time)
@@ -103,6 +104,8 @@ def process_step(
             state.num_prompt_tokens,
             len(sample.token_ids),
             False,
+            now,
+            seq.scheduled_at if first else None,
         )
         if params.n == 1:
             output.finished = reason is not None

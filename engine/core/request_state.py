@@ -28,6 +28,8 @@ class StreamOutput:
     num_prompt_tokens: int
     num_output_tokens: int  # cumulative for this index
     finished: bool  # the whole request is done (set on its very last output)
+    step_time: float | None = None  # when the step's tokens reached the host (time.monotonic)
+    scheduled_at: float | None = None  # on a sample's first output: when its prefill began
 
 
 def held_back(text: str, stops: list[str]) -> int:

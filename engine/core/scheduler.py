@@ -10,6 +10,7 @@ victim is not readmitted straight into the same squeeze (no thrash loop).
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -338,6 +339,8 @@ class Scheduler:
             bm.count_prefix_lookup(max(target - 1, 0), hits)
             self.waiting.popleft()
             _count(self._waiting_requests, seq.request.request_id, -1)
+            if seq.scheduled_at is None:  # a preempted sequence keeps its first admission
+                seq.scheduled_at = time.monotonic()
             self._start_running(seq)
             reserved += seats - 1
             chosen[seq.seq_id] = self._entry(seq, chunk)

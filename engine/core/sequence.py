@@ -40,6 +40,8 @@ class Sequence:
         self.num_cached_tokens = 0  # of those, how many came from the prefix cache
         self.block_hashes: list[int] = []  # chained hashes of the full blocks, in order
         self.finish_reason: str | None = None
+        # when a step first computed it (time.monotonic): its prefill began (traces' phases)
+        self.scheduled_at: float | None = None
         # asynchronous scheduling: tokens sampled on the device, not yet on the host (one
         # between steps; two while a step is launched before the previous is read back)
         self.num_pending = 0

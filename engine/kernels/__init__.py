@@ -10,7 +10,7 @@ from typing import Literal
 import torch
 
 from engine.kernels.reference import (
-    PagedAttentionPlan,
+    AttentionMetadata,
     paged_attention_ref,
     rms_norm_ref,
     rope_ref,
@@ -50,36 +50,17 @@ def paged_attention(
     query: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    context_lens: torch.Tensor,
+    meta: AttentionMetadata,
     scale: float,
     backend: Backend = "torch",
-    max_query_len: int | None = None,
-    num_kv_splits: int | None = None,
-    plan: PagedAttentionPlan | None = None,
 ) -> torch.Tensor:
-    """``max_query_len`` lets the Triton path size its grid without a host sync;
-    ``num_kv_splits`` fixes its flash-decoding split count (``None``: the kernel picks);
-    ``plan`` is the torch path's per-step layout (``plan_paged_attention``; ``None``: made
-    here)."""
+    """Each backend reads what it needs of ``meta``: Triton its grid size and split count,
+    the torch path its per-step plan (see ``AttentionMetadata``)."""
     if backend == "triton":
         from engine.kernels.triton_paged_attention import paged_attention_triton
 
-        return paged_attention_triton(
-            query,
-            k_cache,
-            v_cache,
-            block_tables,
-            cu_seqlens_q,
-            context_lens,
-            scale,
-            max_query_len=max_query_len,
-            num_kv_splits=num_kv_splits,
-        )
-    return paged_attention_ref(
-        query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale, plan=plan
-    )
+        return paged_attention_triton(query, k_cache, v_cache, meta, scale)
+    return paged_attention_ref(query, k_cache, v_cache, meta, scale)
 
 
 def rms_norm(

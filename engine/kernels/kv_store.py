@@ -6,6 +6,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.launch_args import check_kv_caches, unit_stride
+
 
 @triton.jit
 def _store_kv_kernel(
@@ -66,8 +68,7 @@ def store_kv_triton(
     num_tokens, num_kv_heads, head_dim = key.shape
     if value.shape != key.shape:
         raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} differ")
-    if k_cache.shape != v_cache.shape or k_cache.stride() != v_cache.stride():
-        raise ValueError("k_cache and v_cache must share shape and layout")
+    check_kv_caches(k_cache, v_cache)
     if k_cache.shape[2:] != (num_kv_heads, head_dim):
         raise ValueError(
             f"cache heads/dim {tuple(k_cache.shape[2:])} do not match key {(num_kv_heads, head_dim)}"
@@ -76,10 +77,7 @@ def store_kv_triton(
         raise ValueError(f"slot_mapping must be [{num_tokens}], got {tuple(slot_mapping.shape)}")
     if num_tokens == 0:
         return
-    key = key if key.stride(-1) == 1 else key.contiguous()
-    value = value if value.stride(-1) == 1 else value.contiguous()
-    if k_cache.stride(-1) != 1:
-        raise ValueError("the KV cache's head_dim must be contiguous")
+    key, value = unit_stride(key), unit_stride(value)
 
     _store_kv_kernel[(num_tokens,)](
         key,

@@ -66,6 +66,20 @@ class PagedAttentionPlan:
     groups: list[AttentionGroup]
 
 
+@dataclass
+class AttentionMetadata:
+    """One step's batch layout, made once by the runner and read by every attention layer;
+    each backend takes what it needs of it (Triton: the grid and splits, torch: the plan)."""
+
+    slot_mapping: torch.Tensor  # [num_tokens] int64, -1 = padding
+    cu_seqlens_q: torch.Tensor  # [B + 1] int32
+    context_lens: torch.Tensor  # [B] int32, KV entries including the new tokens
+    block_tables: torch.Tensor  # [B, max_blocks] int32
+    max_query_len: int | None = None  # the longest run of new tokens; None: read on the host
+    num_kv_splits: int | None = None  # flash-decoding splits (Triton); None: the kernel picks
+    torch_plan: PagedAttentionPlan | None = None  # the torch path's layout, once per step
+
+
 def plan_paged_attention(
     cu_seqlens_q: Sequence[int],
     context_lens: Sequence[int],
@@ -149,37 +163,36 @@ def paged_attention_ref(
     query: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    context_lens: torch.Tensor,
+    meta: AttentionMetadata,
     scale: float,
     *,
-    plan: PagedAttentionPlan | None = None,
     budget: int = ATTENTION_BUDGET,
 ) -> torch.Tensor:
     """Causal attention of a ragged batch of new tokens over their paged KV history.
 
     ``query`` is ``[num_tokens, num_heads, head_dim]``, the new tokens of every sequence laid
-    end to end; sequence ``b`` owns rows ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]``.
-    ``context_lens[b]`` counts every KV entry of ``b`` *including* the new tokens, which must
-    already be stored. New token ``i`` of a sequence with ``q_len`` new tokens sits at position
-    ``context_len - q_len + i`` and sees positions ``0..that`` (so decode, prefill and chunked
-    prefill over a cached prefix are one case). A row with ``context_len == 0`` is padding
-    and yields zeros, as do query rows past ``cu_seqlens_q[-1]``. Softmax runs in fp32.
+    end to end; in ``meta``, sequence ``b`` owns rows ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]``
+    and ``context_lens[b]`` counts every KV entry of ``b`` *including* the new tokens, which
+    must already be stored. New token ``i`` of a sequence with ``q_len`` new tokens sits at
+    position ``context_len - q_len + i`` and sees positions ``0..that`` (so decode, prefill and
+    chunked prefill over a cached prefix are one case). A row with ``context_len == 0`` is
+    padding and yields zeros, as do query rows past ``cu_seqlens_q[-1]``. Softmax runs in fp32.
 
     Sequences are batched (the CPU path's speed): their keys and values are gathered into
     padded ``[n, kv_heads, keys, head_dim]`` tensors and one masked scaled-dot-product
     attention per group runs every head (fp32 inputs, so fp32 softmax). ``budget`` bounds a
     group's temporaries in elements: groups of sequences, and long prefills in row chunks.
-    ``plan`` (from `plan_paged_attention` over the same layout) skips deriving the groups.
+    ``meta.torch_plan`` (from `plan_paged_attention` over the same layout) skips deriving the
+    groups.
     """
     _, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
+    plan = meta.torch_plan
     if plan is None:
         plan = plan_paged_attention(
-            cu_seqlens_q.tolist(),
-            context_lens.tolist(),
-            block_tables,
+            meta.cu_seqlens_q.tolist(),
+            meta.context_lens.tolist(),
+            meta.block_tables,
             block_size,
             num_heads,
             num_kv_heads,

@@ -15,10 +15,25 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.launch_args import check_kv_caches, unit_stride
+from engine.kernels.reference import AttentionMetadata
+
 LOG2_E = 1.4426950408889634
 # Below this many KV positions per split, splitting costs more than it hides.
 MIN_TOKENS_PER_SPLIT = 256
 MAX_KV_SPLITS = 16
+
+
+@triton.jit
+def _shift_of(row_max):
+    # A row that has seen nothing yet keeps -inf; shift by 0 so exp2 gives 0, not NaN.
+    return tl.where(row_max == float("-inf"), 0.0, row_max)
+
+
+@triton.jit
+def _normalized(acc, total):
+    # A row that saw no key (padding) sums to 0 and stays 0.
+    return acc / tl.where(total == 0.0, 1.0, total)[:, None]
 
 
 @triton.jit
@@ -115,8 +130,7 @@ def _paged_attention_kernel(
         scores = tl.where(visible, scores, float("-inf"))
 
         new_max = tl.maximum(row_max, tl.max(scores, axis=1))
-        # A row that has seen nothing yet keeps -inf; shift by 0 so exp2 gives 0, not NaN.
-        shift = tl.where(new_max == float("-inf"), 0.0, new_max)
+        shift = _shift_of(new_max)
         probs = tl.math.exp2(scores - shift[:, None])
         rescale = tl.math.exp2(row_max - shift)
         row_sum = row_sum * rescale + tl.sum(probs, axis=1)
@@ -126,8 +140,7 @@ def _paged_attention_kernel(
 
     out_mask = row_valid[:, None] & dim_valid[None, :]
     if NUM_SPLITS == 1:
-        safe_sum = tl.where(row_sum == 0.0, 1.0, row_sum)
-        result = acc / safe_sum[:, None]
+        result = _normalized(acc, row_sum)
         out_offsets = token[:, None] * stride_out_token + head[:, None] * stride_out_head
         tl.store(
             out_ptr + out_offsets + dims[None, :],
@@ -180,7 +193,7 @@ def _reduce_splits_kernel(
         stat_offsets = split * stride_stat_split + token * stride_stat_token + heads
         split_max = tl.load(partial_max_ptr + stat_offsets, mask=head_valid, other=float("-inf"))
         global_max = tl.maximum(global_max, split_max)
-    shift = tl.where(global_max == float("-inf"), 0.0, global_max)
+    shift = _shift_of(global_max)
 
     total = tl.zeros([BLOCK_HEADS], dtype=tl.float32)
     acc = tl.zeros([BLOCK_HEADS, BLOCK_DIM], dtype=tl.float32)
@@ -195,8 +208,7 @@ def _reduce_splits_kernel(
         total += weight * split_sum
         acc += weight[:, None] * split_acc
 
-    safe_total = tl.where(total == 0.0, 1.0, total)
-    result = acc / safe_total[:, None]
+    result = _normalized(acc, total)
     out_offsets = token * stride_out_token + heads[:, None] * stride_out_head + dims[None, :]
     tl.store(out_ptr + out_offsets, result.to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -215,61 +227,51 @@ def choose_num_kv_splits(
 
 
 def _check_inputs(
-    query: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    context_lens: torch.Tensor,
+    query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
 ) -> None:
     if query.dim() != 3 or k_cache.dim() != 4:
         raise ValueError(
             "query must be [tokens, heads, dim] and k_cache [blocks, size, heads, dim]"
         )
-    if k_cache.shape != v_cache.shape or k_cache.stride() != v_cache.stride():
-        raise ValueError("k_cache and v_cache must share shape and layout")
+    check_kv_caches(k_cache, v_cache)
     num_heads, head_dim = query.shape[1], query.shape[2]
     num_kv_heads = k_cache.shape[2]
     if k_cache.shape[3] != head_dim:
         raise ValueError(f"cache head_dim {k_cache.shape[3]} != query head_dim {head_dim}")
     if num_heads % num_kv_heads != 0:
         raise ValueError(f"{num_heads} query heads are not a multiple of {num_kv_heads} KV heads")
-    num_seqs = context_lens.shape[0]
-    if cu_seqlens_q.shape != (num_seqs + 1,):
-        raise ValueError(f"cu_seqlens_q must be [{num_seqs + 1}], got {tuple(cu_seqlens_q.shape)}")
-    if block_tables.dim() != 2 or block_tables.shape[0] != num_seqs:
+    num_seqs = meta.context_lens.shape[0]
+    if meta.cu_seqlens_q.shape != (num_seqs + 1,):
+        got = tuple(meta.cu_seqlens_q.shape)
+        raise ValueError(f"cu_seqlens_q must be [{num_seqs + 1}], got {got}")
+    if meta.block_tables.dim() != 2 or meta.block_tables.shape[0] != num_seqs:
         raise ValueError(f"block_tables must be [{num_seqs}, max_blocks]")
-    if k_cache.stride(-1) != 1:
-        raise ValueError("the KV cache's head_dim must be contiguous")
 
 
 def paged_attention_triton(
     query: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    context_lens: torch.Tensor,
+    meta: AttentionMetadata,
     scale: float,
-    max_query_len: int | None = None,
-    num_kv_splits: int | None = None,
 ) -> torch.Tensor:
     """Same contract as ``paged_attention_ref``; returns ``[num_tokens, num_heads, head_dim]``.
 
-    ``max_query_len`` (the longest run of new tokens of any sequence) sizes the grid; pass it
-    to avoid a device-to-host sync. ``num_kv_splits`` forces the flash-decoding split count
-    (``None`` picks one from the batch shape; ``1`` disables splitting).
+    ``meta.max_query_len`` (the longest run of new tokens of any sequence) sizes the grid; set
+    it to avoid a device-to-host sync. ``meta.num_kv_splits`` forces the flash-decoding split
+    count (``None`` picks one from the batch shape; ``1`` disables splitting).
     """
-    _check_inputs(query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens)
+    _check_inputs(query, k_cache, v_cache, meta)
+    block_tables, cu_seqlens_q = meta.block_tables, meta.cu_seqlens_q
+    max_query_len, num_kv_splits = meta.max_query_len, meta.num_kv_splits
     num_tokens, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
-    num_seqs = context_lens.shape[0]
+    num_seqs = meta.context_lens.shape[0]
     # Rows no sequence claims (e.g. graph padding) stay zero, as in the reference.
     out = torch.zeros_like(query)
     if num_tokens == 0 or num_seqs == 0:
         return out
-    if query.stride(-1) != 1:
-        query = query.contiguous()
+    query = unit_stride(query)
     if max_query_len is None:
         max_query_len = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max().item())
     if max_query_len <= 0:
@@ -305,6 +307,9 @@ def paged_attention_triton(
     else:
         # Unused by the single-pass variant; any valid pointer will do.
         partial_out = partial_max = partial_sum = out
+    # out (token, head), partial out (split, token), partial stats (split, token): both
+    # kernels take these strides, in this order
+    split_strides = (*out.stride()[:2], *partial_out.stride()[:2], *partial_max.stride()[:2])
 
     grid = (num_seqs, triton.cdiv(max_query_len, block_q), num_kv_heads * num_kv_splits)
     _paged_attention_kernel[grid](
@@ -313,7 +318,7 @@ def paged_attention_triton(
         v_cache,
         block_tables,
         cu_seqlens_q,
-        context_lens,
+        meta.context_lens,
         out,
         partial_out,
         partial_max,
@@ -325,12 +330,7 @@ def paged_attention_triton(
         k_cache.stride(1),
         k_cache.stride(2),
         block_tables.stride(0),
-        out.stride(0),
-        out.stride(1),
-        partial_out.stride(0) if num_kv_splits > 1 else 0,
-        partial_out.stride(1) if num_kv_splits > 1 else 0,
-        partial_max.stride(0) if num_kv_splits > 1 else 0,
-        partial_max.stride(1) if num_kv_splits > 1 else 0,
+        *split_strides,
         block_size,
         head_dim,
         num_heads,
@@ -350,12 +350,7 @@ def paged_attention_triton(
             partial_out,
             partial_max,
             partial_sum,
-            out.stride(0),
-            out.stride(1),
-            partial_out.stride(0),
-            partial_out.stride(1),
-            partial_max.stride(0),
-            partial_max.stride(1),
+            *split_strides,
             num_heads,
             head_dim,
             BLOCK_HEADS=triton.next_power_of_2(num_heads),

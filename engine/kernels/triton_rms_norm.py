@@ -6,6 +6,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.launch_args import as_rows
+
 
 @triton.jit
 def _rms_norm_kernel(
@@ -53,15 +55,11 @@ def rms_norm_triton(
         raise ValueError(f"weight must be [{hidden_size}], got {tuple(weight.shape)}")
     if residual is not None and residual.shape != x.shape:
         raise ValueError(f"residual {tuple(residual.shape)} does not match x {tuple(x.shape)}")
-    rows = x.reshape(-1, hidden_size)
-    if rows.stride(-1) != 1:
-        rows = rows.contiguous()
+    rows = as_rows(x, hidden_size)
     out_dtype = torch.promote_types(weight.dtype, x.dtype)
     out = torch.empty(rows.shape, dtype=out_dtype, device=x.device)
     if residual is not None:
-        residual_rows = residual.reshape(-1, hidden_size)
-        if residual_rows.stride(-1) != 1:
-            residual_rows = residual_rows.contiguous()
+        residual_rows = as_rows(residual, hidden_size)
         residual_out = torch.empty_like(rows)
     else:
         residual_rows = residual_out = rows  # unused when HAS_RESIDUAL is off

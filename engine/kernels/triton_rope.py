@@ -6,6 +6,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.launch_args import unit_stride
+
 
 @triton.jit
 def _rotate_heads(
@@ -121,8 +123,7 @@ def rope_triton(
         raise ValueError(f"cos/sin caches must both be [max_position, {half}]")
     if positions.shape != (num_tokens,):
         raise ValueError(f"positions must be [{num_tokens}], got {tuple(positions.shape)}")
-    query = query if query.stride(-1) == 1 else query.contiguous()
-    key = key if key.stride(-1) == 1 else key.contiguous()
+    query, key = unit_stride(query), unit_stride(key)
     cos_cache, sin_cache = cos_cache.contiguous(), sin_cache.contiguous()
     query_out = torch.empty_like(query, memory_format=torch.contiguous_format)
     key_out = torch.empty_like(key, memory_format=torch.contiguous_format)

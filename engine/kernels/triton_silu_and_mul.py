@@ -6,6 +6,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.launch_args import as_rows
+
 
 @triton.jit
 def _silu_and_mul_kernel(
@@ -32,9 +34,7 @@ def silu_and_mul_triton(x: torch.Tensor) -> torch.Tensor:
     if x.shape[-1] % 2:
         raise ValueError(f"the last dimension must be even (gate and up), got {x.shape[-1]}")
     width = x.shape[-1] // 2
-    rows = x.reshape(-1, x.shape[-1])
-    if rows.stride(-1) != 1:
-        rows = rows.contiguous()
+    rows = as_rows(x, x.shape[-1])
     out = torch.empty((rows.shape[0], width), dtype=x.dtype, device=x.device)
     block = min(1024, triton.next_power_of_2(width))
     if rows.shape[0] > 0:

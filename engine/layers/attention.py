@@ -6,24 +6,11 @@ layout is described by `AttentionMetadata` (see `engine/kernels/reference.py`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
 from engine import kernels
-from engine.kernels.reference import PagedAttentionPlan
-
-
-@dataclass
-class AttentionMetadata:
-    slot_mapping: torch.Tensor  # [num_tokens] int64, -1 = padding
-    cu_seqlens_q: torch.Tensor  # [B + 1] int32
-    context_lens: torch.Tensor  # [B] int32, KV entries including the new tokens
-    block_tables: torch.Tensor  # [B, max_blocks] int32
-    max_query_len: int | None = None
-    num_kv_splits: int | None = None  # flash-decoding splits (Triton); None: the kernel picks
-    torch_plan: PagedAttentionPlan | None = None  # the torch path's layout, once per step
+from engine.kernels.reference import AttentionMetadata
 
 
 class Attention(nn.Module):
@@ -58,16 +45,6 @@ class Attention(nn.Module):
             self.backend,
         )
         out = kernels.paged_attention(
-            q.contiguous(),
-            self.k_cache,
-            self.v_cache,
-            meta.block_tables,
-            meta.cu_seqlens_q,
-            meta.context_lens,
-            self.scale,
-            backend=self.backend,
-            max_query_len=meta.max_query_len,
-            num_kv_splits=meta.num_kv_splits,
-            plan=meta.torch_plan,
+            q.contiguous(), self.k_cache, self.v_cache, meta, self.scale, self.backend
         )
         return out.reshape(out.shape[0], -1)

@@ -10,8 +10,7 @@ all-gathers, and only when `tp_size > 1`.
 
 from __future__ import annotations
 
-import abc
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -60,15 +59,31 @@ def kv_heads_per_rank(num_kv_heads: int, tp_size: int) -> int:
     return max(1, num_kv_heads // tp_size)
 
 
+ShardId = str | int | None  # which part of a fused weight a checkpoint tensor is
+
+
+def _require_shape(source: WeightSource | torch.Tensor, expected: tuple[int, ...]) -> None:
+    if tuple(source.shape) != expected:
+        raise WeightShapeError(f"expected shape {expected}, got {tuple(source.shape)}")
+
+
 def _copy_checked(target: torch.Tensor, source: torch.Tensor) -> None:
-    if tuple(target.shape) != tuple(source.shape):
-        raise WeightShapeError(f"expected shape {tuple(target.shape)}, got {tuple(source.shape)}")
+    _require_shape(source, tuple(target.shape))
     if source.dtype not in SERVABLE_DTYPES:  # fp8 and ints need scales this engine lacks
         raise WeightShapeError(
             f"dtype {source.dtype} is not a float dtype the engine serves (float32, float16, "
             "bfloat16): a quantized weight"
         )
     target.copy_(source)
+
+
+def _copy_rank_part(
+    target: torch.Tensor, source: WeightSource, dim: int, full: int, start: int
+) -> None:
+    """Fill `target` with `target.shape[dim]` entries of `source` from `start` along `dim`;
+    `source` must be shaped as `target` but for `full` entries along `dim`."""
+    _require_shape(source, (*target.shape[:dim], full, *target.shape[dim + 1 :]))
+    _copy_checked(target, source.narrow(dim, start, target.shape[dim]))
 
 
 def _all_reduce(x: torch.Tensor, tp_size: int) -> torch.Tensor:
@@ -79,12 +94,66 @@ def _all_reduce(x: torch.Tensor, tp_size: int) -> torch.Tensor:
     return x
 
 
+def _all_gather_last(x: torch.Tensor, tp_size: int) -> torch.Tensor:
+    """Every rank's `x` side by side along the last dim."""
+    if tp_size == 1:
+        return x
+    import torch.distributed as dist
+
+    parts = [torch.empty_like(x) for _ in range(tp_size)]
+    dist.all_gather(parts, x.contiguous())
+    return torch.cat(parts, dim=-1)
+
+
 def default_weight_loader(param: nn.Parameter, loaded: WeightSource | torch.Tensor) -> None:
     """Unsharded parameters (norms): every rank reads the whole tensor."""
     _copy_checked(param.data, as_source(loaded).full())
 
 
-class _ShardedLinear(nn.Module, abc.ABC):
+class _RankLoaded(nn.Module):
+    """Parameters whose `weight_loader` reads only this rank's part of a checkpoint tensor."""
+
+    def __init__(self, tp_size: int, tp_rank: int) -> None:
+        super().__init__()
+        self.tp_size, self.tp_rank = tp_size, tp_rank
+
+    def _new_param(self, *shape: int) -> nn.Parameter:
+        param = nn.Parameter(torch.empty(*shape), requires_grad=False)
+        param.weight_loader = self.weight_loader  # type: ignore[attr-defined]
+        return param
+
+    def weight_loader(
+        self,
+        param: nn.Parameter,
+        loaded: WeightSource | torch.Tensor,
+        shard_id: ShardId = None,
+    ) -> None:
+        """Copy this rank's part of ``loaded`` into ``param``."""
+        self._load(param, as_source(loaded), shard_id)
+
+    def _load(self, param: nn.Parameter, source: WeightSource, shard_id: ShardId) -> None:
+        """Each layer kind defines which slice of ``source`` this rank keeps (abstract)."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how it loads weights")
+
+
+class _CpuPacked:
+    """A layer that multiplies by its `weight`, through oneDNN's packed copy once made."""
+
+    weight: nn.Parameter
+    packed: torch.Tensor | None = None  # oneDNN's copy of the weight (CPU)
+
+    def pack_for_cpu(self) -> bool:
+        """After loading: multiply through oneDNN's packed copy of the weight, if it can."""
+        self.packed = cpu_matmul.pack(self.weight)
+        return self.packed is not None
+
+    def _linear(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if self.packed is not None:
+            return cpu_matmul.packed_linear(x, self.packed, bias)
+        return F.linear(x, self.weight, bias)
+
+
+class _ShardedLinear(_CpuPacked, _RankLoaded):
     """Holds this rank's `[out_local, in_local]` weight; subclasses say how to slice."""
 
     def __init__(
@@ -95,49 +164,21 @@ class _ShardedLinear(nn.Module, abc.ABC):
         tp_size: int,
         tp_rank: int,
     ) -> None:
-        super().__init__()
-        self.tp_size, self.tp_rank = tp_size, tp_rank
-        self.weight = nn.Parameter(torch.empty(out_local, in_local), requires_grad=False)
-        self.weight.weight_loader = self.weight_loader  # type: ignore[attr-defined]
+        super().__init__(tp_size, tp_rank)
+        self.weight = self._new_param(out_local, in_local)
         if bias:
-            self.bias = nn.Parameter(torch.empty(out_local), requires_grad=False)
-            self.bias.weight_loader = self.weight_loader  # type: ignore[attr-defined]
+            self.bias = self._new_param(out_local)
         else:
             self.register_parameter("bias", None)
-        self.packed: torch.Tensor | None = None  # oneDNN's copy of the weight (CPU)
-
-    def pack_for_cpu(self) -> bool:
-        """After loading: multiply through oneDNN's packed copy of the weight, if it can."""
-        self.packed = cpu_matmul.pack(self.weight)
-        return self.packed is not None
-
-    def _matmul(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        if self.packed is not None:
-            return cpu_matmul.packed_linear(x, self.packed, bias)
-        return F.linear(x, self.weight, bias)
-
-    @abc.abstractmethod
-    def weight_loader(
-        self,
-        param: nn.Parameter,
-        loaded: WeightSource | torch.Tensor,
-        shard_id: str | int | None = None,
-    ) -> None:
-        """Copy this rank's slice of ``loaded`` into ``param``."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._matmul(x, self.bias)
+        return self._linear(x, self.bias)
 
 
-def _rows(source: WeightSource, full_rows: int, start: int, length: int) -> torch.Tensor:
-    """Rows `[start, start + length)` of a tensor that must have `full_rows` rows."""
-    if not source.shape or source.shape[0] != full_rows:
-        raise WeightShapeError(f"expected {full_rows} rows, got shape {tuple(source.shape)}")
-    return source.narrow(0, start, length)
+class _EvenlySplitLinear(_ShardedLinear):
+    """A linear whose weight the ranks share in equal parts along `split_dim`."""
 
-
-class ColumnParallelLinear(_ShardedLinear):
-    """Splits the output dimension; each rank computes its slice of the outputs."""
+    split_dim: ClassVar[int]  # 0: the outputs (column parallel), 1: the inputs (row parallel)
 
     def __init__(
         self,
@@ -147,22 +188,28 @@ class ColumnParallelLinear(_ShardedLinear):
         tp_size: int = 1,
         tp_rank: int = 0,
     ) -> None:
-        if output_size % tp_size:
-            raise ValueError(f"output size {output_size} is not divisible by tp_size {tp_size}")
-        super().__init__(input_size, output_size // tp_size, bias, tp_size, tp_rank)
+        local = [output_size, input_size]
+        if local[self.split_dim] % tp_size:
+            name = ("output", "input")[self.split_dim]
+            raise ValueError(
+                f"{name} size {local[self.split_dim]} is not divisible by tp_size {tp_size}"
+            )
+        local[self.split_dim] //= tp_size
+        super().__init__(local[1], local[0], bias, tp_size, tp_rank)
 
-    def _rank_rows(self, source: WeightSource, full_rows: int) -> torch.Tensor:
-        per_rank = full_rows // self.tp_size
-        return _rows(source, full_rows, self.tp_rank * per_rank, per_rank)
+    def _load(self, param: nn.Parameter, source: WeightSource, shard_id: ShardId) -> None:
+        dim = self.split_dim
+        if param.dim() <= dim:  # the row-parallel bias is whole: added once after the reduce
+            _copy_checked(param.data, source.full())
+            return
+        per_rank = param.shape[dim]
+        _copy_rank_part(param.data, source, dim, per_rank * self.tp_size, self.tp_rank * per_rank)
 
-    def weight_loader(
-        self,
-        param: nn.Parameter,
-        loaded: WeightSource | torch.Tensor,
-        shard_id: str | int | None = None,
-    ) -> None:
-        rows = self._rank_rows(as_source(loaded), param.shape[0] * self.tp_size)
-        _copy_checked(param.data, rows)
+
+class ColumnParallelLinear(_EvenlySplitLinear):
+    """Splits the output dimension; each rank computes its slice of the outputs."""
+
+    split_dim = 0
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
@@ -181,17 +228,12 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
         self.output_sizes = output_sizes
         super().__init__(input_size, sum(output_sizes), bias, tp_size, tp_rank)
 
-    def weight_loader(
-        self,
-        param: nn.Parameter,
-        loaded: WeightSource | torch.Tensor,
-        shard_id: str | int | None = None,
-    ) -> None:
+    def _load(self, param: nn.Parameter, source: WeightSource, shard_id: ShardId) -> None:
         assert isinstance(shard_id, int)
         local_sizes = [size // self.tp_size for size in self.output_sizes]
-        offset = sum(local_sizes[:shard_id])
-        target = param.data.narrow(0, offset, local_sizes[shard_id])
-        _copy_checked(target, self._rank_rows(as_source(loaded), self.output_sizes[shard_id]))
+        size = local_sizes[shard_id]
+        target = param.data.narrow(0, sum(local_sizes[:shard_id]), size)
+        _copy_rank_part(target, source, 0, self.output_sizes[shard_id], self.tp_rank * size)
 
 
 class QKVParallelLinear(_ShardedLinear):
@@ -227,13 +269,7 @@ class QKVParallelLinear(_ShardedLinear):
         out_local = (self.num_heads + 2 * self.num_kv_heads) * head_dim
         super().__init__(hidden_size, out_local, bias, tp_size, tp_rank)
 
-    def weight_loader(
-        self,
-        param: nn.Parameter,
-        loaded: WeightSource | torch.Tensor,
-        shard_id: str | int | None = None,
-    ) -> None:
-        source = as_source(loaded)
+    def _load(self, param: nn.Parameter, source: WeightSource, shard_id: ShardId) -> None:
         q_size = self.num_heads * self.head_dim
         kv_size = self.num_kv_heads * self.head_dim
         if shard_id == "q":
@@ -244,69 +280,33 @@ class QKVParallelLinear(_ShardedLinear):
             start = self.kv_group * kv_size
         else:
             raise WeightShapeError(f"unknown qkv shard {shard_id!r}")
-        _copy_checked(param.data.narrow(0, offset, size), _rows(source, full, start, size))
+        _copy_rank_part(param.data.narrow(0, offset, size), source, 0, full, start)
 
 
-class RowParallelLinear(_ShardedLinear):
+class RowParallelLinear(_EvenlySplitLinear):
     """Splits the input dimension; partial outputs are summed across ranks."""
 
-    def __init__(
-        self,
-        input_size: int,
-        output_size: int,
-        bias: bool = False,
-        tp_size: int = 1,
-        tp_rank: int = 0,
-    ) -> None:
-        if input_size % tp_size:
-            raise ValueError(f"input size {input_size} is not divisible by tp_size {tp_size}")
-        super().__init__(input_size // tp_size, output_size, bias, tp_size, tp_rank)
-
-    def weight_loader(
-        self,
-        param: nn.Parameter,
-        loaded: WeightSource | torch.Tensor,
-        shard_id: str | int | None = None,
-    ) -> None:
-        source = as_source(loaded)
-        if param.dim() == 1:  # the bias is not split; it is added once after the reduce
-            _copy_checked(param.data, source.full())
-            return
-        per_rank = param.shape[1]
-        expected = (param.shape[0], per_rank * self.tp_size)
-        if tuple(source.shape) != expected:
-            raise WeightShapeError(f"expected shape {expected}, got {tuple(source.shape)}")
-        _copy_checked(param.data, source.narrow(1, self.tp_rank * per_rank, per_rank))
+    split_dim = 1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = _all_reduce(self._matmul(x, None), self.tp_size)
+        out = _all_reduce(self._linear(x, None), self.tp_size)
         return out if self.bias is None else out + self.bias
 
 
-class VocabParallelEmbedding(nn.Module):
+class VocabParallelEmbedding(_RankLoaded):
     """Each rank holds a contiguous slice of the vocabulary's rows (the last one padded)."""
 
     def __init__(
         self, vocab_size: int, hidden_size: int, tp_size: int = 1, tp_rank: int = 0
     ) -> None:
-        super().__init__()
-        self.tp_size, self.tp_rank = tp_size, tp_rank
+        super().__init__(tp_size, tp_rank)
         self.vocab_size = vocab_size
         self.per_rank = -(-vocab_size // tp_size)
         self.vocab_start = tp_rank * self.per_rank
-        self.weight = nn.Parameter(torch.empty(self.per_rank, hidden_size), requires_grad=False)
-        self.weight.weight_loader = self.weight_loader  # type: ignore[attr-defined]
+        self.weight = self._new_param(self.per_rank, hidden_size)
 
-    def weight_loader(
-        self,
-        param: nn.Parameter,
-        loaded: WeightSource | torch.Tensor,
-        shard_id: str | int | None = None,
-    ) -> None:
-        source = as_source(loaded)
-        expected = (self.vocab_size, param.shape[1])
-        if tuple(source.shape) != expected:
-            raise WeightShapeError(f"expected shape {expected}, got {tuple(source.shape)}")
+    def _load(self, param: nn.Parameter, source: WeightSource, shard_id: ShardId) -> None:
+        _require_shape(source, (self.vocab_size, param.shape[1]))
         rows = max(0, min(self.per_rank, self.vocab_size - self.vocab_start))
         param.data.zero_()
         if rows:
@@ -322,24 +322,9 @@ class VocabParallelEmbedding(nn.Module):
         return _all_reduce(out, self.tp_size)
 
 
-class ParallelLMHead(VocabParallelEmbedding):
+class ParallelLMHead(_CpuPacked, VocabParallelEmbedding):
     """The output projection; shares the embedding's sharding (and weight when tied)."""
 
-    packed: torch.Tensor | None = None  # oneDNN's copy of the weight (CPU)
-
-    def pack_for_cpu(self) -> bool:
-        self.packed = cpu_matmul.pack(self.weight)
-        return self.packed is not None
-
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        if self.packed is not None:
-            logits = cpu_matmul.packed_linear(hidden, self.packed, None)
-        else:
-            logits = F.linear(hidden, self.weight)
-        if self.tp_size > 1:
-            import torch.distributed as dist
-
-            parts = [torch.empty_like(logits) for _ in range(self.tp_size)]
-            dist.all_gather(parts, logits.contiguous())
-            logits = torch.cat(parts, dim=-1)
+        logits = _all_gather_last(self._linear(hidden, None), self.tp_size)
         return logits[..., : self.vocab_size]

@@ -15,8 +15,9 @@ from torch import nn
 
 from engine.errors import UnsupportedModelError
 from engine.kernels import Backend
+from engine.kernels.reference import AttentionMetadata
 from engine.layers.activation import SiluAndMul
-from engine.layers.attention import Attention, AttentionMetadata
+from engine.layers.attention import Attention
 from engine.layers.linear import (
     MergedColumnParallelLinear,
     ParallelLMHead,

@@ -23,6 +23,21 @@ from engine.tools.tiny_checkpoint import write_tiny_checkpoint
 
 DEFAULT_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "F16", "BF16", "F32")
 _ARCH_NAMES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+# GGUF model metadata (the GGUFWriter method that writes it) <- the HF config key it comes from
+_MODEL_FIELDS = {
+    "add_context_length": "max_position_embeddings",
+    "add_embedding_length": "hidden_size",
+    "add_block_count": "num_hidden_layers",
+    "add_feed_forward_length": "intermediate_size",
+    "add_head_count": "num_attention_heads",
+    "add_head_count_kv": "num_key_value_heads",
+    "add_rope_freq_base": "rope_theta",
+    "add_layer_norm_rms_eps": "rms_norm_eps",
+    "add_rope_dimension_count": "head_dim",
+    "add_key_length": "head_dim",
+    "add_value_length": "head_dim",
+    "add_vocab_size": "vocab_size",
+}
 _LAYER_NAMES = {
     "input_layernorm.weight": "attn_norm.weight",
     "post_attention_layernorm.weight": "ffn_norm.weight",
@@ -102,18 +117,8 @@ def write_tiny_gguf(
     name = _ARCH_NAMES[arch]
     writer = gguf.GGUFWriter(str(out), name)
     writer.add_name(f"tiny-random-{arch}")
-    writer.add_context_length(config["max_position_embeddings"])
-    writer.add_embedding_length(config["hidden_size"])
-    writer.add_block_count(config["num_hidden_layers"])
-    writer.add_feed_forward_length(config["intermediate_size"])
-    writer.add_head_count(config["num_attention_heads"])
-    writer.add_head_count_kv(config["num_key_value_heads"])
-    writer.add_rope_freq_base(config["rope_theta"])
-    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
-    writer.add_rope_dimension_count(config["head_dim"])
-    writer.add_key_length(config["head_dim"])
-    writer.add_value_length(config["head_dim"])
-    writer.add_vocab_size(config["vocab_size"])
+    for method, config_key in _MODEL_FIELDS.items():
+        getattr(writer, method)(config[config_key])
 
     vocab: dict[str, int] = dict(tokenizer["model"]["vocab"])
     specials = {t["content"]: t["id"] for t in tokenizer["added_tokens"]}

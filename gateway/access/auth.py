@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import hmac
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,16 @@ class _Cached:
     record: KeyRecord
     fetched_monotonic: float
     verified_wall: float  # last time Redis confirmed this record
+
+
+def client_credential(headers: Mapping[str, str]) -> str | None:
+    """A client's API key as an ``Authorization`` value: the bearer, else ``x-api-key``
+    (Anthropic's SDKs send their key there). ``headers`` is case-insensitive."""
+    authorization = headers.get("authorization")
+    if authorization:
+        return authorization
+    api_key = headers.get("x-api-key")
+    return f"Bearer {api_key.strip()}" if api_key and api_key.strip() else None
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -75,11 +86,18 @@ class Authenticator:
     def invalidate(self, key_id: str) -> None:
         self._cache.pop(key_id, None)
 
+    async def refresh(self, key_id: str) -> KeyRecord | None:
+        """Read a key's record again (it changed under a request) and cache the new one."""
+        self._cache.pop(key_id, None)
+        record, _ = await self._record(key_id)
+        return record
+
     async def authenticate(self, authorization: str | None) -> Principal:
         token = bearer_token(authorization)
         if token is None:
             raise AuthenticationFailed(
-                "You didn't provide an API key. Send it as 'Authorization: Bearer sk-sy-...'.",
+                "You didn't provide an API key. Send it as 'Authorization: Bearer sk-sy-...' "
+                "or as 'x-api-key: sk-sy-...'.",
                 code="missing_api_key",
             )
         parsed = parse_key(token)

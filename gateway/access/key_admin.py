@@ -5,6 +5,11 @@ Each takes the key store and the raw fields (a JSON body, or the CLI's flags; a 
 query already parsed), checks all of them before it changes anything, and raises ``GatewayError`` (``InvalidRequest`` naming the
 field, ``NotFound``, ``Conflict``) for the caller to render: an OpenAI error envelope over HTTP,
 one line on stderr in the CLI. Secrets appear only in what create and rotate return.
+
+A key's ``team`` names a team (``gateway/access/teams.py``): when that team exists, the key's
+limits state moves to the team's home and the team's limits apply to it too; a team name that
+no team has is a label only (as every team was before teams existed), until a team of that id
+is created and adopts the key.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from gateway.access.key_models import (
     parse_key_payload,
 )
 from gateway.access.keys import ID_LENGTH, CreatedKey, KeyPage, KeyRecord, KeyStore
+from gateway.access.teams import TeamStore, key_home, team_home
 from gateway.errors import Conflict, InvalidRequest, NotFound, echo
 from gateway.routing.policy import Policy
 
@@ -44,7 +50,16 @@ def _found(record: KeyRecord | None, key_id: str) -> KeyRecord:
     return record
 
 
-async def create_key(keys: KeyStore, data: dict[str, Any], policy: Policy | None) -> CreatedKey:
+async def _home_for(teams: TeamStore, key_id: str, team: str | None) -> str:
+    """Where a key of ``team`` keeps its limiter state: the team's slot if the team exists."""
+    if team is not None and await teams.exists(team):
+        return team_home(team)
+    return key_home(key_id)
+
+
+async def create_key(
+    keys: KeyStore, teams: TeamStore, data: dict[str, Any], policy: Policy | None
+) -> CreatedKey:
     """A new key from ``data``; its allow-list must name models of ``policy`` (when loaded)."""
     payload = parse_key_payload(KeyCreate, data)
     check_models(policy, payload.models)
@@ -55,7 +70,15 @@ async def create_key(keys: KeyStore, data: dict[str, Any], policy: Policy | None
         fields["budget_period"] = "month"
     if fields["metadata"] is None:
         fields["metadata"] = {}
-    return await keys.create(fields)
+    team = fields["team"]
+    joins = team is not None and await teams.exists(team)
+    created = await keys.create(fields, home=team_home(team) if joins else None)
+    if team is not None and not joins and await teams.exists(team):
+        # The team was created meanwhile, and its adoption may have listed keys before this
+        # one existed: join it now (moving an unused key carries nothing).
+        record = await keys.update(created.record.id, {}, home=team_home(team))
+        created = CreatedKey(record or created.record, created.key)
+    return created
 
 
 async def list_keys(keys: KeyStore, query: KeyListQuery) -> KeyPage:
@@ -76,16 +99,18 @@ async def show_key(keys: KeyStore, key_id: str) -> KeyRecord:
 
 
 async def update_key(
-    keys: KeyStore, key_id: str, data: dict[str, Any], policy: Policy | None
+    keys: KeyStore, teams: TeamStore, key_id: str, data: dict[str, Any], policy: Policy | None
 ) -> KeyRecord:
-    """Only the fields in ``data`` change; an explicit null clears a limit or expiry."""
+    """Only the fields in ``data`` change; an explicit null clears a limit or expiry. A new
+    ``team`` moves the key's limits state to that team's home (or back to its own)."""
     checked_key_id(key_id)
     payload = parse_key_payload(KeyUpdate, data)
     check_models(policy, payload.models)
     changes = {name: getattr(payload, name) for name in data}
     if changes.get("metadata") is None and "metadata" in changes:
         changes["metadata"] = {}
-    return _found(await keys.update(key_id, changes), key_id)
+    home = await _home_for(teams, key_id, changes["team"]) if "team" in changes else None
+    return _found(await keys.update(key_id, changes, home=home), key_id)
 
 
 async def rotate_key(

@@ -34,9 +34,31 @@ MAX_GRACE_S = 30 * 24 * 3600
 Name = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 Rpm = Annotated[StrictInt, Field(ge=0, le=10_000_000)]
 Tpm = Annotated[StrictInt, Field(ge=0, le=10_000_000_000)]
+Parallel = Annotated[StrictInt, Field(ge=0, le=1_000_000)]
+BudgetPeriod = Literal["day", "week", "month", "total"]
+BudgetMode = Literal["hard", "soft"]
+# Alert thresholds: whole percents of a budget, at most 10 of them.
+AlertThresholds = Annotated[list[Annotated[StrictInt, Field(ge=1, le=100)]], Field(max_length=10)]
 # USD, exact to the nano-dollar, and small enough that the limiter's Lua doubles stay exact.
 Budget = Annotated[StrictFloat | StrictInt, Field(ge=0, le=MAX_BUDGET_USD, allow_inf_nan=False)]
 MetadataValue = StrictStr | StrictInt | StrictFloat | bool | None
+
+
+def exact_budget(value: float | None) -> float | None:
+    """A budget in USD that converts to nano-dollars exactly (else a 400 naming the field)."""
+    if value is None:
+        return None
+    usd_to_nanos(value)  # at most 9 decimal places
+    return float(value)
+
+
+def unique_thresholds(value: list[int] | None) -> list[int] | None:
+    """Alert thresholds, ascending; a repeated one is refused (it would alert twice)."""
+    if value is None:
+        return None
+    if len(set(value)) != len(value):
+        raise ValueError("must not repeat a threshold")
+    return sorted(value)
 
 
 def _timestamp(value: Any) -> float | None:
@@ -71,7 +93,10 @@ class _KeyFields(BaseModel):
     rpm: Rpm | None = None
     tpm: Tpm | None = None
     budget_usd: Budget | None = None
-    budget_period: Literal["day", "month", "total"] | None = None
+    budget_period: BudgetPeriod | None = None
+    max_parallel_requests: Parallel | None = None
+    budget_mode: BudgetMode | None = None
+    alert_thresholds: AlertThresholds | None = None
     expires_at: Any = None
     metadata: dict[Annotated[str, Field(max_length=100)], MetadataValue] | None = None
 
@@ -80,13 +105,15 @@ class _KeyFields(BaseModel):
     def _expiry(cls, value: Any) -> float | None:
         return _timestamp(value)
 
+    @field_validator("alert_thresholds")
+    @classmethod
+    def _thresholds(cls, value: list[int] | None) -> list[int] | None:
+        return unique_thresholds(value)
+
     @field_validator("budget_usd")
     @classmethod
     def _exact_budget(cls, value: float | None) -> float | None:
-        if value is None:
-            return None
-        usd_to_nanos(value)  # at most 9 decimal places, or a 400 naming budget_usd
-        return float(value)
+        return exact_budget(value)
 
     @field_validator("metadata")
     @classmethod

@@ -5,6 +5,12 @@ public id, in a hash named ``sy:{key:<id>}``; the braces are a hash tag, so the 
 rotation idempotency records share one slot and the Lua scripts work on a Redis Cluster.
 Every change is published on ``sy:keys:changed`` so other replicas drop their cached copy.
 
+A key's limiter state lives in its *home* (``gateway/access/teams.py``): its own slot, or its
+team's. Changing the key's team to a team that exists moves its home in the same script that
+writes the record: the home epoch goes up and ``<old home>|<epoch>`` joins the key's pending
+moves (``sy:{key:<id>}:moves``, indexed in ``sy:limits:moving``), which
+``gateway.metering.moves`` carries over.
+
 ``check_pepper`` guards the one setting that must match across replicas: ``sy:keys:pepper``
 holds an HMAC fingerprint of the pepper (never the pepper), set by the first gateway that
 starts on a Redis (``SET NX``: existing deployments adopt their first replica's). A gateway
@@ -25,6 +31,7 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
+from gateway.access.teams import key_home
 from gateway.money import stored_usd_to_nanos
 
 KEY_PREFIX = "sk-sy-"
@@ -33,6 +40,7 @@ SECRET_LENGTH = 40
 INDEX_KEY = "sy:keys:index"
 CHANGES_CHANNEL = "sy:keys:changed"
 PEPPER_FINGERPRINT_KEY = "sy:keys:pepper"
+MOVES_INDEX_KEY = "sy:limits:moving"
 IDEMPOTENCY_TTL_S = 24 * 3600
 _ALPHABET = string.ascii_letters + string.digits
 _ID_ALPHABET = string.ascii_lowercase + string.digits
@@ -40,6 +48,11 @@ _ID_ALPHABET = string.ascii_lowercase + string.digits
 
 def record_key(key_id: str) -> str:
     return f"sy:{{key:{key_id}}}"
+
+
+def moves_key(key_id: str) -> str:
+    """The key's pending limiter moves (member ``<old home>|<epoch>``, scored by epoch)."""
+    return f"{record_key(key_id)}:moves"
 
 
 def _random(alphabet: str, length: int) -> str:
@@ -104,7 +117,7 @@ def _derived_secret(pepper: bytes, key_id: str, salt: str, idempotency_key: str)
 
 
 # Hash fields: scalars stored as text, lists/dicts as JSON; a missing field means None.
-_INT_FIELDS = ("rpm", "tpm")
+_INT_FIELDS = ("rpm", "tpm", "max_parallel_requests", "home_epoch")
 _FLOAT_FIELDS = (
     "budget_usd",
     "expires_at",
@@ -114,7 +127,7 @@ _FLOAT_FIELDS = (
     "revoked_at",
     "previous_valid_until",
 )
-_JSON_FIELDS = ("models", "metadata")
+_JSON_FIELDS = ("models", "metadata", "alert_thresholds")
 EDITABLE_FIELDS = (
     "name",
     "team",
@@ -123,6 +136,9 @@ EDITABLE_FIELDS = (
     "tpm",
     "budget_usd",
     "budget_period",
+    "max_parallel_requests",
+    "budget_mode",
+    "alert_thresholds",
     "expires_at",
     "metadata",
 )
@@ -143,18 +159,30 @@ class KeyRecord:
     tpm: int | None = None
     budget_usd: float | None = None
     budget_period: str | None = None
+    max_parallel_requests: int | None = None
+    budget_mode: str | None = None  # hard (None) refuses past the budget; soft only alerts
+    alert_thresholds: tuple[int, ...] | None = None  # percents of the budget (webhooks)
     expires_at: float | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     previous_hash: str | None = None
     previous_valid_until: float | None = None
     rotated_at: float | None = None
     revoked_at: float | None = None
+    # Where the key's limiter state lives (None: its own slot, key:<id>), the number of moves
+    # so far, and the home before the last move.
+    home: str | None = None
+    home_epoch: int = 0
+    home_from: str | None = None
     # budget_usd in nano-dollars, read exactly from its decimal text once per record load.
     budget_nanos: int | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.budget_usd is not None:
             object.__setattr__(self, "budget_nanos", stored_usd_to_nanos(self.budget_usd))
+
+    @property
+    def limits_home(self) -> str:
+        return self.home or key_home(self.id)
 
     def effective_status(self, now: float) -> str:
         if self.status == "revoked":
@@ -176,6 +204,9 @@ class KeyRecord:
             "tpm": self.tpm,
             "budget_usd": self.budget_usd,
             "budget_period": self.budget_period,
+            "max_parallel_requests": self.max_parallel_requests,
+            "budget_mode": self.budget_mode or "hard",
+            "alert_thresholds": list(self.alert_thresholds or ()),
             "expires_at": self.expires_at,
             "metadata": self.metadata,
             "status": self.effective_status(now),
@@ -205,7 +236,8 @@ def _decode(raw: dict[bytes, bytes]) -> KeyRecord:
             values[name] = float(value_bytes)
         elif name in _JSON_FIELDS:
             decoded = orjson.loads(value_bytes)
-            values[name] = tuple(decoded) if name == "models" and decoded is not None else decoded
+            listed = name in ("models", "alert_thresholds") and decoded is not None
+            values[name] = tuple(decoded) if listed else decoded
         elif name in _STORED_FIELDS:
             values[name] = value_bytes.decode()
     return KeyRecord(**values)
@@ -257,17 +289,25 @@ end
 return 1
 """
 
-# ARGV: count of field/value pairs to set, the pairs, then the fields to delete.
+# KEYS: the record, its pending moves. ARGV: 1 the key's home after this update ('' = leave it
+# as it is), 2 the key's own home, 3 count of field/value pairs to set, the pairs, then the
+# fields to delete. Returns 0 (no such key), 1 (updated) or 2 (updated, and its home moved).
 _UPDATE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local pairs_count = tonumber(ARGV[1])
+local pairs_count = tonumber(ARGV[3])
 for i = 0, pairs_count - 1 do
-  redis.call('HSET', KEYS[1], ARGV[2 + 2 * i], ARGV[3 + 2 * i])
+  redis.call('HSET', KEYS[1], ARGV[4 + 2 * i], ARGV[5 + 2 * i])
 end
-for i = 2 + 2 * pairs_count, #ARGV do
+for i = 4 + 2 * pairs_count, #ARGV do
   redis.call('HDEL', KEYS[1], ARGV[i])
 end
-return 1
+if ARGV[1] == '' then return 1 end
+local home = redis.call('HGET', KEYS[1], 'home') or ARGV[2]
+if home == ARGV[1] then return 1 end
+local epoch = (tonumber(redis.call('HGET', KEYS[1], 'home_epoch')) or 0) + 1
+redis.call('HSET', KEYS[1], 'home', ARGV[1], 'home_epoch', epoch, 'home_from', home)
+redis.call('ZADD', KEYS[2], epoch, home .. '|' .. epoch)
+return 2
 """
 
 
@@ -297,7 +337,8 @@ class KeyStore:
         raw = await self.redis.hgetall(record_key(key_id))
         return _decode(raw) if raw else None
 
-    async def create(self, fields: dict[str, Any]) -> CreatedKey:
+    async def create(self, fields: dict[str, Any], home: str | None = None) -> CreatedKey:
+        """A new key; ``home`` is its team's home when it joins an existing team."""
         now = time.time()
         key_id = _random(_ID_ALPHABET, ID_LENGTH)
         secret = _random(_ALPHABET, SECRET_LENGTH)
@@ -308,6 +349,7 @@ class KeyStore:
             rotation_salt=secrets.token_hex(8),
             created_at=now,
             updated_at=now,
+            home=home,
             **{name: tuple(value) if name == "models" else value for name, value in values.items()},
         )
         mapping = {
@@ -321,8 +363,11 @@ class KeyStore:
             await pipe.execute()
         return CreatedKey(record, format_key(key_id, secret))
 
-    async def update(self, key_id: str, changes: dict[str, Any]) -> KeyRecord | None:
-        """Set the given editable fields; a None value clears the field."""
+    async def update(
+        self, key_id: str, changes: dict[str, Any], home: str | None = None
+    ) -> KeyRecord | None:
+        """Set the given editable fields; a None value clears the field. ``home``: where the
+        key's limiter state belongs after this change (None: where it is)."""
         now = time.time()
         to_set: list[str | bytes] = []
         to_delete: list[str] = []
@@ -335,12 +380,22 @@ class KeyStore:
                 to_set += [name, _encode(name, value)]
         to_set += ["updated_at", _encode("updated_at", now)]
         found = await self._update(
-            keys=[record_key(key_id)], args=[len(to_set) // 2, *to_set, *to_delete]
+            keys=[record_key(key_id), moves_key(key_id)],
+            args=[home or "", key_home(key_id), len(to_set) // 2, *to_set, *to_delete],
         )
         if not found:
             return None
+        if found == 2 or home is not None:
+            # The move is carried over by gateway.metering.moves; a replay of this update (the
+            # home already set) still makes sure the key is indexed.
+            await self.index_moves(key_id)
         await self._publish(key_id)
         return await self.get(key_id)
+
+    async def index_moves(self, key_id: str) -> None:
+        """List the key among those with limiter moves pending, if it has any."""
+        if await self.redis.zcard(moves_key(key_id)):
+            await self.redis.zadd(MOVES_INDEX_KEY, {key_id: int(time.time() * 1000)})
 
     async def rotate(
         self, key_id: str, grace_seconds: float, idempotency_key: str | None = None

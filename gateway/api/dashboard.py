@@ -1,42 +1,53 @@
-"""The ``/admin/ui`` dashboard over HTTP (``Guard.DASHBOARD``): the page, login and logout.
+"""The ``/admin/ui`` dashboard over HTTP (``Guard.DASHBOARD``): the usage page, login, logout.
 
-Login posts the admin key once, checked with the same constant-time comparison as the admin
-API; the answer is an HttpOnly, SameSite=Strict, Secure (unless configured off) cookie holding
-a random session token, never the key. Sessions live server-side (``gateway.access.sessions``):
-logout ends one, an admin key change ends them all. Failed logins count towards the same
-per-address throttle as failed admin bearers. A Redis outage is a 503 page (``Retry-After``),
-as the admin API answers it with a 503 envelope. What the page shows is ``dashboard_view``'s.
+Login posts the bootstrap admin key or a named admin token once, checked as the admin API
+checks it (``access/admins.py``); the answer is an HttpOnly, SameSite=Strict, Secure (unless
+configured off) cookie holding a random session token, never the credential. Sessions live
+server-side (``gateway.access.sessions``): logout ends one, an admin key change or a token's
+revocation ends theirs. Failed logins count towards the same per-address throttle as failed
+admin bearers. Logins and logouts are in the audit log. Every role sees the usage page; the
+keys and teams page (``dashboard_manage.py``) needs ``operator``, the audit page ``admin``.
+Every form carries a CSRF token (``dashboard_forms.py``). A Redis outage is a 503 page
+(``Retry-After``), as the admin API answers it with a 503 envelope.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
-from urllib.parse import parse_qs
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from gateway.access.auth import is_admin_key
-from gateway.api.dashboard_view import build_view, error_page, login_page, secured
+from gateway.api.audit import record_action
+from gateway.api.dashboard_forms import (
+    COOKIE_NAME,
+    CSRF_REFUSED,
+    FormRefused,
+    login_csrf_matches,
+    login_form,
+    page_session,
+    posted,
+    read_form,
+)
+from gateway.api.dashboard_view import build_view, error_page, secured
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import client_address
 from gateway.errors import RateLimited
 from gateway.metering.reports import ReportError, parse_day
 from gateway.services import Services
 
-COOKIE_NAME = "sy_admin_session"
 DEFAULT_DAYS = 14
-MAX_LOGIN_BODY = 4096
 MAX_KEYS_SHOWN = 1000
 
 
 async def page(request: Request, services: Services) -> Response:
-    """``GET /admin/ui?from=&to=``: the dashboard, or the login form without a session."""
+    """``GET /admin/ui?from=&to=``: the usage dashboard, or the login form without a session."""
     renderer, reports = services.pages, services.reports
-    if not await services.sessions.valid(request.cookies.get(COOKIE_NAME)):
-        return login_page(renderer, None, 401)
+    session = await page_session(request, services, "viewer")
+    if isinstance(session, Response):
+        return session
     try:
         end = parse_day(request.query_params.get("to"), "to", reports.today())
         start = parse_day(
@@ -49,34 +60,37 @@ async def page(request: Request, services: Services) -> Response:
     key_list: list[dict[str, Any]] = [record.public_view() for record in keys.records]
     view = build_view(start, end, await reports.cells(start, end), key_list)
     freshness = await reports.freshness()
-    return secured(HTMLResponse(renderer.render("dashboard.html", view=view, freshness=freshness)))
+    html = renderer.render(
+        "dashboard.html", view=view, session=session, active="usage", freshness=freshness
+    )
+    return secured(HTMLResponse(html))
 
 
 async def login(request: Request, services: Services) -> Response:
-    """``POST /admin/ui/login`` with form field ``key``: sets the session cookie."""
-    renderer = services.pages
-    content_type = request.headers.get("content-type", "").split(";")[0].strip()
-    if content_type != "application/x-www-form-urlencoded":
-        return login_page(renderer, "The login form must be posted as a form.", 400)
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_LOGIN_BODY:
-            return login_page(renderer, "The login form is too large.", 413)
-    key = parse_qs(body.decode("utf-8", "replace")).get("key", [""])[0].strip()
-    if not key:
-        return login_page(renderer, "Enter the admin key.", 400)
+    """``POST /admin/ui/login`` with form fields ``key`` (the admin key or an admin token)
+    and ``csrf``: sets the session cookie."""
+    try:
+        form = await read_form(request, services)
+    except FormRefused as refused:
+        return refused.response
+    if not login_csrf_matches(request, form):
+        return login_form(services, CSRF_REFUSED, 403)
+    credential = form.get("key", "")
+    if not credential:
+        return login_form(services, "Enter the admin key or an admin token.", 400)
     address = client_address(request)
     try:
         await services.auth_throttle.check(address)
-        if not is_admin_key(key, services.admin_key):
+        actor = await services.admins.resolve(credential)
+        if actor is None:
             await services.auth_throttle.failed(address, "dashboard_login")
-            return login_page(renderer, "That is not the admin key.", 401)
-        token = await services.sessions.create()
+            return login_form(services, "That is not the admin key or an admin token.", 401)
+        token = await services.sessions.create(actor)
     except RateLimited as refused:
-        refusal = login_page(renderer, refused.message, 429)
+        refusal = login_form(services, refused.message, 429)
         refusal.headers.update(refused.headers)
         return refusal
+    await record_action(services, request, actor, "dashboard.login", "dashboard")
     response = RedirectResponse("/admin/ui", status_code=303)
     response.set_cookie(
         COOKIE_NAME,
@@ -91,8 +105,14 @@ async def login(request: Request, services: Services) -> Response:
 
 
 async def logout(request: Request, services: Services) -> Response:
-    """``POST /admin/ui/logout``: ends the session (server-side) and forgets the cookie."""
+    """``POST /admin/ui/logout`` (form field ``csrf``): ends the session (server-side) and
+    forgets the cookie."""
+    checked = await posted(request, services, "viewer")
+    if isinstance(checked, Response):
+        return checked
+    session, _ = checked
     await services.sessions.end(request.cookies.get(COOKIE_NAME))
+    await record_action(services, request, session.actor, "dashboard.logout", "dashboard")
     response = RedirectResponse("/admin/ui", status_code=303)
     response.delete_cookie(
         COOKIE_NAME,

@@ -302,10 +302,12 @@ def error_page(
     renderer: DashboardRenderer, message: str, status: int, param: str | None = None
 ) -> Response:
     """The dashboard's error page (a bad range, a store that is down) with ``status``."""
-    html = renderer.render("error.html", message=message, param=param)
+    html = renderer.render("error.html", message=message, param=param or "")
     return secured(HTMLResponse(html, status_code=status))
 
 
-def login_page(renderer: DashboardRenderer, message: str | None, status: int) -> Response:
-    html = renderer.render("login.html", message=message)
+def login_page(
+    renderer: DashboardRenderer, message: str | None, status: int, csrf: str = ""
+) -> Response:
+    html = renderer.render("login.html", message=message, csrf=csrf)
     return secured(HTMLResponse(html, status_code=status))

@@ -9,9 +9,12 @@ envelope and a Redis outage into a 503, and sends the request id back as ``x-req
   stages (their errors are in the client's format, their access line is their own), and the
   probes need no credentials;
 - ``Guard.API_KEY``: the caller's own API key (``GET /v1/usage``);
-- ``Guard.ADMIN``: the admin key as a bearer, compared in constant time: none → 401, another →
-  403, counted per client address and 429 once that address failed too often; one
-  ``admin_request`` log line with the status the client got;
+- ``Guard.ADMIN``: an admin credential as a bearer (the bootstrap admin key, compared in
+  constant time, or a named admin token, ``access/admins.py``) whose role reaches the ``role``
+  the route declares (``viewer`` < ``operator`` < ``admin``): none → 401, an unknown or revoked
+  one → 403, counted per client address and 429 once that address failed too often; a known
+  one whose role is too low → 403 ``insufficient_role`` (not counted). The handler also gets
+  the ``Actor``; one ``admin_request`` log line says who, with the status the client got;
 - ``Guard.DASHBOARD``: the dashboard's HTML pages, whose session cookie is the page's own
   business; a Redis outage is the 503 error page.
 """
@@ -25,7 +28,8 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.access.auth import Principal, admin_token, is_admin_key
+from gateway.access.admins import Actor, Role
+from gateway.access.auth import Principal, admin_token, client_credential
 from gateway.api.dashboard_view import error_page
 from gateway.api.http import client_address, error_response
 from gateway.errors import GatewayError, PermissionDenied, ServiceUnavailable
@@ -49,15 +53,21 @@ def services_of(request: Request) -> Services:
     return request.state.services
 
 
-def endpoint(handler: Callable[..., Awaitable[Response]], guard: Guard) -> Endpoint:
-    """``handler`` behind ``guard``, as a Starlette endpoint."""
+def endpoint(
+    handler: Callable[..., Awaitable[Response]], guard: Guard, role: Role | None = None
+) -> Endpoint:
+    """``handler`` behind ``guard``, as a Starlette endpoint; an admin route names the ``role``
+    it needs."""
+    if (guard is Guard.ADMIN) != (role is not None):
+        raise ValueError("an admin route, and only an admin route, declares the role it needs")
     match guard:
         case Guard.NONE:
             wrapped = _open(handler)
         case Guard.API_KEY:
             wrapped = _api_key(handler)
         case Guard.ADMIN:
-            wrapped = _admin(handler)
+            assert role is not None
+            wrapped = _admin(handler, role)
         case Guard.DASHBOARD:
             wrapped = _dashboard(handler)
     wrapped.__name__ = handler.__name__  # what Starlette names the route after
@@ -79,8 +89,8 @@ def _api_key(handler: Callable[..., Awaitable[Response]]) -> Endpoint:
         services = services_of(request)
 
         async def guarded() -> Response:
-            authorization = request.headers.get("authorization")
-            principal: Principal = await services.auth.authenticate(authorization)
+            credential = client_credential(request.headers)
+            principal: Principal = await services.auth.authenticate(credential)
             return await handler(request, services, principal)
 
         response = await _enveloped(guarded)
@@ -90,11 +100,12 @@ def _api_key(handler: Callable[..., Awaitable[Response]]) -> Endpoint:
     return call
 
 
-def _admin(handler: Callable[..., Awaitable[Response]]) -> Endpoint:
+def _admin(handler: Callable[..., Awaitable[Response]], role: Role) -> Endpoint:
     async def call(request: Request) -> Response:
         services = services_of(request)
         request_id = request_id_of(request)
         started = time.perf_counter()
+        who: list[Actor] = []
 
         def log_line(status: int) -> None:  # with the status the client got
             services.log.info(
@@ -103,12 +114,14 @@ def _admin(handler: Callable[..., Awaitable[Response]]) -> Endpoint:
                 method=request.method,
                 path=request.url.path[:_LOGGED_PATH_CHARS],
                 status=status,
+                actor=who[0].id if who else None,
                 latency_ms=round((time.perf_counter() - started) * 1000, 3),
             )
 
         async def guarded() -> Response:
-            await _check_admin(request, services)
-            return await handler(request, services)
+            actor = await _check_admin(request, services, role)
+            who.append(actor)
+            return await handler(request, services, actor)
 
         try:
             response = await _enveloped(guarded)
@@ -143,15 +156,25 @@ def _dashboard(handler: Callable[..., Awaitable[Response]]) -> Endpoint:
     return call
 
 
-async def _check_admin(request: Request, services: Services) -> None:
+async def _check_admin(request: Request, services: Services, role: Role) -> Actor:
     """401 without a bearer; 403 for a wrong one (counted against the client's address, and
-    logged with it); 429 while that address has failed too often, even with the right key."""
+    logged with it); 429 while that address has failed too often, even with the right key;
+    403 ``insufficient_role`` for a valid credential whose role is below ``role``."""
     token = admin_token(request.headers.get("authorization"))
     address = client_address(request)
     await services.auth_throttle.check(address)
-    if not is_admin_key(token, services.admin_key):
+    actor = await services.admins.resolve(token)
+    if actor is None:
         await services.auth_throttle.failed(address, "admin_bearer")
-        raise PermissionDenied("This endpoint needs the admin key.", code="admin_key_required")
+        raise PermissionDenied(
+            "This endpoint needs the admin key or an admin token.", code="admin_key_required"
+        )
+    if not actor.may(role):
+        raise PermissionDenied(
+            f"This endpoint needs the {role} role; this credential has the {actor.role} role.",
+            code="insufficient_role",
+        )
+    return actor
 
 
 async def _enveloped(call: Callable[[], Awaitable[Response]]) -> Response:

@@ -1,7 +1,8 @@
 """``GET /openapi.json``: an OpenAPI 3.1 description of every endpoint, /v1 and /admin.
 
 Paths, methods, parameters, request bodies and responses are written here next to each
-other; the schemas live in ``openapi_schemas``. Every error is OpenAI's envelope (``Error``).
+other; the schemas live in ``openapi_schemas``, and the front doors beside Chat Completions in
+``openapi_doors``. Errors are OpenAI's envelope (``Error``), Anthropic's on /v1/messages.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.api.http import json_response
+from gateway.api.openapi_doors import DOOR_SCHEMAS, door_paths
+from gateway.api.openapi_governance import SCHEMAS as GOVERNANCE_SCHEMAS
+from gateway.api.openapi_governance import governance_paths
 from gateway.api.openapi_schemas import GROUP_BYS, MAX_EVENTS_LIMIT, SCHEMAS, STRING, ref
 from gateway.services import Services
 
@@ -113,6 +117,10 @@ KEY_ID = {
     "description": "the key's id (as returned by create)",
 }
 DAY = {"type": "string", "format": "date", "pattern": r"^\d{4}-\d{2}-\d{2}$"}
+CACHE_FILTERS = [
+    _query("model", {"type": "string", "minLength": 1, "maxLength": 1000}, "a canonical model"),
+    _query("team", {"type": "string", "minLength": 1, "maxLength": 200}),
+]
 POLICY_BODY = {
     JSON: {"schema": {"type": "object", "description": "the policy as JSON"}},
     "application/yaml": {"schema": {"type": "string", "description": "the policy as YAML"}},
@@ -144,6 +152,7 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                 | _errors(401, 503),
             }
         },
+        **door_paths(),
         "/v1/usage": {
             "get": {
                 "summary": "The calling key's own usage over the last days",
@@ -205,6 +214,7 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
         "/admin/keys/{key_id}/revoke": {
             "post": _admin("Revoke a key", "Key", params=[KEY_ID], errors=(*ADMIN_ERRORS, 404))
         },
+        **governance_paths(_admin, _query, ADMIN_ERRORS, DAY),
         "/admin/usage": {
             "get": _admin(
                 "Usage grouped by one dimension over a date range",
@@ -230,6 +240,14 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                     _query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_EVENTS_LIMIT}),
                 ],
             )
+        },
+        "/admin/cache": {
+            "get": _admin("Response cache stats, per scope", "CacheStats", params=CACHE_FILTERS),
+            "delete": _admin(
+                "Purge cached answers of a model and/or team (or all=true)",
+                "CachePurged",
+                params=[*CACHE_FILTERS, _query("all", {"type": "boolean"}, "purge every entry")],
+            ),
         },
         "/admin/policy": {
             "get": _admin("The policy in force", "PolicyState"),
@@ -308,15 +326,28 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
         "info": {
             "title": "Switchyard",
             "version": version,
-            "description": "OpenAI-compatible LLM gateway: /v1 for applications (API key), "
-            "/admin for operators (admin key). Errors use OpenAI's envelope.",
+            "description": "LLM gateway: /v1 for applications (API key: OpenAI's and "
+            "Anthropic's APIs), /admin for operators (admin key or admin token). Errors use "
+            "OpenAI's envelope, and Anthropic's on /v1/messages.",
         },
         "paths": paths,
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": SCHEMAS | DOOR_SCHEMAS | GOVERNANCE_SCHEMAS,
             "securitySchemes": {
                 "apiKey": {"type": "http", "scheme": "bearer", "description": "sk-sy-... key"},
-                "adminKey": {"type": "http", "scheme": "bearer", "description": "the admin key"},
+                "anthropicKey": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "x-api-key",
+                    "description": "the same sk-sy-... key, as Anthropic's SDKs send it",
+                },
+                "adminKey": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "the admin key, or a named admin token (sy-tok-...) whose "
+                    "role reaches the operation's: viewer (usage reports), operator (keys, "
+                    "teams, reading the policy), admin (everything)",
+                },
             },
         },
     }

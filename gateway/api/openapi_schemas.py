@@ -11,6 +11,7 @@ from typing import Any
 
 from gateway.access.key_models import MAX_GRACE_S
 from gateway.api.request_models import ROLES
+from gateway.cache.stats import COUNTERS as CACHE_COUNTERS
 from gateway.metering.reports import GROUP_BYS, MAX_EVENTS_LIMIT
 from gateway.money import MAX_BUDGET_USD
 
@@ -38,6 +39,20 @@ INTEGER = {"type": "integer"}
 NUMBER = {"type": "number"}
 BOOLEAN = {"type": "boolean"}
 MODEL_NAME = {"type": "string", "minLength": 1, "description": "a model or alias of the policy"}
+
+
+BUDGET_MODE = nullable(
+    {"enum": ["hard", "soft"], "description": "hard refuses past the budget; soft only alerts"}
+)
+ALERT_THRESHOLDS = nullable(
+    {
+        "type": "array",
+        "items": {"type": "integer", "minimum": 1, "maximum": 100},
+        "maxItems": 10,
+        "uniqueItems": True,
+        "description": "percents of the budget; each crossing is a signed webhook",
+    }
+)
 
 
 def _int_range(low: int, high: int) -> Schema:
@@ -217,7 +232,10 @@ KEY_FIELDS: dict[str, Schema] = {
             "description": "USD with at most 9 decimal places (kept as integer nano-dollars)",
         }
     ),
-    "budget_period": nullable({"enum": ["day", "month", "total"]}),
+    "budget_period": nullable({"enum": ["day", "week", "month", "total"]}),
+    "max_parallel_requests": _int_range(0, 1_000_000),
+    "budget_mode": BUDGET_MODE,
+    "alert_thresholds": ALERT_THRESHOLDS,
     "expires_at": nullable(
         {
             "anyOf": [{"type": "number", "exclusiveMinimum": 0}, STRING],
@@ -383,6 +401,9 @@ SCHEMAS: dict[str, Schema] = {
             "tpm": nullable(INTEGER),
             "budget_usd": nullable(NUMBER),
             "budget_period": nullable(STRING),
+            "max_parallel_requests": nullable(INTEGER),
+            "budget_mode": {"enum": ["hard", "soft"]},
+            "alert_thresholds": {"type": "array", "items": INTEGER},
             "expires_at": nullable(NUMBER),
             "metadata": {"type": "object"},
             "status": {"enum": ["active", "revoked", "expired"]},
@@ -473,6 +494,25 @@ SCHEMAS: dict[str, Schema] = {
             "checks": {"type": "object", "additionalProperties": STRING},
         },
         ["status", "checks"],
+    ),
+    "CacheStats": obj(
+        {
+            "entries": INTEGER,
+            "hit_ratio": nullable({"type": "number"}),
+            **{name: INTEGER for name in CACHE_COUNTERS},
+            "scopes": {
+                "type": "array",
+                "items": obj(
+                    {"namespace": STRING, "model": STRING, "entries": INTEGER},
+                    ["namespace", "model", "entries", "hit_ratio", *CACHE_COUNTERS],
+                ),
+            },
+        },
+        ["entries", "hit_ratio", *CACHE_COUNTERS, "scopes"],
+    ),
+    "CachePurged": obj(
+        {"purged": obj({"scopes": INTEGER, "entries": INTEGER}, ["scopes", "entries"])},
+        ["purged"],
     ),
     "AdminHealth": obj(
         {

@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.access.admins import Actor
 from gateway.access.auth import bearer_token
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import error_response, json_response
@@ -92,7 +93,7 @@ async def readyz(request: Request, services: Services) -> Response:
     return json_response(readiness.body(), status=200 if readiness.ready else 503)
 
 
-async def admin_health(request: Request, services: Services) -> Response:
+async def admin_health(request: Request, services: Services, actor: Actor) -> Response:
     """``GET /admin/health``: the readiness checks, and what each failure was about."""
     readiness = await check_readiness(services, detailed=True)
     return json_response({**readiness.body(), "details": readiness.details})
@@ -128,5 +129,5 @@ routes = [
     Route("/readyz", endpoint(readyz, Guard.NONE), methods=["GET"]),
     Route("/metrics", endpoint(metrics, Guard.NONE), methods=["GET"]),
     Route("/openapi.json", endpoint(openapi_json, Guard.NONE), methods=["GET"]),
-    Route("/admin/health", endpoint(admin_health, Guard.ADMIN), methods=["GET"]),
+    Route("/admin/health", endpoint(admin_health, Guard.ADMIN, "operator"), methods=["GET"]),
 ]

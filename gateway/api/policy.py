@@ -1,4 +1,5 @@
-"""Admin endpoints for the routing policy and route explanations (``Guard.ADMIN``):
+"""Admin endpoints for the routing policy and route explanations (``Guard.ADMIN``; replacing
+the policy needs the ``admin`` role, reading, validating and explaining ``operator``):
 
 - ``GET  /admin/policy``           version, loaded_at, source, last_error and the policy as JSON
 - ``PUT  /admin/policy``           YAML or JSON body: validate, write the file atomically, apply
@@ -20,6 +21,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.access.admins import Actor
+from gateway.api.audit import record_action
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import json_response, read_body, read_json_object
 from gateway.api.payloads import parse_payload
@@ -43,24 +46,30 @@ def _invalid_policy(error: PolicyError) -> InvalidRequest:
     )
 
 
-async def get_policy(request: Request, services: Services) -> Response:
+async def get_policy(request: Request, services: Services, actor: Actor) -> Response:
     return json_response(services.policies.describe())
 
 
-async def put_policy(request: Request, services: Services) -> Response:
+async def put_policy(request: Request, services: Services, actor: Actor) -> Response:
     store = services.policies
+    before = store.current.version if store.loaded else None
     try:
         raw = await read_body(request, MAX_POLICY_BYTES)
         text = policy_text_from_body(raw, request.headers.get("content-type"))
         loaded = await asyncio.to_thread(store.write, text)
     except PolicyError as error:
         raise _invalid_policy(error) from None
+    # The versions only: a policy may name provider settings an audit reader need not see.
+    await record_action(
+        services, request, actor, "policy.put", "policy",
+        before={"version": before}, after={"version": loaded.version},
+    )  # fmt: skip
     return json_response(
         {"applied": True, "version": loaded.version, "loaded_at": loaded.loaded_at}
     )
 
 
-async def validate_policy(request: Request, services: Services) -> Response:
+async def validate_policy(request: Request, services: Services, actor: Actor) -> Response:
     store = services.policies
     try:
         raw = await read_body(request, MAX_POLICY_BYTES)
@@ -78,7 +87,7 @@ async def validate_policy(request: Request, services: Services) -> Response:
     )
 
 
-async def explain_route(request: Request, services: Services) -> Response:
+async def explain_route(request: Request, services: Services, actor: Actor) -> Response:
     payload = await read_json_object(request, MAX_EXPLAIN_BYTES)
     body, headers, key_id, allowed = _explain_inputs(payload)
     plan = services.router.plan(body=body, headers=headers, key_id=key_id, allowed_models=allowed)
@@ -152,8 +161,14 @@ def _explain_inputs(
 
 
 routes = [
-    Route("/admin/policy", endpoint(get_policy, Guard.ADMIN), methods=["GET"]),
-    Route("/admin/policy", endpoint(put_policy, Guard.ADMIN), methods=["PUT"]),
-    Route("/admin/policy/validate", endpoint(validate_policy, Guard.ADMIN), methods=["POST"]),
-    Route("/admin/route/explain", endpoint(explain_route, Guard.ADMIN), methods=["POST"]),
+    Route("/admin/policy", endpoint(get_policy, Guard.ADMIN, "operator"), methods=["GET"]),
+    Route("/admin/policy", endpoint(put_policy, Guard.ADMIN, "admin"), methods=["PUT"]),
+    Route(
+        "/admin/policy/validate",
+        endpoint(validate_policy, Guard.ADMIN, "operator"),
+        methods=["POST"],
+    ),
+    Route(
+        "/admin/route/explain", endpoint(explain_route, Guard.ADMIN, "operator"), methods=["POST"]
+    ),
 ]

@@ -18,12 +18,15 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
+from gateway.cache import BYPASS, CACHE_HEADER
 from gateway.metering.accounting import Accounting
 from gateway.metering.gate import Usage
 from gateway.routing.dispatch import AttemptRecord
 from gateway.routing.router import Candidate, RoutePlan
 from gateway.server.exchange import request_id_of, when_answered
 from gateway.services import Services
+from gateway.tracing import NO_ATTEMPT, AttemptTrace
+from gateway.tracing.genai import INPUT_TOKENS, OUTPUT_TOKENS, RESPONSE_MODEL
 
 
 class Outcome:
@@ -124,8 +127,15 @@ class V1Call:
         self.route = route
         self.outcome = Outcome(request_id_of(request))
         self.books: Accounting | None = None  # opened once the request is routed
-        self.headers: dict[str, str] = {}
+        # Every answer says whether the cache served it (api/caching.py changes it).
+        self.headers: dict[str, str] = {CACHE_HEADER: BYPASS}
         self.streaming = False  # a stream's relay ends it, not the handler
+        # Its span (a shared no-op unless tracing is on): stages and upstream tries hang on it.
+        self.trace = services.tracing.start_request(
+            route=route, method=request.method, path=request.scope["path"], headers=request.headers
+        )
+        self.tries = 0  # upstream tries so far (the number of each try's span)
+        self.held_try: AttemptTrace = NO_ATTEMPT  # the try whose stream is being relayed
 
     def end(self, error: str | None = None) -> asyncio.Future[None] | None:
         """Close the books and write the access line and metrics; returns the future of the
@@ -133,8 +143,12 @@ class V1Call:
         an answer's once its status line is out, with the status the client got."""
         outcome, services = self.outcome, self.services
         recorded = None
-        if self.books is not None:
+        if self.books is not None and services.tracing.enabled:
+            recorded = self._traced_close(self.books)
+        elif self.books is not None:
             recorded = services.accountant.close(self.books, outcome.status, outcome.usage)
+        if services.tracing.enabled:
+            self._trace_end()
         if self.streaming:
             outcome.finish(services, self.route, error)
         else:
@@ -144,6 +158,31 @@ class V1Call:
                 outcome.status,
             )
         return recorded
+
+    def _traced_close(self, books: Accounting) -> asyncio.Future[None] | None:
+        """``close`` in a ``usage_record`` span that lasts until the record is durable."""
+        outcome = self.outcome
+        stage = self.trace.stage("usage_record").__enter__()
+        recorded = self.services.accountant.close(books, outcome.status, outcome.usage)
+        if recorded is None:
+            stage.__exit__(None, None, None)
+        else:
+            recorded.add_done_callback(lambda _: stage.__exit__(None, None, None))
+        return recorded
+
+    def _trace_end(self) -> None:
+        outcome, trace = self.outcome, self.trace
+        trace.set("switchyard.cache", self.headers.get(CACHE_HEADER, BYPASS))
+        if outcome.key_id is not None:
+            trace.set("switchyard.key_id", outcome.key_id)
+        if outcome.model is not None:
+            trace.set("switchyard.model", outcome.model)
+        if self.books is not None and self.books.served_model is not None:
+            trace.set(RESPONSE_MODEL, self.books.served_model)
+        if outcome.usage is not None:
+            trace.set(INPUT_TOKENS, outcome.usage.prompt_tokens)
+            trace.set(OUTPUT_TOKENS, outcome.usage.completion_tokens)
+        trace.end(outcome.status)
 
 
 async def durable(recorded: asyncio.Future[None] | None) -> None:

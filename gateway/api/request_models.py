@@ -167,6 +167,22 @@ class ImageRequest(msgspec.Struct):
     metadata: Metadata | None = None
 
 
+class ModerationRequest(msgspec.Struct):
+    input: NonEmptyStr | Annotated[list[Any], msgspec.Meta(min_length=1)]
+    model: NonEmptyStr | None = None  # none (or "auto") = route by task
+    metadata: Metadata | None = None
+
+
+class SpeechRequest(msgspec.Struct):
+    model: NonEmptyStr
+    input: NonEmptyStr
+    voice: NonEmptyStr | dict[str, Any]
+    response_format: str | None = None
+    speed: Annotated[float, msgspec.Meta(ge=0.25, le=4)] | None = None
+    stream: bool | None = None
+    metadata: Metadata | None = None
+
+
 class RouteRequest(_Generation):
     """A body ``POST /admin/route/explain`` routes: any /v1 request, every field optional."""
 

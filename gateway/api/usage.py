@@ -1,5 +1,6 @@
 """Usage reports over HTTP: ``GET /v1/usage`` (the calling key's own, ``Guard.API_KEY``) and
-``GET /admin/usage``, ``GET /admin/usage/events`` (``Guard.ADMIN``).
+``GET /admin/usage``, ``GET /admin/usage/events`` (``Guard.ADMIN``, any role: ``viewer`` is
+enough).
 
 They read ``UsageReports`` over the SQL usage store (the same numbers as ``switchyard usage
 report``), and every answer says how fresh it is: ``as_of``, ``pending_export`` (events not in
@@ -18,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.access.admins import Actor
 from gateway.access.auth import Principal
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import json_response
@@ -88,7 +90,7 @@ async def own_usage(request: Request, services: Services, principal: Principal) 
         raise _invalid(exc) from None
 
 
-async def admin_usage(request: Request, services: Services) -> Response:
+async def admin_usage(request: Request, services: Services, actor: Actor) -> Response:
     """``GET /admin/usage?from=&to=&group_by=&format=json|csv`` (dates inclusive, UTC)."""
     reports = services.reports
     query = parse_query(AdminUsageQuery, request)
@@ -114,7 +116,7 @@ async def admin_usage(request: Request, services: Services) -> Response:
     return json_response(report)
 
 
-async def admin_usage_events(request: Request, services: Services) -> Response:
+async def admin_usage_events(request: Request, services: Services, actor: Actor) -> Response:
     """``GET /admin/usage/events?key=&model=&cursor=&limit=``: newest first, paginated."""
     query = parse_query(UsageEventsQuery, request)
     try:
@@ -129,6 +131,10 @@ async def admin_usage_events(request: Request, services: Services) -> Response:
 
 routes = [
     Route("/v1/usage", endpoint(own_usage, Guard.API_KEY), methods=["GET"]),
-    Route("/admin/usage", endpoint(admin_usage, Guard.ADMIN), methods=["GET"]),
-    Route("/admin/usage/events", endpoint(admin_usage_events, Guard.ADMIN), methods=["GET"]),
+    Route("/admin/usage", endpoint(admin_usage, Guard.ADMIN, "viewer"), methods=["GET"]),
+    Route(
+        "/admin/usage/events",
+        endpoint(admin_usage_events, Guard.ADMIN, "viewer"),
+        methods=["GET"],
+    ),
 ]

@@ -19,7 +19,9 @@ from gateway.api.request_models import (
     CompletionRequest,
     EmbeddingRequest,
     ImageRequest,
+    ModerationRequest,
     RouteRequest,
+    SpeechRequest,
 )
 from gateway.errors import InvalidRequest
 
@@ -29,7 +31,9 @@ __all__ = [
     "validate_completion",
     "validate_embedding",
     "validate_image",
+    "validate_moderation",
     "validate_routed",
+    "validate_speech",
 ]
 
 _TYPE_NAMES = {
@@ -115,6 +119,16 @@ def validate_image(body: dict[str, Any]) -> None:
         raise InvalidRequest(
             "stream: image generation is not streamed by this gateway", param="stream"
         )
+
+
+def validate_moderation(body: dict[str, Any]) -> None:
+    _convert(body, ModerationRequest)
+
+
+def validate_speech(body: dict[str, Any]) -> None:
+    request: SpeechRequest = _convert(body, SpeechRequest)
+    if request.stream:
+        raise InvalidRequest("stream: speech is relayed whole by this gateway", param="stream")
 
 
 def validate_routed(body: dict[str, Any], prefix: str) -> None:

@@ -2,8 +2,8 @@
 
 Request headers:
 
-* ``Cache-Control: no-cache`` skips the lookup (the fresh answer may still be stored, so it
-  refreshes the entry); ``no-store`` forbids storing the answer (RFC 9111: the lookup still
+* ``Cache-Control: no-cache`` skips the lookup (and so the store: an answer is stored only
+  under the purge epoch its lookup read, see store.py); ``no-store`` forbids storing the answer (RFC 9111: the lookup still
   happens); ``max-age=N`` accepts only an entry stored at most N seconds ago (``max-age=0``
   therefore skips the lookup). Other directives are ignored, as HTTP caches ignore them.
 * ``x-switchyard-cache: bypass`` skips the lookup, like ``no-cache``. Any other value is a

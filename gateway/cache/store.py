@@ -182,6 +182,19 @@ class ResponseCache:
             raise CacheUnavailable(str(exc)) from exc
         return "stored"
 
+    def store_later(
+        self, scope: CacheScope, key: str, entry: CacheEntry, policy: CachePolicy, *, epoch: int
+    ) -> None:
+        """``store`` beside the request, not on its path: the answer goes out meanwhile; a
+        Redis failure only means the answer is not cached (``drain`` waits for it)."""
+        self._spawn(self._store_quietly(scope, key, entry, policy, epoch))
+
+    async def _store_quietly(
+        self, scope: CacheScope, key: str, entry: CacheEntry, policy: CachePolicy, epoch: int
+    ) -> None:
+        with contextlib.suppress(CacheUnavailable):
+            await self.store(scope, key, entry, policy, epoch=epoch)
+
     def note(self, scope: CacheScope, kind: str, policy: CachePolicy | None) -> None:
         """Count an outcome that needed no lookup or store (``bypass``, ``skip_*``). Counted in
         this process and written within ``NOTE_FLUSH_S`` by one batch: no Redis call per

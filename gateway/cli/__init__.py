@@ -3,6 +3,8 @@
 - ``serve`` (``cli/serve.py``): run the gateway;
 - ``keys create|list|show|update|rotate|revoke`` (``cli/keys.py``): the admin API's key
   operations, straight on the gateway's Redis (``cli/connect.py``). Output is JSON;
+- ``teams create|list|show|update|delete``, ``tokens create|list|revoke`` (``cli/teams.py``):
+  teams with shared limits, named admin tokens; every change of these is in the audit log;
 - ``usage report`` (``cli/usage.py``): the admin usage report as a table, CSV or JSON;
 - ``policy check FILE`` (``cli/policy.py``): validate a routing policy.
 
@@ -20,6 +22,7 @@ from gateway.cli.keys import add_keys_parser, keys_command
 from gateway.cli.output import fail
 from gateway.cli.policy import add_policy_parser, policy_command
 from gateway.cli.serve import add_serve_parser, serve_command
+from gateway.cli.teams import add_teams_parser, add_tokens_parser, teams_command, tokens_command
 from gateway.cli.usage import add_usage_parser, usage_command
 from gateway.data_dir import DataDirBusy
 from gateway.errors import GatewayError
@@ -32,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(commands)
     add_keys_parser(commands)
+    add_teams_parser(commands)
+    add_tokens_parser(commands)
     add_policy_parser(commands)
     add_usage_parser(commands)
     return parser
@@ -50,6 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return serve_command(settings, args)
         if args.command == "usage":
             return asyncio.run(usage_command(settings, args))
+        if args.command == "teams":
+            return asyncio.run(teams_command(settings, args))
+        if args.command == "tokens":
+            return asyncio.run(tokens_command(settings, args))
         return asyncio.run(keys_command(settings, args))
     except SettingsError as exc:
         return fail(str(exc), 2)

@@ -1,20 +1,31 @@
-"""The Redis a ``keys`` or ``usage`` command talks to: the gateway's own.
+"""The Redis a ``keys``, ``teams``, ``tokens`` or ``usage`` command talks to: the gateway's own.
 
 ``SWITCHYARD_REDIS_URL`` when set; otherwise the embedded Redis under DATA_DIR, reached over its
 socket while the gateway runs, or started for the command (holding the DATA_DIR lock) when it
 does not. The key pepper is checked against Redis's first, as the gateway checks it.
+``admin_context`` adds what a command that changes something needs beside the key store: the
+teams, the admin tokens, the limiter's key moves and the audit log (the command's actor is
+``cli:<OS user>``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import redis
 
+from gateway.access.admins import Actor, AdminTokens
 from gateway.access.keys import KeyStore, PepperMismatch, check_pepper
+from gateway.access.teams import TeamStore
+from gateway.audit.trail import AuditTrail, audit_trail
 from gateway.data_dir import DataDirLock
+from gateway.logs import build_logger
+from gateway.metering.limits import Limiter
+from gateway.metering.moves import LimitMoves
 from gateway.settings import Settings, SettingsError, ensure_secrets
 from gateway.store.connect import connect_redis
 from gateway.store.embedded import EmbeddedRedis
@@ -57,3 +68,40 @@ def _answers(server: EmbeddedRedis) -> bool:
         return bool(client.ping())
     except (redis.RedisError, OSError):
         return False
+
+
+@dataclass(frozen=True)
+class AdminContext:
+    """Everything an admin command may change, and the audit log it answers to."""
+
+    keys: KeyStore
+    teams: TeamStore
+    tokens: AdminTokens
+    limiter: Limiter
+    moves: LimitMoves
+    audit: AuditTrail
+    actor: Actor
+
+    async def record(
+        self, action: str, target: str, before: object = None, after: object = None
+    ) -> None:
+        await self.audit.record(
+            self.actor, action, target, client="cli", before=before, after=after
+        )
+
+
+@contextlib.asynccontextmanager
+async def admin_context(settings: Settings) -> AsyncIterator[AdminContext]:
+    log = build_logger("warning", "console", sys.stderr)
+    secrets = ensure_secrets(settings)
+    async with key_store(settings) as keys, audit_trail(settings, log) as trail:
+        limiter = Limiter(keys.redis, in_flight_lease_s=settings.inflight_lease_s)
+        yield AdminContext(
+            keys=keys,
+            teams=TeamStore(keys.redis),
+            tokens=AdminTokens(keys.redis, secrets.key_pepper, secrets.admin_key),
+            limiter=limiter,
+            moves=LimitMoves(keys.redis, keys, limiter, log),
+            audit=trail,
+            actor=Actor.cli(),
+        )

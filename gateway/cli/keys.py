@@ -1,6 +1,7 @@
 """``switchyard keys create|list|show|update|rotate|revoke``: the admin API's key operations
 (``gateway.access.key_admin``, the same checks) straight on the gateway's Redis. Output is JSON;
-a refused field is named on stderr with exit status 1.
+a refused field is named on stderr with exit status 1. Every change is in the audit log, by
+``cli:<OS user>``; a key that changes teams has its limiter counters carried over at once.
 """
 
 from __future__ import annotations
@@ -11,13 +12,32 @@ from typing import Any
 
 from gateway.access import key_admin
 from gateway.access.key_models import KeyListQuery, parse_key_payload
-from gateway.cli.connect import key_store
+from gateway.cli.connect import admin_context
 from gateway.cli.output import fail, print_json
 from gateway.errors import GatewayError
 from gateway.routing.policy import Policy, PolicyError, load_policy_file
 from gateway.settings import Settings
 
-LIMIT_FLAGS = ("rpm", "tpm", "budget_usd", "budget_period", "expires_at")
+LIMIT_FLAGS = (
+    "rpm",
+    "tpm",
+    "budget_usd",
+    "budget_period",
+    "max_parallel_requests",
+    "budget_mode",
+    "alert_thresholds",
+    "expires_at",
+)
+
+
+def percent_list(text: str) -> list[int]:
+    """``--alert-thresholds 50,80,100``: whole percents (the payload model checks the range)."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected whole percents separated by commas, got {text!r}"
+        ) from None
 
 
 def add_keys_parser(commands: Any) -> None:
@@ -41,12 +61,19 @@ def add_keys_parser(commands: Any) -> None:
 
 def _add_key_fields(parser: argparse.ArgumentParser, update: bool) -> None:
     parser.add_argument("--name")
-    parser.add_argument("--team")
+    parser.add_argument("--team", help="a team id: its shared limits apply to the key")
     parser.add_argument("--models", help="comma-separated allow-list of models or aliases")
     parser.add_argument("--rpm", type=int, help="requests per minute")
     parser.add_argument("--tpm", type=int, help="tokens per minute")
     parser.add_argument("--budget-usd", dest="budget_usd", type=float)
-    parser.add_argument("--budget-period", dest="budget_period", help="day | month | total")
+    parser.add_argument("--budget-period", dest="budget_period", help="day | week | month | total")
+    parser.add_argument(
+        "--max-parallel-requests",
+        dest="max_parallel_requests",
+        type=int,
+        help="requests in flight at once",
+    )
+    add_alert_flags(parser)
     parser.add_argument(
         "--expires-at", dest="expires_at", help="ISO 8601 date-time or unix timestamp"
     )
@@ -58,6 +85,17 @@ def _add_key_fields(parser: argparse.ArgumentParser, update: bool) -> None:
             choices=["name", "team", "models", *LIMIT_FLAGS],
             help="remove a field (e.g. --clear rpm)",
         )
+
+
+def add_alert_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--budget-mode", dest="budget_mode", choices=["hard", "soft"],
+        help="hard (default) refuses past the budget; soft only alerts",
+    )  # fmt: skip
+    parser.add_argument(
+        "--alert-thresholds", dest="alert_thresholds", type=percent_list, metavar="50,80,100",
+        help="percents of the budget that send a webhook when crossed",
+    )  # fmt: skip
 
 
 def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -89,12 +127,17 @@ def _policy_or_none(settings: Settings) -> Policy | None:
 
 
 async def keys_command(settings: Settings, args: argparse.Namespace) -> int:
-    async with key_store(settings) as store:
-        command = args.keys_command
+    async with admin_context(settings) as admin:
+        store, command = admin.keys, args.keys_command
         if command == "create":
             policy = _policy_or_none(settings)
-            created = await key_admin.create_key(store, _fields_from_args(args), policy)
-            print_json({**created.record.public_view(), "key": created.key})
+            created = await key_admin.create_key(
+                store, admin.teams, _fields_from_args(args), policy
+            )
+            view = created.record.public_view()
+            await admin.record("key.create", f"key:{view['id']}", after=view)
+            await admin.moves.sweep_key(created.record.id)
+            print_json({**view, "key": created.key})
             print("Store the key now: it is not shown again.", file=sys.stderr)
             return 0
         if command == "list":
@@ -105,20 +148,29 @@ async def keys_command(settings: Settings, args: argparse.Namespace) -> int:
         if command == "show":
             print_json((await key_admin.show_key(store, args.id)).public_view())
             return 0
+        before = await key_admin.show_key(store, args.id)
         if command == "update":
             changes = _fields_from_args(args)
             if not changes:
                 return fail("nothing to update: pass at least one field flag or --clear")
             policy = _policy_or_none(settings)
-            updated = await key_admin.update_key(store, args.id, changes, policy)
+            updated = await key_admin.update_key(store, admin.teams, args.id, changes, policy)
+            await admin.record(
+                "key.update", f"key:{args.id}", before.public_view(), updated.public_view()
+            )
+            await admin.moves.sweep_key(args.id)
             print_json(updated.public_view())
             return 0
         if command == "rotate":
             grace = {"grace_seconds": args.grace_seconds}
             rotated = await key_admin.rotate_key(store, args.id, grace, args.idempotency_key)
-            print_json({**rotated.record.public_view(), "key": rotated.key})
+            view = rotated.record.public_view()
+            await admin.record("key.rotate", f"key:{args.id}", before.public_view(), view)
+            print_json({**view, "key": rotated.key})
             return 0
         if command == "revoke":
-            print_json((await key_admin.revoke_key(store, args.id)).public_view())
+            revoked = (await key_admin.revoke_key(store, args.id)).public_view()
+            await admin.record("key.revoke", f"key:{args.id}", before.public_view(), revoked)
+            print_json(revoked)
             return 0
     return fail(f"unknown keys command {args.keys_command!r}")

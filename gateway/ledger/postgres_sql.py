@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from datetime import date, timedelta
 from typing import Any
 
+from gateway.ledger.audit import POSTGRES_MIGRATION as AUDIT_MIGRATION
 from gateway.ledger.event import LedgerEvent
 from gateway.ledger.query import COUNTERS
 from gateway.ledger.tables import EVENT_COLUMNS, row_values
@@ -90,7 +91,8 @@ CREATE TABLE usage_rollup_user (
   PRIMARY KEY (day, end_user, key_id, team, model, provider, task)
 );
 """,
-    # 2: the store's identity, made once with the store (see UsageStore.store_id).
+    AUDIT_MIGRATION,  # version 2: the admin audit log (gateway/ledger/audit.py)
+    # 3: the store's identity, made once with the store (see UsageStore.store_id).
     """
 CREATE TABLE usage_store_identity (
   singleton smallint PRIMARY KEY CHECK (singleton = 1),

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Self, TypeVar
 
 import orjson
 
-USAGE_SOURCES = ("provider", "estimated")
+USAGE_SOURCES = ("provider", "estimated", "cache")
 MAX_ID_LENGTH = 200
 
 

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 import orjson
 import structlog
 
+from gateway.ledger.audit import SQLITE_MIGRATION as AUDIT_MIGRATION
 from gateway.ledger.event import EPOCH_DAY, LedgerEvent
 from gateway.ledger.query import (
     COUNTERS,
@@ -98,7 +99,8 @@ CREATE TABLE usage_rollup_user (
   PRIMARY KEY (day, end_user, key_id, team, model, provider, task)
 ) STRICT;
 """,
-    # 2: the store's identity, made once with the store (see UsageStore.store_id).
+    AUDIT_MIGRATION,  # version 2: the admin audit log (gateway/ledger/audit.py)
+    # 3: the store's identity, made once with the store (see UsageStore.store_id).
     """
 CREATE TABLE usage_store_identity (
   singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
@@ -133,6 +135,20 @@ _MAIN_KEYS = "day, key_id, team, model, provider, task"
 UPSERT_MAIN = _upsert("usage_rollup", _MAIN_KEYS)
 UPSERT_TAG = _upsert("usage_rollup_tag", "day, tag, key_id, team, model, provider, task")
 UPSERT_USER = _upsert("usage_rollup_user", "day, end_user, key_id, team, model, provider, task")
+
+
+def _statements(script: str) -> list[str]:
+    """A migration's statements, split where SQLite says one is complete (a trigger's body
+    holds semicolons of its own)."""
+    statements, pending = [], ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            statements.append(pending)
+            pending = ""
+    if pending.strip():
+        statements.append(pending)
+    return statements
 
 
 def day_value(day: date) -> int:
@@ -280,9 +296,8 @@ class SqliteStore:
                 "SELECT coalesce(max(version), 0) FROM usage_schema_version"
             ).fetchone()[0]
             for version in versions_to_apply(current, SCHEMA_VERSION):
-                for statement in MIGRATIONS[version - 1].split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
+                for statement in _statements(MIGRATIONS[version - 1]):
+                    conn.execute(statement)
                 conn.execute(
                     "INSERT INTO usage_schema_version (version, applied_at) VALUES (?, ?)",
                     (version, int(time.time())),

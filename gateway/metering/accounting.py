@@ -31,8 +31,6 @@ from gateway.metrics import Metrics
 from gateway.routing.policy import Policy
 from gateway.routing.router import RoutePlan
 
-OUTPUT_DELTA_FIELDS = ("content", "tool_calls", "function_call", "refusal", "reasoning_content")
-
 
 @dataclass
 class Accounting:
@@ -56,6 +54,8 @@ class Accounting:
     # Content-bearing chunks read from upstream: the produced-token estimate for a stream
     # that ends (client gone, upstream broke) before the provider reported usage.
     streamed_chunks: int = 0
+    # Answered by the response cache: no upstream call, so no cost and no tokens against TPM.
+    cache_hit: bool = False
 
 
 class Accountant:
@@ -91,6 +91,8 @@ class Accountant:
         provider = books.served_provider or books.plan.candidates[0].provider
         tokens = usage.total if usage else 0
         cost = cost_of(books.policy, model, usage) if usage else 0
+        if books.cache_hit:
+            source, tokens, cost = "cache", 0, 0
         try:
             event = UsageEvent(
                 time=time.time(),
@@ -104,6 +106,7 @@ class Accountant:
                 prompt_tokens=usage.prompt_tokens if usage else 0,
                 completion_tokens=usage.completion_tokens if usage else 0,
                 cached_tokens=min(usage.cached_tokens, usage.prompt_tokens) if usage else 0,
+                cache_write_tokens=_cache_writes(usage),
                 cost_nanos=cost,
                 policy_version=books.plan.policy_version,
                 latency_ms=int((time.perf_counter() - books.started) * 1000),
@@ -147,23 +150,15 @@ class Accountant:
             metrics.tokens.labels(event.model, "completion").inc(event.completion_tokens)
         if event.cached_tokens:
             metrics.tokens.labels(event.model, "cached").inc(event.cached_tokens)
+        if event.cache_write_tokens:
+            metrics.tokens.labels(event.model, "cache_write").inc(event.cache_write_tokens)
         if event.cost_nanos:
             metrics.cost.labels(event.model).inc(event.cost_nanos)
 
 
-def produced_tokens(chunk: Any) -> int:
-    """Choices in one stream chunk that carry new output: about one token each, as
-    OpenAI-compatible servers stream (role-only, finish-only and usage-only chunks count 0)."""
-    if not isinstance(chunk, dict) or not isinstance(chunk.get("choices"), list):
+def _cache_writes(usage: Usage | None) -> int:
+    """Cache writes as recorded: never more than the prompt tokens left after cache reads."""
+    if usage is None:
         return 0
-    count = 0
-    for choice in chunk["choices"]:
-        if not isinstance(choice, dict):
-            continue
-        delta = choice.get("delta")
-        if isinstance(delta, dict):
-            if any(delta.get(name) for name in OUTPUT_DELTA_FIELDS):
-                count += 1
-        elif choice.get("text"):
-            count += 1
-    return count
+    cached = min(usage.cached_tokens, usage.prompt_tokens)
+    return max(min(usage.cache_write_tokens, usage.prompt_tokens - cached), 0)

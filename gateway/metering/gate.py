@@ -4,6 +4,11 @@ The reservation is the request's worst case: the prompt estimate plus ``max_toke
 of its ``max(n, best_of)`` choices (none for embeddings), priced at the most expensive
 candidate of the plan, since any fallback may serve it. Money is integer nano-dollars.
 
+A key of a team is always reserved (its team's limits are read by the script itself, in the
+team's slot). A reserve that finds the key's limits state elsewhere than its cached record says
+(the key changed teams) re-reads the record and tries again; one that finds the new home not
+yet open sweeps the move first (``metering/moves.py``).
+
 ``SWITCHYARD_LIMITS_ON_REDIS_FAILURE=closed`` turns a Redis outage into 503; ``open`` serves keys
 verified within ``fail_open_window_s`` without limits, counted in a metric and logged (once a
 second at most). Recovery needs no restart: the next request simply finds Redis again.
@@ -12,12 +17,19 @@ second at most). Recovery needs no restart: the next request simply finds Redis 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from gateway.access.auth import Principal
-from gateway.metering.limits import KeyLimits, Limiter, LimiterUnavailable, Reservation
+from gateway.access.keys import KeyRecord
+from gateway.access.teams import team_of_home
+from gateway.errors import ServiceUnavailable
+from gateway.formats.internal import FormatName
+from gateway.formats.internal import Usage as FormatUsage
+from gateway.formats.relay import usage_of
+from gateway.metering.limits import HomeChanged, KeyLimits, Limiter, LimiterUnavailable, Reservation
+from gateway.metering.moves import LimitMoves
 from gateway.metrics import Metrics
 from gateway.routing.estimate import estimate_prompt_tokens, expected_output_tokens
 from gateway.routing.policy import Policy
@@ -27,40 +39,63 @@ from gateway.settings import Settings
 
 @dataclass(frozen=True)
 class Usage:
+    """What one request is charged for. ``prompt_tokens`` counts every input token; of them,
+    ``cached_tokens`` were read from a provider's prompt cache and ``cache_write_tokens``
+    written to it (each priced apart), whatever the wire format said."""
+
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
+    cache_write_tokens: int = 0
 
     @property
     def total(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
+    @classmethod
+    def of(cls, usage: FormatUsage | None) -> Usage | None:
+        """The record of a format's usage (``gateway.formats.internal.Usage``)."""
+        if usage is None:
+            return None
+        return cls(
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.cached_tokens,
+            usage.cache_write_tokens,
+        )
 
-def usage_from(data: Any) -> Usage | None:
-    """The ``usage`` object of an OpenAI response or chunk, if it has one."""
+
+def usage_from(data: Any, wire_format: FormatName = "openai_chat") -> Usage | None:
+    """The usage a whole answer in ``wire_format`` reports, if it has one."""
     if not isinstance(data, Mapping):
         return None
-    usage = data.get("usage")
-    if not isinstance(usage, Mapping):
-        return None
-    prompt = usage.get("prompt_tokens")
-    completion = usage.get("completion_tokens") or 0
-    if not isinstance(prompt, int) or not isinstance(completion, int):
-        return None
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, Mapping) else 0
-    return Usage(prompt, completion, cached if isinstance(cached, int) else 0)
+    return Usage.of(usage_of(wire_format, dict(data)))
 
 
 # Routes whose answers produce no completion tokens: their estimate is the prompt alone.
-PROMPT_ONLY_ROUTES = frozenset({"embeddings"})
+PROMPT_ONLY_ROUTES = frozenset(
+    {"embeddings", "moderations", "audio.speech", "messages.count_tokens"}
+)
 
 
-def key_limits(principal: Principal) -> KeyLimits | None:
-    record = principal.record
-    if record.rpm is None and record.tpm is None and record.budget_nanos is None:
+def key_limits(record: KeyRecord) -> KeyLimits | None:
+    """The key's own limits; None when it has none (its team's, if any, are the script's)."""
+    limits = (record.rpm, record.tpm, record.budget_nanos, record.max_parallel_requests)
+    if all(limit is None for limit in limits):
         return None
-    return KeyLimits(record.rpm, record.tpm, record.budget_nanos, record.budget_period or "month")
+    return KeyLimits(
+        record.rpm,
+        record.tpm,
+        record.budget_nanos,
+        record.budget_period or "month",  # type: ignore[arg-type]
+        record.max_parallel_requests,
+        budget_soft=record.budget_mode == "soft",
+        alert_thresholds=tuple(record.alert_thresholds or ()),
+    )
+
+
+# A reserve that meets a key changing teams re-reads its record and tries this many times.
+HOME_TRIES = 3
 
 
 def cost_of(policy: Policy, model: str, usage: Usage) -> int:
@@ -69,7 +104,7 @@ def cost_of(policy: Policy, model: str, usage: Usage) -> int:
     if config is None:
         return 0
     return config.price.cost_nanos(
-        usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens
+        usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.cache_write_tokens
     )
 
 
@@ -102,9 +137,19 @@ class LimitsGate:
     """Reserves a request's worst case with the limiter, in one Redis round trip."""
 
     def __init__(
-        self, limiter: Limiter, settings: LimiterSettings, metrics: Metrics, log: Any
+        self,
+        limiter: Limiter,
+        settings: LimiterSettings,
+        metrics: Metrics,
+        log: Any,
+        *,
+        moves: LimitMoves,
+        refresh: Callable[[str], Awaitable[KeyRecord | None]],
     ) -> None:
+        """``refresh`` re-reads a key's record (and replaces the cached one)."""
         self.limiter = limiter
+        self.moves = moves
+        self.refresh = refresh
         self.settings = settings
         self.metrics = metrics
         self.log = log
@@ -123,27 +168,57 @@ class LimitsGate:
         """One Redis round trip; returns the reservation (None when unlimited) and the
         estimate."""
         estimate = estimate_usage(body, route, self.settings.default_max_tokens)
-        limits = key_limits(principal)
-        if limits is None:
+        record = principal.record
+        limits = key_limits(record)
+        in_team = team_of_home(record.limits_home) is not None
+        if limits is None and not in_team:
             return None, estimate
         if principal.degraded:  # Redis was already unreachable at authentication
             self._fail_open(principal, "redis unreachable at authentication")
             return None, estimate
-        cost = worst_case_cost(policy, plan, estimate) if limits.budget_nanos is not None else 0
+        priced = in_team or (limits is not None and limits.budget_nanos is not None)
+        cost = worst_case_cost(policy, plan, estimate) if priced else 0
         try:
-            reservation = await self.limiter.reserve(
-                principal.key_id,
-                limits,
-                tokens=estimate.total,
-                cost_nanos=cost,
-                request_id=reservation_id,
-            )
+            reservation = await self._reserve(record, cost, estimate.total, reservation_id)
         except LimiterUnavailable:
             if self.settings.on_redis_failure != "open":
                 raise
             self._fail_open(principal, "limiter unavailable")
             return None, estimate
         return reservation, estimate
+
+    async def _reserve(
+        self, record: KeyRecord, cost: int, tokens: int, reservation_id: str
+    ) -> Reservation:
+        """The reserve, following the key to its current home if it changed teams."""
+        for _ in range(HOME_TRIES):
+            try:
+                return await self.limiter.reserve(
+                    record.id,
+                    key_limits(record) or KeyLimits(),
+                    tokens=tokens,
+                    cost_nanos=cost,
+                    request_id=reservation_id,
+                    home=record.home,
+                    epoch=record.home_epoch,
+                )
+            except HomeChanged as changed:
+                try:
+                    if changed.moving:
+                        await self.moves.sweep_key(record.id)
+                    fresh = await self.refresh(record.id)
+                except LimiterUnavailable:
+                    raise
+                except Exception as exc:  # Redis failed under the sweep or the read
+                    raise LimiterUnavailable(
+                        f"rate limiter unavailable: {type(exc).__name__}", code="redis_unavailable"
+                    ) from exc
+                record = fresh or record
+        raise ServiceUnavailable(
+            "This key is changing teams; retry in a moment.",
+            code="key_moving",
+            headers={"retry-after": "1"},
+        )
 
     def _fail_open(self, principal: Principal, why: str) -> None:
         self.metrics.fail_open.inc()

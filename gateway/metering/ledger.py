@@ -78,6 +78,8 @@ class UsageEvent(JsonRecord):
     cached_tokens: int = 0
     cost_nanos: int = 0
     cost_usd: float = 0.0
+    # Of prompt_tokens, those written to a provider's prompt cache (Anthropic), priced apart.
+    cache_write_tokens: int = 0
     policy_version: str = ""
     latency_ms: int = 0
     ttft_ms: int | None = None
@@ -97,12 +99,20 @@ class UsageEvent(JsonRecord):
             value = getattr(self, name)
             if not isinstance(value, str) or len(value) > MAX_ID_LENGTH:
                 raise UsageError(name, f"must be a string of at most {MAX_ID_LENGTH} characters")
-        for name in ("prompt_tokens", "completion_tokens", "cached_tokens", "latency_ms"):
+        for name in (
+            "prompt_tokens",
+            "completion_tokens",
+            "cached_tokens",
+            "cache_write_tokens",
+            "latency_ms",
+        ):
             _check_count(name, getattr(self, name))
         if self.ttft_ms is not None:
             _check_count("ttft_ms", self.ttft_ms)
         if self.cached_tokens > self.prompt_tokens:
             raise UsageError("cached_tokens", "exceeds prompt_tokens")
+        if self.cached_tokens + self.cache_write_tokens > self.prompt_tokens:
+            raise UsageError("cache_write_tokens", "with cached_tokens, exceeds prompt_tokens")
         check_outcome(UsageError, self.status, self.streamed, self.usage_source)
         _check_count("attempts", self.attempts)
         _check_count("cost_nanos", self.cost_nanos)
@@ -140,6 +150,7 @@ class UsageEvent(JsonRecord):
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
             cached_tokens=self.cached_tokens,
+            cache_write_tokens=self.cache_write_tokens,
             cost_nanos=self.cost_nanos,
             status=self.status,
             streamed=self.streamed,

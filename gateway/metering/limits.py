@@ -1,15 +1,20 @@
-"""Per-key rate limits (requests and tokens per minute) and budgets, exact across replicas.
+"""Per-key and per-team rate limits, budgets and in-flight caps, exact across replicas.
 
 All state lives in Redis and every check-and-take is one Lua script in one round trip, so any
 number of gateway replicas share the limits exactly. Requests and tokens use a sliding window
 of sub-buckets (no refill within the window, no double burst at an edge); budgets are
-nano-dollar integers (``gateway/money.py``) per UTC day, month or forever. See docs/limits.md
-for the algorithm and the exact admission rule.
+nano-dollar integers (``gateway/money.py``) per UTC day, ISO week, month or forever; in-flight
+requests (``max_parallel_requests``) hold a short lease that this gateway renews while they
+run, so a dead gateway's requests stop counting once their leases lapse.
+
+A key of a team is checked together with its team in the same script: the key's state lives in
+the team's hash slot (its *home*, ``gateway/access/teams.py``), so one Cluster node holds both.
+See docs/limits.md for the algorithm, the admission rule and how a key changes teams.
 """
 
 from __future__ import annotations
 
-import math
+import time
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
@@ -17,18 +22,41 @@ from typing import Any, Literal
 import redis.asyncio
 import redis.exceptions
 
-from gateway.errors import RateLimited, ServiceUnavailable
-from gateway.money import MAX_SAFE_NANOS, format_usd_short, nanos_to_usd
+from gateway.access.teams import key_home, team_of_home
+from gateway.errors import ServiceUnavailable
+from gateway.metering.limit_replies import format_duration, rate_headers, refusal
+from gateway.money import MAX_SAFE_NANOS, nanos_to_usd
 from gateway.store.connect import REDIS_UNAVAILABLE
 from gateway.store.direct import DirectRedis
 from gateway.store.scripts import LuaScript, ScriptBatch
 
-BudgetPeriod = Literal["day", "month", "total"]
-_PERIODS = ("day", "month", "total")
-# A refusal that waiting cannot cure (rpm 0, a request bigger than the tpm, a spent total
-# budget) still needs an integer Retry-After. Those, and waits longer than the window (a spent
-# day or month budget), add x-should-retry: false, which the OpenAI SDKs obey.
-_NEVER_RETRY_AFTER_S = 86_400
+__all__ = [
+    "BudgetCrossing",
+    "BudgetPeriod",
+    "HomeChanged",
+    "KeyLimits",
+    "Limiter",
+    "LimiterUnavailable",
+    "Reservation",
+    "format_duration",
+]
+
+BudgetPeriod = Literal["day", "week", "month", "total"]
+PERIODS = ("day", "week", "month", "total")
+# The keys of one scope, in the order the scripts read them (limits_common.lua).
+SCOPE_PARTS = (
+    "rpm",
+    "tpm",
+    "held",
+    "leases",
+    "budget:day",
+    "budget:month",
+    "budget:total",
+    "budget:week",
+    "inflight",
+    "state",
+)
+_KEY_SCOPE, _TEAM_SCOPE = 1, 2  # bits of Reservation.in_flight
 
 # Redis unreachable, timed out, still loading its data, a replica that cannot take writes, or a
 # cluster slot without a reachable master during a failover.
@@ -41,15 +69,28 @@ class LimiterUnavailable(ServiceUnavailable):
     default_code = "limiter_unavailable"
 
 
+class HomeChanged(Exception):
+    """The key's limiter state is not where its record (as the caller has it) says: ``moving``
+    while a move into that home is still being carried over, else the record is stale."""
+
+    def __init__(self, key_id: str, moving: bool) -> None:
+        super().__init__(f"key {key_id}: limiter home {'moving' if moving else 'moved'}")
+        self.key_id = key_id
+        self.moving = moving
+
+
 @dataclass(frozen=True)
 class KeyLimits:
     rpm: int | None = None  # requests per minute (per limiter window)
     tpm: int | None = None  # tokens per minute (per limiter window)
     budget_nanos: int | None = None  # nano-dollars per budget period (gateway/money.py)
     budget_period: BudgetPeriod = "month"
+    max_parallel: int | None = None  # requests in flight at once
+    budget_soft: bool = False  # a soft budget alerts but never refuses
+    alert_thresholds: tuple[int, ...] = ()  # whole percents (1-100) of the budget
 
     def __post_init__(self) -> None:
-        for name in ("rpm", "tpm"):
+        for name in ("rpm", "tpm", "max_parallel"):
             value = getattr(self, name)
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or value < 0
@@ -57,9 +98,13 @@ class KeyLimits:
                 raise ValueError(f"{name} must be a non-negative integer or None, got {value!r}")
         if self.budget_nanos is not None:
             _check_nanos(self.budget_nanos, "budget_nanos")
-        if self.budget_period not in _PERIODS:
+        if self.budget_period not in PERIODS:
             raise ValueError(
-                f"budget_period must be one of {', '.join(_PERIODS)}, got {self.budget_period!r}"
+                f"budget_period must be one of {', '.join(PERIODS)}, got {self.budget_period!r}"
+            )
+        if any(not isinstance(t, int) or not 1 <= t <= 100 for t in self.alert_thresholds):
+            raise ValueError(
+                f"alert_thresholds must be percents 1-100, got {self.alert_thresholds}"
             )
 
 
@@ -70,23 +115,57 @@ class Reservation:
     tokens: int
     cost_nanos: int
     at: float  # Redis server time (epoch seconds) when the reservation was taken
-    budget_window: str | None  # "2025-06-01", "2025-06" or "total"; None without a budget
+    budget_window: str | None  # "2025-06-01", "2025-W23", "2025-06" or "total"; None: no budget
     headers: dict[str, str] = field(default_factory=dict)  # x-ratelimit-* for the response
+    home: str | None = None  # where the key's state was when reserved (None: its own home)
+    in_flight: int = 0  # scopes holding an in-flight lease (bit 1 the key, bit 2 its team)
+    # The key's own budget and alert thresholds, for the settle to see which ones it crosses.
+    alert_budget_nanos: int | None = None
+    alert_thresholds: tuple[int, ...] = ()
+
+    @property
+    def team(self) -> str | None:
+        return team_of_home(self.home) if self.home else None
 
 
-def format_duration(ms: float) -> str:
-    """OpenAI's reset format: "20ms", "1s", "1.5s", "6m0s", "1h2m3s"."""
-    ms = max(0, round(ms))
-    if ms < 1000:
-        return f"{ms}ms"
-    hours, rest = divmod(ms, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    seconds = f"{rest / 1000:.3f}".rstrip("0").rstrip(".") + "s"
-    if hours:
-        return f"{hours}h{minutes}m{seconds}"
-    if minutes:
-        return f"{minutes}m{seconds}"
-    return seconds
+@dataclass(frozen=True)
+class BudgetCrossing:
+    """One alert threshold of a budget that a settle's spend crossed (exactly one settle
+    crosses each threshold of each budget window)."""
+
+    scope: Literal["key", "team"]
+    scope_id: str  # the key id or the team id
+    period: str
+    window: str  # "2025-06-01", "2025-W23", "2025-06" or "total"
+    threshold: int  # percent of the budget
+    spent_nanos: int
+    budget_nanos: int
+
+
+def settle_crossings(reservation: Reservation, reply: Any) -> list[BudgetCrossing]:
+    """The alert thresholds a settle's reply says it crossed."""
+    if not isinstance(reply, list):
+        return []
+    out = []
+    for at in range(1, len(reply) - 5, 6):
+        scope, period, window, threshold, spent, budget = reply[at : at + 6]
+        team = int(scope) == 2
+        out.append(
+            BudgetCrossing(
+                scope="team" if team else "key",
+                scope_id=(reservation.team or "") if team else reservation.key_id,
+                period=_text(period),
+                window=_text(window),
+                threshold=int(threshold),
+                spent_nanos=int(spent),
+                budget_nanos=int(budget),
+            )
+        )
+    return out
+
+
+def settle_applied(reply: Any) -> bool:
+    return bool(int(reply[0]) if isinstance(reply, list) else int(reply))
 
 
 def _check_nanos(nanos: int, name: str = "cost_nanos") -> int:
@@ -113,7 +192,7 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _script_source(name: str) -> str:
+def script_source(name: str) -> str:
     package = resources.files("gateway.metering") / "lua"
     return (package / "limits_common.lua").read_text() + (package / name).read_text()
 
@@ -129,79 +208,127 @@ class Limiter:
         window_s: float = 60.0,
         buckets: int = 60,
         lease_s: float = 3600.0,
+        in_flight_lease_s: float = 30.0,
     ) -> None:
         """``window_s`` is the rate-limit window (60 s: "per minute"), cut into ``buckets``
         sub-buckets; ``lease_s`` is how long a reservation may stay unsettled before its
-        budget hold is given back (its holder is presumed dead)."""
+        budget hold is given back (its holder is presumed dead); ``in_flight_lease_s`` is how
+        long an in-flight request counts without this gateway renewing it."""
         window_ms = round(window_s * 1000)
         if buckets < 1 or window_ms < buckets or window_ms % buckets:
             raise ValueError(
                 f"window_s={window_s} must be a whole number of ms divisible by buckets={buckets}"
             )
-        if lease_s <= 0:
-            raise ValueError(f"lease_s must be positive, got {lease_s}")
+        if lease_s <= 0 or in_flight_lease_s <= 0:
+            raise ValueError("lease_s and in_flight_lease_s must be positive")
         self._redis = redis
         self._direct = DirectRedis(redis)  # the per-request calls skip redis-py's pool machinery
         self._prefix = key_prefix
-        self._window_ms = window_ms
-        self._buckets = buckets
-        self._lease_ms = round(lease_s * 1000)
-        self._reserve_lua = LuaScript.of(_script_source("limits_reserve.lua"))
-        self._settle_lua = LuaScript.of(_script_source("limits_settle.lua"))
-        self._status_lua = LuaScript.of(_script_source("limits_status.lua"))
+        self.window_ms = window_ms
+        self.buckets = buckets
+        self.lease_ms = round(lease_s * 1000)
+        self.in_flight_lease_ms = round(in_flight_lease_s * 1000)
+        self._reserve_lua = LuaScript.of(script_source("limits_reserve.lua"))
+        self._settle_lua = LuaScript.of(script_source("limits_settle.lua"))
+        self._status_lua = LuaScript.of(script_source("limits_status.lua"))
+        self._renew_lua = LuaScript.of(script_source("limits_renew.lua"))
+        # Reservations of this gateway holding in-flight leases: request id -> (reservation,
+        # monotonic time taken). Renewed until settled or released.
+        self._flying: dict[str, tuple[Reservation, float]] = {}
 
-    def keys(self, key_id: str) -> list[str]:
-        """The Redis keys of one API key, all in one cluster hash slot (order matters)."""
+    # -- key names -------------------------------------------------------------------------
+
+    def keys(self, key_id: str, home: str | None = None) -> list[str]:
+        """The Redis keys of one API key's scope, all in one cluster hash slot (order matters):
+        under ``{key:<id>}`` for a key of no team, under ``{team:<t>}`` for a key of team t."""
         if not isinstance(key_id, str) or not key_id:
             raise ValueError(f"key_id must be a non-empty string, got {key_id!r}")
-        base = f"{self._prefix}:{{key:{key_id}}}:"
-        return [
-            base + "rpm",
-            base + "tpm",
-            base + "held",
-            base + "leases",
-            base + "budget:day",
-            base + "budget:month",
-            base + "budget:total",
-        ]
+        home = home or key_home(key_id)
+        base = f"{self._prefix}:{{{home}}}:"
+        if team_of_home(home) is not None:
+            base += f"key:{key_id}:"
+        return [base + part for part in SCOPE_PARTS]
+
+    def team_keys(self, team: str) -> list[str]:
+        """The team's own scope, then its record (the script reads the team's limits there)."""
+        base = f"{self._prefix}:{{team:{team}}}"
+        return [f"{base}:{part}" for part in SCOPE_PARTS] + [base]
+
+    def reservation_keys(self, key_id: str, home: str | None) -> list[str]:
+        """Every scope a reservation of this key at ``home`` touches (the record left out)."""
+        keys = self.keys(key_id, home)
+        team = team_of_home(home) if home else None
+        if team is not None:
+            keys += self.team_keys(team)[: len(SCOPE_PARTS)]
+        return keys
+
+    # -- reserve, settle, release --------------------------------------------------------
 
     async def reserve(
-        self, key_id: str, limits: KeyLimits, *, tokens: int, cost_nanos: int, request_id: str
+        self,
+        key_id: str,
+        limits: KeyLimits,
+        *,
+        tokens: int,
+        cost_nanos: int,
+        request_id: str,
+        home: str | None = None,
+        epoch: int = 0,
     ) -> Reservation:
-        """Take 1 request, ``tokens`` tokens and ``cost_nanos`` nano-dollars of budget, or raise
-        RateLimited (see docs/limits.md for the admission rule)."""
+        """Take 1 request, ``tokens`` tokens, ``cost_nanos`` nano-dollars of budget and an
+        in-flight slot in the key's scope and in its team's, or raise RateLimited (see
+        docs/limits.md for the admission rule). ``home`` and ``epoch`` come from the key's
+        record; ``HomeChanged`` says the record is out of date or the key is changing teams."""
         nanos = _lua_nanos(cost_nanos)
         _check_tokens(tokens)
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
+        keys = self.keys(key_id, home)
+        team = team_of_home(home) if home else None
+        if team is not None:
+            keys += self.team_keys(team)
         args = [
             request_id,
             tokens,
             nanos,
+            self.window_ms,
+            self.buckets,
+            self.lease_ms,
+            self.in_flight_lease_ms,
+            epoch,
             -1 if limits.rpm is None else limits.rpm,
             -1 if limits.tpm is None else limits.tpm,
             -1 if limits.budget_nanos is None else limits.budget_nanos,
             limits.budget_period,
-            self._window_ms,
-            self._buckets,
-            self._lease_ms,
+            -1 if limits.max_parallel is None else limits.max_parallel,
+            1 if limits.budget_soft else 0,
         ]
-        reply = await self._call(self._reserve_lua, self.keys(key_id), args)
+        reply = await self._call(self._reserve_lua, keys, args)
         status = int(reply[0])
         if status == -1:
             raise ValueError(f"request id {request_id!r} already holds a reservation")
+        if status in (-2, -3):
+            raise HomeChanged(key_id, moving=status == -3)
         if status == 0:
-            raise self._refusal(limits, tokens, cost_nanos, reply)
-        _, now_ms, rpm_used, tpm_used, rpm_reset, tpm_reset, window = reply
-        return Reservation(
+            raise refusal(
+                reply, team=team, tokens=tokens, cost_nanos=cost_nanos, window_ms=self.window_ms
+            )
+        reservation = Reservation(
             key_id=key_id,
             request_id=request_id,
             tokens=tokens,
             cost_nanos=nanos,
-            at=int(now_ms) / 1000,
-            budget_window=_text(window) or None,
-            headers=self._headers(limits, int(rpm_used), int(tpm_used), rpm_reset, tpm_reset),
+            at=int(reply[1]) / 1000,
+            budget_window=_text(reply[2]) or None,
+            headers=rate_headers(reply[4:]),
+            home=home,
+            in_flight=int(reply[3]),
+            alert_budget_nanos=limits.budget_nanos if limits.alert_thresholds else None,
+            alert_thresholds=limits.alert_thresholds,
         )
+        if reservation.in_flight:
+            self._flying[request_id] = (reservation, time.monotonic())
+        return reservation
 
     def queue_settle(
         self, batch: ScriptBatch, reservation: Reservation, *, tokens: int, cost_nanos: int
@@ -232,61 +359,145 @@ class Limiter:
 
         Returns False when the reservation was already settled or released (a no-op)."""
         keys, args = self._settle_call(reservation, "settle", tokens, cost_nanos)
-        return bool(await self._call(self._settle_lua, keys, args))
+        return settle_applied(await self._call(self._settle_lua, keys, args))
 
     async def release(self, reservation: Reservation) -> bool:
         """The request never reached a provider: give back the request, tokens and budget."""
         keys, args = self._settle_call(reservation, "release", 0, 0)
-        return bool(await self._call(self._settle_lua, keys, args))
-
-    async def status(self, key_id: str, limits: KeyLimits) -> dict[str, Any]:
-        """Usage and what is left in the current windows, for admin views."""
-        args = [limits.budget_period, self._window_ms, self._buckets]
-        reply = await self._call(self._status_lua, self.keys(key_id), args)
-        now_ms, rpm_used, tpm_used, rpm_reset, tpm_reset = (int(v) for v in reply[:5])
-        window, window_end = _text(reply[5]), int(reply[6])
-        spent, held, in_flight = int(reply[7]), int(reply[8]), int(reply[9])
-
-        def window_view(limit: int | None, used: int, reset_ms: int) -> dict[str, Any]:
-            return {
-                "limit": limit,
-                "used": used,
-                "remaining": None if limit is None else max(0, limit - used),
-                "reset_s": reset_ms / 1000,
-            }
-
-        budget = limits.budget_nanos
-        remaining = None if budget is None else max(0, budget - spent - held)
-        return {
-            "key_id": key_id,
-            "at": now_ms / 1000,
-            "window_s": self._window_ms / 1000,
-            "requests": window_view(limits.rpm, rpm_used, rpm_reset),
-            "tokens": window_view(limits.tpm, tpm_used, tpm_reset),
-            "budget": {
-                "period": limits.budget_period,
-                "window": window,
-                "limit_nanos": budget,
-                "spent_nanos": spent,
-                "reserved_nanos": held,
-                "remaining_nanos": remaining,
-                # float renderings of the integers above, for people
-                "limit_usd": None if budget is None else nanos_to_usd(budget),
-                "spent_usd": nanos_to_usd(spent),
-                "reserved_usd": nanos_to_usd(held),
-                "remaining_usd": None if remaining is None else nanos_to_usd(remaining),
-                "resets_in_s": None if window_end < 0 else (window_end - now_ms) / 1000,
-            },
-            "in_flight": in_flight,
-        }
+        return settle_applied(await self._call(self._settle_lua, keys, args))
 
     def _settle_call(
         self, reservation: Reservation, mode: str, tokens: int, cost_nanos: int
     ) -> tuple[list[str], list[Any]]:
         _check_tokens(tokens)
         nanos = _lua_nanos(cost_nanos)
-        keys = self.keys(reservation.key_id)
-        return keys, [reservation.request_id, mode, tokens, nanos, self._window_ms, self._buckets]
+        self._flying.pop(reservation.request_id, None)  # its in-flight leases end with it
+        keys = self.reservation_keys(reservation.key_id, reservation.home)
+        if reservation.team is not None:
+            keys.append(self.team_keys(reservation.team)[-1])  # its budgets and thresholds
+        budget = reservation.alert_budget_nanos
+        thresholds = ",".join(str(t) for t in reservation.alert_thresholds) or "-"
+        args = [reservation.request_id, mode, tokens, nanos, self.window_ms, self.buckets]
+        return keys, [*args, -1 if budget is None else budget, thresholds]
+
+    # -- in-flight leases ----------------------------------------------------------------
+
+    @property
+    def flying(self) -> int:
+        """Reservations of this gateway whose in-flight leases it renews."""
+        return len(self._flying)
+
+    async def renew_in_flight(self) -> int:
+        """Extend the in-flight leases of this gateway's running requests (one round trip);
+        returns how many leases were renewed. A reservation older than the budget lease is
+        dropped: its request cannot still be running."""
+        oldest = time.monotonic() - self.lease_ms / 1000
+        by_key: dict[str, list[str]] = {}
+        for request_id, (held, taken) in list(self._flying.items()):
+            if taken < oldest:
+                del self._flying[request_id]
+                continue
+            if held.in_flight & _KEY_SCOPE:
+                by_key.setdefault(self.keys(held.key_id, held.home)[8], []).append(request_id)
+            team = held.team
+            if held.in_flight & _TEAM_SCOPE and team is not None:
+                by_key.setdefault(self.team_keys(team)[8], []).append(request_id)
+        if not by_key:
+            return 0
+        batch = ScriptBatch()
+        ttl = 2 * self.in_flight_lease_ms + self.window_ms
+        for key, request_ids in by_key.items():
+            batch.call(self._renew_lua, [key], [self.in_flight_lease_ms, ttl, *request_ids])
+        try:
+            return sum(int(n) for n in await batch.execute(self._direct))
+        except _UNAVAILABLE_ERRORS as exc:
+            raise LimiterUnavailable(f"lease renewal failed: {type(exc).__name__}") from exc
+
+    async def forget_team(self, team: str) -> None:
+        """Drop a deleted team's own counters (a team made later with its id starts afresh)."""
+        await self._redis.delete(*self.team_keys(team)[: len(SCOPE_PARTS)])
+
+    # -- status --------------------------------------------------------------------------
+
+    async def status(
+        self, key_id: str, limits: KeyLimits, home: str | None = None
+    ) -> dict[str, Any]:
+        """Usage and what is left in the current windows of one key, for admin views."""
+        scope = await self._scope_status(self.keys(key_id, home))
+        budget = self._budget_view(scope, limits.budget_period, limits.budget_nanos)
+        return {
+            "key_id": key_id,
+            "at": scope["at"],
+            "window_s": self.window_ms / 1000,
+            "requests": _window_view(limits.rpm, *scope["requests"]),
+            "tokens": _window_view(limits.tpm, *scope["tokens"]),
+            "budget": budget,
+            "in_flight": scope["holds"],
+            "parallel": {"limit": limits.max_parallel, "in_flight": scope["in_flight"]},
+        }
+
+    async def team_status(
+        self,
+        team: str,
+        *,
+        rpm: int | None,
+        tpm: int | None,
+        budgets_nanos: dict[str, int],
+        max_parallel: int | None,
+    ) -> dict[str, Any]:
+        """A team's usage against its limits (what its keys share)."""
+        scope = await self._scope_status(self.team_keys(team)[: len(SCOPE_PARTS)])
+        return {
+            "team": team,
+            "at": scope["at"],
+            "window_s": self.window_ms / 1000,
+            "requests": _window_view(rpm, *scope["requests"]),
+            "tokens": _window_view(tpm, *scope["tokens"]),
+            "budgets": {
+                period: self._budget_view(scope, period, budgets_nanos[period])
+                for period in PERIODS
+                if period in budgets_nanos
+            },
+            "parallel": {"limit": max_parallel, "in_flight": scope["in_flight"]},
+        }
+
+    async def _scope_status(self, keys: list[str]) -> dict[str, Any]:
+        reply = await self._call(self._status_lua, keys, [self.window_ms, self.buckets])
+        now_ms, rpm_used, tpm_used, rpm_reset, tpm_reset, holds, flying = (
+            int(v) for v in reply[:7]
+        )
+        budgets = {}
+        for index, period in enumerate(PERIODS):
+            window, end, spent, held = reply[7 + 4 * index : 11 + 4 * index]
+            budgets[period] = (_text(window), int(end), int(spent), int(held))
+        return {
+            "at": now_ms / 1000,
+            "requests": (rpm_used, rpm_reset),
+            "tokens": (tpm_used, tpm_reset),
+            "holds": holds,
+            "in_flight": flying,
+            "budgets": budgets,
+        }
+
+    @staticmethod
+    def _budget_view(scope: dict[str, Any], period: str, limit: int | None) -> dict[str, Any]:
+        window, window_end, spent, held = scope["budgets"][period]
+        remaining = None if limit is None else max(0, limit - spent - held)
+        now_ms = scope["at"] * 1000
+        return {
+            "period": period,
+            "window": window,
+            "limit_nanos": limit,
+            "spent_nanos": spent,
+            "reserved_nanos": held,
+            "remaining_nanos": remaining,
+            # float renderings of the integers above, for people
+            "limit_usd": None if limit is None else nanos_to_usd(limit),
+            "spent_usd": nanos_to_usd(spent),
+            "reserved_usd": nanos_to_usd(held),
+            "remaining_usd": None if remaining is None else nanos_to_usd(remaining),
+            "resets_in_s": None if window_end < 0 else (window_end - now_ms) / 1000,
+        }
 
     async def _call(self, script: LuaScript, keys: list[str], args: list[Any]) -> Any:
         """EVALSHA on a ``DirectRedis`` (redis-py's Script wrapper and pool checkout cost more
@@ -307,63 +518,11 @@ class Limiter:
                 code="redis_unavailable",
             ) from exc
 
-    def _headers(
-        self, limits: KeyLimits, rpm_used: int, tpm_used: int, rpm_reset: Any, tpm_reset: Any
-    ) -> dict[str, str]:
-        """x-ratelimit-* for the limits the key has; a limit the key lacks gets no headers."""
-        headers: dict[str, str] = {}
-        for kind, limit, used, reset in (
-            ("requests", limits.rpm, rpm_used, rpm_reset),
-            ("tokens", limits.tpm, tpm_used, tpm_reset),
-        ):
-            if limit is None:
-                continue
-            headers[f"x-ratelimit-limit-{kind}"] = str(limit)
-            headers[f"x-ratelimit-remaining-{kind}"] = str(max(0, limit - used))
-            headers[f"x-ratelimit-reset-{kind}"] = format_duration(int(reset))
-        return headers
 
-    def _refusal(
-        self, limits: KeyLimits, tokens: int, cost_nanos: int, reply: list[Any]
-    ) -> RateLimited:
-        reason = _text(reply[1])
-        retry_ms = int(reply[2])
-        rpm_used, tpm_used = int(reply[4]), int(reply[5])
-        spent, held = int(reply[8]), int(reply[9])
-        headers = self._headers(limits, rpm_used, tpm_used, reply[6], reply[7])
-        if retry_ms < 0:
-            headers["retry-after"] = str(_NEVER_RETRY_AFTER_S)
-        else:
-            headers["retry-after"] = str(max(1, math.ceil(retry_ms / 1000)))
-        if retry_ms < 0 or retry_ms > self._window_ms:
-            headers["x-should-retry"] = "false"
-        wait = "" if retry_ms < 0 else f" Retry in {format_duration(retry_ms)}."
-        if reason == "budget":
-            message = (
-                f"Budget exceeded: this key may spend {format_usd_short(limits.budget_nanos or 0)}"
-                f" per {limits.budget_period if limits.budget_period != 'total' else 'lifetime'};"
-                f" spent {format_usd_short(spent)}, held by requests in flight"
-                f" {format_usd_short(held)}, this request needs up to"
-                f" {format_usd_short(cost_nanos)}.{wait}"
-            )
-            return RateLimited(
-                message, error_type="insufficient_quota", code="insufficient_quota", headers=headers
-            )
-        if reason == "rpm":
-            message = (
-                f"Rate limit reached for requests per minute (rpm): limit {limits.rpm},"
-                f" used {rpm_used}.{wait}"
-            )
-        elif tokens > (limits.tpm or 0):
-            message = (
-                f"Request too large for tokens per minute (tpm): limit {limits.tpm},"
-                f" this request needs {tokens} tokens."
-            )
-        else:
-            message = (
-                f"Rate limit reached for tokens per minute (tpm): limit {limits.tpm},"
-                f" used {tpm_used}, this request needs {tokens}.{wait}"
-            )
-        return RateLimited(
-            message, error_type="rate_limit_exceeded", code="rate_limit_exceeded", headers=headers
-        )
+def _window_view(limit: int | None, used: int, reset_ms: int) -> dict[str, Any]:
+    return {
+        "limit": limit,
+        "used": used,
+        "remaining": None if limit is None else max(0, limit - used),
+        "reset_s": reset_ms / 1000,
+    }

@@ -3,20 +3,32 @@ it trades in. Implementations live beside it (``openai_compat.py``, ``local_host
 file holds only the interface, so the request path and the dispatcher never ask which kind of
 provider they hold.
 
-A provider answers a JSON request (``post_json`` → ``UpstreamResponse``) or opens a stream
-(``open_stream`` → ``UpstreamStream``: raw SSE ``data`` payloads, ``[DONE]`` last), raising
-``UpstreamError`` for anything that went wrong. ``unavailable()`` says, before any call, why it
-cannot take a request now (``None``: it can); ``spill`` marks a provider that is only busy, which
-the dispatcher tries again after the other candidates. A provider that chose among replicas says
-which one and why in ``route_note`` (on the response or the stream); the request path appends
-it to ``x-switchyard-route``.
+A provider speaks one or more chat wire formats natively (``formats``, preferred first: the
+gateway translates a request into the first one when the client's format is not among them).
+``path`` is the operation in the provider's own API, OpenAI-style (``/chat/completions``,
+``/messages``, ``/responses``, ``/embeddings``, ``/audio/speech``); the provider turns it into
+its URL. It answers a JSON request (``post_json`` → ``UpstreamResponse``), opens a stream
+(``open_stream`` → ``UpstreamStream``: raw SSE ``data`` payloads, ``[DONE]`` last where the
+format has one) or forwards any other body (``forward`` → ``RawReply``: multipart uploads,
+audio), raising ``UpstreamError`` for anything that went wrong; an operation it does not offer
+is an ``UpstreamError`` with kind ``unsupported`` (the dispatcher moves on). ``headers`` are
+the client's headers that may go upstream (already filtered: request id, trace context, the
+provider's allow-list); the provider's own headers win over them. ``unavailable()`` says,
+before any call, why it cannot take a request now (``None``: it can); ``spill`` marks a
+provider that is only busy, which the dispatcher tries again after the other candidates. A
+provider that chose among replicas says which one and why in ``route_note`` (on the response
+or the stream); the request path appends it to ``x-switchyard-route``.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
+
+from gateway.errors import UpstreamError
+from gateway.formats.errors import ErrorInfo
+from gateway.tracing.spans import EnginePhases
 
 
 @dataclass(frozen=True)
@@ -34,6 +46,18 @@ class UpstreamResponse:
     body: bytes
     data: dict[str, Any]
     route_note: str | None = None  # e.g. "replica=10.0.0.5:8000 (affinity)" (a fleet's pick)
+    # The local engine's queue, prefill and decode (for the try's trace span); None elsewhere.
+    phases: EnginePhases | None = None
+
+
+@dataclass(frozen=True)
+class RawReply:
+    """A forwarded call's answer: its status, body (within the cap) and content type."""
+
+    status: int
+    body: bytes
+    content_type: str
+    route_note: str | None = None  # as ``UpstreamResponse.route_note``
 
 
 @dataclass(frozen=True)
@@ -56,19 +80,55 @@ class UpstreamStream(Protocol):
         ...
 
 
+@runtime_checkable
+class PhasedStream(Protocol):
+    """A stream that can say where its time went (the local engine's)."""
+
+    def phases(self) -> EnginePhases: ...
+
+
 # The ASGI ``receive`` of the client's request: a provider that works for a long time before
 # its answer (the local engine) listens on it to stop when the client hangs up.
 ClientGone = Callable[[], Awaitable[Any]]
 
 
+Headers = Mapping[str, str]
+
+
 class Provider(Protocol):
     name: str
+    formats: tuple[str, ...]  # the chat wire formats it speaks natively, preferred first
 
     async def post_json(
-        self, path: str, body: dict[str, Any], *, client_gone: ClientGone | None = None
+        self,
+        path: str,
+        body: dict[str, Any],
+        *,
+        headers: Headers | None = None,
+        client_gone: ClientGone | None = None,
     ) -> UpstreamResponse: ...
 
-    async def open_stream(self, path: str, body: dict[str, Any]) -> UpstreamStream: ...
+    async def open_stream(
+        self, path: str, body: dict[str, Any], *, headers: Headers | None = None
+    ) -> UpstreamStream: ...
+
+    async def forward(
+        self,
+        path: str,
+        body: bytes | AsyncIterable[bytes],
+        *,
+        model: str,
+        content_type: str,
+        content_length: int | None = None,
+        headers: Headers | None = None,
+    ) -> RawReply:
+        """Any other body (a multipart upload streamed through); ``model`` is the upstream
+        model it names."""
+        ...
+
+    def stream_error(self, info: ErrorInfo) -> UpstreamError:
+        """An error event the upstream sent mid-stream, as the scrubbed error relayed."""
+        ...
 
     def unavailable(self) -> Unavailable | None: ...
 
@@ -78,3 +138,28 @@ class Provider(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+def unsupported(provider: str, path: str, why: str = "") -> UpstreamError:
+    """The error of an operation a provider does not offer: a 400 for the client when no other
+    candidate serves it, but the dispatcher moves on to the next one first."""
+    reason = f" ({why})" if why else ""
+    return UpstreamError(
+        f"provider {provider} does not serve /v1{path}{reason}",
+        status=400,
+        retryable=False,
+        kind="unsupported",
+        provider=provider,
+        code="unsupported_endpoint",
+    )
+
+
+def local_stream_error(provider: str, info: ErrorInfo) -> UpstreamError:
+    """A stream error of an in-process provider (no upstream credentials to scrub)."""
+    return UpstreamError(
+        f"provider {provider} reported an error mid-stream: {info.message}",
+        retryable=False,
+        kind="status",
+        provider=provider,
+        code=info.code,
+    )

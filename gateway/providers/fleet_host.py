@@ -22,7 +22,7 @@ from gateway.metrics import FleetReplicaGauge, Metrics
 from gateway.providers.fleet.explain import RoutePick, replica_label
 from gateway.providers.fleet.fleet import EventLog
 from gateway.providers.fleet_provider import FleetProvider
-from gateway.providers.openai_compat import UpstreamSettings
+from gateway.providers.http_upstream import UpstreamSettings
 from gateway.routing.policy import Policy, ProviderConfig
 
 FLEET_KIND = "engine_fleet"

@@ -2,9 +2,10 @@
 
 Every call picks a replica (``gateway.providers.fleet``: prefix affinity under bounded load,
 replicas past ``spill_when`` and ejected ones skipped), counts the request on it while it runs
-(a stream until it is closed) and sends it to ``<replica>/v1`` through the OpenAI-compatible
-client code (``OpenAICompatProvider``: one pooled session, the same timeouts, size caps, error
-mapping and credential scrubbing as any upstream).
+(a stream until it is closed) and sends it to ``<replica>/v1`` through the shared HTTP plumbing
+(``OpenAICompatProvider.at(replica)``: one pooled session, the same timeouts, size caps,
+error mapping, credential scrubbing and forwarded headers as any upstream). A replica speaks
+OpenAI's Chat Completions; clients of other formats are translated by the gateway first.
 
 A replica that fails the request before anything of the answer came back is reported to the
 fleet (``request_failed``: ejected, then probed back) and the request goes to another replica,
@@ -13,7 +14,8 @@ before the answer (the replica died), a 503, or, for a stream, any of these befo
 event (a stream is opened by reading its first event, so nothing has reached the client yet).
 Anything else (a 4xx, a 500, a read timeout, an error event) is the request's answer and goes
 to the dispatcher as is. When no replica is left, the last replica's error is raised, or a 503
-``no_replica_available``.
+``no_replica_available``. An upload (``forward``: a multipart body streamed through) goes to
+one picked replica and is never sent twice: its body is read as it is sent.
 
 ``unavailable()`` is the fleet's: no replica, every replica ejected, or every usable one past
 ``spill_when`` (a spill: the dispatcher tries the other candidates first, and when it comes
@@ -28,13 +30,14 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 import aiohttp
 
 from gateway.errors import UpstreamError
-from gateway.providers.base import ClientGone, Unavailable, UpstreamResponse
+from gateway.formats.errors import ErrorInfo
+from gateway.providers.base import ClientGone, Headers, RawReply, Unavailable, UpstreamResponse
 from gateway.providers.fleet.discovery import Discovery, DnsDiscovery, StaticDiscovery
 from gateway.providers.fleet.explain import RoutePick
 from gateway.providers.fleet.fleet import EventLog, Fleet, FleetSettings
@@ -42,7 +45,8 @@ from gateway.providers.fleet.health import HealthSettings
 from gateway.providers.fleet.picker import PickSettings, SpillWhen
 from gateway.providers.fleet.prefix import PrefixSettings, Tokenizer
 from gateway.providers.fleet.scrape import ScrapeSettings
-from gateway.providers.openai_compat import EventStream, OpenAICompatProvider, UpstreamSettings
+from gateway.providers.http_upstream import SseStream, UpstreamSettings
+from gateway.providers.openai_compat import OpenAICompatProvider
 from gateway.routing.policy import FleetConfig, ProviderConfig
 from gateway.routing.policy import SpillWhen as PolicySpillWhen
 
@@ -137,6 +141,7 @@ class FleetProvider:
         # The client side every replica shares: session, headers (the replicas' API key),
         # timeouts, caps and error mapping.
         self.http = OpenAICompatProvider(name, config, upstream)
+        self.formats = self.http.formats
         token_env = config.fleet.metrics_token_env
         token = env.get(token_env) if token_env else None
         self.fleet = Fleet(
@@ -209,6 +214,9 @@ class FleetProvider:
     def model_note(self) -> str | None:
         return None
 
+    def stream_error(self, info: ErrorInfo) -> UpstreamError:
+        return self.http.stream_error(info)
+
     def preview(self, body: Mapping[str, Any]) -> RoutePick | None:
         """The pick a request with this body would get now, changing nothing."""
         return self.fleet.pick(body, commit=False) or self.fleet.pick(
@@ -218,7 +226,12 @@ class FleetProvider:
     # --- calls ---------------------------------------------------------------------------
 
     async def post_json(
-        self, path: str, body: dict[str, Any], *, client_gone: ClientGone | None = None
+        self,
+        path: str,
+        body: dict[str, Any],
+        *,
+        headers: Headers | None = None,
+        client_gone: ClientGone | None = None,
     ) -> UpstreamResponse:
         await self.start()
         tried: set[str] = set()
@@ -227,13 +240,15 @@ class FleetProvider:
             pick = self._pick(body, tried, last)
             with self._lease(pick.replica):
                 try:
-                    response = await self.http.post_json_to(pick.replica + API_PREFIX, path, body)
+                    response = await self._sender(pick).post_json(path, body, headers=headers)
                 except UpstreamError as error:
                     last = self._failed(pick, error, tried)
                     continue
             return dataclasses.replace(response, route_note=pick.header_part())
 
-    async def open_stream(self, path: str, body: dict[str, Any]) -> FleetStream:
+    async def open_stream(
+        self, path: str, body: dict[str, Any], *, headers: Headers | None = None
+    ) -> FleetStream:
         await self.start()
         tried: set[str] = set()
         last: UpstreamError | None = None
@@ -241,11 +256,13 @@ class FleetProvider:
             pick = self._pick(body, tried, last)
             lease = contextlib.ExitStack()
             lease.enter_context(self._lease(pick.replica))
-            stream: EventStream | None = None
+            stream: SseStream | None = None
             try:
-                stream = await self.http.open_stream_to(pick.replica + API_PREFIX, path, body)
+                stream = await self._sender(pick).open_stream(path, body, headers=headers)
                 events = stream.events()
-                first = await anext(events)  # nothing reaches the client before this
+                first = await anext(events, None)  # nothing reaches the client before this
+                if first is None:
+                    raise self.http.http.protocol_error("ended a stream before its first event")
             except UpstreamError as error:
                 if stream is not None:
                     stream.close()
@@ -258,6 +275,35 @@ class FleetProvider:
                 lease.close()
                 raise
             return FleetStream(stream, events, first, lease.close, pick.header_part())
+
+    async def forward(
+        self,
+        path: str,
+        body: bytes | AsyncIterable[bytes],
+        *,
+        model: str,
+        content_type: str,
+        content_length: int | None = None,
+        headers: Headers | None = None,
+    ) -> RawReply:
+        await self.start()
+        pick = self._pick({"model": model}, set(), None)
+        with self._lease(pick.replica):
+            try:
+                reply = await self._sender(pick).forward(
+                    path,
+                    body,
+                    model=model,
+                    content_type=content_type,
+                    content_length=content_length,
+                    headers=headers,
+                )
+            except UpstreamError as error:
+                why = replica_failure(error)
+                if why is not None:  # the replica is reported; the upload is not sent again
+                    self.fleet.request_failed(pick.replica, why)
+                raise
+        return dataclasses.replace(reply, route_note=pick.header_part())
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -295,6 +341,10 @@ class FleetProvider:
         self.log.info("fleet_request_failed_over", fleet=self.name, replica=pick.label, reason=why)
         return error
 
+    def _sender(self, pick: RoutePick) -> OpenAICompatProvider:
+        """The shared HTTP side, sending to the picked replica's API."""
+        return self.http.at(pick.replica + API_PREFIX)
+
     @contextlib.contextmanager
     def _lease(self, url: str) -> Iterator[None]:
         self._leases += 1
@@ -326,7 +376,7 @@ class FleetStream:
 
     def __init__(
         self,
-        stream: EventStream,
+        stream: SseStream,
         events: AsyncIterator[bytes],
         first: bytes,
         release: Callable[[], None],

@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gateway.errors import UpstreamError
-from gateway.providers.base import UpstreamResponse
+from gateway.formats.errors import ErrorInfo
+from gateway.providers.base import (
+    Headers,
+    RawReply,
+    UpstreamResponse,
+    local_stream_error,
+    unsupported,
+)
 from gateway.providers.local_openai import (
     Choice,
     LocalRequest,
@@ -31,6 +38,7 @@ from gateway.providers.local_openai import (
     usage,
 )
 from gateway.routing.policy import LocalEngineSettings
+from gateway.tracing.spans import EnginePhases
 
 if TYPE_CHECKING:
     from engine.core.async_engine import AsyncEngine, StreamOutput
@@ -41,6 +49,8 @@ _END = object()  # a producer finished
 
 
 class LocalProvider:
+    formats: tuple[str, ...] = ("openai_chat",)
+
     def __init__(
         self,
         name: str,
@@ -95,6 +105,7 @@ class LocalProvider:
         path: str,
         body: dict[str, Any],
         *,
+        headers: Headers | None = None,
         client_gone: Callable[[], Awaitable[Any]] | None = None,
     ) -> UpstreamResponse:
         """The whole answer. ``client_gone`` resolves when the client disconnects (the ASGI
@@ -125,12 +136,20 @@ class LocalProvider:
             run.close()
         data = full_response(request, self.tokenizer, choices, run.prompt_tokens)
         raw = orjson.dumps(data)
-        return UpstreamResponse(200, raw, data)
+        return UpstreamResponse(200, raw, data, phases=run.phases())
 
-    async def open_stream(self, path: str, body: dict[str, Any]) -> LocalStream:
+    async def open_stream(
+        self, path: str, body: dict[str, Any], *, headers: Headers | None = None
+    ) -> LocalStream:
         request = self._prepare(path, body)
         options = body.get("stream_options") or {}
         return LocalStream(self, request, include_usage=options.get("include_usage") is True)
+
+    async def forward(self, path: str, body: Any, **_: Any) -> RawReply:
+        raise unsupported(self.name, path, "the local engine generates text only")
+
+    def stream_error(self, info: ErrorInfo) -> UpstreamError:
+        return local_stream_error(self.name, info)
 
 
 async def _gather(run: LocalRun, choices: list[Choice]) -> None:
@@ -162,6 +181,13 @@ class LocalRun:
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._started = time.perf_counter()
+        # The engine's clock (time.monotonic) for the trace's phases: queued, prefill began
+        # (the earliest sample's), first token, last token.
+        self._queued_at = time.monotonic()
+        self._scheduled_at: float | None = None
+        self._first_token_at: float | None = None
+        self._finished_at: float | None = None
+        self._output_tokens: dict[int, int] = {}
 
     async def outputs(self) -> AsyncIterator[tuple[StreamOutput, int]]:
         """(output, choice index) pairs until every prompt is done; engine errors raise."""
@@ -184,6 +210,7 @@ class LocalRun:
             number, output = item
             now = time.perf_counter()
             index = number * self.request.n + output.index
+            self._note_phase(output, index)
             if metrics is not None and output.token_ids:
                 if not first_seen:
                     metrics.engine_ttft.observe(now - self._started)
@@ -194,6 +221,27 @@ class LocalRun:
             yield output, index
         if metrics is not None:
             metrics.engine_e2e.observe(time.perf_counter() - self._started)
+
+    def _note_phase(self, output: StreamOutput, index: int) -> None:
+        scheduled, at = output.scheduled_at, output.step_time
+        if scheduled is not None and (self._scheduled_at is None or scheduled < self._scheduled_at):
+            self._scheduled_at = scheduled
+        if at is not None:
+            if self._first_token_at is None:
+                self._first_token_at = at
+            self._finished_at = at
+        self._output_tokens[index] = output.num_output_tokens
+
+    def phases(self) -> EnginePhases:
+        """Where the engine spent this request's time (span events of its trace)."""
+        return EnginePhases(
+            queued_at=self._queued_at,
+            scheduled_at=self._scheduled_at,
+            first_token_at=self._first_token_at,
+            finished_at=self._finished_at,
+            prompt_tokens=self.prompt_tokens,
+            output_tokens=sum(self._output_tokens.values()),
+        )
 
     async def _produce(
         self, engine: AsyncEngine, request_id: str, number: int, prompt: list[int]
@@ -268,3 +316,7 @@ class LocalStream:
 
     def close(self) -> None:
         self.run.close()
+
+    def phases(self) -> EnginePhases:
+        """The engine's queue, prefill and decode so far (read when the stream ends)."""
+        return self.run.phases()

@@ -23,7 +23,17 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.data_dir import private_dir
 from gateway.errors import UpstreamError
-from gateway.providers.base import ClientGone, Unavailable, UpstreamResponse, UpstreamStream
+from gateway.formats.errors import ErrorInfo
+from gateway.providers.base import (
+    ClientGone,
+    Headers,
+    RawReply,
+    Unavailable,
+    UpstreamResponse,
+    UpstreamStream,
+    local_stream_error,
+    unsupported,
+)
 from gateway.routing.policy import LocalEngineSettings, Policy, ProviderConfig
 
 if TYPE_CHECKING:
@@ -243,6 +253,8 @@ class HostedProvider:
     ``model_note()`` ask the host, calls go to the engine's ``LocalProvider`` (a config gap,
     raised as ``UpstreamError``, while it cannot serve)."""
 
+    formats: tuple[str, ...] = ("openai_chat",)
+
     def __init__(self, host: LocalEngineHost, name: str, config: ProviderConfig) -> None:
         self.name = name
         self._host = host
@@ -255,13 +267,26 @@ class HostedProvider:
         return self._host.model_note(self.name)
 
     async def post_json(
-        self, path: str, body: dict[str, Any], *, client_gone: ClientGone | None = None
+        self,
+        path: str,
+        body: dict[str, Any],
+        *,
+        headers: Headers | None = None,
+        client_gone: ClientGone | None = None,
     ) -> UpstreamResponse:
         provider = self._host.provider(self.name, self._config)
         return await provider.post_json(path, body, client_gone=client_gone)
 
-    async def open_stream(self, path: str, body: dict[str, Any]) -> UpstreamStream:
+    async def open_stream(
+        self, path: str, body: dict[str, Any], *, headers: Headers | None = None
+    ) -> UpstreamStream:
         return await self._host.provider(self.name, self._config).open_stream(path, body)
+
+    async def forward(self, path: str, body: Any, **_: Any) -> RawReply:
+        raise unsupported(self.name, path, "the local engine generates text only")
+
+    def stream_error(self, info: ErrorInfo) -> UpstreamError:
+        return local_stream_error(self.name, info)
 
     async def close(self) -> None:
         """Nothing to close here: the host owns the engine and stops it at shutdown."""

@@ -361,21 +361,23 @@ def full_response(
             rows.append(
                 {"index": index, "text": choice.text, "logprobs": logprobs, "finish_reason": finish}
             )
-    return {
-        "id": request.response_id,
-        "object": "chat.completion" if request.kind == "chat" else "text_completion",
-        "created": request.created,
-        "model": request.model,
-        "system_fingerprint": None,
-        "choices": rows,
-        "usage": usage(prompt_tokens, sum(c.num_tokens for c in choices)),
-    }
+    completion_tokens = sum(c.num_tokens for c in choices)
+    kind = "chat.completion" if request.kind == "chat" else "text_completion"
+    return _envelope(request, kind, rows, usage=usage(prompt_tokens, completion_tokens))
 
 
 def chunk(request: LocalRequest, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    kind = "chat.completion.chunk" if request.kind == "chat" else "text_completion"
+    return _envelope(request, kind, choices, **extra)
+
+
+def _envelope(
+    request: LocalRequest, kind: str, choices: list[dict[str, Any]], **extra: Any
+) -> dict[str, Any]:
+    """What a whole answer and each stream chunk carry around their choices."""
     return {
         "id": request.response_id,
-        "object": "chat.completion.chunk" if request.kind == "chat" else "text_completion",
+        "object": kind,
         "created": request.created,
         "model": request.model,
         "system_fingerprint": None,

@@ -10,9 +10,17 @@ upstream call up to the point where the first byte would go to the client, raisi
 - an upstream 401/403 (a 502 ``upstream_auth_failed`` by then: our key is wrong there), a 404
   (our model name is wrong there) and a missing API key are configuration errors of that
   candidate: no retry, next candidate;
-- any other 4xx is the client's fault: it is raised at once (no retry, no fallback);
+- any other 4xx is the client's fault: it is raised at once (no retry, no fallback), as is an
+  error marked ``final`` (an upload already streamed to the candidate cannot be sent again);
 - a candidate whose breaker is open (or half-open with its probe out), or whose provider is at
   ``max_concurrency``, is skipped;
+- a candidate whose ``context_window`` the prompt's estimate cannot fit is skipped (kind
+  ``context_window``); when every candidate is skipped so, the request is a 400
+  ``context_length_exceeded``;
+- an upstream error whose code the task lists in ``fallback_on`` (``context_length_exceeded``,
+  ``content_filter``: client errors otherwise) moves on to the next candidate;
+- an operation a provider does not offer, or a request it cannot be translated for (kind
+  ``unsupported`` / ``untranslatable``, a 400), moves on to the next candidate;
 - a candidate whose provider says it cannot take a request now (``unavailable()``: a local
   engine that is not loaded or unhealthy) is skipped; one that is only busy (a local engine
   past its ``spill_when`` thresholds) spills to the next candidates (the served one is marked
@@ -203,6 +211,7 @@ class DispatchFailed(UpstreamError):
             upstream_body=error.upstream_body,
             retry_after_s=error.retry_after_s,
             code=error.code,
+            param=error.param,
             error_type=error.type,
             headers=error.headers,
         )
@@ -277,6 +286,18 @@ class Dispatcher:
                 queue.extend((candidate, False) for candidate in spilled)
             candidate, ask_provider = queue[position]
             position += 1
+            too_long = plan.too_long_for(candidate)
+            if too_long is not None:
+                attempts.append(
+                    AttemptRecord(
+                        candidate.model,
+                        candidate.provider,
+                        "skipped",
+                        too_long,
+                        kind="context_window",
+                    )
+                )
+                continue
             provider = self._provider(plan, candidate)
             unavailable = self._unavailable(candidate, provider) if ask_provider else None
             if unavailable is not None:
@@ -326,13 +347,24 @@ class Dispatcher:
             except _Skipped:
                 continue
             except UpstreamError as error:
-                if is_client_error(error):
+                if error.final or (is_client_error(error) and error.code not in plan.fallback_on):
                     raise DispatchFailed.from_error(error, attempts) from error
                 last_error = error
                 continue
             if spilled and ask_provider:  # served here because a busier candidate spilled
                 candidate = dataclasses.replace(candidate, spilled=True)
             return DispatchResult(value, candidate, attempts, held)
+        if last_error is None and attempts and all(a.kind == "context_window" for a in attempts):
+            raise DispatchFailed(
+                "the prompt is too long for every candidate's context window ("
+                + "; ".join(f"{a.model}: {a.detail}" for a in attempts)
+                + ")",
+                attempts,
+                status=400,
+                kind="status",
+                code="context_length_exceeded",
+                error_type="invalid_request_error",
+            )
         if last_error is None:
             raise DispatchFailed(
                 "no upstream can take this request now (all candidates skipped: "
@@ -362,7 +394,10 @@ class Dispatcher:
             inflight = self.state.inflight.count(candidate.provider)
             missing_key = self._missing_key(provider)
             unavailable = self._unavailable(candidate, provider)
-            if unavailable is not None:
+            too_long = plan.too_long_for(candidate)
+            if too_long is not None:
+                verdict = f"skipped: {too_long}"
+            elif unavailable is not None:
                 verdict = f"skipped: {unavailable.detail}"
             elif missing_key:
                 verdict = f"skipped: missing API key ({missing_key} is not set)"

@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.cache.config import CachePolicy
 from gateway.money import MAX_PRICE_PER_MTOK, price_to_nanos_per_token
 from gateway.routing.policy_yaml import DocumentTooComplex, load_yaml
 
@@ -102,6 +103,60 @@ class LocalEngineSettings(_Strict):
         if self.block_size & (self.block_size - 1):
             raise ValueError(f"block_size must be a power of two, not {self.block_size}")
         return self
+
+
+ProviderKind = Literal["openai_compatible", "azure_openai", "anthropic", "local", "engine_fleet"]
+ChatFormat = Literal["openai_chat", "anthropic_messages", "openai_responses"]
+# The chat wire formats each kind speaks natively, and those it may be told it also speaks.
+NATIVE_FORMATS: dict[str, tuple[ChatFormat, ...]] = {
+    "openai_compatible": ("openai_chat",),
+    "azure_openai": ("openai_chat",),
+    "anthropic": ("anthropic_messages",),
+    "local": ("openai_chat",),
+    "engine_fleet": ("openai_chat",),
+}
+_OPTIONAL_FORMATS: dict[str, frozenset[str]] = {
+    "openai_compatible": frozenset({"openai_chat", "openai_responses"}),
+}
+# Headers no provider is ever sent from a client, whatever forward_headers says: hop-by-hop
+# ones (RFC 9110 7.6.1) and credentials (the gateway's own go with each provider).
+NEVER_FORWARDED = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "proxy-connection",
+        "x-api-key",
+        "api-key",
+        "cookie",
+        "set-cookie",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "content-type",
+        "content-encoding",
+        "expect",
+        "forwarded",
+        "x-forwarded-for",
+        "x-forwarded-host",
+        "x-forwarded-proto",
+        "x-real-ip",
+    }
+)
+DEFAULT_BASE_URLS = {"anthropic": "https://api.anthropic.com/v1"}
+AZURE_DEFAULT_API_VERSION = "2024-10-21"
+ANTHROPIC_DEFAULT_VERSION = "2023-06-01"
+
+
+def never_forwarded(name: str) -> bool:
+    """A client header that must not reach a provider (hop-by-hop, credentials, proxies)."""
+    lowered = name.lower()
+    return lowered in NEVER_FORWARDED or lowered.startswith("proxy-")
 
 
 def _replica_url(url: str, *, needs_port: bool) -> str:
@@ -188,8 +243,12 @@ class FleetConfig(_Strict):
 
 
 class ProviderConfig(_Strict):
-    kind: Literal["openai_compatible", "local", "engine_fleet"] = "openai_compatible"
-    base_url: str | None = None
+    kind: ProviderKind = "openai_compatible"
+    base_url: str | None = Field(
+        default=None,
+        description="openai_compatible: the /v1 base; azure_openai: the resource endpoint "
+        "(https://NAME.openai.azure.com); anthropic: default https://api.anthropic.com/v1",
+    )
     api_key_env: str | None = Field(
         default=None, description="env var holding the key; unset at runtime = provider unusable"
     )
@@ -199,6 +258,32 @@ class ProviderConfig(_Strict):
         default=None, gt=0, description="in-flight requests; beyond it the provider is skipped"
     )
     headers: dict[str, str] = Field(default_factory=dict)
+    forward_headers: list[str] = Field(
+        default_factory=list,
+        description="client headers passed on to this provider (anthropic-beta, "
+        "openai-organization...); hop-by-hop and credential headers never are",
+    )
+    formats: list[ChatFormat] | None = Field(
+        default=None,
+        description="chat wire formats the upstream serves natively, preferred first (default "
+        "by kind; an openai_compatible upstream may add openai_responses)",
+    )
+    api_version: str | None = Field(
+        default=None, description=f"azure_openai: api-version (default {AZURE_DEFAULT_API_VERSION})"
+    )
+    deployments: dict[str, str] = Field(
+        default_factory=dict,
+        description="azure_openai: upstream model -> deployment name (default: the model name)",
+    )
+    anthropic_version: str | None = Field(
+        default=None,
+        description=f"anthropic: the anthropic-version header (default {ANTHROPIC_DEFAULT_VERSION})",
+    )
+    default_max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="anthropic: max_tokens sent for requests that set none (default 4096)",
+    )
     engine: dict[str, Any] | None = Field(
         default=None, description="local engine settings (kind: local only)"
     )
@@ -211,12 +296,14 @@ class ProviderConfig(_Strict):
 
     @model_validator(mode="after")
     def _kind_fields(self) -> ProviderConfig:
-        if self.kind == "openai_compatible":
-            if not self.base_url:
-                raise ValueError("base_url is required for an openai_compatible provider")
-            if self.spill_when is not None:
-                raise ValueError("spill_when applies only to local and engine_fleet providers")
-        if self.kind == "engine_fleet":
+        kind = self.kind
+        if kind in ("openai_compatible", "azure_openai") and not self.base_url:
+            raise ValueError(f"base_url is required for an {kind} provider")
+        if kind not in ("local", "engine_fleet") and self.spill_when is not None:
+            raise ValueError("spill_when applies only to local and engine_fleet providers")
+        if kind != "local" and self.engine is not None:
+            raise ValueError("engine applies only to a local provider")
+        if kind == "engine_fleet":
             if self.fleet is None:
                 raise ValueError("an engine_fleet provider needs a fleet: block (replicas or dns)")
             if self.base_url is not None:
@@ -225,9 +312,36 @@ class ProviderConfig(_Strict):
                 )
         elif self.fleet is not None:
             raise ValueError("fleet applies only to an engine_fleet provider")
-        if self.kind != "local" and self.engine is not None:
-            raise ValueError("engine applies only to a local provider")
+        if kind != "azure_openai" and (self.api_version is not None or self.deployments):
+            raise ValueError("api_version and deployments apply only to an azure_openai provider")
+        if kind != "anthropic" and self.anthropic_version is not None:
+            raise ValueError("anthropic_version applies only to an anthropic provider")
+        if kind != "anthropic" and self.default_max_tokens is not None:
+            raise ValueError("default_max_tokens applies only to an anthropic provider")
+        if self.formats is not None:
+            allowed = _OPTIONAL_FORMATS.get(kind, frozenset(NATIVE_FORMATS[kind]))
+            wrong = [name for name in self.formats if name not in allowed]
+            if wrong or not self.formats:
+                raise ValueError(
+                    f"formats of a {kind} provider may be: {', '.join(sorted(allowed))}"
+                )
+        for index, name in enumerate(self.forward_headers):
+            if never_forwarded(name):
+                raise ValueError(
+                    f"forward_headers[{index}]: {name!r} is a hop-by-hop or credential header, "
+                    "never forwarded"
+                )
         return self
+
+    @property
+    def native_formats(self) -> tuple[ChatFormat, ...]:
+        """The chat formats this provider speaks without translation, preferred first."""
+        return tuple(self.formats) if self.formats else NATIVE_FORMATS[self.kind]
+
+    @property
+    def url(self) -> str:
+        """The base URL, with the kind's default when the policy leaves it unset."""
+        return (self.base_url or DEFAULT_BASE_URLS.get(self.kind, "")).rstrip("/")
 
     @property
     def engine_settings(self) -> LocalEngineSettings:
@@ -242,14 +356,24 @@ class Price(_Strict):
     input: float = Field(default=0.0, ge=0, le=MAX_PRICE_PER_MTOK)
     output: float = Field(default=0.0, ge=0, le=MAX_PRICE_PER_MTOK)
     cached_input: float | None = Field(
-        default=None, ge=0, le=MAX_PRICE_PER_MTOK, description="unset = the input price"
+        default=None,
+        ge=0,
+        le=MAX_PRICE_PER_MTOK,
+        description="prompt tokens read from a cache; unset = the input price",
+    )
+    cache_write_input: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_PRICE_PER_MTOK,
+        description="prompt tokens written to a cache (Anthropic); unset = the input price",
     )
     # Nano-dollars per token, read exactly from the decimal text once, at policy load.
     _input_nanos: int = PrivateAttr(default=0)
     _output_nanos: int = PrivateAttr(default=0)
     _cached_nanos: int = PrivateAttr(default=0)
+    _cache_write_nanos: int = PrivateAttr(default=0)
 
-    @field_validator("input", "output", "cached_input", mode="before")
+    @field_validator("input", "output", "cached_input", "cache_write_input", mode="before")
     @classmethod
     def _whole_nanos_per_token(cls, value: Any) -> Any:
         if value is not None:
@@ -261,13 +385,26 @@ class Price(_Strict):
         self._output_nanos = price_to_nanos_per_token(self.output)
         cached = self.input if self.cached_input is None else self.cached_input
         self._cached_nanos = price_to_nanos_per_token(cached)
+        written = self.input if self.cache_write_input is None else self.cache_write_input
+        self._cache_write_nanos = price_to_nanos_per_token(written)
 
-    def cost_nanos(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> int:
-        """Exact cost in nano-dollars; cached prompt tokens at ``cached_input`` (else input)."""
-        cached = min(max(cached_tokens, 0), max(prompt_tokens, 0))
+    def cost_nanos(
+        self,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_tokens: int = 0,
+        cache_write_tokens: int = 0,
+    ) -> int:
+        """Exact cost in nano-dollars. ``prompt_tokens`` counts every input token; of them,
+        cache reads cost ``cached_input`` and cache writes ``cache_write_input`` (each the
+        input price when unset)."""
+        prompt = max(prompt_tokens, 0)
+        cached = min(max(cached_tokens, 0), prompt)
+        written = min(max(cache_write_tokens, 0), prompt - cached)
         return (
-            (prompt_tokens - cached) * self._input_nanos
+            (prompt - cached - written) * self._input_nanos
             + cached * self._cached_nanos
+            + written * self._cache_write_nanos
             + completion_tokens * self._output_nanos
         )
 
@@ -283,6 +420,7 @@ class ModelConfig(_Strict):
     context_window: int | None = Field(default=None, gt=0)
     capabilities: list[str] = Field(default_factory=list, description="tags: code, vision, fast…")
     description: str | None = None
+    cache: CachePolicy | None = Field(default=None, description="cache its answers (cache.md)")
 
 
 class TaskConfig(_Strict):
@@ -300,6 +438,14 @@ class TaskConfig(_Strict):
         default=256,
         gt=0,
         description="cheapest: output estimate when the request has no max_tokens",
+    )
+    fallback_on: list[Literal["context_length_exceeded", "content_filter"]] = Field(
+        default_factory=list,
+        description="upstream errors that move on to the next candidate instead of ending the "
+        "request (off by default: they are the client's errors)",
+    )
+    cache: CachePolicy | None = Field(
+        default=None, description="cache its answers; wins over the model's block (cache.md)"
     )
 
 

@@ -38,6 +38,7 @@ class Candidate:
     reason: str
     # Served here because a local engine before it was past its spill_when thresholds.
     spilled: bool = False
+    context_window: int | None = None  # the policy's, in tokens (None: not said)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,17 @@ class RoutePlan:
     skipped: list[Candidate] = field(default_factory=list)
     # The snapshot this request routes with, so a reload mid-request changes nothing for it.
     policy: Policy | None = None
+    # The prompt's estimated tokens, when a candidate has a context_window to check it against.
+    prompt_tokens: int | None = None
+    # Upstream error codes that move on to the next candidate (the task's fallback_on).
+    fallback_on: frozenset[str] = frozenset()
+
+    def too_long_for(self, candidate: Candidate) -> str | None:
+        """Why the prompt cannot fit ``candidate``'s context window (None: it may)."""
+        window = candidate.context_window
+        if window is None or self.prompt_tokens is None or self.prompt_tokens <= window:
+            return None
+        return f"prompt ~{self.prompt_tokens} tokens exceeds context_window {window}"
 
     def header_value(self, served: Candidate, *, spilled: bool = False) -> str:
         """The ``x-switchyard-route`` header: task, strategy and why this candidate."""
@@ -57,18 +69,23 @@ class RoutePlan:
         return f"{value}; spilled" if spilled or served.spilled else value
 
     def explain(self) -> dict[str, Any]:
-        def row(candidate: Candidate) -> dict[str, str]:
-            return {
+        def row(candidate: Candidate) -> dict[str, Any]:
+            out: dict[str, Any] = {
                 "model": candidate.model,
                 "provider": candidate.provider,
                 "upstream_model": candidate.upstream_model,
                 "reason": candidate.reason,
             }
+            if candidate.context_window is not None:
+                out["context_window"] = candidate.context_window
+            return out
 
         return {
             "task": self.task,
             "strategy": self.strategy,
             "policy_version": self.policy_version,
+            "prompt_tokens_estimate": self.prompt_tokens,
+            "fallback_on": sorted(self.fallback_on),
             "candidates": [row(c) for c in self.candidates],
             "skipped": [row(c) for c in self.skipped],
             "notes": list(self.notes),
@@ -144,14 +161,19 @@ class Router:
         if not kept or pinned_denied:
             # A model the key may not use is refused, not quietly swapped for a fallback.
             self._raise_nothing_allowed(requested, task_name, strategy)
+        candidates = [self._candidate(policy, m, why) for m, why in kept]
+        windows = any(candidate.context_window is not None for candidate in candidates)
+        task_config = policy.tasks.get(task_name) if task_name else None
         return RoutePlan(
             task=task_name,
             strategy=strategy,
-            candidates=[self._candidate(policy, m, why) for m, why in kept],
+            candidates=candidates,
             policy_version=loaded.version,
             notes=notes,
             skipped=skipped,
             policy=policy,
+            prompt_tokens=estimate_prompt_tokens(body) if windows else None,
+            fallback_on=frozenset(task_config.fallback_on) if task_config else frozenset(),
         )
 
     # -- choosing -------------------------------------------------------------------------
@@ -369,7 +391,14 @@ class Router:
 
     @staticmethod
     def _candidate(policy: Policy, model: str, reason: str) -> Candidate:
-        return Candidate(model, policy.models[model].provider, policy.upstream_model(model), reason)
+        config = policy.models[model]
+        return Candidate(
+            model,
+            config.provider,
+            policy.upstream_model(model),
+            reason,
+            context_window=config.context_window,
+        )
 
 
 class _AllowList:

@@ -6,6 +6,13 @@ else (Redis, upstream, load generator) to core 1, then drives load with wrk at e
 concurrency, straight at the upstream and through the gateway. It prints req/s and the p50/p99
 latency the gateway adds, plus streaming time to first byte. Each cell is the median of
 ``--repeat`` runs.
+
+``--modes`` picks the gateway paths measured, interleaved within each repeat (so drift on a
+shared box hits them alike): ``plain`` (tracing off, no cache: the default), ``traced`` (a
+second gateway exporting every span over OTLP/HTTP to a collector that drops them),
+``cache-hit`` (a deterministic request to a ``cache:`` model, answered from Redis) and
+``cache-miss`` (the same model, a new question every request: lookup, upstream call, store).
+``make bench-modes`` runs all four.
 """
 
 from __future__ import annotations
@@ -36,6 +43,10 @@ BODY = {
     "max_tokens": 8,
 }
 
+MODES = ("plain", "traced", "cache-hit", "cache-miss")
+PEPPER = "bench-pepper-" + "0" * 24  # both gateways read one key store
+CACHED_BODY = {**BODY, "model": "bench-cached", "temperature": 0}
+
 POLICY = """
 providers:
   fake:
@@ -45,6 +56,10 @@ models:
   bench-model:
     provider: fake
     price: {{input: 0.1, output: 0.2}}
+  bench-cached:
+    provider: fake
+    price: {{input: 0.1, output: 0.2}}
+    cache: {{ttl_s: 120, max_entries: 10000000}}
 """
 
 WRK_SCRIPT = """
@@ -52,6 +67,19 @@ wrk.method = "POST"
 wrk.body = [[{body}]]
 wrk.headers["Content-Type"] = "application/json"
 {auth}
+"""
+# A new question every request (a cache miss each time): its text counts up from a random base.
+WRK_MISS_SCRIPT = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+{auth}
+local counter = math.floor(os.time() * 1000 + os.clock() * 1000000)
+request = function()
+  counter = counter + 1
+  local body = '{{"model":"bench-cached","max_tokens":8,"temperature":0,' ..
+    '"messages":[{{"role":"user","content":"Say hi ' .. counter .. '"}}]}}'
+  return wrk.format(nil, nil, nil, body)
+end
 """
 
 
@@ -138,14 +166,47 @@ def _wait_http(url: str, timeout: float = 30) -> None:
     raise RuntimeError(f"{url} did not answer")
 
 
+def _start_gateway(
+    workdir: Path, name: str, redis_url: str, policy: Path, extra: dict[str, str]
+) -> tuple[str, subprocess.Popen[bytes]]:
+    port = free_port()
+    data_dir = workdir / name
+    data_dir.mkdir()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+        "SWITCHYARD_PORT": str(port),
+        "SWITCHYARD_REDIS_URL": redis_url,
+        "SWITCHYARD_DATA_DIR": str(data_dir),
+        "SWITCHYARD_ADMIN_KEY": ADMIN_KEY,
+        "SWITCHYARD_KEY_PEPPER": PEPPER,
+        "SWITCHYARD_POLICY_FILE": str(policy),
+        **extra,
+    }
+    log = (data_dir / "gateway.log").open("wb")
+    process = subprocess.Popen(
+        [*_pin(GATEWAY_CORE), sys.executable, "-m", "gateway", "serve"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    return f"http://127.0.0.1:{port}", process
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run")
     parser.add_argument("--repeat", type=int, default=3, help="runs per cell (median shown)")
     parser.add_argument("--concurrency", default="1,16,64")
     parser.add_argument("--ttfb-requests", type=int, default=200)
+    parser.add_argument(
+        "--modes", default="plain", help=f"comma list of {', '.join(MODES)} (run interleaved)"
+    )
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown or not modes:
+        parser.error(f"--modes: unknown {', '.join(unknown) or '(none)'}; use {', '.join(MODES)}")
     wrk = ensure_wrk()
     workdir = Path(tempfile.mkdtemp(prefix="switchyard-bench-"))
     processes: list[subprocess.Popen[bytes]] = []
@@ -156,7 +217,7 @@ def main() -> None:
         if len(os.sched_getaffinity(0)) > 1:
             os.sched_setaffinity(redis_server.process.pid, {LOAD_CORE})
 
-        upstream_port, gateway_port = free_port(), free_port()
+        upstream_port = free_port()
         processes.append(
             subprocess.Popen(
                 [*_pin(LOAD_CORE), sys.executable, "-m", "gateway.tools.fake_upstream",
@@ -167,25 +228,21 @@ def main() -> None:
         upstream = f"http://127.0.0.1:{upstream_port}/v1"
         policy = workdir / "routing_rules.yaml"
         policy.write_text(POLICY.format(base_url=upstream))
-        env = {
-            **os.environ,
-            "SWITCHYARD_PORT": str(gateway_port),
-            "SWITCHYARD_REDIS_URL": redis_server.url,
-            "SWITCHYARD_DATA_DIR": str(workdir),
-            "SWITCHYARD_ADMIN_KEY": ADMIN_KEY,
-            "SWITCHYARD_POLICY_FILE": str(policy),
-        }
-        gateway_log = (workdir / "gateway.log").open("wb")
-        processes.append(
-            subprocess.Popen(
-                [*_pin(GATEWAY_CORE), sys.executable, "-m", "gateway", "serve"],
-                env=env,
-                stdout=gateway_log,
-                stderr=subprocess.STDOUT,
+        gateway, process = _start_gateway(workdir, "plain", redis_server.url, policy, {})
+        processes.append(process)
+        traced_gateway = None
+        if "traced" in modes:  # its spans go to the fake upstream's dropping collector
+            otel = {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{upstream_port}",
+                "OTEL_SERVICE_NAME": "switchyard-bench",
+            }
+            traced_gateway, process = _start_gateway(
+                workdir, "traced", redis_server.url, policy, otel
             )
-        )
-        gateway = f"http://127.0.0.1:{gateway_port}"
+            processes.append(process)
         _wait_http(gateway + "/healthz")
+        if traced_gateway is not None:
+            _wait_http(traced_gateway + "/healthz")
         _wait_http(upstream + "/models")
         created = httpx.post(
             gateway + "/admin/keys",
@@ -193,34 +250,58 @@ def main() -> None:
             headers={"Authorization": f"Bearer {ADMIN_KEY}"},
         ).json()
         key = created["key"]
+        auth = f'wrk.headers["Authorization"] = "Bearer {key}"'
         body = orjson.dumps(BODY).decode()
         direct_script = workdir / "direct.lua"
         direct_script.write_text(WRK_SCRIPT.format(body=body, auth=""))
         gateway_script = workdir / "gateway.lua"
-        gateway_script.write_text(
-            WRK_SCRIPT.format(body=body, auth=f'wrk.headers["Authorization"] = "Bearer {key}"')
-        )
+        gateway_script.write_text(WRK_SCRIPT.format(body=body, auth=auth))
+        hit_script = workdir / "cache-hit.lua"
+        hit_script.write_text(WRK_SCRIPT.format(body=orjson.dumps(CACHED_BODY).decode(), auth=auth))
+        miss_script = workdir / "cache-miss.lua"
+        miss_script.write_text(WRK_MISS_SCRIPT.format(auth=auth))
         direct_url = upstream + "/chat/completions"
         gateway_url = gateway + "/v1/chat/completions"
-        run_wrk(wrk, gateway_url, gateway_script, 16, 2)  # warm-up: pools, caches, JIT-free
+        cells = [("direct", direct_url, direct_script)]
+        for mode in modes:
+            if mode == "plain":
+                cells.append((mode, gateway_url, gateway_script))
+            elif mode == "traced":
+                cells.append((mode, f"{traced_gateway}/v1/chat/completions", gateway_script))
+            elif mode == "cache-hit":
+                cells.append((mode, gateway_url, hit_script))
+            else:
+                cells.append((mode, gateway_url, miss_script))
+        for _, url, script in cells[1:]:  # warm-up: pools, caches; the cache-hit entry stored
+            run_wrk(wrk, url, script, 16, 2)
         results: dict[tuple[str, int], list[Run]] = {}
         for _ in range(args.repeat):
             for level in levels:
-                for name, url, script in (
-                    ("direct", direct_url, direct_script),
-                    ("gateway", gateway_url, gateway_script),
-                ):
+                for name, url, script in cells:
                     run = run_wrk(wrk, url, script, level, args.duration)
                     results.setdefault((name, level), []).append(run)
-        ttfb_direct = asyncio.run(time_to_first_byte(direct_url, None, args.ttfb_requests))
-        ttfb_gateway = asyncio.run(time_to_first_byte(gateway_url, key, args.ttfb_requests))
+        ttfb: dict[str, list[float]] = {
+            "direct": asyncio.run(time_to_first_byte(direct_url, None, args.ttfb_requests))
+        }
+        for name, url, _ in cells[1:]:
+            if name in ("plain", "traced"):
+                ttfb[name] = asyncio.run(time_to_first_byte(url, key, args.ttfb_requests))
     finally:
         for process in reversed(processes):
             process.terminate()
             process.wait(10)
         redis_server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+    _report(args, levels, [name for name, _, _ in cells], results, ttfb)
 
+
+def _report(
+    args: argparse.Namespace,
+    levels: list[int],
+    names: list[str],
+    results: dict[tuple[str, int], list[Run]],
+    ttfb: dict[str, list[float]],
+) -> None:
     def median(name: str, level: int, field: str) -> float:
         return statistics.median(getattr(run, field) for run in results[(name, level)])
 
@@ -228,26 +309,26 @@ def main() -> None:
     print(f"\nSwitchyard gateway overhead (median of {args.repeat} × {args.duration:g}s wrk runs)")
     print(cpu_note)
     header = (
-        f"{'conc':>5} {'direct req/s':>13} {'gateway req/s':>14} "
-        f"{'direct p50':>11} {'gw p50':>8} {'added p50':>10} "
-        f"{'direct p99':>11} {'gw p99':>8} {'added p99':>10}"
+        f"{'conc':>5} {'path':>11} {'req/s':>10} {'p50':>9} {'added p50':>10} "
+        f"{'p99':>9} {'added p99':>10}"
     )
     print(header)
     print("-" * len(header))
     for level in levels:
-        d50, g50 = median("direct", level, "p50_ms"), median("gateway", level, "p50_ms")
-        d99, g99 = median("direct", level, "p99_ms"), median("gateway", level, "p99_ms")
-        print(
-            f"{level:>5} {median('direct', level, 'rps'):>13,.0f} "
-            f"{median('gateway', level, 'rps'):>14,.0f} "
-            f"{d50:>9.3f}ms {g50:>6.3f}ms {g50 - d50:>8.3f}ms "
-            f"{d99:>9.3f}ms {g99:>6.3f}ms {g99 - d99:>8.3f}ms"
-        )
-    td, tg = statistics.median(ttfb_direct), statistics.median(ttfb_gateway)
-    print(
-        f"\nstreaming time to first byte (median of {args.ttfb_requests}, sequential): "
-        f"direct {td:.3f} ms, gateway {tg:.3f} ms, added {tg - td:.3f} ms"
-    )
+        d50, d99 = median("direct", level, "p50_ms"), median("direct", level, "p99_ms")
+        for name in names:
+            p50, p99 = median(name, level, "p50_ms"), median(name, level, "p99_ms")
+            added50 = f"{p50 - d50:>8.3f}ms" if name != "direct" else f"{'':>10}"
+            added99 = f"{p99 - d99:>8.3f}ms" if name != "direct" else f"{'':>10}"
+            print(
+                f"{level:>5} {name:>11} {median(name, level, 'rps'):>10,.0f} "
+                f"{p50:>7.3f}ms {added50} {p99:>7.3f}ms {added99}"
+            )
+        if "cache-hit" in names and "cache-miss" in names:
+            ratio = median("cache-miss", level, "p50_ms") / median("cache-hit", level, "p50_ms")
+            print(f"{level:>5} {'':>11} cache miss p50 / hit p50 = {ratio:.2f}")
+    line = ", ".join(f"{name} {statistics.median(s):.3f} ms" for name, s in ttfb.items())
+    print(f"\nstreaming time to first byte (median of {args.ttfb_requests}, sequential): {line}")
 
 
 if __name__ == "__main__":

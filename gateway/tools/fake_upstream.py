@@ -7,8 +7,14 @@ far cheaper than the gateway in front of it. The requested model name selects a 
 - ``slow…``: answers after ``slow_s`` seconds (timeout tests);
 - ``break…``: a stream cut after two chunks (a non-stream request gets its connection closed);
 - ``drip…``: a stream with ``drip_s`` seconds between chunks;
-- anything else: a normal answer. Usage is ``prompt_tokens`` = 10 and ``completion_tokens`` =
+- anything else: a normal answer.
+
+``POST /v1/traces`` is an OTLP/HTTP collector that drops what it gets (the benchmark's traced
+gateway exports there). Usage is ``prompt_tokens`` = 10 and ``completion_tokens`` =
   ``max_tokens`` (or 5), so tests can predict costs.
+
+It answers chat and text completions, embeddings, image generations, moderations and speech
+(a few audio bytes); any other path is a 404 in OpenAI's envelope.
 
 Run standalone with ``python -m gateway.tools.fake_upstream --port 9100``.
 """
@@ -136,6 +142,9 @@ class FakeUpstream:
         raw: bytes,
     ) -> bool:
         """Write one response; False closes the connection."""
+        if path == "/v1/traces":  # protobuf spans: accepted and dropped (an empty reply)
+            writer.write(_head(200, "application/x-protobuf", 0))
+            return True
         try:
             body = orjson.loads(raw) if raw else {}
         except orjson.JSONDecodeError:
@@ -164,10 +173,19 @@ class FakeUpstream:
             return await self._stream(writer, path, model, body)
         if model.startswith("break"):
             return False
-        writer.write(_json(200, self._answer(path, model, body)))
+        if path.endswith("/audio/speech"):
+            audio = b"ID3fake-audio"
+            writer.write(_head(200, "audio/mpeg", len(audio)) + audio)
+            return True
+        answer = self._answer(path, model, body)
+        if answer is None:
+            error = {"message": f"no route {path}", "type": "invalid_request_error"}
+            writer.write(_json(404, {"error": error}))
+            return True
+        writer.write(_json(200, answer))
         return True
 
-    def _answer(self, path: str, model: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _answer(self, path: str, model: str, body: dict[str, Any]) -> dict[str, Any] | None:
         created = int(time.time())
         if path.endswith("/chat/completions"):
             return {
@@ -210,7 +228,10 @@ class FakeUpstream:
             }
         if path.endswith("/images/generations"):
             return {"created": created, "data": [{"url": "https://example.invalid/fake.png"}]}
-        return {"error": {"message": f"no route {path}"}}
+        if path.endswith("/moderations"):
+            result = {"flagged": False, "categories": {}, "category_scores": {}}
+            return {"id": "modr-fake", "model": model, "results": [result]}
+        return None
 
     async def _stream(
         self, writer: asyncio.StreamWriter, path: str, model: str, body: dict[str, Any]

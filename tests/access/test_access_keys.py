@@ -77,7 +77,7 @@ def test_create_shows_the_secret_once_and_stores_only_its_hmac(
         # Budgets are whole nano-dollars, and small enough that the limiter stays exact.
         ({"budget_usd": 0.0000000001}, "budget_usd"),
         ({"budget_usd": 9_000_000.5}, "budget_usd"),
-        ({"budget_period": "week"}, "budget_period"),
+        ({"budget_period": "fortnight"}, "budget_period"),
         ({"models": ["fake", "nope"]}, "models[1]"),
         ({"models": "fake"}, "models"),
         ({"colour": "blue"}, "colour"),

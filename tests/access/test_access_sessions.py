@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from dashboard_client import login, post_form
 from marked_gateway import ADMIN_KEY, MarkedGateway, write_policy
 
 from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
@@ -56,7 +57,7 @@ def _client(gateway: MarkedGateway, address: str) -> httpx.Client:
 
 
 def _login(client: httpx.Client, key: str) -> httpx.Response:
-    return client.post("/admin/ui/login", data={"key": key})
+    return login(client, key)
 
 
 def _page(client: httpx.Client, token: str) -> int:
@@ -84,7 +85,7 @@ def test_sessions_are_random_and_end_at_logout(gateway: MarkedGateway) -> None:
         token_a, token_b = first.cookies[COOKIE], second.cookies[COOKIE]
         assert token_a != token_b and len(token_a) >= 40  # two logins in one second differ
         assert _page(client, token_a) == _page(client, token_b) == 200
-        out = client.post("/admin/ui/logout", headers={"cookie": f"{COOKIE}={token_a}"})
+        out = post_form(client, token_a, "/admin/ui/logout")
         assert out.status_code == 303
         assert _page(client, token_a) == 401  # ended on the server, not only forgotten
         assert _page(client, token_b) == 200  # the other session lives on

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from dashboard_client import login
 from gateway_runner import ADMIN_KEY, GatewayThread, RunningGateway, make_settings
 
 ALIAS_BOMB = "\n".join(
@@ -168,8 +169,7 @@ def test_dashboard_says_503_while_redis_is_stopped(tmp_path, fake_policy, own_re
     gateway = runner.start()
     try:
         with httpx.Client(base_url=gateway.base_url, timeout=10) as browser:
-            login = browser.post("/admin/ui/login", data={"key": ADMIN_KEY})
-            assert login.status_code == 303
+            assert login(browser, ADMIN_KEY).status_code == 303
             assert browser.get("/admin/ui").status_code == 200
             own_redis.stop()
             page = browser.get("/admin/ui")

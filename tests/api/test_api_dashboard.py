@@ -1,11 +1,10 @@
-"""The /admin/ui dashboard of a real gateway: login/cookie flow over HTTP, then the page
-rendered in headless Chromium, whose DOM numbers must equal the JSON report and the event sums."""
+"""The /admin/ui dashboard of a real gateway: login/cookie flow over HTTP (CSRF tokens
+included), then the page rendered in headless Chromium after a login through its form, whose
+DOM numbers must equal the JSON report and the event sums."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import shutil
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -15,12 +14,10 @@ from typing import Any
 
 import httpx
 import pytest
+from chromium import CHROMIUM, chromium_page
+from dashboard_client import LOGIN_CSRF_COOKIE, SESSION_COOKIE, csrf_in
 from gateway_runner import ADMIN_KEY, GatewayThread, RunningGateway, make_settings
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import HTMLResponse
-from starlette.routing import Route
-from usage_events import expected_groups, make_events, serve
+from usage_events import expected_groups, make_events
 
 from gateway.api.dashboard_view import KEY_SERIES, TOP_KEYS
 from gateway.metering.exporter import UsageExporter
@@ -36,10 +33,6 @@ providers:
 models:
   some-model: {provider: up}
 """
-
-
-def chromium_binary() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 class DomNumbers(HTMLParser):
@@ -122,34 +115,27 @@ async def dashboard(
         runner.stop()
 
 
-def login_page_app(gateway_url: str) -> Starlette:
-    """Test-only page on another port of 127.0.0.1 (the same site): a browser "user" filling in
-    and submitting the gateway's login form."""
-
-    async def autologin(request: Request) -> HTMLResponse:
-        return HTMLResponse(
-            f'<form method="post" action="{gateway_url}/admin/ui/login">'
-            f'<input name="key" value="{ADMIN_KEY}"></form>'
-            "<script>document.forms[0].submit()</script>"
-        )
-
-    return Starlette(routes=[Route("/test-login", autologin)])
-
-
 async def test_login_and_cookie_flow(dashboard: Dashboard) -> None:
     base = dashboard.gateway.base_url
     async with httpx.AsyncClient(base_url=base) as client:
         anonymous = await client.get("/admin/ui")
         assert anonymous.status_code == 401 and 'name="key"' in anonymous.text
-        wrong = await client.post("/admin/ui/login", data={"key": "nope"})
+        csrf = csrf_in(anonymous.text)  # the login form's double-submit token
+        form_cookie = {"cookie": f"{LOGIN_CSRF_COOKIE}={csrf}"}
+        assert f"{LOGIN_CSRF_COOKIE}={csrf}" in anonymous.headers["set-cookie"]
+        wrong = await client.post(
+            "/admin/ui/login", data={"key": "nope", "csrf": csrf}, headers=form_cookie
+        )
         assert wrong.status_code == 401 and "not the admin key" in wrong.text
-        assert "set-cookie" not in wrong.headers
+        assert SESSION_COOKIE not in wrong.headers["set-cookie"]
         as_json = await client.post("/admin/ui/login", json={"key": ADMIN_KEY})
         assert as_json.status_code == 400
         forged = await client.get("/admin/ui", headers=_session("9999999999.deadbeef"))
         assert forged.status_code == 401
 
-        ok = await client.post("/admin/ui/login", data={"key": ADMIN_KEY})
+        ok = await client.post(
+            "/admin/ui/login", data={"key": ADMIN_KEY, "csrf": csrf}, headers=form_cookie
+        )
         assert ok.status_code == 303 and ok.headers["location"] == "/admin/ui"
         cookie = ok.headers["set-cookie"].lower()
         assert "httponly" in cookie and "samesite=strict" in cookie and "path=/admin" in cookie
@@ -161,7 +147,13 @@ async def test_login_and_cookie_flow(dashboard: Dashboard) -> None:
         assert "no-store" in page.headers["cache-control"]
         bad = await client.get("/admin/ui", params={"from": "someday"}, headers=_session(token))
         assert bad.status_code == 400 and 'data-param="from"' in bad.text
-        out = await client.post("/admin/ui/logout", headers=_session(token))
+        refused = await client.post(
+            "/admin/ui/logout", data={"csrf": "guessed"}, headers=_session(token)
+        )
+        assert refused.status_code == 403  # no CSRF token: the session lives on
+        out = await client.post(
+            "/admin/ui/logout", data={"csrf": csrf_in(page.text)}, headers=_session(token)
+        )
         assert out.status_code == 303
         assert "max-age=0" in out.headers["set-cookie"].lower()
         # Ended server-side: the cookie a client kept is worth nothing now.
@@ -173,31 +165,7 @@ def _session(token: str) -> dict[str, str]:
     return {"cookie": f"sy_admin_session={token}"}
 
 
-async def run_chromium(*args: str, timeout: float = 90) -> bytes:
-    process = await asyncio.create_subprocess_exec(
-        chromium_binary() or "chromium",
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-        "--virtual-time-budget=10000",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
-    assert process.returncode == 0, stderr.decode()[-2000:]
-    return stdout
-
-
-@pytest.mark.skipif(
-    chromium_binary() is None, reason="chromium is not installed (apt-get install chromium)"
-)
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
 async def test_dashboard_in_headless_chromium(
     dashboard: Dashboard, reports: UsageReports, tmp_path: Path
 ) -> None:
@@ -206,12 +174,16 @@ async def test_dashboard_in_headless_chromium(
     artifacts.mkdir(exist_ok=True)
     screenshot = artifacts / "dashboard.png"
     screenshot.unlink(missing_ok=True)
-    async with serve(login_page_app(dashboard.gateway.base_url)) as base:
-        profile = f"--user-data-dir={tmp_path / 'chromium'}"
-        dom = (await run_chromium(profile, "--dump-dom", f"{base}/test-login")).decode()
-        await run_chromium(
-            profile, "--window-size=1600,2600", f"--screenshot={screenshot}", f"{base}/test-login"
+    async with chromium_page(tmp_path / "chromium", size="1600,2600") as tools:
+        base = dashboard.gateway.base_url
+        await tools.open(base + "/admin/ui", "document.querySelector('input[name=key]')")
+        await tools.submit(
+            "form[action='/admin/ui/login']",
+            {"key": ADMIN_KEY},
+            "document.querySelectorAll('svg rect').length > 0",
         )
+        dom = await tools.html()
+        await tools.screenshot(screenshot)
 
     numbers = DomNumbers()
     numbers.feed(dom)

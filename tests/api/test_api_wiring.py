@@ -7,6 +7,7 @@ import time
 
 import httpx
 import openai
+from dashboard_client import login
 from gateway_runner import ADMIN_KEY, RunningGateway
 
 HI = [{"role": "user", "content": "hi"}]
@@ -83,11 +84,13 @@ def test_dashboard_login_page_and_session(gateway: RunningGateway) -> None:
     with httpx.Client(base_url=gateway.base_url, follow_redirects=False) as browser:
         page = browser.get("/admin/ui")
         assert page.status_code in (200, 401) and "<form" in page.text
-        assert browser.post("/admin/ui/login", data={"key": "wrong"}).status_code in (401, 403)
-        login = browser.post("/admin/ui/login", data={"key": ADMIN_KEY})
-        assert login.status_code == 303
+        assert login(browser, "wrong").status_code == 401
+        # Without the login form's CSRF token nothing is checked, not even the key.
+        assert browser.post("/admin/ui/login", data={"key": ADMIN_KEY}).status_code == 403
+        signed_in = login(browser, ADMIN_KEY)
+        assert signed_in.status_code == 303
         # Secure by default: a client must hand it back itself over plain http (httpx will not).
-        assert "secure" in login.headers["set-cookie"].lower()
-        session = {"cookie": f"sy_admin_session={login.cookies['sy_admin_session']}"}
+        assert "secure" in signed_in.headers["set-cookie"].lower()
+        session = {"cookie": f"sy_admin_session={signed_in.cookies['sy_admin_session']}"}
         dashboard = browser.get("/admin/ui", headers=session)
         assert dashboard.status_code == 200 and "<svg" in dashboard.text

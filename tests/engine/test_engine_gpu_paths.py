@@ -167,11 +167,9 @@ def test_decode_splits_are_chosen_per_step_from_context_lengths(llama_path, monk
     seen: list[tuple[int, int | None]] = []
     real_attention = kernels.paged_attention
 
-    def paged(query, k_cache, v_cache, block_tables, cu, context_lens, *args, **kwargs):
-        seen.append((int(context_lens.max()), kwargs.get("num_kv_splits")))
-        return real_attention(
-            query, k_cache, v_cache, block_tables, cu, context_lens, *args, **kwargs
-        )
+    def paged(query, k_cache, v_cache, meta, *args, **kwargs):
+        seen.append((int(meta.context_lens.max()), meta.num_kv_splits))
+        return real_attention(query, k_cache, v_cache, meta, *args, **kwargs)
 
     monkeypatch.setattr(kernels, "paged_attention", paged)
     short = llm.generate(["hello"], SamplingParams(temperature=0.0, max_tokens=4))

@@ -12,90 +12,63 @@ from engine.kernels.triton_paged_attention import choose_num_kv_splits, paged_at
 from .kernel_cases import KERNEL_DTYPES, AttentionBatch, make_batch, tolerance
 
 
-def run_both(batch: AttentionBatch, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
-    args = (
-        batch.query,
-        batch.k_cache,
-        batch.v_cache,
-        batch.block_tables,
-        batch.cu_seqlens_q,
-        batch.context_lens,
-        batch.scale,
-    )
-    expected = paged_attention_ref(*args)
-    actual = paged_attention_triton(*args, max_query_len=batch.max_query_len, **kwargs)
-    return actual, expected
+def run_both(batch: AttentionBatch, **layout: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton and the reference on ``batch``, its layout changed by ``layout`` (split count)."""
+    batch = batch.with_meta(**layout)
+    return paged_attention_triton(*batch.args()), paged_attention_ref(*batch.args())
 
 
-def assert_matches(batch: AttentionBatch, **kwargs: object) -> torch.Tensor:
-    actual, expected = run_both(batch, **kwargs)
+def assert_matches(batch: AttentionBatch, **layout: object) -> torch.Tensor:
+    actual, expected = run_both(batch, **layout)
     assert actual.shape == expected.shape and actual.dtype == expected.dtype
     assert torch.isfinite(actual.float()).all()
     torch.testing.assert_close(actual.float(), expected.float(), **tolerance(batch.query.dtype))
     return actual
 
 
-@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
-@pytest.mark.parametrize("group", [1, 4, 8])
-@pytest.mark.parametrize("block_size", [16, 32])
-@pytest.mark.parametrize("head_dim", [64, 128])
-def test_decode_matches_reference(dtype, group, block_size, head_dim, device):
-    batch = make_batch(
-        [(1, 37), (1, 5), (1, 64), (1, 1)],
-        num_heads=2 * group,
-        num_kv_heads=2,
-        head_dim=head_dim,
-        block_size=block_size,
-        dtype=dtype,
-        device=device,
-    )
-    assert_matches(batch, num_kv_splits=1)
+def layout(name: str, seqs: list, num_kv_splits: int | None = None, **shape: int) -> object:
+    """A batch layout the kernel must match the reference on: ``(q_len, context_len)`` per
+    sequence, the ``make_batch`` shape, and the split count (``None``: the kernel picks)."""
+    label = "-".join([name, *(f"{key}={value}" for key, value in shape.items())])
+    return pytest.param(seqs, shape, num_kv_splits, id=label)
+
+
+# (q_len, context_len) of every sequence in each kind of step
+DECODES = [(1, 37), (1, 5), (1, 64), (1, 1)]
+PREFILLS = [(19, 19), (40, 40), (1, 1)]
+# a prefill chunk behind a 50-token cached prefix, a fresh prefill and a decode together
+CHUNK_OVER_PREFIX_MIXED = [(21, 71), (9, 9), (1, 45)]
+# splits must respect the causal window of each new token, not just the context length
+SPLIT_SEVERAL_NEW_TOKENS = [(5, 150), (2, 2), (0, 0)]
+
+LAYOUTS = [
+    *(
+        layout("decode", DECODES, 1, num_heads=2 * g, num_kv_heads=2, head_dim=d, block_size=b)
+        for g in (1, 4, 8)
+        for b in (16, 32)
+        for d in (64, 128)
+    ),
+    *(
+        layout("prefill", PREFILLS, num_heads=g, num_kv_heads=1, block_size=b)
+        for g in (1, 4)
+        for b in (16, 32)
+    ),
+    *(
+        layout(
+            "chunk_over_prefix", CHUNK_OVER_PREFIX_MIXED, num_heads=8, num_kv_heads=2, block_size=b
+        )
+        for b in (16, 32)
+    ),
+    layout("gqa_8_head_dim_128", [(3, 40), (1, 17)], num_heads=8, num_kv_heads=1, head_dim=128),
+    layout("split_several_new_tokens", SPLIT_SEVERAL_NEW_TOKENS, 4, num_heads=4, num_kv_heads=2),
+]
 
 
 @pytest.mark.parametrize("dtype", KERNEL_DTYPES)
-@pytest.mark.parametrize("group", [1, 4])
-@pytest.mark.parametrize("block_size", [16, 32])
-def test_prefill_matches_reference(dtype, group, block_size, device):
-    batch = make_batch(
-        [(19, 19), (40, 40), (1, 1)],
-        num_heads=group,
-        num_kv_heads=1,
-        head_dim=64,
-        block_size=block_size,
-        dtype=dtype,
-        device=device,
-    )
-    assert_matches(batch)
-
-
-@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
-@pytest.mark.parametrize("block_size", [16, 32])
-def test_chunked_prefill_over_cached_prefix_in_a_mixed_batch(dtype, block_size, device):
-    # A prefill chunk behind a 50-token cached prefix, a fresh prefill and a decode together.
-    batch = make_batch(
-        [(21, 71), (9, 9), (1, 45)],
-        num_heads=8,
-        num_kv_heads=2,
-        head_dim=64,
-        block_size=block_size,
-        dtype=dtype,
-        device=device,
-    )
-    assert_matches(batch)
-
-
-@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
-def test_head_dim_128_with_gqa_8(dtype, device):
-    batch = make_batch(
-        [(3, 40), (1, 17)],
-        num_heads=8,
-        num_kv_heads=1,
-        head_dim=128,
-        block_size=16,
-        dtype=dtype,
-        device=device,
-    )
-    assert_matches(batch)
+@pytest.mark.parametrize(("seqs", "shape", "num_kv_splits"), LAYOUTS)
+def test_matches_reference(dtype, seqs, shape, num_kv_splits, device):
+    batch = make_batch(seqs, dtype=dtype, device=device, **shape)
+    assert_matches(batch, num_kv_splits=num_kv_splits)
 
 
 @pytest.mark.parametrize("dtype", KERNEL_DTYPES)
@@ -105,7 +78,6 @@ def test_split_kv_decode_matches_reference(dtype, group, num_splits, device):
         [(1, 300), (1, 7), (1, 129)],
         num_heads=group,
         num_kv_heads=1,
-        head_dim=64,
         block_size=32,
         dtype=dtype,
         device=device,
@@ -115,30 +87,12 @@ def test_split_kv_decode_matches_reference(dtype, group, num_splits, device):
     torch.testing.assert_close(split.float(), single.float(), **tolerance(dtype))
 
 
-@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
-def test_split_kv_with_several_new_tokens(dtype, device):
-    # Splits must respect the causal window of each new token, not just the context length.
-    batch = make_batch(
-        [(5, 150), (2, 2), (0, 0)],
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=64,
-        block_size=16,
-        dtype=dtype,
-        device=device,
-    )
-    assert_matches(batch, num_kv_splits=4)
-
-
 @pytest.mark.parametrize("num_splits", [1, 3])
 def test_padding_rows_and_trailing_tokens_are_zero(num_splits, device):
     batch = make_batch(
         [(0, 0), (3, 20), (0, 0), (1, 9)],
         num_heads=4,
         num_kv_heads=2,
-        head_dim=64,
-        block_size=16,
-        dtype=torch.float32,
         device=device,
         trailing_pad_tokens=2,
     )
@@ -149,39 +103,17 @@ def test_padding_rows_and_trailing_tokens_are_zero(num_splits, device):
 
 def test_dispatcher_without_max_query_len_syncs_and_matches(device):
     batch = make_batch(
-        [(6, 30), (1, 12)],
-        num_heads=4,
-        num_kv_heads=1,
-        head_dim=64,
-        block_size=16,
-        dtype=torch.float16,
-        device=device,
+        [(6, 30), (1, 12)], num_heads=4, num_kv_heads=1, dtype=torch.float16, device=device
     )
-    args = (
-        batch.query,
-        batch.k_cache,
-        batch.v_cache,
-        batch.block_tables,
-        batch.cu_seqlens_q,
-        batch.context_lens,
-        batch.scale,
-    )
-    expected = paged_attention(*args, backend="torch")
-    actual = paged_attention(*args, backend="triton")
+    batch = batch.with_meta(max_query_len=None)
+    expected = paged_attention(*batch.args(), backend="torch")
+    actual = paged_attention(*batch.args(), backend="triton")
     torch.testing.assert_close(actual.float(), expected.float(), **tolerance(torch.float16))
 
 
 def test_strided_query_view_is_accepted(device):
     # The model hands in q as a slice of a fused QKV projection.
-    batch = make_batch(
-        [(4, 20)],
-        num_heads=2,
-        num_kv_heads=1,
-        head_dim=64,
-        block_size=16,
-        dtype=torch.float32,
-        device=device,
-    )
+    batch = make_batch([(4, 20)], num_heads=2, num_kv_heads=1, device=device)
     fused = torch.cat([batch.query, torch.randn_like(batch.query)], dim=1)
     batch.query = fused[:, :2]
     assert not batch.query.is_contiguous()
@@ -189,44 +121,13 @@ def test_strided_query_view_is_accepted(device):
 
 
 def test_bad_shapes_get_clear_errors(device):
-    batch = make_batch(
-        [(1, 10)],
-        num_heads=3,
-        num_kv_heads=2,
-        head_dim=64,
-        block_size=16,
-        dtype=torch.float32,
-        device=device,
-    )
+    three_heads_over_two = make_batch([(1, 10)], num_heads=3, num_kv_heads=2, device=device)
     with pytest.raises(ValueError, match="multiple"):
-        paged_attention_triton(
-            batch.query,
-            batch.k_cache,
-            batch.v_cache,
-            batch.block_tables,
-            batch.cu_seqlens_q,
-            batch.context_lens,
-            batch.scale,
-        )
-    good = make_batch(
-        [(1, 10)],
-        num_heads=2,
-        num_kv_heads=2,
-        head_dim=64,
-        block_size=16,
-        dtype=torch.float32,
-        device=device,
-    )
+        paged_attention_triton(*three_heads_over_two.args())
+    good = make_batch([(1, 10)], num_heads=2, num_kv_heads=2, device=device)
+    short_cu_seqlens = good.with_meta(cu_seqlens_q=good.meta.cu_seqlens_q[:1])
     with pytest.raises(ValueError, match="cu_seqlens_q"):
-        paged_attention_triton(
-            good.query,
-            good.k_cache,
-            good.v_cache,
-            good.block_tables,
-            good.cu_seqlens_q[:1],
-            good.context_lens,
-            good.scale,
-        )
+        paged_attention_triton(*short_cu_seqlens.args())
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -251,7 +152,7 @@ def test_random_ragged_batches(seed, num_splits, device):
         device=device,
         seed=seed,
     )
-    assert batch.max_query_len > 0, "the seeded draw must hold real rows besides padding"
+    assert batch.meta.max_query_len > 0, "the seeded draw must hold real rows besides padding"
     assert_matches(batch, num_kv_splits=num_splits)
 
 
@@ -261,12 +162,11 @@ def test_automatic_split_choice_on_long_contexts(device):
         [(1, 1500), (1, 700)],
         num_heads=4,
         num_kv_heads=1,
-        head_dim=64,
         block_size=32,
         dtype=torch.float16,
         device=device,
     )
-    max_context = batch.block_tables.shape[1] * batch.k_cache.shape[1]
+    max_context = batch.meta.block_tables.shape[1] * batch.k_cache.shape[1]
     splits = choose_num_kv_splits(2, 1, 1, max_context, device)
     if device.type == "cuda":
         assert 1 < splits <= 16

@@ -23,13 +23,13 @@ def by_definition(batch: AttentionBatch) -> torch.Tensor:
     _, num_heads, _ = query.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     out = torch.zeros_like(query)
-    starts, lens = batch.cu_seqlens_q.tolist(), batch.context_lens.tolist()
+    starts, lens = batch.meta.cu_seqlens_q.tolist(), batch.meta.context_lens.tolist()
     for b, context_len in enumerate(lens):
         q_len = starts[b + 1] - starts[b]
         for i in range(q_len if context_len else 0):
             position = context_len - q_len + i
             slots = [
-                int(batch.block_tables[b, p // block_size]) * block_size + p % block_size
+                int(batch.meta.block_tables[b, p // block_size]) * block_size + p % block_size
                 for p in range(position + 1)
             ]
             keys = k_cache.reshape(-1, num_kv_heads, k_cache.shape[-1])[slots].float()
@@ -42,58 +42,32 @@ def by_definition(batch: AttentionBatch) -> torch.Tensor:
     return out
 
 
-def _args(batch: AttentionBatch) -> tuple:
-    return (
-        batch.query,
-        batch.k_cache,
-        batch.v_cache,
-        batch.block_tables,
-        batch.cu_seqlens_q,
-        batch.context_lens,
-        batch.scale,
-    )
-
-
 @pytest.mark.parametrize("layout", [MIXED, DECODES])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("group", [1, 3])
 @pytest.mark.parametrize("budget", [1 << 23, 4096, 1])  # one group; several; a row each
 def test_batched_reference_equals_the_definition(layout, dtype, group, budget):
     batch = make_batch(
-        layout,
-        num_heads=2 * group,
-        num_kv_heads=2,
-        head_dim=64,
-        block_size=16,
-        dtype=dtype,
-        device=torch.device("cpu"),
-        trailing_pad_tokens=2,
+        layout, num_heads=2 * group, num_kv_heads=2, dtype=dtype, trailing_pad_tokens=2
     )
     expected = by_definition(batch)
-    actual = paged_attention_ref(*_args(batch), budget=budget)
+    actual = paged_attention_ref(*batch.args(), budget=budget)
     assert actual.dtype == dtype
     torch.testing.assert_close(actual.float(), expected.float(), **tolerance(dtype))
     assert actual[-2:].abs().sum() == 0  # rows past the last sequence stay zero
     if layout is DECODES:  # without trailing rows: the output is the attention's, in order
         batch.query = batch.query[:-2]
         torch.testing.assert_close(
-            paged_attention_ref(*_args(batch), budget=budget).float(),
+            paged_attention_ref(*batch.args(), budget=budget).float(),
             expected[:-2].float(),
             **tolerance(dtype),
         )
 
 
 def test_small_budget_splits_into_groups_and_row_chunks():
-    batch = make_batch(
-        MIXED,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=64,
-        block_size=16,
-        dtype=torch.float32,
-        device=torch.device("cpu"),
-    )
-    layout = (batch.cu_seqlens_q.tolist(), batch.context_lens.tolist(), batch.block_tables, 16)
+    batch = make_batch(MIXED, num_heads=4, num_kv_heads=2, head_dim=64, block_size=16)
+    meta = batch.meta
+    layout = (meta.cu_seqlens_q.tolist(), meta.context_lens.tolist(), meta.block_tables, 16)
     whole = plan_paged_attention(*layout, 4, 2, 64)
     assert len(whole.groups) == 1 and whole.groups[0].max_rows == 40
     small = plan_paged_attention(*layout, 4, 2, 64, budget=2000)
@@ -112,29 +86,21 @@ def test_small_budget_splits_into_groups_and_row_chunks():
     for plan in (whole, small):
         for layer in (batch, other):
             torch.testing.assert_close(
-                paged_attention_ref(*_args(layer), plan=plan), by_definition(layer)
+                paged_attention_ref(*layer.with_meta(torch_plan=plan).args()), by_definition(layer)
             )
 
 
 def test_unwritten_slots_never_reach_the_output():
     """Slots past a sequence's context (its last block's tail, other sequences' blocks, the
     padding entries of its table) may hold anything; NaN there must not leak."""
-    batch = make_batch(
-        [(1, 5), (1, 40), (6, 6)],
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=64,
-        block_size=16,
-        dtype=torch.float32,
-        device=torch.device("cpu"),
-    )
+    batch = make_batch([(1, 5), (1, 40), (6, 6)], num_heads=4, num_kv_heads=2, block_size=16)
     expected = by_definition(batch)
     written = torch.zeros(batch.k_cache.shape[:2], dtype=torch.bool)
-    for b, context_len in enumerate(batch.context_lens.tolist()):
+    for b, context_len in enumerate(batch.meta.context_lens.tolist()):
         for p in range(context_len):
-            written[int(batch.block_tables[b, p // 16]), p % 16] = True
+            written[int(batch.meta.block_tables[b, p // 16]), p % 16] = True
     batch.k_cache[~written] = float("nan")
     batch.v_cache[~written] = float("inf")
-    actual = paged_attention_ref(*_args(batch))
+    actual = paged_attention_ref(*batch.args())
     assert torch.isfinite(actual).all()
     torch.testing.assert_close(actual, expected)

@@ -273,7 +273,11 @@ async def test_a_policy_with_a_bad_price_is_refused_and_changes_nothing(
             state = admin.get("/admin/policy").json()
             assert state["version"] == before
             price = state["policy"]["models"]["m-exact"]["price"]
-            assert price == {**good["models"]["m-exact"]["price"], "cached_input": None}
+            assert price == {
+                **good["models"]["m-exact"]["price"],
+                "cached_input": None,
+                "cache_write_input": None,
+            }
         assert counting_policy.read_text() == policy_yaml(provider.base_url)
         # Limited and unlimited keys are served and charged with the prices in force.
         for key, prefix in ((limited, "lim-"), (unlimited, "unl-")):

@@ -41,7 +41,7 @@ async def test_outage_raises_fast_and_recovery_needs_no_rebuild(
     assert after.headers["x-ratelimit-limit-requests"] == "10"
     async with client.pipeline(transaction=True) as pipe:
         limiter.add_settle(pipe, after, tokens=4, cost_nanos=usd_to_nanos(0.05))
-        assert await pipe.execute() == [1]
+        assert await pipe.execute() == [[1]]  # applied, no alert crossed
     status = await limiter.status("k", limits)
     assert status["budget"]["spent_nanos"] >= usd_to_nanos(0.05)
 
@@ -56,5 +56,5 @@ async def test_pipelined_settle_survives_a_flushed_script_cache(
     await client.script_flush()
     async with client.pipeline(transaction=False) as pipe:
         limiter.add_settle(pipe, held, tokens=10, cost_nanos=0)
-        assert await pipe.execute() == [1]
+        assert await pipe.execute() == [[1]]  # applied, no alert crossed
     assert (await limiter.status("k", limits))["tokens"]["used"] == 10

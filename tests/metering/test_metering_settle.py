@@ -91,7 +91,7 @@ async def test_add_settle_shares_the_callers_pipeline(
         limiter.add_settle(pipe, held, tokens=25, cost_nanos=usd_to_nanos(0.123456))
         pipe.incr("usage-record-stand-in")
         settled, recorded = await pipe.execute()
-    assert (settled, recorded) == (1, 1)
+    assert (settled, recorded) == ([1], 1)  # applied, no alert threshold crossed
     status = await limiter.status("k", limits)
     assert status["tokens"]["used"] == 25
     assert status["budget"]["spent_nanos"] == usd_to_nanos(0.123456)
@@ -125,7 +125,7 @@ async def test_bad_input_is_refused_clearly(
     with pytest.raises(ValueError, match="rpm"):
         KeyLimits(rpm=-1)
     with pytest.raises(ValueError, match="budget_period"):
-        KeyLimits(budget_nanos=usd_to_nanos(1), budget_period="week")  # type: ignore[arg-type]
+        KeyLimits(budget_nanos=usd_to_nanos(1), budget_period="fortnight")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="budget_nanos"):
         KeyLimits(budget_nanos=0.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="budget_nanos"):

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from redis_helpers import ClientFactory
 
-from gateway.metering.limits import KeyLimits, Limiter, _script_source
+from gateway.metering.limits import KeyLimits, Limiter, script_source
 from gateway.money import usd_to_nanos
 
 _PROBE = "local w, e = budget_window(ARGV[1], tonumber(ARGV[2])) return {w, e}"
@@ -20,6 +20,11 @@ _MOMENTS = [
     datetime(2024, 2, 29, 12, tzinfo=UTC),
     datetime(2025, 2, 28, 23, 59, 59, tzinfo=UTC),
     datetime(2100, 3, 1, tzinfo=UTC),
+    # ISO weeks whose year is not the calendar year, and a 53-week year
+    datetime(2020, 12, 31, 23, 59, tzinfo=UTC),
+    datetime(2021, 1, 3, 12, tzinfo=UTC),
+    datetime(2024, 12, 30, tzinfo=UTC),
+    datetime(2026, 6, 7, 23, 59, 59, tzinfo=UTC),
 ]
 
 
@@ -33,7 +38,7 @@ async def test_budget_window_matches_the_calendar(
     moment: datetime, clean_redis: str, make_client: ClientFactory
 ) -> None:
     client = make_client(clean_redis)
-    source = _script_source("limits_status.lua").split("-- Current usage")[0] + _PROBE
+    source = script_source("limits_status.lua").split("-- Current usage")[0] + _PROBE
     ms = int(moment.timestamp() * 1000)
     day, day_end = await client.eval(source, 0, "day", ms)
     month, month_end = await client.eval(source, 0, "month", ms)
@@ -45,6 +50,13 @@ async def test_budget_window_matches_the_calendar(
     assert (month.decode(), month_end) == (
         moment.strftime("%Y-%m"),
         int(_month_end(moment).timestamp() * 1000),
+    )
+    week, week_end = await client.eval(source, 0, "week", ms)
+    year, number, weekday = moment.isocalendar()
+    next_monday = midnight + timedelta(days=7 - weekday)
+    assert (week.decode(), week_end) == (
+        f"{year:04d}-W{number:02d}",
+        int(next_monday.timestamp() * 1000),
     )
 
 

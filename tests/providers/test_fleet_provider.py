@@ -21,7 +21,7 @@ from gateway.providers.base import Timeouts
 from gateway.providers.fleet.prefix import PrefixSettings, prefix_hashes
 from gateway.providers.fleet_host import FleetHost
 from gateway.providers.fleet_provider import FleetProvider
-from gateway.providers.openai_compat import UpstreamSettings
+from gateway.providers.http_upstream import UpstreamSettings
 from gateway.routing.policy import Policy, ProviderConfig
 
 UPSTREAM = UpstreamSettings(Timeouts(connect_s=1.0, read_s=10.0, total_s=30.0))

@@ -76,6 +76,16 @@ def _exits(gateway: MarkedGateway, timeout_s: float = 30) -> tuple[int, float, s
     return code, time.monotonic() - started, gateway.output()
 
 
+def _chat(gateway: MarkedGateway, key: str) -> httpx.Response:
+    """One chat call with ``key`` (the fake upstream answers it)."""
+    return httpx.post(
+        gateway.v1 + "/chat/completions",
+        json={"model": "fake", "messages": HI},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=10,
+    )
+
+
 def test_admin_key_is_printed_only_when_generated(tmp_path: Path, upstream: FakeUpstream):
     gateway = MarkedGateway(tmp_path / "data", write_policy(tmp_path, upstream.base_url))
     del gateway.env["SWITCHYARD_ADMIN_KEY"]
@@ -103,12 +113,7 @@ def test_data_dir_files_are_private(tmp_path: Path, upstream: FakeUpstream) -> N
     gateway = MarkedGateway(data, write_policy(tmp_path, upstream.base_url)).start()
     try:
         _, key = gateway.create_key(name="modes")  # some writes for the AOF
-        reply = httpx.post(
-            gateway.v1 + "/chat/completions",
-            json={"model": "fake", "messages": HI},
-            headers={"Authorization": f"Bearer {key}"},
-            timeout=10,
-        )
+        reply = _chat(gateway, key)
         assert reply.status_code == 200
         time.sleep(1.2)  # appendfsync everysec
         for folder in (data, data / "redis", data / "spool"):
@@ -140,12 +145,7 @@ def test_second_serve_on_one_data_dir_exits_at_once(tmp_path: Path, upstream: Fa
         assert f"pid {first.process.pid}" in output and "SWITCHYARD_DATA_DIR" in output
         print(f"second serve on the same DATA_DIR exited {code} after {took_s:.2f}s")
         assert _redis_children(first.data_dir) == redis_before  # no second Redis, none stopped
-        reply = httpx.post(
-            first.v1 + "/chat/completions",
-            json={"model": "fake", "messages": HI},
-            headers={"Authorization": f"Bearer {key}"},
-            timeout=10,
-        )
+        reply = _chat(first, key)
         assert reply.status_code == 200, reply.text
     finally:
         first.stop()
@@ -182,12 +182,7 @@ def test_replica_with_another_pepper_refuses_to_start(
 
         same = MarkedGateway(tmp_path / "c", policy, redis_url=own_redis.url).start()
         try:
-            reply = httpx.post(
-                same.v1 + "/chat/completions",
-                json={"model": "fake", "messages": HI},
-                headers={"Authorization": f"Bearer {key}"},
-                timeout=10,
-            )
+            reply = _chat(same, key)
             assert reply.status_code == 200, reply.text  # a key made on the first replica
         finally:
             same.stop()
@@ -210,12 +205,7 @@ def test_existing_deployment_adopts_the_first_pepper(
         gateway.start()
         assert control.get(PEPPER_FINGERPRINT_KEY) == recorded  # adopted again, same pepper
         assert '"event":"key_pepper_adopted"' in gateway.output().replace(" ", "")
-        reply = httpx.post(
-            gateway.v1 + "/chat/completions",
-            json={"model": "fake", "messages": HI},
-            headers={"Authorization": f"Bearer {key}"},
-            timeout=10,
-        )
+        reply = _chat(gateway, key)
         assert reply.status_code == 200, reply.text
     finally:
         gateway.stop()

@@ -79,7 +79,7 @@ async def test_a_half_flushed_cache_runs_each_script_exactly_once(
         record = ledger.queue_record(batch, _event(reservation.request_id, index))
         positions.append((settle, record))
     replies = await batch.execute(client)
-    assert [replies[s] for s, _ in positions] == [1, 1, 1]
+    assert [replies[s] for s, _ in positions] == [[1], [1], [1]]  # settled, no alert
     assert all(b"-" in replies[r] for _, r in positions)  # buffer entry ids
     assert await client.script_exists(limiter._settle_lua.sha) == [True]
 
@@ -96,7 +96,7 @@ async def test_a_half_flushed_cache_runs_each_script_exactly_once(
         limiter.queue_settle(again, reservation, tokens=99, cost_nanos=usd_to_nanos(1.0))
         ledger.queue_record(again, _event(reservation.request_id, 99))
     replies = await again.execute(client)
-    assert [replies[s] for s, _ in positions] == [0, 0, 0]
+    assert [replies[s] for s, _ in positions] == [[0], [0], [0]]
     assert (await limiter.status("batch-key", LIMITS))["tokens"]["used"] == 33
     # The records went to the buffer twice; the store keeps each request's first copy.
     assert (await ledger.buffer.stats()).backlog == 6

@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from chat_answers import chat_chunk, chat_completion
 from loopback import BackgroundLoop, LoopbackServer
 
 PROMPT_TOKENS = 10
@@ -60,6 +61,7 @@ class Hit:
     model: str
     stream: bool
     step: Step
+    traceparent: str | None = None  # the W3C trace context the gateway sent
 
 
 class FakeProvider(LoopbackServer):
@@ -99,17 +101,17 @@ class FakeProvider(LoopbackServer):
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._handle)
 
-    def _next_step(self, model: str, stream: bool) -> Step:
+    def _next_step(self, model: str, stream: bool, traceparent: str | None = None) -> Step:
         with self._lock:
             step = self._steps.popleft() if self._steps else self._then
-            self._hits.append(Hit(time.monotonic(), model, stream, step))
+            self._hits.append(Hit(time.monotonic(), model, stream, step, traceparent))
             return step
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         model = str(body.get("model", ""))
         stream = body.get("stream") is True
-        step = self._next_step(model, stream)
+        step = self._next_step(model, stream, request.headers.get("traceparent"))
         if step.kind == "status":
             code = int(step.arg)
             error = {"message": f"{self.name} failed with {code}", "type": "server_error"}
@@ -127,24 +129,10 @@ class FakeProvider(LoopbackServer):
             await asyncio.sleep(step.arg)
         if stream:
             return await self._stream(request, body, model, cut=step.kind == "cut")
-        return web.json_response(self._answer(model))
-
-    def _answer(self, model: str) -> dict[str, Any]:
-        return {
-            "id": f"chatcmpl-{self.name}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": f"served by {self.name}"},
-                    "logprobs": None,
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": _usage(),
-        }
+        answer = chat_completion(
+            self.name, model, f"served by {self.name}", _usage(), created=int(time.time())
+        )
+        return web.json_response(answer)
 
     async def _stream(
         self, request: web.Request, body: dict[str, Any], model: str, *, cut: bool = False
@@ -155,14 +143,7 @@ class FakeProvider(LoopbackServer):
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
         def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            return {
-                "id": f"chatcmpl-{self.name}",
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
-                "choices": [choice],
-            }
+            return chat_chunk(self.name, model, delta, finish, created=created)
 
         events = [
             chunk({"role": "assistant", "content": "served"}, None),

@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 import orjson
 from aiohttp import web
+from chat_answers import chat_chunk, chat_completion
 
 from gateway.providers.fleet.fleet import Fleet
 
@@ -111,22 +112,17 @@ class FakeReplica:
             if body.get("stream") is True:
                 return await self._stream(request, body)
             await asyncio.sleep(self.hold_s)
-            return web.json_response(self._answer(str(body.get("model"))))
+            usage = {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}
+            answer = chat_completion(
+                self.name,
+                str(body.get("model")),
+                f"served by {self.name}",
+                usage,
+                created=int(time.time()),
+            )
+            return web.json_response(answer)
         finally:
             self.inflight -= 1
-
-    def _answer(self, model: str) -> dict[str, Any]:
-        message = {"role": "assistant", "content": f"served by {self.name}"}
-        return {
-            "id": f"chatcmpl-{self.name}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [
-                {"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}
-            ],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
-        }
 
     async def _stream(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
         # Headers go out at once, as vLLM's do: only the events come late.
@@ -136,15 +132,7 @@ class FakeReplica:
         model = str(body.get("model"))
 
         def event(delta: dict[str, Any], finish: str | None, **extra: Any) -> bytes:
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            chunk = {
-                "id": f"chatcmpl-{self.name}",
-                "object": "chat.completion.chunk",
-                "created": 0,
-                "model": model,
-                "choices": [choice],
-                **extra,
-            }
+            chunk = chat_chunk(self.name, model, delta, finish, created=0, **extra)
             return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
         await response.write(event({"role": "assistant", "content": "served"}, None))

@@ -46,15 +46,18 @@ def new_key(gateway: AdminClient, **fields: object) -> str:
     return gateway.create_key(**fields)[1]
 
 
-async def fire(urls: list[str], key: str, total: int) -> list[httpx.Response]:
-    """``total`` concurrent chat requests spread round-robin over the gateways."""
+async def fire(urls: list[str], key: str | list[str], total: int) -> list[httpx.Response]:
+    """``total`` concurrent chat requests spread round-robin over the gateways (and over the
+    keys, when given several)."""
+    keys = [key] if isinstance(key, str) else key
     limits = httpx.Limits(max_connections=total, max_keepalive_connections=total)
     async with httpx.AsyncClient(timeout=30, limits=limits) as client:
-        headers = {"Authorization": f"Bearer {key}"}
         return await asyncio.gather(
             *(
                 client.post(
-                    urls[i % len(urls)] + "/v1/chat/completions", json=CHAT, headers=headers
+                    urls[i % len(urls)] + "/v1/chat/completions",
+                    json=CHAT,
+                    headers={"Authorization": f"Bearer {keys[i % len(keys)]}"},
                 )
                 for i in range(total)
             )

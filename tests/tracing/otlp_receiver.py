@@ -129,6 +129,10 @@ class OtlpReceiver:
             self.bodies.clear()
             self.spans.clear()
 
+    def spans_now(self) -> list[ReceivedSpan]:
+        with self._lock:
+            return list(self.spans)
+
     def wait_for_spans(self, count: int, timeout_s: float = 10.0) -> list[ReceivedSpan]:
         """At least ``count`` spans (blocking; call it off the event loop)."""
         deadline = time.monotonic() + timeout_s

@@ -1,53 +1,63 @@
--- Check and take 1 request, ARGV tokens and ARGV nano-USD of budget, all or nothing.
--- ARGV: 1 request id, 2 tokens, 3 nano-USD, 4 rpm, 5 tpm, 6 budget nano-USD (-1 = no limit),
---       7 budget period, 8 window ms, 9 sub-buckets per window, 10 lease ms
--- Returns {1, now, rpm used, tpm used, rpm reset ms, tpm reset ms, budget window}
---      or {0, reason, retry ms (-1 = never fits), now, rpm used, tpm used, rpm reset, tpm reset,
---          spent, held}
---      or {-1} when the request id already holds a reservation.
+-- Check and take 1 request, ARGV tokens and ARGV nano-USD of budget in every scope of the
+-- request (the key's, and its team's), all or nothing.
+-- KEYS: the key's scope; for a key of a team, then the team's scope and the team record.
+-- ARGV: 1 request id, 2 tokens, 3 nano-USD, 4 window ms, 5 sub-buckets per window, 6 lease ms,
+--       7 in-flight lease ms, 8 the key's home epoch (from its record),
+--       9 key rpm, 10 key tpm, 11 key budget nano-USD, 12 key budget period,
+--       13 key max parallel requests (-1 = no limit), 14 '1' when the key's budget is soft
+--       (a soft budget is held and charged, and alerts, but never refuses; a team's is soft
+--       when its record has budget_mode = soft)
+-- Returns {1, now, key budget window, in-flight scopes (bit 1 key, bit 2 team), stats...}
+--      or {0, reason, retry ms (-1 = never fits), now, scope, limit, used, held, period, stats...}
+--      where stats are, per scope: rpm limit, rpm used, rpm reset ms, tpm limit, tpm used,
+--      tpm reset ms (after the take when admitted);
+--      or {-1} when the request id already holds a reservation, {-2} when the key's state has
+--      moved to another home (the caller's key record is stale), {-3} while a move into this
+--      home is still being carried over.
 local rid = ARGV[1]
 local tokens, nanos = tonumber(ARGV[2]), tonumber(ARGV[3])
-local rpm, tpm, budget = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local period = ARGV[7]
-local window_ms, buckets, lease_ms = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local window_ms, buckets = tonumber(ARGV[4]), tonumber(ARGV[5])
+local lease_ms, flight_ms, epoch = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local bucket_ms = window_ms / buckets
 
-if redis.call('HEXISTS', KEYS[3], rid) == 1 then
+local home = redis.call('HMGET', key_of(1, STATE), 'epoch', 'left')
+local left = tonumber(home[2])
+if left then
+  return {left > epoch and -2 or -3}
+end
+if (tonumber(home[1]) or 0) < epoch then
+  return {-3}
+end
+if redis.call('HEXISTS', key_of(1, HELD), rid) == 1 then
   return {-1}
+end
+
+local function limit_of(value)
+  return tonumber(value) or -1
+end
+
+local scopes = {{rpm = tonumber(ARGV[9]), tpm = tonumber(ARGV[10]),
+  parallel = tonumber(ARGV[13]), budgets = {}}}
+if tonumber(ARGV[11]) >= 0 then
+  scopes[1].budgets[1] = {period = ARGV[12], limit = tonumber(ARGV[11]), soft = ARGV[14] == '1'}
+end
+if #KEYS > SCOPE then
+  local t = redis.call('HMGET', KEYS[2 * SCOPE + 1], 'rpm', 'tpm', 'max_parallel_requests',
+    'budget_day_nanos', 'budget_week_nanos', 'budget_month_nanos', 'budget_total_nanos',
+    'budget_mode')
+  local team = {rpm = limit_of(t[1]), tpm = limit_of(t[2]), parallel = limit_of(t[3]),
+    budgets = {}}
+  for i, period in ipairs(PERIODS) do
+    if t[3 + i] then
+      team.budgets[#team.budgets + 1] = {period = period, limit = tonumber(t[3 + i]),
+        soft = t[8] == 'soft'}
+    end
+  end
+  scopes[2] = team
 end
 
 local now = now_ms()
 local cur = math.floor(now / bucket_ms)
-
--- Holds whose lease ran out belong to a gateway that died mid-request: give their budget back
--- but keep a marker for one more lease, so that a late settle still charges what was spent.
-for _, old in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 8)) do
-  local value = redis.call('HGET', KEYS[3], old)
-  if value and string.sub(value, -2) ~= ' r' then
-    local _, old_nanos, _, old_period, old_window = parse_hold(value)
-    unhold_budget(old_period, old_window, old_nanos)
-    redis.call('HSET', KEYS[3], old, value .. ' r')
-    redis.call('ZADD', KEYS[4], now + lease_ms, old)
-  else
-    redis.call('HDEL', KEYS[3], old)
-    redis.call('ZREM', KEYS[4], old)
-  end
-end
-
-local rpm_used, rpm_newest, rpm_live = window_usage(KEYS[1], cur - buckets + 1)
-local tpm_used, tpm_newest, tpm_live = window_usage(KEYS[2], cur - buckets + 1)
-
-local budget_key, window, window_end, spent, held, rolled
-if budget >= 0 then
-  budget_key = KEYS[BUDGET_KEY[period]]
-  window, window_end = budget_window(period, now)
-  local stored_window
-  stored_window, spent, held = budget_state(budget_key)
-  rolled = stored_window ~= window
-  if rolled then
-    spent, held = 0, 0
-  end
-end
 
 local function reset_ms(newest)
   if newest == nil then
@@ -69,57 +79,121 @@ local function wait_for(live, need)
   return window_ms
 end
 
--- Admission: budget - spent - held > 0 and estimate <= budget - spent - held. Written as
--- differences so that every intermediate stays an exact integer below 2^53.
-local reason, retry
-local room = budget_key and budget - spent - held
-if budget_key and (room <= 0 or nanos > room) then
-  reason = 'budget'
-  if budget - spent > 0 and nanos <= budget - spent then
-    retry = 1000 -- only holds of requests in flight are in the way; they settle soon
-  else
-    retry = window_end
-    if window_end >= 0 then
-      retry = window_end - now
+local function stats()
+  local out = {}
+  for _, scope in ipairs(scopes) do
+    for _, v in ipairs({scope.rpm, scope.rpm_used, reset_ms(scope.rpm_newest), scope.tpm,
+        scope.tpm_used, reset_ms(scope.tpm_newest)}) do
+      out[#out + 1] = int(v)
     end
   end
-elseif rpm >= 0 and rpm_used + 1 > rpm then
-  reason = 'rpm'
-  retry = rpm == 0 and -1 or wait_for(rpm_live, rpm_used + 1 - rpm)
-elseif tpm >= 0 and tpm_used + tokens > tpm then
-  reason = 'tpm'
-  retry = tokens > tpm and -1 or wait_for(tpm_live, tpm_used + tokens - tpm)
+  return out
 end
-if reason then
-  return {0, reason, int(retry), int(now), int(rpm_used), int(tpm_used),
-    int(reset_ms(rpm_newest)), int(reset_ms(tpm_newest)), int(spent or 0), int(held or 0)}
+
+-- Measure every scope first: nothing is taken unless everything fits.
+for s, scope in ipairs(scopes) do
+  reclaim_lapsed(s, now, lease_ms, 8)
+  scope.rpm_used, scope.rpm_newest, scope.rpm_live = window_usage(key_of(s, RPM),
+    cur - buckets + 1)
+  scope.tpm_used, scope.tpm_newest, scope.tpm_live = window_usage(key_of(s, TPM),
+    cur - buckets + 1)
+  for _, b in ipairs(scope.budgets) do
+    b.window, b.window_end = budget_window(b.period, now)
+    local stored
+    stored, b.spent, b.held = budget_state(key_of(s, BUDGET_AT[b.period]))
+    b.rolled = stored ~= b.window
+    if b.rolled then
+      b.spent, b.held = 0, 0
+    end
+  end
+  if scope.parallel >= 0 then
+    scope.flying = in_flight(s, now)
+  end
+end
+
+-- Admission: budget - spent - held > 0 and estimate <= budget - spent - held. Written as
+-- differences so that every intermediate stays an exact integer below 2^53.
+local function refusal(scope)
+  for _, b in ipairs(scope.budgets) do
+    local room = b.limit - b.spent - b.held
+    if not b.soft and (room <= 0 or nanos > room) then
+      local retry = b.window_end
+      if b.limit - b.spent > 0 and nanos <= b.limit - b.spent then
+        retry = 1000 -- only holds of requests in flight are in the way; they settle soon
+      elseif b.window_end >= 0 then
+        retry = b.window_end - now
+      end
+      return 'budget', retry, b.limit, b.spent, b.held, b.period
+    end
+  end
+  if scope.rpm >= 0 and scope.rpm_used + 1 > scope.rpm then
+    local retry = scope.rpm == 0 and -1 or wait_for(scope.rpm_live, scope.rpm_used + 1 - scope.rpm)
+    return 'rpm', retry, scope.rpm, scope.rpm_used, 0, '-'
+  end
+  if scope.tpm >= 0 and scope.tpm_used + tokens > scope.tpm then
+    local retry = tokens > scope.tpm and -1
+      or wait_for(scope.tpm_live, scope.tpm_used + tokens - scope.tpm)
+    return 'tpm', retry, scope.tpm, scope.tpm_used, 0, '-'
+  end
+  if scope.parallel >= 0 and scope.flying + 1 > scope.parallel then
+    return 'parallel', scope.parallel == 0 and -1 or 1000, scope.parallel, scope.flying, 0, '-'
+  end
+end
+
+for s, scope in ipairs(scopes) do
+  local reason, retry, limit, used, held, period = refusal(scope)
+  if reason then
+    local reply = {0, reason, int(retry), int(now), s, int(limit), int(used), int(held), period}
+    for _, v in ipairs(stats()) do
+      reply[#reply + 1] = v
+    end
+    return reply
+  end
 end
 
 local ttl = int(window_ms + bucket_ms)
-redis.call('HINCRBY', KEYS[1], int(cur), 1)
-redis.call('PEXPIRE', KEYS[1], ttl)
-if tokens > 0 then
-  redis.call('HINCRBY', KEYS[2], int(cur), int(tokens))
-  redis.call('PEXPIRE', KEYS[2], ttl)
-  tpm_newest = cur
-end
-if budget_key then
-  if rolled then
-    redis.call('HSET', budget_key, 'window', window, 'spent', 0, 'reserved', int(nanos),
-      'unit', 'nano')
-  else
-    redis.call('HINCRBY', budget_key, 'reserved', int(nanos))
+local hold_ttl = int(2 * lease_ms + window_ms)
+local flights = 0
+for s, scope in ipairs(scopes) do
+  redis.call('HINCRBY', key_of(s, RPM), int(cur), 1)
+  redis.call('PEXPIRE', key_of(s, RPM), ttl)
+  scope.rpm_used, scope.rpm_newest = scope.rpm_used + 1, cur
+  if tokens > 0 then
+    redis.call('HINCRBY', key_of(s, TPM), int(cur), int(tokens))
+    redis.call('PEXPIRE', key_of(s, TPM), ttl)
+    scope.tpm_used, scope.tpm_newest = scope.tpm_used + tokens, cur
   end
-  if window_end >= 0 then
-    -- a day past the window's end, so late settles still find it
-    redis.call('PEXPIRE', budget_key, int(window_end - now + 86400000))
+  local periods, windows = {}, {}
+  for _, b in ipairs(scope.budgets) do
+    local key = key_of(s, BUDGET_AT[b.period])
+    if b.rolled then
+      redis.call('HSET', key, 'window', b.window, 'spent', 0, 'reserved', int(nanos),
+        'unit', 'nano')
+    else
+      redis.call('HINCRBY', key, 'reserved', int(nanos))
+    end
+    if b.window_end >= 0 then
+      -- a day past the window's end, so late settles still find it
+      redis.call('PEXPIRE', key, int(b.window_end - now + DAY_MS))
+    end
+    periods[#periods + 1], windows[#windows + 1] = b.period, b.window
+  end
+  local joined_periods = #periods > 0 and table.concat(periods, ',') or '-'
+  local joined_windows = #windows > 0 and table.concat(windows, ',') or '-'
+  redis.call('HSET', key_of(s, HELD), rid,
+    string.format('%d %d %d %s %s n', tokens, nanos, cur, joined_periods, joined_windows))
+  redis.call('ZADD', key_of(s, LEASES), int(now + lease_ms), rid)
+  redis.call('PEXPIRE', key_of(s, HELD), hold_ttl)
+  redis.call('PEXPIRE', key_of(s, LEASES), hold_ttl)
+  if scope.parallel >= 0 then
+    redis.call('ZADD', key_of(s, INFLIGHT), int(now + flight_ms), rid)
+    redis.call('PEXPIRE', key_of(s, INFLIGHT), int(2 * flight_ms + window_ms))
+    flights = flights + s
   end
 end
-redis.call('HSET', KEYS[3], rid,
-  string.format('%d %d %d %s %s n', tokens, nanos, cur, budget_key and period or '-',
-    window or '-'))
-redis.call('ZADD', KEYS[4], int(now + lease_ms), rid)
-redis.call('PEXPIRE', KEYS[3], int(2 * lease_ms + window_ms))
-redis.call('PEXPIRE', KEYS[4], int(2 * lease_ms + window_ms))
-return {1, int(now), int(rpm_used + 1), int(tpm_used + tokens), int(reset_ms(cur)),
-  int(reset_ms(tpm_newest)), window or ''}
+local key_window = scopes[1].budgets[1] and scopes[1].budgets[1].window or ''
+local reply = {1, int(now), key_window, flights}
+for _, v in ipairs(stats()) do
+  reply[#reply + 1] = v
+end
+return reply

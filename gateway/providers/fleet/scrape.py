@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from gateway.providers.capped_read import BodyTooLarge, read_capped
+
 WAITING_NAMES = ("vllm:num_requests_waiting", "num_requests_waiting", "sglang:num_queue_reqs")
 RUNNING_NAMES = ("vllm:num_requests_running", "num_requests_running", "sglang:num_running_reqs")
 KV_USAGE_NAMES = (
@@ -195,19 +197,6 @@ def parse_load(text: str, model: str | None = None) -> ReplicaLoad:
     )
 
 
-async def _read_capped(response: aiohttp.ClientResponse, cap: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        chunk = await response.content.readany()
-        if not chunk:
-            return b"".join(chunks)
-        size += len(chunk)
-        if size > cap:
-            raise ScrapeError("too_large", f"metrics page larger than {cap} bytes")
-        chunks.append(chunk)
-
-
 async def scrape(
     session: aiohttp.ClientSession,
     base_url: str,
@@ -221,7 +210,12 @@ async def scrape(
         async with session.get(url, timeout=timeout, headers=headers) as response:
             if response.status != 200:
                 raise ScrapeError("status", f"HTTP {response.status}")
-            raw = await _read_capped(response, settings.max_bytes)
+            try:
+                raw = await read_capped(response, settings.max_bytes)
+            except BodyTooLarge:
+                raise ScrapeError(
+                    "too_large", f"metrics page larger than {settings.max_bytes} bytes"
+                ) from None
     except TimeoutError:
         raise ScrapeError("timeout", f"no answer within {settings.timeout_s}s") from None
     except aiohttp.ClientError as exc:

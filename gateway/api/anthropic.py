@@ -1,0 +1,37 @@
+"""The Anthropic front door: ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``.
+
+Anthropic's SDKs (and everything built on them) talk to the gateway as they would to
+Anthropic: the key as ``x-api-key`` (or a bearer), ``anthropic-version`` accepted (any value:
+the gateway speaks the one Messages format), answers and streams in Anthropic's shape with its
+SSE event types, and every error in Anthropic's envelope, authentication and rate limits
+included. The request goes through the one pipeline: to an Anthropic provider untouched
+(``model`` replaced), to any other provider translated (``gateway/formats``). Token counting
+goes only to providers that offer it (kind ``anthropic``) and is not charged.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway.api.doors import COUNT_TOKENS, MESSAGES
+from gateway.api.endpoint import Guard, endpoint
+from gateway.api.pipeline import handle
+from gateway.services import Services
+
+
+async def messages(request: Request, services: Services) -> Response:
+    """``POST /v1/messages``"""
+    return await handle(request, services, MESSAGES)
+
+
+async def count_tokens(request: Request, services: Services) -> Response:
+    """``POST /v1/messages/count_tokens``"""
+    return await handle(request, services, COUNT_TOKENS)
+
+
+routes = [
+    Route("/v1/messages", endpoint(messages, Guard.NONE), methods=["POST"]),
+    Route("/v1/messages/count_tokens", endpoint(count_tokens, Guard.NONE), methods=["POST"]),
+]

@@ -1,0 +1,278 @@
+"""The dashboard's keys and teams page (``operator`` role): list them, create a key or a team,
+rotate or revoke a key, delete a team. The audit page (``admin`` role) lists the audit log.
+
+Each POST is a plain HTML form with the session's CSRF token (``dashboard_forms.posted``);
+the operations are the admin API's own (``access/key_admin.py``, ``access/team_admin.py``),
+with its checks, its audit entries and its key moves. A created or rotated key is shown once,
+on the page that answers the form, and never again.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from gateway.access import key_admin, team_admin
+from gateway.access.admins import Actor
+from gateway.access.keys import CreatedKey
+from gateway.access.sessions import DashboardSession
+from gateway.access.team_models import TeamListQuery
+from gateway.api.admin import follow_moves
+from gateway.api.audit import AuditListQuery, audit_query, record_action
+from gateway.api.dashboard_forms import page_session, posted
+from gateway.api.dashboard_view import error_page, secured
+from gateway.api.endpoint import Guard, endpoint
+from gateway.audit.trail import entry_view
+from gateway.errors import GatewayError, InvalidRequest
+from gateway.services import Services
+
+MAX_SHOWN = 1000
+KEY_INT_FIELDS = ("rpm", "tpm", "max_parallel_requests")
+TEAM_BUDGETS = ("day", "week", "month", "total")
+
+
+def _number(form: dict[str, str], name: str, kind: type) -> Any:
+    try:
+        return kind(form[name])
+    except ValueError:
+        raise InvalidRequest(f"{name}: must be a number", param=name) from None
+
+
+def key_fields(form: dict[str, str]) -> dict[str, Any]:
+    """The create-key form as the admin API's payload (an empty field is not given)."""
+    data: dict[str, Any] = {}
+    for name in ("name", "team", "budget_period"):
+        if form.get(name):
+            data[name] = form[name]
+    for name in KEY_INT_FIELDS:
+        if form.get(name):
+            data[name] = _number(form, name, int)
+    if form.get("budget_usd"):
+        data["budget_usd"] = _number(form, "budget_usd", float)
+    if form.get("models"):
+        data["models"] = [m.strip() for m in form["models"].split(",") if m.strip()]
+    return data
+
+
+def team_fields(form: dict[str, str]) -> dict[str, Any]:
+    data: dict[str, Any] = {"id": form.get("id", "")}
+    if form.get("name"):
+        data["name"] = form["name"]
+    for name in KEY_INT_FIELDS:
+        if form.get(name):
+            data[name] = _number(form, name, int)
+    budgets = {
+        period: _number(form, f"budget_{period}", float)
+        for period in TEAM_BUDGETS
+        if form.get(f"budget_{period}")
+    }
+    if budgets:
+        data["budgets_usd"] = budgets
+    return data
+
+
+def _refused(services: Services, exc: GatewayError) -> Response:
+    return error_page(services.pages, exc.message, exc.status, exc.param)
+
+
+def _render(services: Services, template: str, status: int = 200, **context: Any) -> Response:
+    return secured(HTMLResponse(services.pages.render(template, **context), status_code=status))
+
+
+async def keys_page(request: Request, services: Services) -> Response:
+    """``GET /admin/ui/keys``: keys (rotate, revoke) and teams (delete), and the forms that
+    create them."""
+    session = await page_session(request, services, "operator")
+    if isinstance(session, Response):
+        return session
+    keys = await services.keys.list(limit=MAX_SHOWN)
+    teams, _ = await team_admin.list_teams(services.teams, TeamListQuery(limit=MAX_SHOWN))
+    return _render(
+        services,
+        "manage.html",
+        session=session,
+        active="keys",
+        keys=[record.public_view() for record in keys.records],
+        teams=[team.public_view() for team in teams],
+    )
+
+
+def _shown_once(
+    services: Services, session: DashboardSession, created: CreatedKey, what: str
+) -> Response:
+    return _render(
+        services,
+        "secret.html",
+        status=201 if what == "created" else 200,
+        session=session,
+        active="keys",
+        what=what,
+        key=created.record.public_view(),
+        secret=created.key,
+    )
+
+
+async def create_key(request: Request, services: Services) -> Response:
+    checked = await posted(request, services, "operator")
+    if isinstance(checked, Response):
+        return checked
+    session, form = checked
+    try:
+        created = await key_admin.create_key(
+            services.keys, services.teams, key_fields(form), services.policies.policy_or_none()
+        )
+    except GatewayError as exc:
+        return _refused(services, exc)
+    view = created.record.public_view()
+    await _audit(services, request, session.actor, "key.create", f"key:{view['id']}", None, view)
+    await follow_moves(services, created.record, created.record)
+    return _shown_once(services, session, created, "created")
+
+
+async def rotate_key(request: Request, services: Services) -> Response:
+    checked = await posted(request, services, "operator")
+    if isinstance(checked, Response):
+        return checked
+    session, _ = checked
+    key_id = request.path_params["key_id"]
+    try:
+        before = await key_admin.show_key(services.keys, key_id)
+        created = await key_admin.rotate_key(services.keys, key_id, {}, None)
+    except GatewayError as exc:
+        return _refused(services, exc)
+    services.auth.invalidate(key_id)
+    await _audit(
+        services, request, session.actor, "key.rotate", f"key:{key_id}",
+        before.public_view(), created.record.public_view(),
+    )  # fmt: skip
+    return _shown_once(services, session, created, "rotated")
+
+
+async def revoke_key(request: Request, services: Services) -> Response:
+    checked = await posted(request, services, "operator")
+    if isinstance(checked, Response):
+        return checked
+    session, _ = checked
+    key_id = request.path_params["key_id"]
+    try:
+        before = await key_admin.show_key(services.keys, key_id)
+        record = await key_admin.revoke_key(services.keys, key_id)
+    except GatewayError as exc:
+        return _refused(services, exc)
+    services.auth.invalidate(key_id)
+    await _audit(
+        services, request, session.actor, "key.revoke", f"key:{key_id}",
+        before.public_view(), record.public_view(),
+    )  # fmt: skip
+    return RedirectResponse("/admin/ui/keys", status_code=303)
+
+
+async def create_team(request: Request, services: Services) -> Response:
+    checked = await posted(request, services, "operator")
+    if isinstance(checked, Response):
+        return checked
+    session, form = checked
+    try:
+        team, adopted = await team_admin.create_team(
+            services.teams, services.keys, team_fields(form)
+        )
+    except GatewayError as exc:
+        return _refused(services, exc)
+    view = {**team.public_view(), "adopted_keys": adopted}
+    await _audit(services, request, session.actor, "team.create", f"team:{team.id}", None, view)
+    for key_id in adopted:
+        services.auth.invalidate(key_id)
+    return RedirectResponse("/admin/ui/keys", status_code=303)
+
+
+async def delete_team(request: Request, services: Services) -> Response:
+    checked = await posted(request, services, "operator")
+    if isinstance(checked, Response):
+        return checked
+    session, _ = checked
+    team_id = request.path_params["team_id"]
+    try:
+        team = await team_admin.delete_team(services.teams, services.keys, team_id)
+    except GatewayError as exc:
+        return _refused(services, exc)
+    await services.limiter.forget_team(team_id)
+    await _audit(
+        services, request, session.actor, "team.delete", f"team:{team_id}", team.public_view(), None
+    )
+    return RedirectResponse("/admin/ui/keys", status_code=303)
+
+
+async def audit_page(request: Request, services: Services) -> Response:
+    """``GET /admin/ui/audit?actor=&action=&target=&from=&to=&cursor=``: the audit log."""
+    session = await page_session(request, services, "admin")
+    if isinstance(session, Response):
+        return session
+    filters = {k: v for k, v in request.query_params.items() if v and k in _AUDIT_FILTERS}
+    try:
+        query = audit_query(AuditListQuery.model_validate({**filters, "limit": 200}))
+        page = await services.audit.query(query)
+    except GatewayError as exc:
+        return _refused(services, exc)
+    except ValueError:
+        return error_page(services.pages, "A filter of the audit page is not valid.", 400)
+    entries = []
+    for entry in page.entries:
+        view = entry_view(entry)
+        when = datetime.fromtimestamp(entry.time_ms / 1000, UTC).isoformat(timespec="seconds")
+        entries.append({**view, "when": when, "changes": changes(view["before"], view["after"])})
+    return _render(
+        services,
+        "audit.html",
+        session=session,
+        active="audit",
+        entries=entries,
+        filters=filters,
+        next_cursor=page.next_cursor,
+    )
+
+
+_AUDIT_FILTERS = ("actor", "action", "target", "from", "to", "cursor")
+
+
+def changes(before: Any, after: Any) -> list[tuple[str, Any, Any]]:
+    """What an action changed, field by field, for the page (the API keeps both values
+    whole): every field whose value differs, as (field, before, after)."""
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return []
+    fields = sorted(set(before) | set(after))
+    return [(f, before.get(f), after.get(f)) for f in fields if before.get(f) != after.get(f)]
+
+
+async def _audit(
+    services: Services,
+    request: Request,
+    actor: Actor,
+    action: str,
+    target: str,
+    before: Any,
+    after: Any,
+) -> None:
+    await record_action(services, request, actor, action, target, before=before, after=after)
+
+
+routes = [
+    Route("/admin/ui/keys", endpoint(keys_page, Guard.DASHBOARD), methods=["GET"]),
+    Route("/admin/ui/keys", endpoint(create_key, Guard.DASHBOARD), methods=["POST"]),
+    Route(
+        "/admin/ui/keys/{key_id}/rotate", endpoint(rotate_key, Guard.DASHBOARD), methods=["POST"]
+    ),
+    Route(
+        "/admin/ui/keys/{key_id}/revoke", endpoint(revoke_key, Guard.DASHBOARD), methods=["POST"]
+    ),
+    Route("/admin/ui/teams", endpoint(create_team, Guard.DASHBOARD), methods=["POST"]),
+    Route(
+        "/admin/ui/teams/{team_id}/delete",
+        endpoint(delete_team, Guard.DASHBOARD),
+        methods=["POST"],
+    ),
+    Route("/admin/ui/audit", endpoint(audit_page, Guard.DASHBOARD), methods=["GET"]),
+]

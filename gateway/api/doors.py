@@ -1,0 +1,120 @@
+"""The /v1 front doors: the wire format each one speaks, how its bodies are checked at the
+door, and what it asks of a provider.
+
+A door's ``format`` decides the client's side of everything: which checks its body passes,
+its error envelope (OpenAI's ``{"error": {...}}`` or Anthropic's ``{"type": "error", ...}``),
+and how answers and streams are rendered. A chat door (``translatable``) reaches a provider of
+any chat format through ``gateway/formats``; the other doors pass OpenAI bodies through to the
+providers that offer the operation. ``path`` is the operation in the door's own API, which is
+also where the body goes when the provider speaks the door's format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.api.validation import (
+    validate_chat,
+    validate_completion,
+    validate_embedding,
+    validate_image,
+    validate_moderation,
+    validate_speech,
+)
+from gateway.errors import InvalidRequest
+from gateway.formats import anthropic_messages, openai_responses
+from gateway.formats.errors import FormatError
+from gateway.formats.internal import ChatRequest, FormatName
+
+# Where a chat request goes at a provider that speaks each format.
+CHAT_PATHS: dict[FormatName, str] = {
+    "openai_chat": "/chat/completions",
+    "anthropic_messages": "/messages",
+    "openai_responses": "/responses",
+}
+
+# A door's check of a parsed JSON body: a 400 for a bad one; the internal request when the
+# check parsed it into one anyway (None: parsed later, only if a translation needs it).
+Check = Callable[[dict[str, Any]], ChatRequest | None]
+
+
+@dataclass(frozen=True)
+class Door:
+    route: str  # the route label of usage records, metrics and access lines
+    path: str
+    format: FormatName
+    check: Check
+    translatable: bool = False
+    streamable: bool = False
+    # False: the upstream charges nothing for it (token counting), so neither does the gateway.
+    metered: bool = True
+
+
+def client_error(exc: FormatError) -> InvalidRequest:
+    """A format's complaint about a client body as the gateway's 400 (field path kept)."""
+    return InvalidRequest(exc.message, param=exc.param, code=exc.code)
+
+
+def _parsed_by(parse: Callable[[dict[str, Any]], ChatRequest]) -> Check:
+    def check(body: dict[str, Any]) -> ChatRequest:
+        try:
+            return parse(body)
+        except FormatError as exc:
+            raise client_error(exc) from None
+
+    return check
+
+
+def _checked_by(validate: Callable[[dict[str, Any]], None]) -> Check:
+    def check(body: dict[str, Any]) -> None:
+        validate(body)
+
+    return check
+
+
+CHAT = Door(
+    "chat.completions",
+    "/chat/completions",
+    "openai_chat",
+    _checked_by(validate_chat),
+    translatable=True,
+    streamable=True,
+)
+MESSAGES = Door(
+    "messages",
+    "/messages",
+    "anthropic_messages",
+    _parsed_by(anthropic_messages.parse_request),
+    translatable=True,
+    streamable=True,
+)
+RESPONSES = Door(
+    "responses",
+    "/responses",
+    "openai_responses",
+    _parsed_by(openai_responses.parse_request),
+    translatable=True,
+    streamable=True,
+)
+COUNT_TOKENS = Door(
+    "messages.count_tokens",
+    "/messages/count_tokens",
+    "anthropic_messages",
+    _parsed_by(lambda body: anthropic_messages.parse_request({"max_tokens": 1, **body})),
+    metered=False,
+)
+COMPLETIONS = Door(
+    "completions",
+    "/completions",
+    "openai_chat",
+    _checked_by(validate_completion),
+    streamable=True,
+)
+EMBEDDINGS = Door("embeddings", "/embeddings", "openai_chat", _checked_by(validate_embedding))
+IMAGES = Door(
+    "images.generations", "/images/generations", "openai_chat", _checked_by(validate_image)
+)
+MODERATIONS = Door("moderations", "/moderations", "openai_chat", _checked_by(validate_moderation))
+SPEECH = Door("audio.speech", "/audio/speech", "openai_chat", _checked_by(validate_speech))

@@ -1,0 +1,247 @@
+"""OpenAPI paths and schemas of the governance endpoints: teams (``operator``), admin tokens
+and the audit log (``admin``). Written from their validators (``access/team_models.py``,
+``access/token_admin.py``, ``api/audit.py``); ``api/openapi.py`` merges them into the document."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gateway.access.admins import ROLES
+from gateway.access.teams import TEAM_ID_PATTERN
+from gateway.api.openapi_schemas import (
+    ALERT_THRESHOLDS,
+    BOOLEAN,
+    BUDGET_MODE,
+    INTEGER,
+    NUMBER,
+    STRING,
+    Schema,
+    nullable,
+    obj,
+    ref,
+)
+from gateway.ledger.audit import MAX_AUDIT_LIMIT
+from gateway.money import MAX_BUDGET_USD
+
+PERIODS = ("day", "week", "month", "total")
+USD = {"type": "number", "minimum": 0, "maximum": MAX_BUDGET_USD}
+TEAM_FIELDS: dict[str, Schema] = {
+    "name": nullable({"type": "string", "minLength": 1, "maxLength": 200}),
+    "rpm": nullable({"type": "integer", "minimum": 0, "maximum": 10_000_000}),
+    "tpm": nullable({"type": "integer", "minimum": 0, "maximum": 10_000_000_000}),
+    "max_parallel_requests": nullable({"type": "integer", "minimum": 0, "maximum": 1_000_000}),
+    "budgets_usd": nullable(
+        obj(
+            {period: USD for period in PERIODS},
+            additionalProperties=False,
+            description="USD per period, at most 9 decimal places each",
+        )
+    ),
+    "budget_mode": BUDGET_MODE,
+    "alert_thresholds": ALERT_THRESHOLDS,
+}
+TEAM_ID = {"type": "string", "minLength": 1, "maxLength": 64, "pattern": TEAM_ID_PATTERN}
+
+SCHEMAS: dict[str, Schema] = {
+    "TeamCreate": obj({"id": TEAM_ID, **TEAM_FIELDS}, ["id"], additionalProperties=False),
+    "TeamUpdate": obj(TEAM_FIELDS, additionalProperties=False),
+    "Team": obj(
+        {
+            "id": STRING,
+            "object": {"const": "team"},
+            "name": nullable(STRING),
+            "rpm": nullable(INTEGER),
+            "tpm": nullable(INTEGER),
+            "max_parallel_requests": nullable(INTEGER),
+            "budgets_usd": {"type": "object", "additionalProperties": NUMBER},
+            "budgets_nanos": {"type": "object", "additionalProperties": INTEGER},
+            "budget_mode": {"enum": ["hard", "soft"]},
+            "alert_thresholds": {"type": "array", "items": INTEGER},
+            "created_at": NUMBER,
+            "updated_at": NUMBER,
+        },
+        ["id", "object", "budgets_usd", "budgets_nanos", "created_at"],
+    ),
+    "TeamCreated": {
+        "allOf": [
+            ref("Team"),
+            obj({"adopted_keys": {"type": "array", "items": STRING}}, ["adopted_keys"]),
+        ]
+    },
+    "TeamWithUsage": {
+        "allOf": [ref("Team"), obj({"usage": {"type": "object"}}, ["usage"])],
+    },
+    "TeamList": obj(
+        {
+            "object": {"const": "list"},
+            "data": {"type": "array", "items": ref("Team")},
+            "has_more": BOOLEAN,
+        },
+        ["object", "data", "has_more"],
+    ),
+    "TeamDeleted": obj(
+        {"id": STRING, "object": {"const": "team"}, "deleted": {"const": True}},
+        ["id", "object", "deleted"],
+    ),
+    "TokenCreate": obj(
+        {
+            "name": {"type": "string", "minLength": 1, "maxLength": 200},
+            "role": {"enum": list(ROLES)},
+        },
+        ["name", "role"],
+        additionalProperties=False,
+    ),
+    "AdminToken": obj(
+        {
+            "id": STRING,
+            "object": {"const": "admin_token"},
+            "name": STRING,
+            "role": {"enum": list(ROLES)},
+            "status": {"enum": ["active", "revoked"]},
+            "created_at": NUMBER,
+            "created_by": STRING,
+            "revoked_at": nullable(NUMBER),
+        },
+        ["id", "object", "name", "role", "status", "created_at"],
+    ),
+    "AdminTokenWithSecret": {
+        "allOf": [
+            ref("AdminToken"),
+            obj({"token": {"type": "string", "description": "shown once"}}, ["token"]),
+        ]
+    },
+    "AdminTokenList": obj(
+        {
+            "object": {"const": "list"},
+            "data": {"type": "array", "items": ref("AdminToken")},
+            "has_more": BOOLEAN,
+        },
+        ["object", "data", "has_more"],
+    ),
+    "AuditEntry": obj(
+        {
+            "object": {"const": "audit_entry"},
+            "event_id": STRING,
+            "time_ms": INTEGER,
+            "actor_kind": {"enum": ["bootstrap", "token", "cli"]},
+            "actor_id": STRING,
+            "actor_name": STRING,
+            "actor_role": {"enum": list(ROLES)},
+            "action": STRING,
+            "target": STRING,
+            "client": STRING,
+            "request_id": STRING,
+            "before": {},
+            "after": {},
+        },
+        ["object", "event_id", "time_ms", "actor_kind", "actor_id", "action", "target"],
+    ),
+    "AuditList": obj(
+        {
+            "object": {"const": "list"},
+            "data": {"type": "array", "items": ref("AuditEntry")},
+            "next_cursor": nullable(STRING),
+        },
+        ["object", "data", "next_cursor"],
+    ),
+}
+
+Operation = dict[str, Any]
+AdminOperation = Callable[..., Operation]
+
+
+def governance_paths(
+    admin: AdminOperation,
+    query: Callable[..., dict[str, Any]],
+    errors: tuple[int, ...],
+    day: Schema,
+) -> dict[str, Any]:
+    """The paths, built with ``openapi.py``'s own helpers (``admin`` operations, ``query``
+    parameters, the admin error statuses, the day schema)."""
+    team_id = {"name": "team_id", "in": "path", "required": True, "schema": STRING}
+    token_id = {"name": "token_id", "in": "path", "required": True, "schema": STRING}
+    limit = {"type": "integer", "minimum": 1, "maximum": 1000}
+    return {
+        "/admin/teams": {
+            "post": admin(
+                "Create a team (adopts the keys whose team names it)",
+                "TeamCreated",
+                status="201",
+                body="TeamCreate",
+                errors=(*errors, 409),
+            ),
+            "get": admin(
+                "List teams",
+                "TeamList",
+                params=[query("limit", limit), query("after", {"type": "string", "maxLength": 64})],
+            ),
+        },
+        "/admin/teams/{team_id}": {
+            "get": admin(
+                "A team, and its usage of its limits now",
+                "TeamWithUsage",
+                params=[team_id],
+                errors=(*errors, 404),
+            ),
+            "patch": admin(
+                "Change a team's limits (null clears one)",
+                "Team",
+                body="TeamUpdate",
+                params=[team_id],
+                errors=(*errors, 404),
+            ),
+            "delete": admin(
+                "Delete a team that has no keys",
+                "TeamDeleted",
+                params=[team_id],
+                errors=(*errors, 404, 409),
+            ),
+        },
+        "/admin/tokens": {
+            "post": admin(
+                "Create a named admin token (shown once)",
+                "AdminTokenWithSecret",
+                status="201",
+                body="TokenCreate",
+            ),
+            "get": admin(
+                "List admin tokens",
+                "AdminTokenList",
+                params=[
+                    query("limit", limit),
+                    query("after", {"type": "string", "maxLength": 200}),
+                ],
+            ),
+        },
+        "/admin/tokens/{token_id}": {
+            "get": admin(
+                "Show an admin token", "AdminToken", params=[token_id], errors=(*errors, 404)
+            )
+        },
+        "/admin/tokens/{token_id}/revoke": {
+            "post": admin(
+                "Revoke an admin token", "AdminToken", params=[token_id], errors=(*errors, 404)
+            )
+        },
+        "/admin/audit": {
+            "get": admin(
+                "The audit log, newest first",
+                None,
+                params=[
+                    query("actor", {"type": "string", "maxLength": 200}, "token id or name"),
+                    query("action", {"type": "string", "maxLength": 100}, "e.g. key.rotate"),
+                    query("target", {"type": "string", "maxLength": 300}, "e.g. key:<id>"),
+                    query("from", day, "YYYY-MM-DD, UTC"),
+                    query("to", day, "YYYY-MM-DD, UTC, inclusive"),
+                    query("cursor", {"type": "string", "maxLength": 500}),
+                    query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_AUDIT_LIMIT}),
+                    query("format", {"enum": ["json", "csv"]}),
+                ],
+                ok_content={
+                    "application/json": {"schema": ref("AuditList")},
+                    "text/csv": {"schema": {"type": "string"}},
+                },
+            )
+        },
+    }

@@ -1,0 +1,29 @@
+"""The Responses API front door: ``POST /v1/responses``, stateless.
+
+The gateway keeps nothing between requests: ``store`` is false whatever the client says
+(``store: true``, ``previous_response_id``, ``conversation``, ``background`` and
+``item_reference`` items get a 400 that says so and asks for the whole conversation in
+``input``). Input items, function tools, ``function_call_output`` and streaming events are the
+Responses API's own. The request goes through the one pipeline: to a provider that serves the
+Responses API (an ``openai_compatible`` one with ``formats: [..., openai_responses]``)
+untouched with ``store: false``, to any other translated (``gateway/formats``).
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway.api.doors import RESPONSES
+from gateway.api.endpoint import Guard, endpoint
+from gateway.api.pipeline import handle
+from gateway.services import Services
+
+
+async def responses(request: Request, services: Services) -> Response:
+    """``POST /v1/responses``"""
+    return await handle(request, services, RESPONSES)
+
+
+routes = [Route("/v1/responses", endpoint(responses, Guard.NONE), methods=["POST"])]

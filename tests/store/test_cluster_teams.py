@@ -1,0 +1,91 @@
+"""Issue 18: a team's limits on a 3-master Redis Cluster, through three gateway processes.
+
+A key of a team keeps its limiter state in the team's hash slot, so the key and its team are
+checked in one script on one node: two keys of one team share the team's rpm exactly, and a
+key moved to another team (its state carried to the other team's slot) keeps its own budget."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from gateway_runner import GatewayProcess
+from redis_helpers import LoopbackCluster
+from replica_load import fire, outcomes
+
+pytestmark = pytest.mark.slow
+COST_NANOS = 20_000_000  # a chat of replica_load: 10 x $1000/M + 5 x $2000/M
+
+
+def _key_id(key: str) -> str:
+    return key.removeprefix("sk-sy-").split("-", 1)[0]
+
+
+def _team(gateway: GatewayProcess, team_id: str, **limits: object) -> None:
+    with gateway.admin() as admin:
+        response = admin.post("/admin/teams", json={"id": team_id, **limits})
+    assert response.status_code == 201, response.text
+
+
+async def test_two_keys_of_a_team_share_its_rpm_exactly(
+    gateways: list[GatewayProcess], cluster: LoopbackCluster
+) -> None:
+    _team(gateways[0], "cluster-search", rpm=100)
+    keys = [gateways[i].create_key(name=f"search-{i}", team="cluster-search")[1] for i in (1, 2)]
+    responses = await fire([g.url for g in gateways], keys, 300)
+    assert outcomes(responses) == {"200": 100, "429 rate_limit_exceeded": 200}
+    refused = next(r for r in responses if r.status_code == 429)
+    assert "of team 'cluster-search'" in refused.json()["error"]["message"]
+    assert refused.headers["x-ratelimit-limit-requests"] == "100"
+    served_by_key = {
+        key: sum(1 for i, r in enumerate(responses) if r.status_code == 200 and keys[i % 2] == key)
+        for key in keys
+    }
+    assert sum(served_by_key.values()) == 100 and min(served_by_key.values()) > 0
+    # The team's counters and both keys' own sit on one node, in one slot.
+    team_rpm = "sy:{team:cluster-search}:rpm"
+    key_rpms = [f"sy:{{team:cluster-search}}:key:{_key_id(key)}:rpm" for key in keys]
+    owner = cluster.owner_of(team_rpm)
+    assert {cluster.owner_of(name).port for name in key_rpms} == {owner.port}
+    with owner.client() as node:
+        assert node.cluster("keyslot", team_rpm) == node.cluster("keyslot", key_rpms[0])
+        assert all(node.exists(name) for name in (team_rpm, *key_rpms))
+    with gateways[2].admin() as admin:
+        usage = admin.get("/admin/teams/cluster-search").json()["usage"]
+    assert (usage["requests"]["used"], usage["requests"]["remaining"]) == (100, 0)
+
+
+async def test_a_key_moved_between_teams_keeps_its_budget_on_the_cluster(
+    gateways: list[GatewayProcess], cluster: LoopbackCluster
+) -> None:
+    _team(gateways[0], "cluster-red", rpm=10_000)
+    _team(gateways[0], "cluster-blue", rpm=10_000)
+    key_id, key = gateways[0].create_key(
+        name="mover", team="cluster-red", budget_usd=0.6, budget_period="day"
+    )  # 30 requests of $0.02
+    # The two teams' slots are on different masters: the move crosses nodes.
+    assert (
+        cluster.owner_of("sy:{team:cluster-red}").port
+        != cluster.owner_of("sy:{team:cluster-blue}").port
+    ), "pick team names on different masters"
+    first = await fire([g.url for g in gateways], key, 12)
+    assert outcomes(first) == {"200": 12}
+    with gateways[1].admin() as admin:
+        moved = admin.patch(f"/admin/keys/{key_id}", json={"team": "cluster-blue"})
+        assert moved.status_code == 200 and moved.json()["team"] == "cluster-blue"
+    # Every gateway, its cached record stale or not, goes on from the key's 12 requests.
+    rest = await fire([g.url for g in gateways], key, 40)
+    assert outcomes(rest) == {"200": 18, "429 insufficient_quota": 22}
+    await asyncio.sleep(1.5)  # the background sweep has run on every gateway since
+    with gateways[2].admin() as admin:
+        red = admin.get("/admin/teams/cluster-red").json()["usage"]
+        blue = admin.get("/admin/teams/cluster-blue").json()["usage"]
+    assert red["requests"]["used"] == 12 and blue["requests"]["used"] == 18
+    blue_state = f"sy:{{team:cluster-blue}}:key:{key_id}:budget:day"
+    with cluster.owner_of(blue_state).client() as node:
+        spent = int(node.hget(blue_state, "spent"))
+        reserved = int(node.hget(blue_state, "reserved"))
+    assert (spent, reserved) == (30 * COST_NANOS, 0)
+    red_state = f"sy:{{team:cluster-red}}:key:{key_id}:budget:day"
+    with cluster.owner_of(red_state).client() as node:
+        assert node.exists(red_state) == 0  # the red slot holds nothing of the key now
