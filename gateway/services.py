@@ -54,6 +54,7 @@ from gateway.routing.policy_store import PolicyStore
 from gateway.routing.router import Router
 from gateway.routing.state import RoutingState
 from gateway.server.shutdown import Drain
+from gateway.server.tasks import cancel_until_done
 from gateway.settings import Secrets, Settings, SettingsError
 from gateway.store.connect import REDIS_FAILURES, connect_redis, warm_up
 from gateway.store.embedded import EmbeddedRedis
@@ -285,9 +286,7 @@ def _background(name: str, run: Callable[[], Awaitable[None]]) -> Part:
         tasks.append(asyncio.create_task(run()))
 
     async def stop() -> None:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_until_done(tasks)
 
     return Part(name, start=start, stop=stop)
 
@@ -379,9 +378,7 @@ class _RedisWatch:
             self._tasks.append(asyncio.create_task(self._supervise(services.embedded_redis)))
 
     async def stop_watching(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_until_done(self._tasks)
 
     async def _check_pepper(self) -> bool:
         """True once the pepper is known to match this Redis's (adopted or checked); False when

@@ -32,6 +32,7 @@ from gateway.metering.buffer import BufferEntry, UsageBuffer
 from gateway.metering.ledger import UsageEvent
 from gateway.metering.legacy import LegacyImport
 from gateway.metrics import Metrics
+from gateway.server.tasks import cancel_until_done
 from gateway.store.connect import REDIS_FAILURES
 
 if TYPE_CHECKING:
@@ -194,9 +195,7 @@ class UsageExporter:
         """Stop the rounds, then one last bounded drain (what the settle batch just wrote), and
         leave the group if nothing is pending here."""
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_until_done(tasks)
         self._own_first = True  # a round cancelled mid-read may have left entries delivered
         try:
             async with asyncio.timeout(self.settings.stop_timeout_s):

@@ -19,7 +19,6 @@ keeps each event id once, so the duplicate counts nothing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -39,6 +38,7 @@ from gateway.ledger.record import (
 from gateway.metering.buffer import UsageBuffer
 from gateway.metering.spool import Segment, Spool
 from gateway.money import NANOS_PER_MICRO, nanos_to_usd
+from gateway.server.tasks import cancel_until_done
 from gateway.store.connect import REDIS_FAILURES
 from gateway.store.scripts import ScriptBatch
 
@@ -301,9 +301,7 @@ class UsageLedger:
     async def stop(self) -> None:
         task, self._replay_task = self._replay_task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_until_done([task])
 
     async def _replay_forever(self) -> None:
         while True:
