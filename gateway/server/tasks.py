@@ -1,7 +1,7 @@
 """Stopping background tasks: ``cancel_until_done`` cancels tasks and waits until each ends.
 
 A single ``Task.cancel()`` is not enough on Python 3.11: ``asyncio.wait_for``, which redis-py
-awaits on every command, returns its inner result when that completes in the same loop turn
+awaits to send every command when a socket timeout is set (ours always is), returns its inner result when that completes in the same loop turn
 as the cancel, and the cancel is lost (bpo-42130, fixed in 3.12 by rebuilding ``wait_for`` on
 ``asyncio.timeout``). A background loop whose cancel was lost runs on, and a shutdown that
 awaits it waits forever. So a task still running after a short wait is cancelled again, with
