@@ -202,7 +202,7 @@ def build_services(
         ledger=ledger,
         usage_store=usage_store,
         exporter=exporter,
-        reports=UsageReports(usage_store, buffer),
+        reports=UsageReports(usage_store, buffer, key_labels=keys.labels),
         audit=AuditTrail(AuditSettings.from_settings(settings), log),
         sessions=SessionStore(redis, secrets.admin_key, admins),
         auth_throttle=AuthThrottle(

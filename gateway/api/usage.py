@@ -43,6 +43,7 @@ class OwnUsageQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     days: Annotated[int, Field(ge=1)] = DEFAULT_RANGE_DAYS
+    group_by: Literal["tag", "user"] | None = None
 
 
 DAY_PATTERN = r"^\d{4}-\d{2}-\d{2}$"
@@ -77,15 +78,17 @@ def _invalid(exc: ReportError) -> InvalidRequest:
 
 
 async def own_usage(request: Request, services: Services, principal: Principal) -> Response:
-    """``GET /v1/usage?days=30``: the caller's own key."""
+    """``GET /v1/usage?days=30&group_by=tag|user``: the caller's own key."""
     reports = services.reports
-    days = parse_query(OwnUsageQuery, request).days
+    query = parse_query(OwnUsageQuery, request)
+    days = query.days
     if days > reports.retention_days:
         raise InvalidRequest(
             f"days: must be an integer from 1 to {reports.retention_days}", param="days"
         )
     try:
-        return json_response(await reports.usage_for_key(principal.key_id, days))
+        report = await reports.usage_for_key(principal.key_id, days, query.group_by)
+        return json_response(report)
     except ReportError as exc:
         raise _invalid(exc) from None
 

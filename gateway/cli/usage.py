@@ -19,8 +19,9 @@ from typing import Any
 
 import orjson
 
+from gateway.access.keys import KeyStore
 from gateway.cli.connect import key_store
-from gateway.ledger import StoreConfigError, UsageStore, open_store
+from gateway.ledger import StoreConfigError, open_store
 from gateway.metering.buffer import UsageBuffer
 from gateway.metering.reports import GROUP_BYS, ReportError, UsageReports, parse_day, render_csv
 from gateway.money import format_usd_exact
@@ -61,16 +62,22 @@ async def usage_command(settings: Settings, args: argparse.Namespace) -> int:
     except StoreConfigError as exc:
         raise SettingsError(f"SWITCHYARD_USAGE_STORE_URL: {exc}") from None
     try:
-        async with _buffer_of(settings, store) as buffer:
-            return await run_usage_command(UsageReports(store, buffer), args)
+        async with _keys_of(settings) as keys:
+            buffer = None
+            if keys is not None:
+                buffer = UsageBuffer(keys.redis)
+                buffer.bind(store.store_id)
+            labels = keys.labels if keys is not None else None
+            return await run_usage_command(UsageReports(store, buffer, key_labels=labels), args)
     finally:
         await store.close()
 
 
 @contextlib.asynccontextmanager
-async def _buffer_of(settings: Settings, store: UsageStore) -> AsyncIterator[UsageBuffer | None]:
-    """The store's Redis buffer (the same Redis rules as ``keys``), or None when Redis cannot
-    be reached: the report is then printed without knowing what is not exported yet."""
+async def _keys_of(settings: Settings) -> AsyncIterator[KeyStore | None]:
+    """The key store on Redis (the same Redis rules as ``keys``): the store's buffer and the
+    keys' names are read there. None when Redis cannot be reached: the report is then printed
+    without knowing what is not exported yet, and with bare key ids."""
     connection = key_store(settings)
     try:
         keys = await connection.__aenter__()
@@ -80,9 +87,7 @@ async def _buffer_of(settings: Settings, store: UsageStore) -> AsyncIterator[Usa
         yield None
         return
     try:
-        buffer = UsageBuffer(keys.redis)
-        buffer.bind(store.store_id)
-        yield buffer
+        yield keys
     finally:
         await connection.__aexit__(None, None, None)
 
@@ -116,20 +121,38 @@ def _cell(name: str, row: dict[str, Any]) -> str:
     return str(row[name])
 
 
+def _names(group_by: str, row: dict[str, Any]) -> list[str]:
+    """The row's left-aligned cells: the group (``(none)`` for requests without a tag or end
+    user), and for keys their name and team."""
+    value = str(row[group_by]) or ("(none)" if group_by in ("tag", "user") else "")
+    if group_by != "key":
+        return [value]
+    return [value, row.get("key_name") or "", row.get("key_team") or ""]
+
+
 def render_table(report: dict[str, Any]) -> str:
     """Aligned columns, names left and numbers right, with a TOTAL line."""
     group_by = report["group_by"]
-    header = [group_by, *(title for _, title in TABLE_COLUMNS)]
+    titles = [group_by, "name", "team"] if group_by == "key" else [group_by]
+    named = len(titles)
+    header = [*titles, *(title for _, title in TABLE_COLUMNS)]
     rows = [
-        [str(row[group_by]), *(_cell(n, row) for n, _ in TABLE_COLUMNS)] for row in report["data"]
+        [*_names(group_by, row), *(_cell(n, row) for n, _ in TABLE_COLUMNS)]
+        for row in report["data"]
     ]
-    total = ["TOTAL", *(_cell(n, report["totals"]) for n, _ in TABLE_COLUMNS)]
+    total = [
+        "TOTAL",
+        *([""] * (named - 1)),
+        *(_cell(n, report["totals"]) for n, _ in TABLE_COLUMNS),
+    ]
     widths = [max(len(line[i]) for line in (header, *rows, total)) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
-        first = cells[0].ljust(widths[0])
-        rest = (cell.rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True))
-        return "  ".join((first, *rest)).rstrip()
+        left = (cell.ljust(width) for cell, width in zip(cells[:named], widths, strict=False))
+        right = (
+            cell.rjust(width) for cell, width in zip(cells[named:], widths[named:], strict=True)
+        )
+        return "  ".join((*left, *right)).rstrip()
 
     rule = "  ".join("-" * width for width in widths)
     title = f"usage {report['from']} .. {report['to']} by {group_by}"

@@ -87,6 +87,9 @@ class UsageEvent(JsonRecord):
     streamed: bool = False
     usage_source: str = "provider"
     attempts: int = 1
+    # Attribution (gateway/metering/attribution.py): the end user and the request's tags.
+    end_user: str = ""
+    tags: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.time, bool) or not isinstance(self.time, int | float):
@@ -95,7 +98,7 @@ class UsageEvent(JsonRecord):
             raise UsageError("time", "out of range")
         check_id(UsageError, "request_id", self.request_id)
         check_id(UsageError, "key_id", self.key_id)
-        for name in ("model", "provider", "team", "task", "route", "policy_version"):
+        for name in ("model", "provider", "team", "task", "route", "policy_version", "end_user"):
             value = getattr(self, name)
             if not isinstance(value, str) or len(value) > MAX_ID_LENGTH:
                 raise UsageError(name, f"must be a string of at most {MAX_ID_LENGTH} characters")
@@ -115,6 +118,10 @@ class UsageEvent(JsonRecord):
             raise UsageError("cache_write_tokens", "with cached_tokens, exceeds prompt_tokens")
         check_outcome(UsageError, self.status, self.streamed, self.usage_source)
         _check_count("attempts", self.attempts)
+        if isinstance(self.tags, list):  # JSON gives lists; the record stays immutable
+            object.__setattr__(self, "tags", tuple(self.tags))
+        if not isinstance(self.tags, tuple) or not all(isinstance(t, str) for t in self.tags):
+            raise UsageError("tags", "must be a list of strings")
         _check_count("cost_nanos", self.cost_nanos)
         if self.cost_nanos >= 2**63:
             raise UsageError("cost_nanos", "exceeds a 64-bit Redis counter")
@@ -159,6 +166,8 @@ class UsageEvent(JsonRecord):
             latency_ms=self.latency_ms,
             ttft_ms=self.ttft_ms,
             policy_version=self.policy_version,
+            end_user=self.end_user,
+            tags=self.tags,
         )
 
 

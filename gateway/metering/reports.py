@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, TypeVar
 
+from gateway.access.keys import KeyLabel
 from gateway.errors import ServiceUnavailable, echo
 from gateway.ledger import (
     EventQuery,
@@ -42,7 +43,10 @@ from gateway.money import format_usd_exact, nanos_to_usd
 from gateway.store.connect import REDIS_FAILURES
 
 T = TypeVar("T")
-GROUP_BYS = ("key", "team", "model", "provider", "task", "day")
+GROUP_BYS = ("key", "team", "model", "provider", "task", "day", "tag", "user")
+# Attribution groupings: a request with two tags is in both tags' rows, so the report's totals
+# are read apart (and a row of "" holds the requests without a tag or an end user).
+ATTRIBUTION_GROUP_BYS = ("tag", "user")
 MAX_EVENTS_LIMIT = 500
 # The finest rollup cell: what the dashboard groups in every way it draws.
 CELL_DIMENSIONS = ("day", "key", "team", "model", "provider", "task")
@@ -175,6 +179,8 @@ def _csv_safe(value: Any) -> Any:
     return value
 
 
+# Beside a key's id in reports: its name and team (now, not when the requests were made).
+KEY_LABEL_COLUMNS = ("key_name", "key_team")
 CSV_COLUMNS = (
     "requests",
     "prompt_tokens",
@@ -192,15 +198,18 @@ CSV_COLUMNS = (
 
 
 def render_csv(rows: Sequence[dict[str, Any]], group_by: str) -> str:
+    """The rows as CSV: the group, for keys their name and team, then the counters."""
+    labels = KEY_LABEL_COLUMNS if group_by == "key" else ()
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow((group_by, *CSV_COLUMNS))
+    writer.writerow((group_by, *labels, *CSV_COLUMNS))
     for row in rows:
         # Exact fixed-point USD from the integer, so a spreadsheet sum matches cost_nanos.
         values = [
             format_usd_exact(row["cost_nanos"]) if c == "cost" else row[c] for c in CSV_COLUMNS
         ]
-        writer.writerow((_csv_safe(row[group_by]), *values))
+        named = [_csv_safe(row.get(c) or "") for c in labels]
+        writer.writerow((_csv_safe(row[group_by]), *named, *values))
     return out.getvalue()
 
 
@@ -261,20 +270,26 @@ def event_view(event: LedgerEvent) -> dict[str, Any]:
     }
 
 
+KeyLabels = Callable[[Sequence[str]], Awaitable[dict[str, KeyLabel]]]
+
+
 class UsageReports:
     """Reports over one usage store; ``buffer`` (the Redis buffer feeding it) says how fresh
-    they are. ``retention_days`` bounds a range (default: the store's)."""
+    they are, ``key_labels`` (``KeyStore.labels``) names the keys beside their ids.
+    ``retention_days`` bounds a range (default: the store's)."""
 
     def __init__(
         self,
         store: UsageStore,
         buffer: UsageBuffer | None = None,
         *,
+        key_labels: KeyLabels | None = None,
         retention_days: int | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.buffer = buffer
+        self.key_labels = key_labels
         self.retention_days = retention_days or store.retention_days
         self.clock = clock
 
@@ -335,8 +350,14 @@ class UsageReports:
         if (end - start).days + 1 > self.retention_days:
             raise ReportError("from", f"the range may span at most {self.retention_days} days")
 
-    async def usage_for_key(self, key_id: str, days: int = 30) -> dict[str, Any]:
-        """What ``GET /v1/usage?days=N`` returns: the key's last N UTC days, today included."""
+    async def usage_for_key(
+        self, key_id: str, days: int = 30, group_by: str | None = None
+    ) -> dict[str, Any]:
+        """What ``GET /v1/usage?days=N&group_by=tag|user`` returns: the key's last N UTC days,
+        today included, by model and by day, and with ``group_by`` also ``by_tag`` or
+        ``by_user``."""
+        if group_by is not None and group_by not in ATTRIBUTION_GROUP_BYS:
+            raise ReportError("group_by", "group_by must be tag or user")
         if (
             isinstance(days, bool)
             or not isinstance(days, int)
@@ -379,8 +400,18 @@ class UsageReports:
                 {"date": day.isoformat(), **by_day.get(day.isoformat(), Totals()).as_row()}
                 for day in days_between(start, end)
             ],
+            **await self._by_attribution(start, end, group_by, key_id),
             **await self.freshness(),
         }
+
+    async def _by_attribution(
+        self, start: date, end: date, group_by: str | None, key_id: str
+    ) -> dict[str, Any]:
+        if group_by is None:
+            return {}
+        grouped = _rows_by(await self._rollup(start, end, (group_by,), key_id))
+        ordered = sorted(grouped.items(), key=lambda item: (-item[1].cost_nanos, item[0]))
+        return {f"by_{group_by}": [{group_by: v, **t.as_row()} for v, t in ordered]}
 
     async def admin_usage(self, start: date, end: date, group_by: str = "key") -> dict[str, Any]:
         """Rows grouped by one dimension over ``start..end`` inclusive; spend-descending,
@@ -396,18 +427,51 @@ class UsageReports:
             ]
         else:
             ordered = sorted(grouped.items(), key=lambda item: (-item[1].cost_nanos, item[0]))
-        total = Totals()
-        for totals in grouped.values():
-            total.merge(totals)
+        if group_by in ATTRIBUTION_GROUP_BYS:
+            total = self._sum(await self._rollup(start, end, ("day",)))
+        else:
+            total = Totals()
+            for totals in grouped.values():
+                total.merge(totals)
+        rows = [{group_by: value, **totals.as_row()} for value, totals in ordered]
+        if group_by == "key":
+            await self.label_keys(rows)
         return {
             "object": "usage_report",
             "group_by": group_by,
             "from": start.isoformat(),
             "to": end.isoformat(),
-            "data": [{group_by: value, **totals.as_row()} for value, totals in ordered],
+            "data": rows,
             "totals": total.as_row(),
             **await self.freshness(),
         }
+
+    @staticmethod
+    def _sum(rows: Iterable[RollupRow]) -> Totals:
+        total = Totals()
+        for row in rows:
+            total.merge(Totals.of(row.totals))
+        return total
+
+    async def label_keys(self, rows: list[dict[str, Any]], id_field: str = "key") -> None:
+        """Put each key's name and team (``key_name``, ``key_team``) beside its id in
+        ``rows``; a Redis that cannot say leaves them None, the figures still stand."""
+        labels: dict[str, KeyLabel] = {}
+        if self.key_labels is not None and rows:
+            try:
+                labels = await self.key_labels([row[id_field] for row in rows])
+            except REDIS_FAILURES:
+                labels = {}
+        for row in rows:
+            label = labels.get(row[id_field])
+            row["key_name"] = label.name if label else None
+            row["key_team"] = label.team if label else None
+
+    async def grouped(self, start: date, end: date, by: str) -> list[tuple[str, Totals]]:
+        """Totals by one dimension over ``start..end`` inclusive, largest spend first (the
+        dashboard's tag and end-user tables)."""
+        grouped = _rows_by(await self._rollup(start, end, (by,)))
+        return sorted(grouped.items(), key=lambda item: (-item[1].cost_nanos, item[0]))
 
     async def events(
         self,
