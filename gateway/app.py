@@ -43,6 +43,7 @@ from gateway.errors import GatewayError, MethodNotAllowed, NotFound, echo
 from gateway.logs import LazyFlushStream, build_logger
 from gateway.server.exchange import ExchangeMiddleware, record_wire_rejection, request_id_of
 from gateway.server.shutdown import Drain, DrainMiddleware, sigterm_drain
+from gateway.server.tasks import cancel_until_done
 from gateway.services import running_services
 from gateway.settings import Settings, SettingsError, ensure_secrets, load_settings
 
@@ -100,8 +101,7 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
             raise
         finally:
             if flusher is not None:
-                flusher.cancel()
-                await asyncio.gather(flusher, return_exceptions=True)
+                await cancel_until_done([flusher])
             if sink is not None:
                 sink.flush_now()
 

@@ -247,6 +247,44 @@ class Metrics:
             registry=self.registry,
         )
 
+        # The exporter's view of the Redis buffer (the same for every replica of one store) and
+        # what this replica moved into the usage store.
+        self.exported = Counter(
+            "switchyard_usage_exported_total",
+            "Usage events the exporter took from the Redis buffer, by outcome: inserted (new in "
+            "the store), duplicate (the store had it: a re-delivery), rejected (unreadable; "
+            "logged in full).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.export_errors = Counter(
+            "switchyard_usage_export_errors_total",
+            "Export rounds that failed, by what failed: redis, store.",
+            ["stage"],
+            registry=self.registry,
+        )
+        self.export_batch = Histogram(
+            "switchyard_usage_export_batch_seconds",
+            "Time to insert one batch of usage events into the store.",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.export_lag = Gauge(
+            "switchyard_usage_export_lag_seconds",
+            "Age of the oldest usage event not yet in the store (0 when the buffer is empty).",
+            registry=self.registry,
+        )
+        self.export_backlog = Gauge(
+            "switchyard_usage_export_backlog",
+            "Usage events in the Redis buffer, not yet in the store.",
+            registry=self.registry,
+        )
+        self.export_pending = Gauge(
+            "switchyard_usage_export_pending",
+            "Buffered usage events read by an exporter and not yet acknowledged.",
+            registry=self.registry,
+        )
+
     def watch_engine(self, stats: Callable[[], dict[str, Any]]) -> None:
         """Expose the local engine (vLLM's metric names); its latencies are observed per
         request by the local provider into the three histograms made here."""

@@ -28,9 +28,13 @@ from gateway.alerts.deliverer import AlertDeliverer, AlertSettings
 from gateway.alerts.outbox import AlertOutbox
 from gateway.audit.trail import AuditSettings, AuditTrail
 from gateway.cache import ResponseCache
+from gateway.ledger import StoreConfigError, UsageStore, make_store
 from gateway.metering.accounting import Accountant
+from gateway.metering.buffer import UsageBuffer
+from gateway.metering.exporter import ExportSettings, UsageExporter
 from gateway.metering.gate import LimiterSettings, LimitsGate
 from gateway.metering.ledger import UsageLedger
+from gateway.metering.legacy import LegacyImport
 from gateway.metering.limits import Limiter, LimiterUnavailable
 from gateway.metering.moves import LimitMoves
 from gateway.metering.reports import UsageReports
@@ -50,6 +54,7 @@ from gateway.routing.policy_store import PolicyStore
 from gateway.routing.router import Router
 from gateway.routing.state import RoutingState
 from gateway.server.shutdown import Drain
+from gateway.server.tasks import cancel_until_done
 from gateway.settings import Secrets, Settings, SettingsError
 from gateway.store.connect import REDIS_FAILURES, connect_redis, warm_up
 from gateway.store.embedded import EmbeddedRedis
@@ -88,6 +93,10 @@ class Services:
     # Settles and records each request once it ends.
     accountant: Accountant
     ledger: UsageLedger
+    # Every usage event, in SQL (embedded SQLite or a shared PostgreSQL): what reports read.
+    usage_store: UsageStore
+    # Moves usage events from the Redis buffer into the store, beside the requests.
+    exporter: UsageExporter
     reports: UsageReports
     # Every admin action, who did it and from where (SQL, beside usage).
     audit: AuditTrail
@@ -127,12 +136,26 @@ def build_services(
     auth = Authenticator(keys, AuthSettings.from_settings(settings))
     moves = LimitMoves(redis, keys, limiter, log)
     admins = AdminTokens(redis, secrets.key_pepper, secrets.admin_key)
-    ledger = UsageLedger(redis, spool=Spool(settings.data_dir / "spool"))
+    usage_store = make_store(
+        settings.usage_store_url,
+        data_dir=settings.data_dir,
+        retention_days=settings.usage_retention_days,
+    )
+    buffer = UsageBuffer(redis)  # named after the store once it is open
+    ledger = UsageLedger(buffer, spool=Spool(settings.data_dir / "spool"))
     alert_settings = AlertSettings.from_settings(settings)
     outbox = AlertOutbox(redis) if alert_settings.enabled else None
     settler = SettleBatcher(redis, limiter, ledger, log, alerts=outbox)
     state = RoutingState.from_settings(settings)
     metrics = Metrics(routing=state)
+    exporter = UsageExporter(
+        buffer,
+        usage_store,
+        ExportSettings.from_settings(settings),
+        metrics,
+        log,
+        legacy=LegacyImport(redis, usage_store, log),
+    )
     metrics.watch_spool(ledger.spool_depth)
     # The in-process engine (only if the policy has a local provider), loaded when started.
     local_engine = LocalEngineHost(settings.data_dir, metrics, log)
@@ -177,7 +200,9 @@ def build_services(
         alerts=AlertDeliverer(redis, alert_settings, log),
         accountant=Accountant(settler, limiter, metrics, log),
         ledger=ledger,
-        reports=UsageReports(redis),
+        usage_store=usage_store,
+        exporter=exporter,
+        reports=UsageReports(usage_store, buffer, key_labels=keys.labels),
         audit=AuditTrail(AuditSettings.from_settings(settings), log),
         sessions=SessionStore(redis, secrets.admin_key, admins),
         auth_throttle=AuthThrottle(
@@ -221,14 +246,16 @@ async def running_services(
 
 def _parts(services: Services, pepper: bytes) -> list[Part]:
     """The start order; stopping runs it backwards (the settle batch drains before the ledger
-    stops, the engine and the fleets stop after the providers, Redis closes last)."""
+    stops and the exporter's last round, the store closes after it, the engine and the fleets
+    stop after the providers, Redis closes last)."""
     redis = _RedisWatch(services, pepper)
     parts = []
     if services.embedded_redis is not None:
         parts.append(_embedded_redis(services.embedded_redis, services.log))
-    policies, engine = services.policies, services.local_engine
+    policies, engine, store = services.policies, services.local_engine, services.usage_store
     parts += [
         Part("redis", start=redis.connect, stop=services.redis.aclose),
+        Part("usage store", start=lambda: _open_usage_store(services), stop=store.close),
         Part("policy", start=lambda: _load_policy(services)),
         Part(
             "local engine", start=lambda: engine.start(policies.policy_or_none()), stop=engine.stop
@@ -237,6 +264,7 @@ def _parts(services: Services, pepper: bytes) -> list[Part]:
         Part("providers", stop=services.providers.close),
         Part("policy watch", start=_now(policies.start_watching), stop=policies.stop),
         Part("releases", stop=services.accountant.wait_background),
+        Part("usage export", start=services.exporter.start, stop=services.exporter.stop),
         Part("usage ledger", start=services.ledger.start, stop=services.ledger.stop),
         Part("settle batch", stop=services.settler.drain),
         Part("response cache", stop=services.cache.drain),
@@ -258,9 +286,7 @@ def _background(name: str, run: Callable[[], Awaitable[None]]) -> Part:
         tasks.append(asyncio.create_task(run()))
 
     async def stop() -> None:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_until_done(tasks)
 
     return Part(name, start=start, stop=stop)
 
@@ -299,6 +325,18 @@ def _embedded_redis(server: EmbeddedRedis, log: Any) -> Part:
         log.info("embedded_redis_stopped")
 
     return Part("embedded redis", start=start, stop=stop)
+
+
+async def _open_usage_store(services: Services) -> None:
+    """Open (create, migrate) the usage store and name the Redis buffer after it. A store that
+    cannot be opened refuses the start: this replica could not tell which buffer is its own."""
+    store = services.usage_store
+    try:
+        await store.open()
+    except StoreConfigError as exc:
+        raise SettingsError(f"SWITCHYARD_USAGE_STORE_URL: {exc}") from None
+    services.ledger.buffer.bind(store.store_id)
+    services.log.info("usage_store_opened", backend=store.kind, store_id=store.store_id)
 
 
 async def _load_policy(services: Services) -> None:
@@ -340,9 +378,7 @@ class _RedisWatch:
             self._tasks.append(asyncio.create_task(self._supervise(services.embedded_redis)))
 
     async def stop_watching(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_until_done(self._tasks)
 
     async def _check_pepper(self) -> bool:
         """True once the pepper is known to match this Redis's (adopted or checked); False when

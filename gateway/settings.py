@@ -155,6 +155,13 @@ class Settings(BaseSettings):
     usage_store_url: str = ""
     # Days of usage kept in the store, today included; older days are dropped whole.
     usage_retention_days: int = Field(default=400, ge=1, le=36_500)
+    # The exporter (Redis buffer -> store): events per store insert, the pause between polls
+    # once caught up, how long an entry read by a replica may sit unacknowledged before another
+    # takes it over, and how often the store's maintenance (partitions, retention) runs.
+    usage_export_batch: int = Field(default=1000, ge=1, le=10_000)
+    usage_export_interval_s: float = Field(default=0.5, ge=0.01, le=60)
+    usage_export_claim_idle_s: float = Field(default=30.0, ge=0.1, le=86_400)
+    usage_maintain_interval_s: float = Field(default=3600.0, ge=1, le=86_400)
 
     @field_validator("alert_webhook_url")
     @classmethod

@@ -1,7 +1,8 @@
 """Shared fixtures: a real Redis server process (embedded, or SWITCHYARD_REDIS_URL), Redis
-clients like a gateway replica's, a usage ledger and reports on it, a real PostgreSQL server (a
-scratch one in a temp dir, or SWITCHYARD_TEST_POSTGRES_URL), and a real gateway in front of the
-loopback fake upstream.
+clients like a gateway replica's, a real PostgreSQL server (a scratch one in a temp dir, or
+SWITCHYARD_TEST_POSTGRES_URL), the usage pipeline on them (a SQLite usage store, its Redis
+buffer, the ledger that records into it, the exporter that empties it into the store, and the
+reports on the store), and a real gateway in front of the loopback fake upstream.
 
 Test folders mirror ``gateway/`` and have no ``__init__.py``: pytest puts each test's own folder
 on ``sys.path`` (so test file names are unique across the tree), and this file puts
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
     from redis_helpers import ClientFactory
 
+    from gateway.ledger import UsageStore
+    from gateway.metering.buffer import UsageBuffer
+    from gateway.metering.exporter import UsageExporter
     from gateway.metering.ledger import UsageLedger
     from gateway.metering.reports import UsageReports
     from gateway.store.embedded import EmbeddedRedis
@@ -138,19 +142,53 @@ async def redis_client(clean_redis: str) -> AsyncIterator[Redis]:
 
 
 @pytest.fixture
-def ledger(redis_client: Redis, tmp_path: Path) -> UsageLedger:
-    """The usage ledger on the emptied session Redis (30 days kept)."""
-    from gateway.metering.ledger import UsageLedger
-    from gateway.metering.spool import Spool
+async def usage_store(tmp_path: Path) -> AsyncIterator[UsageStore]:
+    """A fresh embedded usage store (SQLite, 30 days kept)."""
+    from gateway.ledger import open_store
 
-    return UsageLedger(redis_client, spool=Spool(tmp_path / "spool"), retention_days=30)
+    store = await open_store("", data_dir=tmp_path / "store", retention_days=30)
+    yield store
+    await store.close()
 
 
 @pytest.fixture
-def reports(redis_client: Redis) -> UsageReports:
+def usage_buffer(redis_client: Redis, usage_store: UsageStore) -> UsageBuffer:
+    """The Redis buffer of ``usage_store``, on the emptied session Redis."""
+    from gateway.metering.buffer import UsageBuffer
+
+    buffer = UsageBuffer(redis_client)
+    buffer.bind(usage_store.store_id)
+    return buffer
+
+
+@pytest.fixture
+def ledger(usage_buffer: UsageBuffer, tmp_path: Path) -> UsageLedger:
+    """The usage ledger recording into ``usage_buffer`` (spool under tmp_path)."""
+    from gateway.metering.ledger import UsageLedger
+    from gateway.metering.spool import Spool
+
+    return UsageLedger(usage_buffer, spool=Spool(tmp_path / "spool"))
+
+
+@pytest.fixture
+def exporter(usage_buffer: UsageBuffer, usage_store: UsageStore) -> UsageExporter:
+    """An exporter of ``usage_buffer`` into ``usage_store``, driven by the test
+    (``await exporter.drain()``), not started."""
+    import structlog
+
+    from gateway.metering.exporter import ExportSettings, UsageExporter
+    from gateway.metrics import Metrics
+
+    return UsageExporter(
+        usage_buffer, usage_store, ExportSettings(), Metrics(), structlog.get_logger()
+    )
+
+
+@pytest.fixture
+def reports(usage_store: UsageStore, usage_buffer: UsageBuffer) -> UsageReports:
     from gateway.metering.reports import UsageReports
 
-    return UsageReports(redis_client, retention_days=30)
+    return UsageReports(usage_store, usage_buffer)
 
 
 @pytest.fixture(scope="session")

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from gateway.errors import InvalidRequest, invalid_input
+from gateway.ledger.event import clean_tags
 from gateway.money import MAX_BUDGET_USD, usd_to_nanos
 from gateway.routing.policy import Policy
 
@@ -97,6 +98,7 @@ class _KeyFields(BaseModel):
     max_parallel_requests: Parallel | None = None
     budget_mode: BudgetMode | None = None
     alert_thresholds: AlertThresholds | None = None
+    tags: list[Any] | None = None
     expires_at: Any = None
     metadata: dict[Annotated[str, Field(max_length=100)], MetadataValue] | None = None
 
@@ -109,6 +111,11 @@ class _KeyFields(BaseModel):
     @classmethod
     def _thresholds(cls, value: list[int] | None) -> list[int] | None:
         return unique_thresholds(value)
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: list[Any] | None) -> list[str] | None:
+        return None if value is None else list(clean_tags(value, "tags"))
 
     @field_validator("budget_usd")
     @classmethod

@@ -25,6 +25,7 @@ import hmac
 import secrets
 import string
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -127,7 +128,7 @@ _FLOAT_FIELDS = (
     "revoked_at",
     "previous_valid_until",
 )
-_JSON_FIELDS = ("models", "metadata", "alert_thresholds")
+_JSON_FIELDS = ("models", "metadata", "alert_thresholds", "tags")
 EDITABLE_FIELDS = (
     "name",
     "team",
@@ -139,6 +140,7 @@ EDITABLE_FIELDS = (
     "max_parallel_requests",
     "budget_mode",
     "alert_thresholds",
+    "tags",
     "expires_at",
     "metadata",
 )
@@ -162,6 +164,7 @@ class KeyRecord:
     max_parallel_requests: int | None = None
     budget_mode: str | None = None  # hard (None) refuses past the budget; soft only alerts
     alert_thresholds: tuple[int, ...] | None = None  # percents of the budget (webhooks)
+    tags: tuple[str, ...] | None = None  # a request's tags when it names none (attribution)
     expires_at: float | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     previous_hash: str | None = None
@@ -207,6 +210,7 @@ class KeyRecord:
             "max_parallel_requests": self.max_parallel_requests,
             "budget_mode": self.budget_mode or "hard",
             "alert_thresholds": list(self.alert_thresholds or ()),
+            "tags": list(self.tags or ()),
             "expires_at": self.expires_at,
             "metadata": self.metadata,
             "status": self.effective_status(now),
@@ -236,7 +240,7 @@ def _decode(raw: dict[bytes, bytes]) -> KeyRecord:
             values[name] = float(value_bytes)
         elif name in _JSON_FIELDS:
             decoded = orjson.loads(value_bytes)
-            listed = name in ("models", "alert_thresholds") and decoded is not None
+            listed = name in ("models", "alert_thresholds", "tags") and decoded is not None
             values[name] = tuple(decoded) if listed else decoded
         elif name in _STORED_FIELDS:
             values[name] = value_bytes.decode()
@@ -247,6 +251,14 @@ def _encode(name: str, value: Any) -> str | bytes:
     if name in _JSON_FIELDS:
         return orjson.dumps(list(value) if isinstance(value, tuple) else value)
     return repr(value) if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLabel:
+    """What a report shows beside a key's id."""
+
+    name: str | None
+    team: str | None
 
 
 @dataclass(frozen=True)
@@ -336,6 +348,23 @@ class KeyStore:
     async def get(self, key_id: str) -> KeyRecord | None:
         raw = await self.redis.hgetall(record_key(key_id))
         return _decode(raw) if raw else None
+
+    async def labels(self, key_ids: Sequence[str]) -> dict[str, KeyLabel]:
+        """The name and team of each key (one pipelined round trip; both None for a key
+        deleted since), for reports that would otherwise show bare ids."""
+        ids = list(dict.fromkeys(key_ids))
+        if not ids:
+            return {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for key_id in ids:
+                pipe.hmget(record_key(key_id), "name", "team")
+            replies = await pipe.execute()
+        return {
+            key_id: KeyLabel(
+                name=name.decode() if name else None, team=team.decode() if team else None
+            )
+            for key_id, (name, team) in zip(ids, replies, strict=True)
+        }
 
     async def create(self, fields: dict[str, Any], home: str | None = None) -> CreatedKey:
         """A new key; ``home`` is its team's home when it joins an existing team."""

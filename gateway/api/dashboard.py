@@ -58,8 +58,18 @@ async def page(request: Request, services: Services) -> Response:
         return error_page(renderer, exc.message, 400, exc.param)
     keys = await services.keys.list(limit=MAX_KEYS_SHOWN)
     key_list: list[dict[str, Any]] = [record.public_view() for record in keys.records]
-    view = build_view(start, end, await reports.cells(start, end), key_list)
-    html = renderer.render("dashboard.html", view=view, session=session, active="usage")
+    view = build_view(
+        start,
+        end,
+        await reports.cells(start, end),
+        key_list,
+        by_tag=await reports.grouped(start, end, "tag"),
+        by_user=await reports.grouped(start, end, "user"),
+    )
+    freshness = await reports.freshness()
+    html = renderer.render(
+        "dashboard.html", view=view, session=session, active="usage", freshness=freshness
+    )
     return secured(HTMLResponse(html))
 
 

@@ -41,6 +41,7 @@ PALETTE = (
     "#9c755f",
     "#bab0ac",
 )
+SHORT_NAME = 22  # characters of a key name that fit beside a ranked bar
 
 
 def format_usd(nanos: int) -> str:
@@ -68,6 +69,7 @@ class Bar:
     value: int
     label: str  # the value, formatted
     tooltip: str
+    name: str = ""  # the series as people read it (a key's name beside its id)
 
 
 @dataclass(frozen=True)
@@ -92,8 +94,11 @@ def stacked_day_chart(
     days: Sequence[date],
     values: Mapping[str, Mapping[str, int]],
     fmt: Callable[[int], str],
+    names: Mapping[str, str] | None = None,
 ) -> Chart:
-    """One stacked bar per day; ``values[series][iso_day]`` are integers (µ$ or tokens)."""
+    """One stacked bar per day; ``values[series][iso_day]`` are integers (n$ or tokens);
+    ``names`` label series in the legend and tooltips (default: the series itself)."""
+    names = names or {}
     width, height, left, bottom, top = 760, 240, 80, 28, 10
     plot_w, plot_h = width - left - 10, height - bottom - top
     series = list(values)
@@ -122,7 +127,8 @@ def stacked_day_chart(
                     day=iso,
                     value=value,
                     label=fmt(value),
-                    tooltip=f"{name} on {iso}: {fmt(value)}",
+                    tooltip=f"{names.get(name, name)} on {iso}: {fmt(value)}",
+                    name=names.get(name, name),
                 )
             )
     label_every = max(1, len(days) // 10)
@@ -134,7 +140,7 @@ def stacked_day_chart(
     y_ticks = [(round(top + plot_h * (1 - f), 2), fmt(round(peak * f))) for f in (0, 0.5, 1)]
     return Chart(
         chart_id, title, unit, width, height, bars, x_labels, y_ticks,
-        [(colors[name], name) for name in series],
+        [(colors[name], names.get(name, name)) for name in series],
     )  # fmt: skip
 
 
@@ -144,8 +150,11 @@ def ranked_chart(
     unit: str,
     ranked: Sequence[tuple[str, int]],
     fmt: Callable[[int], str],
+    names: Mapping[str, str] | None = None,
 ) -> Chart:
-    """Horizontal bars, largest first (top keys by spend)."""
+    """Horizontal bars, largest first (top keys by spend); ``names`` as in
+    ``stacked_day_chart``."""
+    names = names or {}
     row_h, left, width = 26, 170, 760
     height = max(row_h * len(ranked) + 10, 40)
     peak = max((value for _, value in ranked), default=0) or 1
@@ -160,7 +169,8 @@ def ranked_chart(
             day="",
             value=value,
             label=fmt(value),
-            tooltip=f"{name}: {fmt(value)}",
+            tooltip=f"{names.get(name, name)}: {fmt(value)}",
+            name=names.get(name, name),
         )
         for i, (name, value) in enumerate(ranked)
     ]
@@ -194,12 +204,34 @@ class DashboardView:
     by_model: list[tuple[str, Totals]]
     by_day: list[tuple[str, Totals]]
     keys: list[dict[str, Any]]
+    # Spend by tag and by end user ("" = requests without one), largest first.
+    by_tag: list[tuple[str, Totals]] = field(default_factory=list)
+    by_user: list[tuple[str, Totals]] = field(default_factory=list)
+
+
+def key_names(key_list: Sequence[Mapping[str, Any]]) -> tuple[dict[str, str], dict[str, str]]:
+    """How charts name keys: ``name (id)`` in legends and tooltips, and the name alone (cut
+    to fit) beside a ranked bar; a key without a name is its id."""
+    full: dict[str, str] = {}
+    short: dict[str, str] = {}
+    for entry in key_list:
+        key_id, name = str(entry.get("id", "")), str(entry.get("name") or "")
+        if name:
+            full[key_id] = f"{name} ({key_id})"
+            short[key_id] = name if len(name) <= SHORT_NAME else name[: SHORT_NAME - 1] + "…"
+    return full, short
 
 
 def build_view(
-    start: date, end: date, cells: Sequence[Cell], key_list: Sequence[Mapping[str, Any]]
+    start: date,
+    end: date,
+    cells: Sequence[Cell],
+    key_list: Sequence[Mapping[str, Any]],
+    by_tag: Sequence[tuple[str, Totals]] = (),
+    by_user: Sequence[tuple[str, Totals]] = (),
 ) -> DashboardView:
     days = days_between(start, end)
+    names, short_names = key_names(key_list)
     models = sorted(group_cells(cells, "model").items(), key=lambda kv: (-kv[1].cost_nanos, kv[0]))
     by_key = sorted(group_cells(cells, "key").items(), key=lambda kv: (-kv[1].cost_nanos, kv[0]))
     by_day = group_cells(cells, "day")
@@ -235,9 +267,11 @@ def build_view(
     charts = [
         stacked_day_chart("spend-by-model", "Spend per day by model", "n$", days, spend_by_model, format_usd),
         stacked_day_chart("tokens-by-model", "Tokens per day by model", "tokens", days, tokens_by_model, format_count),
-        stacked_day_chart("spend-by-key", "Spend per day by key", "n$", days, spend_by_key, format_usd),
-        stacked_day_chart("tokens-by-key", "Tokens per day by key", "tokens", days, tokens_by_key, format_count),
-        ranked_chart("top-keys", "Top keys by spend", "n$", [(k, t.cost_nanos) for k, t in by_key[:TOP_KEYS]], format_usd),
+        stacked_day_chart("spend-by-key", "Spend per day by key", "n$", days, spend_by_key, format_usd, names),
+        stacked_day_chart("tokens-by-key", "Tokens per day by key", "tokens", days, tokens_by_key, format_count, names),
+        ranked_chart("top-keys", "Top keys by spend", "n$", [(k, t.cost_nanos) for k, t in by_key[:TOP_KEYS]], format_usd, short_names),
+        ranked_chart("top-tags", "Top tags by spend", "n$", [(v or "(untagged)", t.cost_nanos) for v, t in by_tag[:TOP_KEYS]], format_usd),
+        ranked_chart("top-users", "Top end users by spend", "n$", [(v or "(no user)", t.cost_nanos) for v, t in by_user[:TOP_KEYS]], format_usd),
         rate_chart(days, by_day),
     ]  # fmt: skip
     spend = dict(by_key)
@@ -267,6 +301,8 @@ def build_view(
         by_model=models,
         by_day=[(d.isoformat(), by_day.get(d.isoformat(), Totals())) for d in days],
         keys=keys,
+        by_tag=list(by_tag),
+        by_user=list(by_user),
     )
 
 

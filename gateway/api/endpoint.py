@@ -140,13 +140,13 @@ def _dashboard(handler: Callable[..., Awaitable[Response]]) -> Endpoint:
         services = services_of(request)
         try:
             response = await handler(request, services)
-        except REDIS_FAILURES as exc:
+        except (*REDIS_FAILURES, ServiceUnavailable) as exc:
             services.log.warning(
                 "dashboard_store_unavailable", path=request.url.path, error=type(exc).__name__
             )
             response = error_page(
                 services.pages,
-                "The usage store (Redis) is unavailable right now; try again in a moment.",
+                "Redis or the usage store is unavailable right now; try again in a moment.",
                 503,
             )
             response.headers["retry-after"] = "5"

@@ -160,6 +160,7 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                 "security": [{"apiKey": []}],
                 "parameters": [
                     _query("days", {"type": "integer", "minimum": 1, "maximum": 400}),
+                    _query("group_by", {"enum": ["tag", "user"]}),
                 ],
                 "responses": {
                     "200": {"description": "usage", "content": _json_content(ref("KeyUsage"))}

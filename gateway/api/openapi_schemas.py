@@ -12,6 +12,7 @@ from typing import Any
 from gateway.access.key_models import MAX_GRACE_S
 from gateway.api.request_models import ROLES
 from gateway.cache.stats import COUNTERS as CACHE_COUNTERS
+from gateway.ledger.event import MAX_TAG_LENGTH, MAX_TAGS
 from gateway.metering.reports import GROUP_BYS, MAX_EVENTS_LIMIT
 from gateway.money import MAX_BUDGET_USD
 
@@ -197,9 +198,20 @@ USAGE_ROW = obj(
         "avg_latency_ms": NUMBER,
         "streamed": INTEGER,
         "estimated": INTEGER,
+        # group_by=key: the key's name and team now (null when it has none, or is gone)
+        "key_name": nullable(STRING),
+        "key_team": nullable(STRING),
     },
     ["requests", "total_tokens", "cost", "cost_nanos", "errors"],
 )
+# How fresh a usage report is (docs/usage.md#freshness).
+FRESHNESS: dict[str, Schema] = {
+    "as_of": {"type": "string", "format": "date-time", "description": "when it was read (UTC)"},
+    "pending_export": nullable(
+        {"type": "integer", "description": "events not in the usage store yet; null: unknown"}
+    ),
+    "export_lag_s": nullable({"type": "number", "description": "age of the oldest of them"}),
+}
 ROUTE_ROW = obj(
     {"model": STRING, "provider": STRING, "upstream_model": STRING, "reason": STRING},
     ["model", "provider", "reason"],
@@ -228,6 +240,15 @@ KEY_FIELDS: dict[str, Schema] = {
     "max_parallel_requests": _int_range(0, 1_000_000),
     "budget_mode": BUDGET_MODE,
     "alert_thresholds": ALERT_THRESHOLDS,
+    "tags": nullable(
+        {
+            "type": "array",
+            "maxItems": MAX_TAGS,
+            "items": {"type": "string", "minLength": 1, "maxLength": MAX_TAG_LENGTH},
+            "description": "tags of the key's requests that name none of their own "
+            "(letters, digits and - _ . : / = @)",
+        }
+    ),
     "expires_at": nullable(
         {
             "anyOf": [{"type": "number", "exclusiveMinimum": 0}, STRING],
@@ -349,6 +370,10 @@ SCHEMAS: dict[str, Schema] = {
             "errors": INTEGER,
             "by_model": {"type": "array", "items": ref("UsageRow")},
             "by_day": {"type": "array", "items": ref("UsageRow")},
+            # with group_by=tag or group_by=user
+            "by_tag": {"type": "array", "items": ref("UsageRow")},
+            "by_user": {"type": "array", "items": ref("UsageRow")},
+            **FRESHNESS,
         },
         ["object", "key_id", "days", "from", "to", "requests", "by_model", "by_day"],
     ),
@@ -361,6 +386,7 @@ SCHEMAS: dict[str, Schema] = {
             "to": STRING,
             "data": {"type": "array", "items": ref("UsageRow")},
             "totals": ref("UsageRow"),
+            **FRESHNESS,
         },
         ["object", "group_by", "from", "to", "data", "totals"],
     ),
@@ -370,6 +396,7 @@ SCHEMAS: dict[str, Schema] = {
             "data": {"type": "array", "items": obj({"id": STRING}, ["id"])},
             "has_more": BOOLEAN,
             "next_cursor": nullable(STRING),
+            **FRESHNESS,
         },
         ["object", "data", "has_more", "next_cursor"],
     ),
@@ -393,6 +420,7 @@ SCHEMAS: dict[str, Schema] = {
             "max_parallel_requests": nullable(INTEGER),
             "budget_mode": {"enum": ["hard", "soft"]},
             "alert_thresholds": {"type": "array", "items": INTEGER},
+            "tags": {"type": "array", "items": STRING},
             "expires_at": nullable(NUMBER),
             "metadata": {"type": "object"},
             "status": {"enum": ["active", "revoked", "expired"]},

@@ -45,6 +45,7 @@ from gateway.formats.errors import FormatError
 from gateway.formats.internal import FormatName
 from gateway.formats.relay import StreamRelay
 from gateway.metering.accounting import Accounting
+from gateway.metering.attribution import take_attribution
 from gateway.metering.gate import Usage
 from gateway.providers.base import PhasedStream, Provider, UpstreamStream
 from gateway.providers.forwarding import forwarded_headers
@@ -135,6 +136,7 @@ async def _pipeline(call: V1Call, door: Door) -> Response:
     body = await read_body(call.request, call.services.settings.max_body_bytes)
     principal = await authenticate(call)
     raw = parse_json_object(body)  # after auth: strangers learn nothing of the schema
+    attribute(call, raw, principal)
     exchange = Exchange(door, raw, door.check(raw))
     call.trace.request(door.route, raw)
     directive = cache_directive(call)
@@ -165,6 +167,12 @@ async def authenticate(call: V1Call) -> Principal:
     return principal
 
 
+def attribute(call: V1Call, raw: dict[str, Any], principal: Principal) -> None:
+    """The end user and tags the request is charged to (a 400 when malformed); the gateway's
+    own ``metadata.tags`` leaves the body before it is checked and sent upstream."""
+    call.attribution = take_attribution(raw, call.request.headers, principal.record.tags)
+
+
 def plan_route(call: V1Call, raw: dict[str, Any], principal: Principal) -> RoutePlan:
     """The ordered candidates; the request's books open here (from now on it leaves a usage
     event, failed or not)."""
@@ -187,6 +195,7 @@ def plan_route(call: V1Call, raw: dict[str, Any], principal: Principal) -> Route
         started=outcome.started,
         plan=plan,
         policy=plan.policy or policies.current.policy,
+        attribution=call.attribution,
     )
     outcome.record_id = call.books.record_id
     call.headers[USAGE_ID_HEADER] = call.books.record_id

@@ -20,6 +20,7 @@ from starlette.responses import StreamingResponse
 
 from gateway.cache import BYPASS, CACHE_HEADER
 from gateway.metering.accounting import Accounting
+from gateway.metering.attribution import NOBODY
 from gateway.metering.gate import Usage
 from gateway.routing.dispatch import AttemptRecord
 from gateway.routing.router import Candidate, RoutePlan
@@ -127,6 +128,7 @@ class V1Call:
         self.route = route
         self.outcome = Outcome(request_id_of(request))
         self.books: Accounting | None = None  # opened once the request is routed
+        self.attribution = NOBODY  # the end user and tags, once the body is read
         # Every answer says whether the cache served it (api/caching.py changes it).
         self.headers: dict[str, str] = {CACHE_HEADER: BYPASS}
         self.streaming = False  # a stream's relay ends it, not the handler

@@ -34,6 +34,7 @@ from gateway.api.pipeline import (
     Served,
     Upstream,
     answered,
+    attribute,
     authenticate,
     plan_route,
     reserve,
@@ -84,6 +85,7 @@ async def handle_speech(request: Request, services: Services, door: Door) -> Res
         body = await read_body(call.request, call.services.settings.max_body_bytes)
         principal = await authenticate(call)
         raw = parse_json_object(body)
+        attribute(call, raw, principal)
         door.check(raw)
         plan = plan_route(call, raw, principal)
         await reserve(call, raw, principal, plan)
@@ -121,6 +123,7 @@ async def handle_upload(request: Request, services: Services, door: Door) -> Res
         declared = _declared_length(call.request, cap)
         head, rest = await read_head(call.request.stream(), boundary, cap)
         raw = _fields(head.fields, head.has_file)
+        attribute(call, raw, principal)  # the form's ``user`` field, or the headers
         plan = plan_route(call, raw, principal)
         await reserve(call, raw, principal, plan)
         upload = Upload(head, rest, cap=cap, declared_length=declared)

@@ -2,8 +2,11 @@
 ``GET /admin/usage``, ``GET /admin/usage/events`` (``Guard.ADMIN``, any role: ``viewer`` is
 enough).
 
-They read ``UsageReports`` (the same numbers as ``switchyard usage report``). Bad parameters get
-a 400 in OpenAI's error envelope naming the parameter.
+They read ``UsageReports`` over the SQL usage store (the same numbers as ``switchyard usage
+report``), and every answer says how fresh it is: ``as_of``, ``pending_export`` (events not in
+the store yet) and ``export_lag_s`` in JSON, the headers ``x-usage-as-of`` and
+``x-usage-pending-export`` with CSV. Bad parameters get a 400 in OpenAI's error envelope naming
+the parameter; a store that cannot be read, a 503.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class OwnUsageQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     days: Annotated[int, Field(ge=1)] = DEFAULT_RANGE_DAYS
+    group_by: Literal["tag", "user"] | None = None
 
 
 DAY_PATTERN = r"^\d{4}-\d{2}-\d{2}$"
@@ -74,15 +78,17 @@ def _invalid(exc: ReportError) -> InvalidRequest:
 
 
 async def own_usage(request: Request, services: Services, principal: Principal) -> Response:
-    """``GET /v1/usage?days=30``: the caller's own key."""
+    """``GET /v1/usage?days=30&group_by=tag|user``: the caller's own key."""
     reports = services.reports
-    days = parse_query(OwnUsageQuery, request).days
+    query = parse_query(OwnUsageQuery, request)
+    days = query.days
     if days > reports.retention_days:
         raise InvalidRequest(
             f"days: must be an integer from 1 to {reports.retention_days}", param="days"
         )
     try:
-        return json_response(await reports.usage_for_key(principal.key_id, days))
+        report = await reports.usage_for_key(principal.key_id, days, query.group_by)
+        return json_response(report)
     except ReportError as exc:
         raise _invalid(exc) from None
 
@@ -100,10 +106,15 @@ async def admin_usage(request: Request, services: Services, actor: Actor) -> Res
         raise _invalid(exc) from None
     if query.format == "csv":
         filename = f"usage-{group_by}-{report['from']}-{report['to']}.csv"
+        pending = report["pending_export"]
         return Response(
             render_csv(report["data"], group_by),
             media_type="text/csv; charset=utf-8",
-            headers={"content-disposition": f'attachment; filename="{filename}"'},
+            headers={
+                "content-disposition": f'attachment; filename="{filename}"',
+                "x-usage-as-of": report["as_of"],
+                "x-usage-pending-export": "unknown" if pending is None else str(pending),
+            },
         )
     return json_response(report)
 

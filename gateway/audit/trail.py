@@ -37,6 +37,7 @@ from gateway.ledger.audit import (
 )
 from gateway.ledger.backends import open_audit_store
 from gateway.metering.spool import Spool
+from gateway.server.tasks import cancel_until_done
 from gateway.settings import Settings
 
 REPLAY_INTERVAL_S = 5.0
@@ -84,8 +85,7 @@ class AuditTrail:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_until_done([self._task])
         if self.store is not None:
             await self.store.close()
             self.store = None

@@ -39,6 +39,7 @@ from gateway.cache.config import CachePolicy
 from gateway.cache.entry import MAGIC, CacheEntry, CacheEntryError
 from gateway.cache.key import CacheScope
 from gateway.cache.stats import COUNTERS, NOTE_KINDS, CacheStats, PurgeResult, ScopeStats
+from gateway.server.tasks import cancel_until_done
 from gateway.store.connect import REDIS_FAILURES, RedisClient
 from gateway.store.direct import DirectRedis
 from gateway.store.scripts import LuaScript, ScriptBatch
@@ -344,9 +345,7 @@ class ResponseCache:
     async def drain(self) -> None:
         """Write buffered counts now and wait for registrations still running (shutdown)."""
         if self._note_flush is not None:
-            self._note_flush.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._note_flush
+            await cancel_until_done([self._note_flush])
         with contextlib.suppress(CacheUnavailable):
             await self.flush_notes()
         while self._background:

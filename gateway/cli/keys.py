@@ -78,11 +78,14 @@ def _add_key_fields(parser: argparse.ArgumentParser, update: bool) -> None:
         "--expires-at", dest="expires_at", help="ISO 8601 date-time or unix timestamp"
     )
     parser.add_argument("--metadata", action="append", metavar="KEY=VALUE")
+    parser.add_argument(
+        "--tags", help="comma-separated tags for the key's requests that name none of their own"
+    )
     if update:
         parser.add_argument(
             "--clear",
             action="append",
-            choices=["name", "team", "models", *LIMIT_FLAGS],
+            choices=["name", "team", "models", "tags", *LIMIT_FLAGS],
             help="remove a field (e.g. --clear rpm)",
         )
 
@@ -106,6 +109,8 @@ def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
             fields[name] = value
     if args.models is not None:
         fields["models"] = [m.strip() for m in args.models.split(",") if m.strip()]
+    if args.tags is not None:
+        fields["tags"] = [tag.strip() for tag in args.tags.split(",") if tag.strip()]
     if args.metadata:
         metadata: dict[str, str] = {}
         for item in args.metadata:

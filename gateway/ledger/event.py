@@ -10,6 +10,7 @@ a NUL).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
@@ -57,6 +58,28 @@ def _check_text(field: str, value: object) -> None:
 def _check_int(field: str, value: object, upper: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= upper:
         raise LedgerError(field, f"must be an integer from 0 to {upper}")
+
+
+def clean_tags(values: Sequence[object], field: str) -> tuple[str, ...]:
+    """Tags as stored: each checked, repeats dropped, order kept. ``ValueError`` names
+    ``field``."""
+    tags: list[str] = []
+    for value in values:
+        if not isinstance(value, str):
+            raise ValueError(f"{field}: each tag must be a string")
+        tag = value.strip()
+        if not 1 <= len(tag) <= MAX_TAG_LENGTH:
+            raise ValueError(f"{field}: each tag must be 1 to {MAX_TAG_LENGTH} characters")
+        if not TAG_CHARS.issuperset(tag):
+            raise ValueError(
+                f"{field}: tag {tag[:MAX_TAG_LENGTH]!r} may hold only letters, digits"
+                " and - _ . : / = @"
+            )
+        if tag not in tags:
+            tags.append(tag)
+    if len(tags) > MAX_TAGS:
+        raise ValueError(f"{field}: at most {MAX_TAGS} tags, got {len(tags)}")
+    return tuple(tags)
 
 
 def check_tag(tag: object) -> None:

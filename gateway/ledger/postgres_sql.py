@@ -92,8 +92,18 @@ CREATE TABLE usage_rollup_user (
 );
 """,
     AUDIT_MIGRATION,  # version 2: the admin audit log (gateway/ledger/audit.py)
+    # 3: the store's identity, made once with the store (see UsageStore.store_id).
+    """
+CREATE TABLE usage_store_identity (
+  singleton smallint PRIMARY KEY CHECK (singleton = 1),
+  store_id text NOT NULL
+);
+INSERT INTO usage_store_identity (singleton, store_id)
+  VALUES (1, substr(replace(gen_random_uuid()::text, '-', ''), 1, 16));
+""",
 )
 SCHEMA_VERSION = len(MIGRATIONS)
+SELECT_STORE_ID = "SELECT store_id FROM usage_store_identity"
 
 CREATE_VERSION_TABLE = """
 CREATE TABLE IF NOT EXISTS usage_schema_version (

@@ -37,6 +37,7 @@ from gateway.ledger.postgres_sql import (
     PARTITIONS_AHEAD,
     SCHEMA_LOCK,
     SCHEMA_VERSION,
+    SELECT_STORE_ID,
     STAGE_TABLE,
     create_partition_sql,
     drop_partition_sql,
@@ -110,6 +111,7 @@ class PostgresStore:
         self._pool: asyncpg.Pool | None = None
         self._partitions: set[date] = set()
         self._partition_lock = asyncio.Lock()
+        self.store_id = ""
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -140,6 +142,7 @@ class PostgresStore:
         try:
             async with self.pool.acquire() as conn:
                 await self._migrate(conn)
+                self.store_id = await conn.fetchval(SELECT_STORE_ID)
             await self._load_partitions()
             today = self.today()
             await self._ensure_partitions(

@@ -100,12 +100,21 @@ CREATE TABLE usage_rollup_user (
 ) STRICT;
 """,
     AUDIT_MIGRATION,  # version 2: the admin audit log (gateway/ledger/audit.py)
+    # 3: the store's identity, made once with the store (see UsageStore.store_id).
+    """
+CREATE TABLE usage_store_identity (
+  singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+  store_id TEXT NOT NULL
+) STRICT;
+INSERT INTO usage_store_identity (singleton, store_id) VALUES (1, lower(hex(randomblob(8))));
+""",
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 CREATE_VERSION_TABLE = (
     "CREATE TABLE IF NOT EXISTS usage_schema_version"
     " (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL) STRICT"
 )
+SELECT_STORE_ID = "SELECT store_id FROM usage_store_identity"
 INSERT_EVENT = (
     f"INSERT INTO usage_events ({', '.join(EVENT_COLUMNS)})"
     f" VALUES ({', '.join('?' for _ in EVENT_COLUMNS)}) ON CONFLICT DO NOTHING"
@@ -240,6 +249,7 @@ class SqliteStore:
         self.synchronous = synchronous
         self._writer = _Worker("usage-sqlite-writer")
         self._reader = _Worker("usage-sqlite-reader")
+        self.store_id = ""
 
     def today(self) -> date:
         return utc_today(self.clock)
@@ -263,6 +273,9 @@ class SqliteStore:
             await self._writer.connect(functools.partial(self._connect, read_only=False))
             await self._writer.run(self._migrate)
             await self._reader.connect(functools.partial(self._connect, read_only=True))
+            self.store_id = await self._reader.run(
+                lambda conn: conn.execute(SELECT_STORE_ID).fetchone()[0]
+            )
         except (OSError, sqlite3.Error) as exc:
             await self.close()
             raise StoreConfigError(f"cannot open the usage store {self.path}: {exc}") from None

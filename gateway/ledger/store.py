@@ -50,6 +50,10 @@ class RetentionResult:
 class UsageStore(Protocol):
     kind: str
     retention_days: int
+    # A random id made once, with the store's schema, and read on open: replicas that share the
+    # store share it, replicas with stores of their own differ (the Redis buffer that feeds a
+    # store is named after it, so no event ever lands in a store other than its replica's).
+    store_id: str
 
     async def open(self) -> None:
         """Connect and create or migrate the schema (idempotent, safe from many replicas)."""

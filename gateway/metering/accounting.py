@@ -23,6 +23,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.metering.attribution import NOBODY, Attribution
 from gateway.metering.gate import Usage, cost_of
 from gateway.metering.ledger import UsageError, UsageEvent
 from gateway.metering.limits import Limiter, LimiterUnavailable, Reservation
@@ -56,6 +57,8 @@ class Accounting:
     streamed_chunks: int = 0
     # Answered by the response cache: no upstream call, so no cost and no tokens against TPM.
     cache_hit: bool = False
+    # The end user and tags the request's cost is attributed to.
+    attribution: Attribution = NOBODY
 
 
 class Accountant:
@@ -115,6 +118,8 @@ class Accountant:
                 streamed=books.streamed,
                 usage_source=source,
                 attempts=max(books.attempts, 1),
+                end_user=books.attribution.end_user,
+                tags=books.attribution.tags,
             )
         except UsageError as exc:  # never fail a served request over its bookkeeping
             self.log.error("usage_event_invalid", record_id=books.record_id, error=str(exc))

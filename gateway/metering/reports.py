@@ -1,48 +1,55 @@
-"""Usage reports read from the ledger's Redis data: per key, admin group-by, CSV, raw events.
+"""Usage reports read from the SQL usage store: per key, admin group-by, CSV, raw events, and
+the cells the dashboard draws; each says how fresh it is.
 
-Every figure is summed as integers (tokens, nano-dollars) and only rendered at the end: a JSON
-``cost`` float next to the authoritative integer ``cost_nanos``, and exact decimal text in CSV,
-so totals equal the sum of the events exactly. Aggregates written before nano-dollars (metric
-``cost``, micro-dollars) are read x1000. Reports that span keys iterate the
-ledger's key-index sets and read each key's own hash-tagged data, so they stay correct when
-keys are spread over the slots of a Redis Cluster.
+Figures come from the store's rollup tables (``UsageStore.rollup``), never from raw events, and
+are integers (tokens, nano-dollars) until the end: a JSON ``cost`` float next to the
+authoritative integer ``cost_nanos``, and exact decimal text in CSV, so totals equal the sum of
+the events exactly. Dates are UTC days; ranges here are inclusive (the store's are half-open).
+
+Freshness. The store holds what the exporter has moved from the Redis buffer so far, a second
+or so behind the requests. ``freshness()`` gives ``as_of`` (when the report was read),
+``pending_export`` (events in the buffer, not in the store yet; None when Redis cannot say) and
+``export_lag_s`` (the age of the oldest of them). An answered request's event is in the buffer
+before the answer's last byte, so a report read with ``pending_export`` 0 counts every request
+answered before ``as_of``, except those a replica spooled to disk while Redis was away (they
+count once replayed).
 """
 
 from __future__ import annotations
 
-import base64
 import csv
-import heapq
 import io
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import date, timedelta
-from types import MappingProxyType
-from typing import Any
+from datetime import UTC, date, datetime, timedelta
+from typing import Any, TypeVar
 
-import orjson
-from redis.asyncio import Redis
-
-from gateway.errors import echo
-from gateway.metering.ledger import (
-    KEY_INDEX,
-    Group,
-    active_day_key,
-    day_hash_key,
-    day_of,
-    parse_group,
-    stream_key,
-    upgrade_event_dict,
+from gateway.access.keys import KeyLabel
+from gateway.errors import ServiceUnavailable, echo
+from gateway.ledger import (
+    EventQuery,
+    LedgerEvent,
+    LedgerQueryError,
+    RollupQuery,
+    RollupRow,
+    UsageFilter,
+    UsageStore,
 )
-from gateway.money import NANOS_PER_MICRO, format_usd_exact, nanos_to_usd
+from gateway.ledger import Totals as StoreTotals
+from gateway.metering.buffer import UsageBuffer
+from gateway.metering.ledger import day_of
+from gateway.money import format_usd_exact, nanos_to_usd
+from gateway.store.connect import REDIS_FAILURES
 
-GROUP_BYS = ("key", "team", "model", "provider", "task", "day")
-PIPELINE_CHUNK = 500
+T = TypeVar("T")
+GROUP_BYS = ("key", "team", "model", "provider", "task", "day", "tag", "user")
+# Attribution groupings: a request with two tags is in both tags' rows, so the report's totals
+# are read apart (and a row of "" holds the requests without a tag or an end user).
+ATTRIBUTION_GROUP_BYS = ("tag", "user")
 MAX_EVENTS_LIMIT = 500
-# A page with a rare model filter stops scanning here and hands back a cursor instead.
-MAX_SCANNED_PER_PAGE = 20_000
+# The finest rollup cell: what the dashboard groups in every way it draws.
+CELL_DIMENSIONS = ("day", "key", "team", "model", "provider", "task")
 
 
 class ReportError(ValueError):
@@ -54,28 +61,23 @@ class ReportError(ValueError):
         self.message = message
 
 
-# The cost metric of aggregates written before nano-dollars, in micro-dollars.
-LEGACY_COST_METRIC = "cost"
-
-# Ledger metric name -> Totals attribute.
-METRIC_ATTRS = MappingProxyType(
-    {
-        "req": "requests",
-        "prompt": "prompt_tokens",
-        "completion": "completion_tokens",
-        "cached": "cached_tokens",
-        "nano": "cost_nanos",
-        "err": "errors",
-        "lat": "latency_ms",
-        "streamed": "streamed",
-        "est": "estimated",
-    }
+# The counters a report row shows, named as in the store's totals.
+COUNTER_ATTRS = (
+    "requests",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "cost_nanos",
+    "errors",
+    "latency_ms",
+    "streamed",
+    "estimated",
 )
 
 
 @dataclass(slots=True)
 class Totals:
-    """Integer counters of one group; ``add_metric`` takes the ledger's metric names."""
+    """Integer counters of one group, merged as cells are grouped."""
 
     requests: int = 0
     prompt_tokens: int = 0
@@ -87,15 +89,12 @@ class Totals:
     streamed: int = 0
     estimated: int = 0
 
-    def add_metric(self, metric: str, value: int) -> None:
-        attr = METRIC_ATTRS.get(metric)
-        if attr is not None:  # fields from a newer ledger version are ignored, not fatal
-            setattr(self, attr, getattr(self, attr) + value)
-        elif metric == LEGACY_COST_METRIC:
-            self.cost_nanos += value * NANOS_PER_MICRO
+    @classmethod
+    def of(cls, totals: StoreTotals) -> Totals:
+        return cls(**{attr: getattr(totals, attr) for attr in COUNTER_ATTRS})
 
     def merge(self, other: Totals) -> None:
-        for attr in METRIC_ATTRS.values():
+        for attr in COUNTER_ATTRS:
             setattr(self, attr, getattr(self, attr) + getattr(other, attr))
 
     @property
@@ -117,6 +116,14 @@ class Totals:
             "streamed": self.streamed,
             "estimated": self.estimated,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    model: str
+    provider: str
+    task: str
+    team: str
 
 
 @dataclass(slots=True)
@@ -172,6 +179,8 @@ def _csv_safe(value: Any) -> Any:
     return value
 
 
+# Beside a key's id in reports: its name and team (now, not when the requests were made).
+KEY_LABEL_COLUMNS = ("key_name", "key_team")
 CSV_COLUMNS = (
     "requests",
     "prompt_tokens",
@@ -189,143 +198,150 @@ CSV_COLUMNS = (
 
 
 def render_csv(rows: Sequence[dict[str, Any]], group_by: str) -> str:
+    """The rows as CSV: the group, for keys their name and team, then the counters."""
+    labels = KEY_LABEL_COLUMNS if group_by == "key" else ()
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow((group_by, *CSV_COLUMNS))
+    writer.writerow((group_by, *labels, *CSV_COLUMNS))
     for row in rows:
         # Exact fixed-point USD from the integer, so a spreadsheet sum matches cost_nanos.
         values = [
             format_usd_exact(row["cost_nanos"]) if c == "cost" else row[c] for c in CSV_COLUMNS
         ]
-        writer.writerow((_csv_safe(row[group_by]), *values))
+        named = [_csv_safe(row.get(c) or "") for c in labels]
+        writer.writerow((_csv_safe(row[group_by]), *named, *values))
     return out.getvalue()
 
 
-def _encode_cursor(stream_id: bytes, key_id: str) -> str:
-    raw = stream_id + b"|" + key_id.encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+def _day_filter(start: date, end: date) -> tuple[date, date]:
+    """An inclusive range as the store's half-open one."""
+    return start, end + timedelta(days=1)
 
 
-def _decode_cursor(cursor: str) -> tuple[tuple[int, int], str]:
+def _rows_by(rows: Sequence[RollupRow]) -> dict[str, Totals]:
+    return {row.group[0]: Totals.of(row.totals) for row in rows}
+
+
+def _report_error(exc: LedgerQueryError) -> ReportError:
+    """The store's refusal, named as the HTTP parameter (``key``, not ``key_id``)."""
+    param = "key" if exc.param == "key_id" else exc.param
+    return ReportError(param, f"{param} {exc.message}")
+
+
+async def _from_store(read: Awaitable[T]) -> T:
+    """A read of the store; any failure of it (the server down, the file unreadable) is a 503
+    that names only the kind of error."""
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        stream_id, key_id = raw.split(b"|", 1)
-        return _parse_stream_id(stream_id), key_id.decode()
-    except (ValueError, UnicodeDecodeError):
-        raise ReportError("cursor", "cursor is not one this server returned") from None
+        return await read
+    except Exception as exc:  # every driver raises its own kinds
+        raise ServiceUnavailable(f"the usage store is unavailable ({type(exc).__name__})") from exc
 
 
-def _parse_stream_id(stream_id: bytes) -> tuple[int, int]:
-    ms, seq = stream_id.split(b"-")
-    return int(ms), int(seq)
+def event_view(event: LedgerEvent) -> dict[str, Any]:
+    """A stored event as ``/admin/usage/events`` shows it: the recorded fields under their
+    usage-event names (``request_id``, ``time`` in epoch seconds, ``cost_usd`` rendered from
+    ``cost_nanos``), plus the store's own (``time_ms``, attribution)."""
+    return {
+        "id": event.event_id,
+        "time": event.time_ms / 1000,
+        "time_ms": event.time_ms,
+        "request_id": event.event_id,
+        "key_id": event.key_id,
+        "model": event.model,
+        "provider": event.provider,
+        "team": event.team,
+        "task": event.task,
+        "route": event.route,
+        "prompt_tokens": event.prompt_tokens,
+        "completion_tokens": event.completion_tokens,
+        "cached_tokens": event.cached_tokens,
+        "cache_write_tokens": event.cache_write_tokens,
+        "cost_nanos": event.cost_nanos,
+        "cost_usd": nanos_to_usd(event.cost_nanos),
+        "policy_version": event.policy_version,
+        "latency_ms": event.latency_ms,
+        "ttft_ms": event.ttft_ms,
+        "status": event.status,
+        "streamed": event.streamed,
+        "usage_source": event.usage_source,
+        "attempts": event.attempts,
+        "end_user": event.end_user,
+        "tags": list(event.tags),
+    }
 
 
-@dataclass(slots=True)
-class _Head:
-    """The newest unconsumed event of one key's stream, ordered for a max-first heap."""
-
-    position: tuple[int, int]
-    key_id: str
-    stream_id: bytes
-    payload: bytes
-
-    def __lt__(self, other: _Head) -> bool:
-        # heapq pops the smallest: make "newer (then larger key id)" the smallest.
-        return (self.position, self.key_id) > (other.position, other.key_id)
-
-
-class _KeyStream:
-    """Reads one key's stream newest-first in chunks, starting below a cursor."""
-
-    def __init__(self, redis: Redis, key_id: str, upper: str, chunk: int) -> None:
-        self.redis = redis
-        self.key_id = key_id
-        self.upper = upper  # XREVRANGE max bound: "+", "<id>" or "(<id>"
-        self.chunk = chunk  # entries per refill
-        self.buffer: deque[tuple[bytes, dict[bytes, bytes]]] = deque()
-        self.exhausted = False
-
-    def accept(self, entries: list[tuple[bytes, dict[bytes, bytes]]], requested: int) -> None:
-        self.buffer = deque(entries)
-        if len(entries) < requested:
-            self.exhausted = True
-        elif entries:
-            self.upper = "(" + entries[-1][0].decode()
-
-    async def refill(self) -> None:
-        entries = await self.redis.xrevrange(stream_key(self.key_id), self.upper, "-", self.chunk)
-        self.accept(entries, self.chunk)
-
-    def pop(self) -> _Head | None:
-        if not self.buffer:
-            return None
-        stream_id, fields = self.buffer.popleft()
-        return _Head(_parse_stream_id(stream_id), self.key_id, stream_id, fields.get(b"e", b"{}"))
+KeyLabels = Callable[[Sequence[str]], Awaitable[dict[str, KeyLabel]]]
 
 
 class UsageReports:
+    """Reports over one usage store; ``buffer`` (the Redis buffer feeding it) says how fresh
+    they are, ``key_labels`` (``KeyStore.labels``) names the keys beside their ids.
+    ``retention_days`` bounds a range (default: the store's)."""
+
     def __init__(
         self,
-        redis: Redis,
+        store: UsageStore,
+        buffer: UsageBuffer | None = None,
         *,
-        retention_days: int = 400,
+        key_labels: KeyLabels | None = None,
+        retention_days: int | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.redis = redis
-        self.retention_days = retention_days
+        self.store = store
+        self.buffer = buffer
+        self.key_labels = key_labels
+        self.retention_days = retention_days or store.retention_days
         self.clock = clock
 
     def today(self) -> date:
         return day_of(self.clock())
 
-    # -- aggregates ----------------------------------------------------------------------
+    async def freshness(self) -> dict[str, Any]:
+        """``as_of``, ``pending_export`` and ``export_lag_s`` (see the module's docstring)."""
+        now = self.clock()
+        pending: int | None = None
+        lag: float | None = None
+        if self.buffer is not None:
+            try:
+                stats = await self.buffer.stats()
+                pending, lag = stats.backlog, round(stats.lag_s(int(now * 1000)), 3)
+            except (*REDIS_FAILURES, RuntimeError):  # unreachable, or not bound to a store
+                pass
+        as_of = datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds")
+        return {
+            "as_of": as_of.replace("+00:00", "Z"),
+            "pending_export": pending,
+            "export_lag_s": lag,
+        }
 
-    async def _pipelined(self, calls: Sequence[Callable[[Any], Any]]) -> list[Any]:
-        replies: list[Any] = []
-        for start in range(0, len(calls), PIPELINE_CHUNK):
-            pipe = self.redis.pipeline(transaction=False)
-            for call in calls[start : start + PIPELINE_CHUNK]:
-                call(pipe)
-            replies.extend(await pipe.execute())
-        return replies
-
-    async def active_pairs(self, start: date, end: date) -> list[tuple[str, date]]:
-        """(key id, day) pairs with usage, from the per-day active-key sets."""
-        days = days_between(start, end)
-        replies = await self._pipelined(
-            [lambda p, d=d: p.smembers(active_day_key(d)) for d in days]
-        )
-        return [
-            (member.decode(), day)
-            for day, members in zip(days, replies, strict=True)
-            for member in sorted(members)
-        ]
+    async def _rollup(
+        self, start: date, end: date, group_by: Sequence[str], key_id: str | None = None
+    ) -> list[RollupRow]:
+        first, after = _day_filter(start, end)
+        try:
+            query = RollupQuery(first, after, tuple(group_by), UsageFilter(key_id=key_id))
+        except LedgerQueryError as exc:
+            raise _report_error(exc) from None
+        return await _from_store(self.store.rollup(query))
 
     async def cells(
         self, start: date, end: date, key_ids: Sequence[str] | None = None
     ) -> list[Cell]:
-        """All aggregate cells for days ``start..end`` (inclusive), for the given or all keys."""
-        if key_ids is None:
-            pairs = await self.active_pairs(start, end)
-        else:
-            pairs = [(key_id, day) for key_id in key_ids for day in days_between(start, end)]
-        replies = await self._pipelined(
-            [lambda p, k=k, d=d: p.hgetall(day_hash_key(k, d)) for k, d in pairs]
-        )
-        groups: dict[str, Group] = {}  # many fields share one group prefix: parse it once
+        """Every rollup cell (day, key, team, model, provider, task) of ``start..end``
+        (inclusive), for the given keys or all."""
+        targets: Sequence[str | None] = key_ids if key_ids is not None else [None]
         cells: list[Cell] = []
-        for (key_id, day), fields in zip(pairs, replies, strict=True):
-            by_group: dict[Group, Cell] = {}
-            for raw_field, raw_value in fields.items():
-                prefix, metric = raw_field.decode().rsplit(":", 1)
-                group = groups.get(prefix)
-                if group is None:
-                    group = groups[prefix] = parse_group(prefix)
-                cell = by_group.get(group)
-                if cell is None:
-                    cell = by_group[group] = Cell(key_id, day, group)
-                cell.totals.add_metric(metric, int(raw_value))
-            cells.extend(by_group.values())
+        for key_id in targets:
+            for row in await self._rollup(start, end, CELL_DIMENSIONS, key_id):
+                day, key, team, model, provider, task = row.group
+                cells.append(
+                    Cell(
+                        key,
+                        date.fromisoformat(day),
+                        Group(model, provider, task, team),
+                        Totals.of(row.totals),
+                    )
+                )
         return cells
 
     def check_range(self, start: date, end: date) -> None:
@@ -334,8 +350,14 @@ class UsageReports:
         if (end - start).days + 1 > self.retention_days:
             raise ReportError("from", f"the range may span at most {self.retention_days} days")
 
-    async def usage_for_key(self, key_id: str, days: int = 30) -> dict[str, Any]:
-        """What ``GET /v1/usage?days=N`` returns: the key's last N UTC days, today included."""
+    async def usage_for_key(
+        self, key_id: str, days: int = 30, group_by: str | None = None
+    ) -> dict[str, Any]:
+        """What ``GET /v1/usage?days=N&group_by=tag|user`` returns: the key's last N UTC days,
+        today included, by model and by day, and with ``group_by`` also ``by_tag`` or
+        ``by_user``."""
+        if group_by is not None and group_by not in ATTRIBUTION_GROUP_BYS:
+            raise ReportError("group_by", "group_by must be tag or user")
         if (
             isinstance(days, bool)
             or not isinstance(days, int)
@@ -344,10 +366,16 @@ class UsageReports:
             raise ReportError("days", f"days must be an integer from 1 to {self.retention_days}")
         end = self.today()
         start = end - timedelta(days=days - 1)
-        cells = await self.cells(start, end, [key_id])
-        total = total_of(cells)
-        by_day = group_cells(cells, "day")
-        by_model = group_cells(cells, "model")
+        rows = await self._rollup(start, end, ("day", "model"), key_id)
+        by_day: dict[str, Totals] = {}
+        by_model: dict[str, Totals] = {}
+        total = Totals()
+        for row in rows:
+            day, model = row.group
+            totals = Totals.of(row.totals)
+            by_day.setdefault(day, Totals()).merge(totals)
+            by_model.setdefault(model, Totals()).merge(totals)
+            total.merge(totals)
         return {
             "object": "usage",
             "key_id": key_id,
@@ -372,7 +400,18 @@ class UsageReports:
                 {"date": day.isoformat(), **by_day.get(day.isoformat(), Totals()).as_row()}
                 for day in days_between(start, end)
             ],
+            **await self._by_attribution(start, end, group_by, key_id),
+            **await self.freshness(),
         }
+
+    async def _by_attribution(
+        self, start: date, end: date, group_by: str | None, key_id: str
+    ) -> dict[str, Any]:
+        if group_by is None:
+            return {}
+        grouped = _rows_by(await self._rollup(start, end, (group_by,), key_id))
+        ordered = sorted(grouped.items(), key=lambda item: (-item[1].cost_nanos, item[0]))
+        return {f"by_{group_by}": [{group_by: v, **t.as_row()} for v, t in ordered]}
 
     async def admin_usage(self, start: date, end: date, group_by: str = "key") -> dict[str, Any]:
         """Rows grouped by one dimension over ``start..end`` inclusive; spend-descending,
@@ -380,8 +419,7 @@ class UsageReports:
         if group_by not in GROUP_BYS:
             raise ReportError("group_by", f"group_by must be one of {', '.join(GROUP_BYS)}")
         self.check_range(start, end)
-        cells = await self.cells(start, end)
-        grouped = group_cells(cells, group_by)
+        grouped = _rows_by(await self._rollup(start, end, (group_by,)))
         if group_by == "day":
             ordered = [
                 (d.isoformat(), grouped.get(d.isoformat(), Totals()))
@@ -389,16 +427,51 @@ class UsageReports:
             ]
         else:
             ordered = sorted(grouped.items(), key=lambda item: (-item[1].cost_nanos, item[0]))
+        if group_by in ATTRIBUTION_GROUP_BYS:
+            total = self._sum(await self._rollup(start, end, ("day",)))
+        else:
+            total = Totals()
+            for totals in grouped.values():
+                total.merge(totals)
+        rows = [{group_by: value, **totals.as_row()} for value, totals in ordered]
+        if group_by == "key":
+            await self.label_keys(rows)
         return {
             "object": "usage_report",
             "group_by": group_by,
             "from": start.isoformat(),
             "to": end.isoformat(),
-            "data": [{group_by: value, **totals.as_row()} for value, totals in ordered],
-            "totals": total_of(cells).as_row(),
+            "data": rows,
+            "totals": total.as_row(),
+            **await self.freshness(),
         }
 
-    # -- raw events ----------------------------------------------------------------------
+    @staticmethod
+    def _sum(rows: Iterable[RollupRow]) -> Totals:
+        total = Totals()
+        for row in rows:
+            total.merge(Totals.of(row.totals))
+        return total
+
+    async def label_keys(self, rows: list[dict[str, Any]], id_field: str = "key") -> None:
+        """Put each key's name and team (``key_name``, ``key_team``) beside its id in
+        ``rows``; a Redis that cannot say leaves them None, the figures still stand."""
+        labels: dict[str, KeyLabel] = {}
+        if self.key_labels is not None and rows:
+            try:
+                labels = await self.key_labels([row[id_field] for row in rows])
+            except REDIS_FAILURES:
+                labels = {}
+        for row in rows:
+            label = labels.get(row[id_field])
+            row["key_name"] = label.name if label else None
+            row["key_team"] = label.team if label else None
+
+    async def grouped(self, start: date, end: date, by: str) -> list[tuple[str, Totals]]:
+        """Totals by one dimension over ``start..end`` inclusive, largest spend first (the
+        dashboard's tag and end-user tables)."""
+        grouped = _rows_by(await self._rollup(start, end, (by,)))
+        return sorted(grouped.items(), key=lambda item: (-item[1].cost_nanos, item[0]))
 
     async def events(
         self,
@@ -408,77 +481,25 @@ class UsageReports:
         cursor: str | None = None,
         limit: int = 50,
     ) -> dict[str, Any]:
-        """Raw events, newest recorded first, merged across keys; ``next_cursor`` pages on."""
+        """Raw events, newest first; ``next_cursor`` pages on."""
         if (
             isinstance(limit, bool)
             or not isinstance(limit, int)
             or not 1 <= limit <= MAX_EVENTS_LIMIT
         ):
             raise ReportError("limit", f"limit must be an integer from 1 to {MAX_EVENTS_LIMIT}")
-        after = _decode_cursor(cursor) if cursor else None
-        if key is not None:
-            key_ids = [key]
-        else:
-            key_ids = sorted(member.decode() for member in await self.redis.smembers(KEY_INDEX))
-        chunk = min(limit + 1, MAX_EVENTS_LIMIT) if model is None else MAX_EVENTS_LIMIT
-        # Over many keys, a page needs only a few newest entries of each: start small and
-        # refill (with ``chunk``) only the streams the merge actually drains.
-        first = min(chunk, max(8, -(-2 * chunk // max(len(key_ids), 1))))
-        streams = [_KeyStream(self.redis, k, self._upper_bound(k, after), chunk) for k in key_ids]
-        replies = await self._pipelined(
-            [lambda p, s=s: p.xrevrange(stream_key(s.key_id), s.upper, "-", first) for s in streams]
-        )
-        heap: list[_Head] = []
-        for stream, entries in zip(streams, replies, strict=True):
-            stream.accept(entries, first)
-            self._push(heap, stream)
-        by_key = {s.key_id: s for s in streams}
-
-        data: list[dict[str, Any]] = []
-        last: _Head | None = None
-        scanned = 0
-        while heap and len(data) < limit and scanned < MAX_SCANNED_PER_PAGE:
-            head = heapq.heappop(heap)
-            stream = by_key[head.key_id]
-            if not stream.buffer and not stream.exhausted:
-                await stream.refill()
-            self._push(heap, stream)
-            last, scanned = head, scanned + 1
-            event = orjson.loads(head.payload)
-            if model is not None and event.get("model") != model:
-                continue
-            data.append({"id": head.stream_id.decode(), **_event_view(event)})
-        more = bool(heap) and last is not None
+        try:
+            query = EventQuery(key_id=key, model=model, cursor=cursor, limit=limit)
+        except LedgerQueryError as exc:
+            raise _report_error(exc) from None
+        page = await _from_store(self.store.list_events(query))
         return {
             "object": "list",
-            "data": data,
-            "has_more": more,
-            "next_cursor": _encode_cursor(last.stream_id, last.key_id) if more and last else None,
+            "data": [event_view(event) for event in page.events],
+            "has_more": page.has_more,
+            "next_cursor": page.next_cursor,
+            **await self.freshness(),
         }
-
-    @staticmethod
-    def _upper_bound(key_id: str, after: tuple[tuple[int, int], str] | None) -> str:
-        if after is None:
-            return "+"
-        (ms, seq), after_key = after
-        # Order is (stream id, key id) descending: for smaller key ids an equal stream id is
-        # still unseen, for the cursor's key and larger ones it was already returned.
-        return f"{ms}-{seq}" if key_id < after_key else f"({ms}-{seq}"
-
-    @staticmethod
-    def _push(heap: list[_Head], stream: _KeyStream) -> None:
-        head = stream.pop()
-        if head is not None:
-            heapq.heappush(heap, head)
-
-
-def _event_view(event: dict[str, Any]) -> dict[str, Any]:
-    """A stored event in today's fields (older ones carry micro-dollars)."""
-    if "cost_micros" not in event:
-        return event
-    upgraded = upgrade_event_dict(event)
-    upgraded["cost_usd"] = nanos_to_usd(upgraded.get("cost_nanos", 0))
-    return upgraded
 
 
 def validate_key_filter(value: str | None) -> str | None:
@@ -493,10 +514,12 @@ def validate_key_filter(value: str | None) -> str | None:
 __all__ = [
     "GROUP_BYS",
     "Cell",
+    "Group",
     "ReportError",
     "Totals",
     "UsageReports",
     "days_between",
+    "event_view",
     "group_cells",
     "parse_day",
     "render_csv",

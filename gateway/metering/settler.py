@@ -132,13 +132,14 @@ class SettleBatcher:
                     settles.append((at, item.reservation))
                 if item.event is not None:
                     self.ledger.queue_record(commands, item.event)
-            # EVALSHA; a NOSCRIPT (restart, failover) reloads and resends: both are idempotent.
+            # Settles go as EVALSHA (a NOSCRIPT reloads and resends them: idempotent), records
+            # as XADD.
             replies = await commands.execute(self._direct)
         except Exception as exc:  # not only REDIS_FAILURES: see below
             # Whatever broke the write (redis-py can also fail with a non-Redis error when a
             # cluster connection is torn down mid-send), the events must reach the spool.
             self.log.warning("settle_failed", count=len(batch), error=type(exc).__name__)
-            # The record script may or may not have run: the markers decide on replay.
+            # The records may or may not have landed: a replayed copy is stored once.
             await self.ledger.spool_events(events, reason=exc)
             return []
         return [c for at, held in settles for c in settle_crossings(held, replies[at])]

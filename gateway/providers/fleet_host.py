@@ -14,7 +14,6 @@ replica's up, in-flight, waiting and KV-use gauges, read at scrape time.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -24,6 +23,7 @@ from gateway.providers.fleet.fleet import EventLog
 from gateway.providers.fleet_provider import FleetProvider
 from gateway.providers.http_upstream import UpstreamSettings
 from gateway.routing.policy import Policy, ProviderConfig
+from gateway.server.tasks import cancel_until_done
 
 FLEET_KIND = "engine_fleet"
 
@@ -80,9 +80,7 @@ class FleetHost:
 
     async def stop(self) -> None:
         if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
+            await cancel_until_done([self._watch])
             self._watch = None
         for task in self._retiring:
             task.cancel()  # shutting down: no waiting for their last requests

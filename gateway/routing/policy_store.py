@@ -31,6 +31,7 @@ from gateway.routing.policy import (
     validate_policy_data,
 )
 from gateway.routing.policy_yaml import nesting_depth_exceeds
+from gateway.server.tasks import cancel_until_done
 
 
 @dataclass(frozen=True)
@@ -221,9 +222,7 @@ class PolicyStore:
     async def stop(self) -> None:
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            await cancel_until_done([watcher])
 
     def describe(self) -> dict[str, Any]:
         """The state shown by ``GET /admin/policy``."""

@@ -20,8 +20,10 @@ from gateway_runner import ADMIN_KEY, GatewayThread, RunningGateway, make_settin
 from usage_events import expected_groups, make_events
 
 from gateway.api.dashboard_view import KEY_SERIES, TOP_KEYS
+from gateway.metering.exporter import UsageExporter
 from gateway.metering.ledger import UsageEvent, UsageLedger
 from gateway.metering.reports import UsageReports
+from gateway.store.scripts import ScriptBatch
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KEYS_LISTED = 11  # events name 12 keys: the 12th has usage but no key record ("unlisted")
@@ -43,6 +45,7 @@ class DomNumbers(HTMLParser):
         self.metrics: dict[str, str] = {}
         self.key_rows: dict[str, dict[str, str]] = {}
         self.titles = 0
+        self.freshness: dict[str, str] = {}
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = {k: v or "" for k, v in attrs}
@@ -56,6 +59,8 @@ class DomNumbers(HTMLParser):
             self.key_rows[a["data-key-id"]] = a
         elif tag == "title" and self.chart:
             self.titles += 1
+        elif tag == "p" and "data-as-of" in a:
+            self.freshness = a
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "svg":
@@ -78,13 +83,16 @@ class Dashboard:
 
 @pytest.fixture
 async def dashboard(
-    ledger: UsageLedger, clean_redis: str, tmp_path: Path
+    ledger: UsageLedger, exporter: UsageExporter, clean_redis: str, tmp_path: Path
 ) -> AsyncIterator[Dashboard]:
-    """A gateway on the test's Redis with 11 keys (every third revoked) and 400 usage events
-    over 12 key ids, the last of which has no key record."""
+    """A gateway on the test's Redis and usage store with 11 keys (every third revoked) and 400
+    usage events over 12 key ids, the last of which has no key record."""
     policy = tmp_path / "routing_rules.yaml"
     policy.write_text(POLICY)
-    runner = GatewayThread(make_settings(tmp_path / "gw", policy, clean_redis))
+    store_url = f"sqlite:///{tmp_path / 'store' / 'usage' / 'usage.sqlite3'}"
+    runner = GatewayThread(
+        make_settings(tmp_path / "gw", policy, clean_redis, usage_store_url=store_url)
+    )
     gateway = runner.start()
     try:
         ids = [gateway.create_key(name=f"service {i}")[0] for i in range(KEYS_LISTED)]
@@ -97,10 +105,11 @@ async def dashboard(
             dataclasses.replace(e, key_id=real_id.get(e.key_id, e.key_id))
             for e in make_events(400, seed=5, keys=KEYS_LISTED + 1, days=6)
         ]
-        pipe = ledger.redis.pipeline(transaction=False)
+        batch = ScriptBatch()
         for event in events:
-            ledger.add_record(pipe, event)
-        await pipe.execute()
+            ledger.queue_record(batch, event)
+        await batch.execute(ledger.buffer.redis)
+        await exporter.drain()  # the gateway's own exporter may move some of them first
         yield Dashboard(gateway, events, listed)
     finally:
         runner.stop()
@@ -234,6 +243,9 @@ async def test_dashboard_in_headless_chromium(
         )
     assert numbers.key_rows[f"key{KEYS_LISTED}"]["data-status"] == "unlisted"
     assert numbers.titles >= len(spend)  # every bar has its tooltip
+    # The page says how fresh it is: every event recorded was exported before it was drawn.
+    assert numbers.freshness["data-pending-export"] == "0"
+    assert numbers.freshness["data-as-of"].startswith(end.isoformat())
 
     assert screenshot.exists() and screenshot.stat().st_size > 10_000
     print(f"\ndashboard screenshot: {screenshot}")

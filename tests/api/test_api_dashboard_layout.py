@@ -63,7 +63,8 @@ async def test_charts_use_their_cards_full_width(
                 layouts[width] = await tools.evaluate(MEASURE)
 
     for width, cards in layouts.items():
-        assert len(cards) == 6, cards  # spend and tokens by model and key, requests, errors
+        # spend and tokens by model and key, top keys, tags and end users, error rate
+        assert len(cards) == 8, cards
         per_row = len({round(card["left"]) for card in cards})
         assert per_row == (2 if width == 1600 else 1)
         for card in cards:

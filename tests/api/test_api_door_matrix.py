@@ -193,6 +193,7 @@ def test_the_usage_report_equals_the_upstreams_books(
         model="claude", max_tokens=8, system=system, messages=[message]
     ) as events:
         assert events.get_final_message().usage.cache_read_input_tokens == 40
+    gateway.wait_exported()
     usage = httpx.get(
         gateway.v1 + "/usage", headers={"Authorization": f"Bearer {key}"}, timeout=30
     ).json()
@@ -231,6 +232,7 @@ def test_the_usage_report_equals_the_upstreams_books(
 def _events(gateway: RunningGateway, key_id: str) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     cursor = ""
+    gateway.wait_exported()
     with gateway.admin() as admin:
         while True:
             page = admin.get(

@@ -23,6 +23,7 @@ def client(native: NativeGateway) -> openai.OpenAI:
 
 
 def last_event(native: NativeGateway) -> dict[str, Any]:
+    native.gateway.wait_exported()  # reports read the usage store, a moment behind
     with native.gateway.admin() as admin:
         page = admin.get("/admin/usage/events", params={"key": native.key_id, "limit": 1})
     return page.json()["data"][0]

@@ -1,11 +1,12 @@
 """docker compose: the file validates against the Compose Specification schema (the copy that
-PyPI's check-jsonschema ships) and wires two gateways, a durable Redis and Prometheus together.
+PyPI's check-jsonschema ships) and wires two gateways, a durable Redis, one PostgreSQL usage store and Prometheus together.
 `docker compose config` is not run: this machine's docker CLI has no compose plugin."""
 
 from __future__ import annotations
 
 import json
 import posixpath
+import re
 from importlib import resources
 from urllib.parse import urlsplit
 
@@ -51,6 +52,27 @@ def test_redis_keeps_an_append_only_file_on_a_volume(compose: dict) -> None:
     volume, _, target = redis["volumes"][0].partition(":")
     assert target == "/data" and volume in compose["volumes"]
     assert redis["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
+
+
+def test_both_replicas_share_one_postgresql_usage_store_on_a_volume(compose: dict) -> None:
+    postgres = compose["services"]["postgres"]
+    volume, _, target = postgres["volumes"][0].partition(":")
+    assert target == "/var/lib/postgresql/data" and volume in compose["volumes"]
+    assert postgres["healthcheck"]["test"][1] == "pg_isready"
+    env = postgres["environment"]
+    urls = {compose["services"][n]["environment"]["SWITCHYARD_USAGE_STORE_URL"] for n in GATEWAYS}
+    (url,) = urls  # one store for both
+    # Compose fills the password in from deploy/.env, and refuses to start without one.
+    password = re.compile(r"\$\{POSTGRES_PASSWORD:\?[^}]+\}")
+    assert password.fullmatch(env["POSTGRES_PASSWORD"])
+    parsed = urlsplit(password.sub("secret", url))
+    assert password.search(url) and parsed.password == "secret"
+    assert parsed.scheme == "postgresql" and parsed.hostname == "postgres"
+    assert parsed.username == env["POSTGRES_USER"] and parsed.path == "/" + env["POSTGRES_DB"]
+    assert "POSTGRES_PASSWORD" in read_env_file(DEPLOY_DIR / ".env.example")
+    for name in GATEWAYS:
+        depends = compose["services"][name]["depends_on"]
+        assert depends["postgres"]["condition"] == "service_healthy"
 
 
 @pytest.mark.parametrize("name", GATEWAYS)

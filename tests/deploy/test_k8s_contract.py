@@ -297,6 +297,7 @@ def test_external_redis_overlay_takes_the_url_from_the_secret(rendered: Renders)
     template = load_yaml(K8S_DIR / "secret.example.yaml")
     assert template["metadata"]["name"] in secret_names
     assert "SWITCHYARD_REDIS_URL" in template["stringData"]
+    assert "SWITCHYARD_USAGE_STORE_URL" in template["stringData"]  # replicas share one store
 
 
 def test_dev_overlay_is_self_contained(rendered: Renders) -> None:

@@ -1,4 +1,5 @@
-"""The ledger against a real Redis: idempotency, exact aggregates under concurrency, outages."""
+"""The ledger against a real Redis and a real usage store: events go to the buffer in the
+caller's round trip, reach the store once each, and survive outages through the spool."""
 
 from __future__ import annotations
 
@@ -11,17 +12,15 @@ import pytest
 from redis.asyncio import Redis
 from usage_events import expected_groups, make_events, pick
 
-from gateway.metering.ledger import (
-    RecordOutcome,
-    UsageError,
-    UsageEvent,
-    UsageLedger,
-    marker_key,
-)
+from gateway.ledger import UsageStore
+from gateway.metering.buffer import UsageBuffer
+from gateway.metering.exporter import UsageExporter
+from gateway.metering.ledger import RecordOutcome, UsageError, UsageEvent, UsageLedger
 from gateway.metering.reports import UsageReports
 from gateway.metering.spool import Spool
 from gateway.money import usd_to_nanos
 from gateway.store.embedded import EmbeddedRedis
+from gateway.store.scripts import ScriptBatch
 
 
 def event(request_id: str = "req-1", **overrides: object) -> UsageEvent:
@@ -39,46 +38,74 @@ def event(request_id: str = "req-1", **overrides: object) -> UsageEvent:
     return UsageEvent(**fields)  # type: ignore[arg-type]
 
 
-async def test_same_request_id_is_counted_once(
-    ledger: UsageLedger, reports: UsageReports, redis_client: Redis
+def on_redis(client: Redis, store: UsageStore, spool_dir: Path, **options: float) -> UsageLedger:
+    """A ledger on another Redis client (a private server), feeding ``store``."""
+    buffer = UsageBuffer(client)
+    buffer.bind(store.store_id)
+    return UsageLedger(buffer, spool=Spool(spool_dir), **options)  # type: ignore[arg-type]
+
+
+async def test_same_request_id_is_stored_once(
+    ledger: UsageLedger, exporter: UsageExporter, reports: UsageReports, redis_client: Redis
 ) -> None:
-    first = event()
-    assert await ledger.record(first) is RecordOutcome.RECORDED
-    # A retry of the same request with different numbers must not count again.
-    assert await ledger.record(event(prompt_tokens=999)) is RecordOutcome.DUPLICATE
+    assert await ledger.record(event()) is RecordOutcome.RECORDED
+    # A retry of the same request with other numbers goes to the buffer too: the store keeps
+    # the first copy only.
+    assert await ledger.record(event(prompt_tokens=999)) is RecordOutcome.RECORDED
+    assert (await ledger.buffer.stats()).backlog == 2
+    assert await exporter.drain() == 2
     usage = await reports.usage_for_key("key-a", days=1)
     assert usage["requests"] == 1
     assert usage["prompt_tokens"] == 100
     assert usage["total_cost_nanos"] == 123_456
     assert usage["total_cost"] == 0.000123456
-    assert await redis_client.xlen("sy:{key:key-a}:usage:events") == 1
-    ttl = await redis_client.ttl(marker_key("key-a", "req-1"))
-    assert ttl >= ledger.retention_s
+    assert usage["pending_export"] == 0
+    # Nothing of the request is left in Redis: the shard streams (and their group) only.
+    assert await redis_client.dbsize() == len(ledger.buffer.keys)
+    assert all([await redis_client.xlen(key) == 0 for key in ledger.buffer.keys])
 
 
-async def test_add_record_shares_a_callers_pipeline(
-    ledger: UsageLedger, reports: UsageReports, redis_client: Redis
+async def test_record_shares_a_callers_round_trip(
+    ledger: UsageLedger, exporter: UsageExporter, reports: UsageReports, redis_client: Redis
 ) -> None:
-    """The limiter's settle and the record go into one pipeline: one round trip."""
-    pipe = redis_client.pipeline(transaction=False)
-    pipe.incrby("sy:{key:key-a}:limits:tokens", 120)  # stands in for Limiter.add_settle
-    position = ledger.add_record(pipe, event("req-shared"))
-    pipe.incrby("sy:{key:key-a}:limits:cost", 7)  # queued after the record: still fine
-    outcome, replies = await ledger.commit(pipe, event("req-shared"), position)
-    assert outcome is RecordOutcome.RECORDED
+    """The limiter's settle and the record go into one batch: one round trip."""
+    batch = ScriptBatch()
+    batch.command("INCRBY", "sy:{key:key-a}:limits:tokens", 120)  # stands in for a settle
+    position = ledger.queue_record(batch, event("req-shared"))
+    batch.command("INCRBY", "sy:{key:key-a}:limits:cost", 7)  # queued after: still fine
+    replies = await batch.execute(redis_client)
     assert replies[0] == 120 and replies[-1] == 7
+    assert replies[position].count(b"-") == 1  # the buffer entry's id
+    await exporter.drain()
     assert (await reports.usage_for_key("key-a", days=1))["requests"] == 1
 
 
-async def test_aggregates_equal_event_sums_under_concurrency(
-    ledger: UsageLedger, reports: UsageReports
+async def test_reports_equal_event_sums_with_replays_and_two_exporters(
+    ledger: UsageLedger,
+    exporter: UsageExporter,
+    usage_buffer: UsageBuffer,
+    usage_store: UsageStore,
+    reports: UsageReports,
 ) -> None:
     events = make_events(600, seed=7)
     # Every 10th event is sent again concurrently with its original: a gateway retry.
     replays = events[::10]
-    outcomes = await asyncio.gather(*(ledger.record(e) for e in [*events, *replays]))
-    assert outcomes.count(RecordOutcome.RECORDED) == len(events)
-    assert outcomes.count(RecordOutcome.DUPLICATE) == len(replays)
+    second = UsageExporter(
+        usage_buffer, usage_store, exporter.settings, exporter.metrics, exporter.log
+    )
+
+    async def export_while_recording() -> None:
+        for _ in range(50):
+            await asyncio.gather(exporter.export_once(), second.export_once())
+            await asyncio.sleep(0.005)
+
+    outcomes, _ = await asyncio.gather(
+        asyncio.gather(*(ledger.record(e) for e in [*events, *replays])),
+        export_while_recording(),
+    )
+    assert set(outcomes) == {RecordOutcome.RECORDED}
+    await asyncio.gather(exporter.drain(), second.drain())
+    assert (await usage_buffer.stats()).backlog == 0
 
     start = min(e.day for e in events)
     end = max(e.day for e in events)
@@ -124,15 +151,20 @@ async def test_event_validation_names_the_field() -> None:
     assert UsageEvent.from_dict(legacy).cost_nanos == 7000
     original = event(ttft_ms=12, streamed=True, usage_source="estimated")
     assert UsageEvent.from_json(original.to_json()) == original
+    # As the store keeps it: the same numbers, the time in whole milliseconds.
+    stored = original.to_ledger()
+    assert stored.event_id == original.request_id and stored.cost_nanos == original.cost_nanos
+    assert stored.time_ms == int(original.time * 1000) and stored.ttft_ms == 12
 
 
-async def test_outage_spools_and_replay_is_exact_and_idempotent(
-    own_redis: EmbeddedRedis, tmp_path: Path
+async def test_outage_spools_and_replay_counts_each_event_once(
+    own_redis: EmbeddedRedis, usage_store: UsageStore, tmp_path: Path
 ) -> None:
     client = Redis.from_url(own_redis.url, socket_connect_timeout=1, socket_timeout=2)
     spool = Spool(tmp_path / "spool")
-    ledger = UsageLedger(client, spool=spool, retention_days=30)
-    reports = UsageReports(client, retention_days=30)
+    ledger = on_redis(client, usage_store, tmp_path / "spool")
+    exporter = UsageExporter(ledger.buffer, usage_store, *_exporter_parts())
+    reports = UsageReports(usage_store, ledger.buffer)
     events = make_events(120, seed=11, days=1)
     try:
         for e in events[:40]:
@@ -155,19 +187,28 @@ async def test_outage_spools_and_replay_is_exact_and_idempotent(
         for path, data in saved:
             path.write_bytes(data)
         assert ledger.spool_depth() == 80
-        assert await ledger.replay_spool() == 0  # all duplicates
-        assert ledger.spool_depth() == 0
-
+        assert await ledger.replay_spool() == 80  # in the buffer again ...
+        assert await exporter.drain() == 200
         day = events[0].day
-        for by in ("key", "model"):
+        for by in ("key", "model"):  # ... and stored once
             report = await reports.admin_usage(day, day, by)
             assert {row[by]: pick(row) for row in report["data"]} == expected_groups(events, by)
+        assert report["pending_export"] == 0
     finally:
         await client.aclose()
 
 
+def _exporter_parts() -> tuple[object, ...]:
+    import structlog
+
+    from gateway.metering.exporter import ExportSettings
+    from gateway.metrics import Metrics
+
+    return ExportSettings(), Metrics(), structlog.get_logger()
+
+
 async def test_torn_spool_line_is_kept_aside_not_replayed_forever(
-    ledger: UsageLedger, reports: UsageReports
+    ledger: UsageLedger, exporter: UsageExporter, reports: UsageReports
 ) -> None:
     good = event("req-good")
     ledger.spool.append_sync(good.to_json())
@@ -176,16 +217,15 @@ async def test_torn_spool_line_is_kept_aside_not_replayed_forever(
     assert await ledger.replay_spool() == 1
     assert ledger.spool_depth() == 0
     assert b"req-torn" in ledger.spool.rejected_path.read_bytes()
+    await exporter.drain()
     assert (await reports.usage_for_key("key-a", days=1))["requests"] == 1
 
 
 async def test_background_task_replays_when_redis_returns(
-    own_redis: EmbeddedRedis, tmp_path: Path
+    own_redis: EmbeddedRedis, usage_store: UsageStore, tmp_path: Path
 ) -> None:
     client = Redis.from_url(own_redis.url, socket_connect_timeout=1, socket_timeout=2)
-    ledger = UsageLedger(
-        client, spool=Spool(tmp_path / "spool"), retention_days=30, replay_interval_s=0.1
-    )
+    ledger = on_redis(client, usage_store, tmp_path / "spool", replay_interval_s=0.1)
     await ledger.start()
     try:
         own_redis.kill()
@@ -197,8 +237,7 @@ async def test_background_task_replays_when_redis_returns(
         while ledger.spool_depth() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         assert ledger.spool_depth() == 0
-        reports = UsageReports(client, retention_days=30)
-        assert (await reports.usage_for_key("key-a", days=1))["requests"] == 1
+        assert (await ledger.buffer.stats()).backlog == 1
     finally:
         await ledger.stop()
         await client.aclose()
@@ -219,29 +258,12 @@ async def test_spool_shared_by_two_writers_loses_nothing(tmp_path: Path) -> None
     shutil.rmtree(tmp_path / "spool")
 
 
-async def test_failing_neighbour_command_spools_without_double_count(
-    ledger: UsageLedger, reports: UsageReports, redis_client: Redis
-) -> None:
-    """Another command in the shared pipeline fails: the event is spooled, and the replay
-    finds it already counted (the script ran) rather than counting it twice."""
-    await redis_client.hset("sy:{key:key-a}:limits:tokens", "x", 1)
-    pipe = redis_client.pipeline(transaction=False)
-    pipe.incrby("sy:{key:key-a}:limits:tokens", 5)  # WRONGTYPE
-    position = ledger.add_record(pipe, event("req-neighbour"))
-    outcome, _ = await ledger.commit(pipe, event("req-neighbour"), position)
-    assert outcome is RecordOutcome.SPOOLED
-    assert ledger.spool_depth() == 1
-    assert await ledger.replay_spool() == 0
-    assert ledger.spool_depth() == 0
-    assert (await reports.usage_for_key("key-a", days=1))["requests"] == 1
-
-
 async def test_redis_and_disk_both_failing_is_reported_not_raised(
-    own_redis: EmbeddedRedis, tmp_path: Path
+    own_redis: EmbeddedRedis, usage_store: UsageStore, tmp_path: Path
 ) -> None:
     client = Redis.from_url(own_redis.url, socket_connect_timeout=1, socket_timeout=2)
     spool_dir = tmp_path / "spool"
-    ledger = UsageLedger(client, spool=Spool(spool_dir), retention_days=30)
+    ledger = on_redis(client, usage_store, spool_dir)
     try:
         own_redis.kill()
         shutil.rmtree(spool_dir)
@@ -251,8 +273,8 @@ async def test_redis_and_disk_both_failing_is_reported_not_raised(
         await client.aclose()
 
 
-async def test_settle_and_record_share_one_pipeline_with_the_real_limiter(
-    ledger: UsageLedger, reports: UsageReports, redis_client: Redis
+async def test_settle_and_record_share_one_round_trip_with_the_real_limiter(
+    ledger: UsageLedger, exporter: UsageExporter, reports: UsageReports, redis_client: Redis
 ) -> None:
     from gateway.metering.limits import KeyLimits, Limiter
 
@@ -262,13 +284,13 @@ async def test_settle_and_record_share_one_pipeline_with_the_real_limiter(
         "key-a", limits, tokens=500, cost_nanos=usd_to_nanos(0.01), request_id="req-limited"
     )
     used = event("req-limited", prompt_tokens=100, completion_tokens=20, cost_nanos=123_456)
-    pipe = redis_client.pipeline(transaction=False)
-    limiter.add_settle(pipe, reservation, tokens=used.total_tokens, cost_nanos=used.cost_nanos)
-    position = ledger.add_record(pipe, used)
-    outcome, replies = await ledger.commit(pipe, used, position)
-    assert outcome is RecordOutcome.RECORDED
-    assert len(replies) == 5  # one settle, three index writes, one record: one round trip
+    batch = ScriptBatch()
+    limiter.queue_settle(batch, reservation, tokens=used.total_tokens, cost_nanos=used.cost_nanos)
+    ledger.queue_record(batch, used)
+    replies = await batch.execute(redis_client)
+    assert len(replies) == 2  # one settle, one record: one round trip
     status = await limiter.status("key-a", limits)
     assert status["tokens"]["used"] == used.total_tokens  # the estimate of 500 was replaced
     assert status["budget"]["spent_nanos"] == used.cost_nanos == 123_456
+    await exporter.drain()
     assert (await reports.usage_for_key("key-a", days=1))["total_cost_nanos"] == 123_456

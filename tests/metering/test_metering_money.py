@@ -68,6 +68,8 @@ async def _send_chats(
 
 
 def _own_usage(gateway: GatewayProcess, key: str) -> dict[str, Any]:
+    """``/v1/usage`` once every answered request is in the usage store."""
+    gateway.wait_exported()
     response = httpx.get(gateway.url + "/v1/usage", headers={"Authorization": f"Bearer {key}"})
     assert response.status_code == 200, response.text
     return response.json()

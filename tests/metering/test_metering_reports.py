@@ -1,5 +1,6 @@
-"""Reports over a filled ledger: per key, admin group-by with date ranges, CSV, event pages,
-and the same numbers from the HTTP endpoints of a real gateway."""
+"""Reports over a filled usage store (events recorded into the Redis buffer, then exported):
+per key, admin group-by with date ranges, CSV, event pages, freshness, and the same numbers
+from the HTTP endpoints of a real gateway on the same store."""
 
 from __future__ import annotations
 
@@ -16,19 +17,51 @@ import pytest
 from gateway_runner import ADMIN_KEY, GatewayThread, make_settings
 from usage_events import expected_groups, make_events, pick
 
+from gateway.ledger import UsageStore
+from gateway.metering.exporter import UsageExporter
 from gateway.metering.ledger import UsageEvent, UsageLedger
-from gateway.metering.reports import GROUP_BYS, ReportError, UsageReports
+from gateway.metering.reports import GROUP_BYS, ReportError, UsageReports, event_view
+from gateway.store.scripts import ScriptBatch
+
+FRESHNESS = ("as_of", "pending_export", "export_lag_s")
+
+
+async def record_all(ledger: UsageLedger, events: list[UsageEvent]) -> None:
+    """Record ``events`` into the buffer as the settle batch does (one round trip)."""
+    batch = ScriptBatch()
+    for event in events:
+        ledger.queue_record(batch, event)
+    await batch.execute(ledger.buffer.redis)
+
+
+def figures(report: dict[str, Any]) -> dict[str, Any]:
+    """A report without its freshness fields (``as_of`` differs between two reads)."""
+    return {name: value for name, value in report.items() if name not in FRESHNESS}
 
 
 @pytest.fixture
-async def filled(ledger: UsageLedger) -> list[UsageEvent]:
+async def filled(ledger: UsageLedger, exporter: UsageExporter) -> list[UsageEvent]:
     events = make_events(300, seed=3, keys=6, days=4)
-    for start in range(0, len(events), 100):
-        pipe = ledger.redis.pipeline(transaction=False)
-        for e in events[start : start + 100]:
-            ledger.add_record(pipe, e)
-        await pipe.execute()
+    await record_all(ledger, events)
+    assert await exporter.drain() == 300
     return events
+
+
+async def test_freshness_counts_what_is_not_exported_yet(
+    reports: UsageReports, ledger: UsageLedger, exporter: UsageExporter
+) -> None:
+    today = reports.today()
+    empty = await reports.admin_usage(today, today, "key")
+    assert empty["pending_export"] == 0 and empty["export_lag_s"] == 0
+    assert empty["as_of"].endswith("Z") and empty["as_of"][:10] == today.isoformat()
+    events = make_events(7, seed=9, days=1)
+    await record_all(ledger, events)
+    waiting = await reports.admin_usage(today, today, "key")
+    assert waiting["pending_export"] == 7 and waiting["totals"]["requests"] == 0
+    assert waiting["export_lag_s"] >= 0
+    await exporter.drain()
+    done = await reports.admin_usage(today, today, "key")
+    assert done["pending_export"] == 0 and done["totals"]["requests"] == 7
 
 
 async def test_admin_report_every_group_by_and_range(
@@ -111,7 +144,7 @@ async def test_events_pages_cover_everything_newest_first(
         if cursor is None:
             break
     assert sorted(e["request_id"] for e in seen) == sorted(e.request_id for e in filled)
-    order = [(tuple(map(int, e["id"].split("-"))), e["key_id"]) for e in seen]
+    order = [(e["time_ms"], e["id"]) for e in seen]
     assert order == sorted(order, reverse=True)
 
     by_key = await reports.events(key="key1", limit=500)
@@ -132,7 +165,13 @@ async def test_events_pages_cover_everything_newest_first(
     assert sorted(model_ids) == sorted(e.request_id for e in filled if e.model == "qwen3:0.6b")
     first = await reports.events(limit=1)
     newest = next(e for e in filled if e.request_id == first["data"][0]["request_id"])
-    assert {k: v for k, v in first["data"][0].items() if k != "id"} == newest.to_dict()
+    assert first["data"][0] == event_view(newest.to_ledger())
+    recorded = {**newest.to_dict(), "tags": list(newest.tags)}
+    shown = first["data"][0]
+    assert {k: shown[k] for k in recorded if k != "time"} == {
+        k: v for k, v in recorded.items() if k != "time"
+    }
+    assert shown["time_ms"] == int(newest.time * 1000)
 
 
 POLICY = """
@@ -146,44 +185,62 @@ models:
 async def test_http_endpoints(
     reports: UsageReports,
     ledger: UsageLedger,
+    exporter: UsageExporter,
+    usage_store: UsageStore,
     filled: list[UsageEvent],
     clean_redis: str,
     tmp_path: Path,
 ) -> None:
     policy = tmp_path / "routing_rules.yaml"
     policy.write_text(POLICY)
-    runner = GatewayThread(make_settings(tmp_path / "gw", policy, clean_redis))
+    # The gateway shares the test's store (another connection to the same SQLite file).
+    store_url = f"sqlite:///{tmp_path / 'store' / 'usage' / 'usage.sqlite3'}"
+    settings = make_settings(
+        tmp_path / "gw", policy, clean_redis, usage_store_url=store_url, usage_retention_days=30
+    )
+    runner = GatewayThread(settings)
     gateway = runner.start()
     try:
-        await _check_http_endpoints(gateway, reports, ledger, filled)
+        assert gateway.services.usage_store.store_id == usage_store.store_id
+        await _check_http_endpoints(gateway, reports, ledger, exporter, filled)
     finally:
         runner.stop()
 
 
 async def _check_http_endpoints(
-    gateway: Any, reports: UsageReports, ledger: UsageLedger, filled: list[UsageEvent]
+    gateway: Any,
+    reports: UsageReports,
+    ledger: UsageLedger,
+    exporter: UsageExporter,
+    filled: list[UsageEvent],
 ) -> None:
     # key0's events again, under a key of the gateway's, for its own GET /v1/usage.
     key_id, api_key = gateway.create_key(name="reports")
-    pipe = ledger.redis.pipeline(transaction=False)
-    for event in filled:
-        if event.key_id == "key0":
-            ledger.add_record(pipe, dataclasses.replace(event, key_id=key_id))
-    await pipe.execute()
+    again = [
+        dataclasses.replace(event, key_id=key_id, request_id=event.request_id + "-again")
+        for event in filled
+        if event.key_id == "key0"
+    ]
+    await record_all(ledger, again)
+    await exporter.drain()  # the gateway's exporter may take some of them: either is fine
     today = reports.today()
     start = (today - timedelta(days=3)).isoformat()
     admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
     async with httpx.AsyncClient(base_url=gateway.base_url, headers=admin) as client:
         mine = {"Authorization": f"Bearer {api_key}"}
         own = (await client.get("/v1/usage", params={"days": 30}, headers=mine)).json()
-        assert own == await reports.usage_for_key(key_id, days=30)
-        assert own == {**await reports.usage_for_key("key0", days=30), "key_id": key_id}
+        assert own["pending_export"] == 0
+        assert figures(own) == figures(await reports.usage_for_key(key_id, days=30))
+        key0 = await reports.usage_for_key("key0", days=30)
+        assert figures(own) == {**figures(key0), "key_id": key_id}
 
         for by in GROUP_BYS:
             params = {"from": start, "to": today.isoformat(), "group_by": by}
             as_json = (await client.get("/admin/usage", params=params)).json()
             response = await client.get("/admin/usage", params={**params, "format": "csv"})
             assert response.headers["content-type"].startswith("text/csv")
+            assert response.headers["x-usage-pending-export"] == "0"
+            assert response.headers["x-usage-as-of"].endswith("Z")
             rows = list(csv.DictReader(io.StringIO(response.text)))
             assert len(rows) == len(as_json["data"])
             for row, want in zip(rows, as_json["data"], strict=True):

@@ -1,7 +1,9 @@
-"""Data written in micro-dollars before the nano-dollar upgrade keeps working: a budget hash, a
-hold still in flight and one whose lease lapsed, a usage event, a day aggregate and a spooled
-event, all in the old format in a real Redis (and spool), then reserved against, settled and
-reported through a running gateway of the new version."""
+"""A gateway of this version started on the Redis data of the previous ones: a budget hash in
+micro-dollars, a hold still in flight and one whose lease lapsed, usage kept in Redis (per-key
+event streams with micro- and nano-dollar events, their day aggregates, idempotency markers and
+index sets) and a spooled micro-dollar event. The usage moves into the SQL store (reported
+exactly, x1000 where it was micro-dollars), Redis is emptied of every old usage key, and the
+budget is reserved against, settled and reported exactly."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import asyncio
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 import httpx
 import openai
@@ -19,7 +23,6 @@ from counting_provider import CountingProvider
 from gateway_runner import GatewayProcess
 from usage_workload import metered_gateway, wait_for_events
 
-from gateway.metering.ledger import group_field
 from gateway.metering.limits import KeyLimits, Limiter, Reservation
 from gateway.metering.spool import Spool
 
@@ -28,35 +31,71 @@ PER_REQUEST_NANOS = 12 * 150 + 9 * 600  # m-exact: $0.15 and $0.60 per 1M tokens
 LEGACY_SPOOL_KEY = "legacyspool00000"
 
 
-def _legacy_event(key_id: str, request_id: str, cost_micros: int) -> bytes:
-    """A usage event as the micro-dollar version wrote it (stream entry or spool line)."""
-    return orjson.dumps(
-        {
-            "time": time.time() - 60,
-            "request_id": request_id,
-            "key_id": key_id,
-            "model": "m-exact",
-            "provider": "b",
-            "team": "",
-            "task": "",
-            "route": "chat.completions",
-            "prompt_tokens": 12,
-            "completion_tokens": 20,
-            "cached_tokens": 0,
-            "cost_usd": cost_micros / 1e6,
-            "cost_micros": cost_micros,
-            "policy_version": "old",
-            "latency_ms": 5,
-            "ttft_ms": None,
-            "status": 200,
-            "streamed": False,
-            "usage_source": "provider",
-            "attempts": 1,
-        }
-    )
+def _legacy_event(
+    key_id: str, request_id: str, cost: int, *, unit: str = "micros", age_s: float = 60
+) -> dict[str, Any]:
+    """A usage event as an older version wrote it (stream entry or spool line): the cost in
+    micro-dollars (``cost_micros``, with its ``cost_usd``), or already in nano-dollars."""
+    event: dict[str, Any] = {
+        "time": time.time() - age_s,
+        "request_id": request_id,
+        "key_id": key_id,
+        "model": "m-exact",
+        "provider": "b",
+        "team": "",
+        "task": "",
+        "route": "chat.completions",
+        "prompt_tokens": 12,
+        "completion_tokens": 20,
+        "cached_tokens": 0,
+        "policy_version": "old",
+        "latency_ms": 5,
+        "ttft_ms": None,
+        "status": 200,
+        "streamed": False,
+        "usage_source": "provider",
+        "attempts": 1,
+    }
+    if unit == "micros":
+        event.update(cost_usd=cost / 1e6, cost_micros=cost)
+    else:
+        event.update(cost_usd=cost / 1e9, cost_nanos=cost)
+    return event
 
 
-def _write_legacy_state(client: redis.Redis, key_id: str) -> None:
+def _old_group(model: str, provider: str) -> str:
+    """The old day hashes' field prefix: ``m:<model>|p:<provider>|t:<task>|team:<team>``."""
+    return f"m:{quote(model, safe='')}|p:{quote(provider, safe='')}|t:|team:"
+
+
+def _day(event: dict[str, Any]) -> str:
+    return datetime.fromtimestamp(event["time"], UTC).strftime("%Y%m%d")
+
+
+def _write_legacy_usage(client: redis.Redis, events: list[dict[str, Any]]) -> None:
+    """What the old record script and its index writes left for each event."""
+    for event in events:
+        base = f"sy:{{key:{event['key_id']}}}:usage"
+        day = _day(event)
+        client.xadd(base + ":events", {"e": orjson.dumps(event)})
+        client.set(f"{base}:seen:{event['request_id']}", "1", ex=401 * 86_400)
+        group = _old_group(event["model"], event["provider"])
+        metric, cost = ("cost", event["cost_micros"]) if "cost_micros" in event else (
+            "nano", event["cost_nanos"])  # fmt: skip
+        for name, value in (("req", 1), ("prompt", 12), ("completion", 20), (metric, cost)):
+            client.hincrby(f"{base}:day:{day}", f"{group}:{name}", value)
+        client.sadd("sy:usage:keys", event["key_id"])
+        client.sadd(f"sy:usage:active:{day}", event["key_id"])
+
+
+OLD_PATTERNS = ("sy:{key:*}:usage:*", "sy:usage:keys", "sy:usage:active:*")
+
+
+def _old_usage_keys(client: redis.Redis) -> list[bytes]:
+    return [name for pattern in OLD_PATTERNS for name in client.scan_iter(match=pattern)]
+
+
+def _write_legacy_budget(client: redis.Redis, key_id: str) -> None:
     base = f"sy:{{key:{key_id}}}:"
     now_ms = int(time.time() * 1000)
     bucket = now_ms // 1000  # the limiter's 1 s sub-bucket
@@ -65,16 +104,6 @@ def _write_legacy_state(client: redis.Redis, key_id: str) -> None:
     client.hset(base + "held", "old-inflight", f"21 7 {bucket} total total")
     client.hset(base + "held", "old-lapsed", f"21 7 {bucket - 3600} total total")
     client.zadd(base + "leases", {"old-inflight": now_ms + 3_600_000, "old-lapsed": now_ms - 1})
-    # One old event and its day aggregate: 180 requests for 1,692 µ$.
-    client.xadd(base + "usage:events", {"e": _legacy_event(key_id, "old-event", 1_692)})
-    day = datetime.now(UTC).strftime("%Y%m%d")
-    group = group_field("m-exact", "b", "", "")
-    client.hset(
-        base + f"usage:day:{day}",
-        mapping={f"{group}:req": 180, f"{group}:prompt": 2_160, f"{group}:cost": 1_692},
-    )
-    client.sadd("sy:usage:keys", key_id)
-    client.sadd(f"sy:usage:active:{day}", key_id)
 
 
 async def _send(gateway: GatewayProcess, key: str, count: int) -> list[int]:
@@ -97,18 +126,50 @@ async def _send(gateway: GatewayProcess, key: str, count: int) -> list[int]:
         await client.close()
 
 
-async def test_old_micro_dollar_data_is_reserved_settled_and_reported_exactly(
+async def test_old_redis_usage_moves_to_the_store_and_budgets_keep_working(
     clean_redis: str, provider: CountingProvider, counting_policy: Path, tmp_path: Path
 ) -> None:
-    gateway = metered_gateway(clean_redis, tmp_path / "gw", counting_policy)
-    # An event the old version spooled while Redis was away: replayed by the new one.
-    Spool(gateway.data_dir / "spool").append_sync(_legacy_event(LEGACY_SPOOL_KEY, "spooled", 14))
-    gateway.start()
+    gateway = metered_gateway(clean_redis, tmp_path / "gw", counting_policy).start()
+    key_id, key = gateway.create_key(name="old", budget_usd=0.001, budget_period="total")
+    gateway.stop()  # the old version's data is written with no gateway running
     client = redis.Redis.from_url(clean_redis)
     async_client = redis.asyncio.Redis.from_url(clean_redis)
+    old_events = [
+        # 1,692 µ$ and 7 µ$ (micro-dollars), 3,200 and 1 nano-dollars; one a day old.
+        _legacy_event(key_id, "old-micro-1", 1_692),
+        _legacy_event(key_id, "old-micro-2", 7, age_s=86_400 + 60),
+        _legacy_event(key_id, "old-nano-1", 3_200, unit="nanos"),
+        _legacy_event(key_id, "old-nano-2", 1, unit="nanos"),
+        # A key deleted since: its usage stays reported.
+        _legacy_event("gonekey000000001", "old-gone", 40, unit="nanos"),
+    ]
+    old_nanos = 1_692_000 + 7_000 + 3_200 + 1
     try:
-        key_id, key = gateway.create_key(name="old", budget_usd=0.001, budget_period="total")
-        _write_legacy_state(client, key_id)
+        _write_legacy_usage(client, old_events)
+        _write_legacy_budget(client, key_id)
+        # An event the old version spooled while Redis was away: replayed by the new one.
+        spooled = orjson.dumps(_legacy_event(LEGACY_SPOOL_KEY, "spooled", 14))
+        Spool(gateway.data_dir / "spool").append_sync(spooled)
+        days = {(e["key_id"], _day(e)) for e in old_events}
+        # One marker per event, a stream per key, a hash per key and day, the index sets.
+        assert len(_old_usage_keys(client)) == 5 + 2 + len(days) + 1 + len({d for _, d in days})
+
+        gateway.start()
+        with gateway.admin() as admin:
+            events = wait_for_events(admin, len(old_events) + 1)
+        for name in ("old-micro-1", "old-micro-2", "old-nano-1", "old-nano-2", "old-gone"):
+            assert "cost_micros" not in events[name]
+        assert events["old-micro-1"]["cost_nanos"] == 1_692_000  # x1000, exactly
+        assert events["old-micro-1"]["cost_usd"] == 0.001692
+        assert events["old-micro-2"]["cost_nanos"] == 7_000
+        assert events["old-nano-1"]["cost_nanos"] == 3_200
+        assert events["spooled"]["cost_nanos"] == 14_000  # replayed from the old spool line
+        # Once exported, every old usage key is gone: streams, aggregates, markers, indexes.
+        deadline = time.monotonic() + 20
+        while _old_usage_keys(client) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert _old_usage_keys(client) == []
+        assert "usage_legacy_imported" in gateway.output()
 
         # Left: $0.001 - $0.0005 spent - $0.000007 still held (the lapsed hold is reclaimed by
         # the first reserve) = 493,000 nano-dollars: 68 requests of 7,200 fit, not 69.
@@ -134,23 +195,21 @@ async def test_old_micro_dollar_data_is_reserved_settled_and_reported_exactly(
         assert status["budget"]["remaining_nanos"] == 0
         assert status["in_flight"] == 0
 
+        gateway.wait_exported()
         usage = httpx.get(
             gateway.url + "/v1/usage", headers={"Authorization": f"Bearer {key}"}
         ).json()
-        assert usage["total_cost_nanos"] == 1_692_000 + 68 * PER_REQUEST_NANOS  # old x1000
-        assert usage["requests"] == 180 + 100
+        assert usage["total_cost_nanos"] == old_nanos + 68 * PER_REQUEST_NANOS
+        assert usage["requests"] == 4 + 100  # the 32 refused are recorded too, at no cost
         with gateway.admin() as admin:
-            events = wait_for_events(admin, 100 + 1 + 1)
-            assert events["old-event"]["cost_nanos"] == 1_692_000
-            assert events["old-event"]["cost_usd"] == 0.001692
-            assert "cost_micros" not in events["old-event"]
-            assert events["spooled"]["cost_nanos"] == 14_000  # replayed from the old spool line
             by_key = {
                 row["key"]: row
                 for row in admin.get("/admin/usage", params={"group_by": "key"}).json()["data"]
             }
         assert by_key[key_id]["cost_nanos"] == usage["total_cost_nanos"]
+        assert by_key["gonekey000000001"]["cost_nanos"] == 40
         assert by_key[LEGACY_SPOOL_KEY]["cost_nanos"] == 14_000
+        assert _old_usage_keys(client) == []
     finally:
         await async_client.aclose()
         client.close()

@@ -229,6 +229,7 @@ def test_usage_events_and_rate_limits_as_for_upstreams(local_gateway):
     ]
     with pytest.raises(openai.RateLimitError):
         client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=3)
+    local_gateway.wait_exported()
     events = httpx.get(
         local_gateway.base_url + "/admin/usage/events",
         params={"key": created["id"]},

@@ -104,6 +104,7 @@ def test_a_prompt_too_long_for_a_window_skips_that_candidate(routed) -> None:
 
 
 def admin_events(gateway: RunningGateway) -> list[dict]:
+    gateway.wait_exported()
     with gateway.admin() as admin:
         return admin.get("/admin/usage/events", params={"limit": 5}).json()["data"]
 

@@ -17,6 +17,8 @@ import redis
 import redis.asyncio
 from marked_gateway import MarkedGateway, write_policy
 
+from gateway.ledger import open_store
+from gateway.metering.buffer import UsageBuffer
 from gateway.metering.reports import UsageReports
 from gateway.store.embedded import EmbeddedRedis
 from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
@@ -47,11 +49,17 @@ def _stream(base_url: str, key: str, results: list[str], first_chunk: threading.
     results.append(text)
 
 
-async def _requests_recorded(url: str, key_id: str) -> int:
+async def _requests_recorded(url: str, data_dir: Path, key_id: str) -> tuple[int, int | None]:
+    """The key's requests in the gateway's usage store, and the events still in its buffer."""
     client = redis.asyncio.Redis.from_url(url)
+    store = await open_store("", data_dir=data_dir)
     try:
-        return (await UsageReports(client).usage_for_key(key_id, 1))["requests"]
+        buffer = UsageBuffer(client)
+        buffer.bind(store.store_id)
+        usage = await UsageReports(store, buffer).usage_for_key(key_id, 1)
+        return usage["requests"], usage["pending_export"]
     finally:
+        await store.close()
         await client.aclose()
 
 
@@ -114,6 +122,7 @@ def test_sigterm_drains_streams_refuses_new_requests_and_keeps_usage(
         redis.Redis(unix_socket_path=str(server.socket_path), socket_timeout=1).ping()
     url = server.start()
     try:
-        assert asyncio.run(_requests_recorded(url, key_id)) == 1 + STREAMS
+        # The last exporter round at shutdown moved them all into the store.
+        assert asyncio.run(_requests_recorded(url, data_dir, key_id)) == (1 + STREAMS, 0)
     finally:
         server.stop()

@@ -1,8 +1,9 @@
 """The gateway's Redis parts, driven directly against a 3-master Redis Cluster.
 
 Every multi-key script must keep its keys in one slot (the cluster refuses CROSSSLOT
-otherwise), pipelines that span slots must still return replies in order, and reports must
-read every slot. Each test uses ids spread over all three masters.
+otherwise), pipelines that span slots must still return replies in order, and the usage buffer's
+shards, spread over every master, must all be exported. Each test uses ids spread over all three
+masters.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from redis_helpers import LoopbackCluster, settle_parts, settle_round
 from gateway.access.auth import Authenticator, AuthSettings
 from gateway.access.keys import KeyStore, parse_key, record_key
 from gateway.errors import AuthenticationFailed
+from gateway.ledger import UsageStore
+from gateway.metering.exporter import ExportSettings, UsageExporter
 from gateway.metering.ledger import UsageEvent
 from gateway.metering.limits import KeyLimits
 from gateway.metering.reports import UsageReports
+from gateway.metrics import Metrics
 from gateway.money import usd_to_nanos
 from gateway.store.connect import connect_redis
 
@@ -32,9 +36,10 @@ def _masters_of(cluster: LoopbackCluster, keys: list[str]) -> set[int]:
 
 
 async def test_settle_and_usage_pipeline_spans_slots(
-    client: RedisCluster, cluster: LoopbackCluster, tmp_path: Path
+    client: RedisCluster, cluster: LoopbackCluster, usage_store: UsageStore, tmp_path: Path
 ) -> None:
-    limiter, ledger, settler = settle_parts(client, tmp_path / "spool")
+    limiter, ledger, settler = settle_parts(client, tmp_path / "spool", usage_store.store_id)
+    assert _masters_of(cluster, list(ledger.buffer.keys)) == {n.port for n in cluster.nodes}
     key_ids = [f"parts{i:02d}" for i in range(12)]
     assert _masters_of(cluster, [record_key(k) for k in key_ids]) == {n.port for n in cluster.nodes}
     limits = KeyLimits(rpm=1000, tpm=100_000, budget_nanos=usd_to_nanos(10.0), budget_period="day")
@@ -45,13 +50,20 @@ async def test_settle_and_usage_pipeline_spans_slots(
     assert status["tokens"]["used"] == 15
     assert status["budget"]["reserved_nanos"] == 0
     assert status["budget"]["spent_nanos"] == usd_to_nanos(0.001)
-    # Recording the same request again is a no-op, on whichever master holds the key.
+    # Recording the same request again reaches the buffer, and the store keeps the first copy.
     again = UsageEvent(
         time=time.time(), request_id="req-parts03", key_id="parts03", model="m", provider="p"
     )
-    assert (await ledger.record(again)).value == "duplicate"
+    assert (await ledger.record(again)).value == "recorded"
+    exporter = UsageExporter(
+        ledger.buffer, usage_store, ExportSettings(), Metrics(), structlog.get_logger()
+    )
+    await ledger.buffer.ensure_groups()  # one group per shard, each on its own master
+    assert await exporter.drain() == len(key_ids) + 1
+    stats = await ledger.buffer.stats()
+    assert (stats.backlog, stats.pending) == (0, 0)
 
-    reports = UsageReports(client)
+    reports = UsageReports(usage_store, ledger.buffer)
     today = reports.today()
     report = await reports.admin_usage(today, today, "key")
     rows = {row["key"]: row for row in report["data"] if row["key"] in key_ids}

@@ -1,6 +1,6 @@
 """EVALSHA on a cluster: each master keeps its own script cache (a failover promotes a replica
 with an empty one). A settle batch spanning every master after SCRIPT FLUSH must still settle
-and record each request exactly once."""
+each request exactly once, and record each in the usage buffer."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis_helpers import LoopbackCluster, settle_parts, settle_round
 
-from gateway.metering.ledger import RECORD_LUA, stream_key
+from gateway.access.keys import record_key
+from gateway.ledger import UsageStore
 from gateway.metering.limits import KeyLimits
 from gateway.money import usd_to_nanos
 
@@ -24,16 +25,16 @@ async def _flush_one_master(cluster: LoopbackCluster) -> None:
 
 
 async def test_settle_batch_after_script_flush_on_every_master(
-    client: RedisCluster, cluster: LoopbackCluster, tmp_path: Path
+    client: RedisCluster, cluster: LoopbackCluster, usage_store: UsageStore, tmp_path: Path
 ) -> None:
-    limiter, ledger, settler = settle_parts(client, tmp_path / "spool")
+    limiter, ledger, settler = settle_parts(client, tmp_path / "spool", usage_store.store_id)
     key_ids = [f"noscript{i:02d}" for i in range(12)]
-    assert len({cluster.owner_of(stream_key(k)).port for k in key_ids}) == 3
+    assert len({cluster.owner_of(record_key(k)).port for k in key_ids}) == 3
     limits = KeyLimits(rpm=1000, tpm=100_000, budget_nanos=usd_to_nanos(10.0), budget_period="day")
 
     await client.script_flush()  # every master
     await settle_round(limiter, settler, key_ids, limits, "a")
-    assert await client.script_exists(RECORD_LUA.sha) == [True]
+    assert await client.script_exists(limiter._settle_lua.sha) == [True]
     await _flush_one_master(cluster)  # one master only, as after a failover
     await settle_round(limiter, settler, key_ids, limits, "b")
 
@@ -44,4 +45,4 @@ async def test_settle_batch_after_script_flush_on_every_master(
         assert status["tokens"]["used"] == 2 * (10 + index)
         assert status["budget"]["reserved_nanos"] == 0
         assert status["budget"]["spent_nanos"] == usd_to_nanos(0.002)
-        assert await client.xlen(stream_key(key_id)) == 2
+    assert (await ledger.buffer.stats()).backlog == 2 * len(key_ids)

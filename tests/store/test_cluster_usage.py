@@ -1,6 +1,7 @@
-"""Issue 10: usage reconciles on a Redis Cluster. Requests through three gateways, with keys
-spread over all three masters, add up in ``/admin/usage`` to exactly what the fake upstream
-served, token for token, for every group-by (each one reads many slots)."""
+"""Issue 10: usage reconciles on a Redis Cluster. Requests through three gateways (one usage
+store: the SQLite file of their shared DATA_DIR), with keys and buffer shards spread over all
+three masters, add up in ``/admin/usage`` to exactly what the fake upstream served, token for
+token, for every group-by, once the exporters have caught up."""
 
 from __future__ import annotations
 
@@ -75,6 +76,7 @@ async def test_admin_usage_equals_what_upstream_served(
         assert parsed is not None
         key_ids.append(parsed[0])
     assert len({cluster.owner_of(record_key(k)).port for k in key_ids}) >= 2
+    gateways[0].wait_exported()
     before = {by: _report(urls[0], by)["totals"] for by in ("model", "team", "day")}
     seen_before = len(cluster_upstream.requests)
 
@@ -86,6 +88,7 @@ async def test_admin_usage_equals_what_upstream_served(
     assert served_completion == sum(map(sum, sizes))
     served_prompt = PROMPT_TOKENS * len(served)
 
+    gateways[1].wait_exported()
     by_key = _report(urls[1], "key")
     rows = {row["key"]: row for row in by_key["data"] if row["key"] in key_ids}
     assert set(rows) == set(key_ids)

@@ -1,5 +1,6 @@
 """ScriptBatch: EVALSHA in one round trip, NOSCRIPT answered by loading and resending only the
-commands that did not run, so each settle and record takes effect exactly once."""
+commands that did not run, so each settle takes effect exactly once; the usage records (plain
+XADDs beside them) reach the store once each."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import pytest
 import redis.exceptions
 from redis_helpers import ClientFactory
 
-from gateway.metering.ledger import RECORD_LUA, UsageEvent, UsageLedger
+from gateway.ledger import EventQuery, UsageStore
+from gateway.metering.buffer import UsageBuffer
+from gateway.metering.exporter import UsageExporter
+from gateway.metering.ledger import UsageEvent, UsageLedger
 from gateway.metering.limits import KeyLimits, Limiter
 from gateway.metering.spool import Spool
 from gateway.money import usd_to_nanos
@@ -32,12 +36,32 @@ def _event(request_id: str, completion: int) -> UsageEvent:
     )
 
 
+def _ledger(client: object, store: UsageStore, spool_dir: Path) -> UsageLedger:
+    buffer = UsageBuffer(client)  # type: ignore[arg-type]
+    buffer.bind(store.store_id)
+    return UsageLedger(buffer, spool=Spool(spool_dir))
+
+
+async def _stored(exporter: UsageExporter, ledger: UsageLedger, store: UsageStore) -> dict:
+    """Export what the ledger buffered; the store's events by id."""
+    moving = UsageExporter(
+        ledger.buffer, store, exporter.settings, exporter.metrics, exporter.log
+    )  # on the test's own client
+    await moving.drain()
+    page = await store.list_events(EventQuery(limit=1000))
+    return {stored.event_id: stored for stored in page.events}
+
+
 async def test_a_half_flushed_cache_runs_each_script_exactly_once(
-    clean_redis: str, make_client: ClientFactory, tmp_path: Path
+    clean_redis: str,
+    make_client: ClientFactory,
+    tmp_path: Path,
+    usage_store: UsageStore,
+    exporter: UsageExporter,
 ) -> None:
     client = make_client(clean_redis)
     limiter = Limiter(client)
-    ledger = UsageLedger(client, spool=Spool(tmp_path / "spool"), retention_days=30)
+    ledger = _ledger(client, usage_store, tmp_path / "spool")
     held = [
         await limiter.reserve(
             "batch-key", LIMITS, tokens=100, cost_nanos=usd_to_nanos(0.5), request_id=f"r{i}"
@@ -55,8 +79,9 @@ async def test_a_half_flushed_cache_runs_each_script_exactly_once(
         record = ledger.queue_record(batch, _event(reservation.request_id, index))
         positions.append((settle, record))
     replies = await batch.execute(client)
-    assert [(replies[s], replies[r]) for s, r in positions] == [([1], 1)] * 3  # settled, no alert
-    assert await client.script_exists(RECORD_LUA.sha) == [True]
+    assert [replies[s] for s, _ in positions] == [[1], [1], [1]]  # settled, no alert
+    assert all(b"-" in replies[r] for _, r in positions)  # buffer entry ids
+    assert await client.script_exists(limiter._settle_lua.sha) == [True]
 
     status = await limiter.status("batch-key", LIMITS)
     assert status["tokens"]["used"] == 10 + 11 + 12
@@ -72,16 +97,26 @@ async def test_a_half_flushed_cache_runs_each_script_exactly_once(
         ledger.queue_record(again, _event(reservation.request_id, 99))
     replies = await again.execute(client)
     assert [replies[s] for s, _ in positions] == [[0], [0], [0]]
-    assert [replies[r] for _, r in positions] == [0, 0, 0]
     assert (await limiter.status("batch-key", LIMITS))["tokens"]["used"] == 33
-    assert await client.xlen("sy:{key:batch-key}:usage:events") == 3
+    # The records went to the buffer twice; the store keeps each request's first copy.
+    assert (await ledger.buffer.stats()).backlog == 6
+    stored = await _stored(exporter, ledger, usage_store)
+    assert {i: stored[r.request_id].completion_tokens for i, r in enumerate(held)} == {
+        0: 0,
+        1: 1,
+        2: 2,
+    }
 
 
 async def test_an_error_other_than_noscript_raises_after_the_rest_ran(
-    clean_redis: str, make_client: ClientFactory, tmp_path: Path
+    clean_redis: str,
+    make_client: ClientFactory,
+    tmp_path: Path,
+    usage_store: UsageStore,
+    exporter: UsageExporter,
 ) -> None:
     client = make_client(clean_redis)
-    ledger = UsageLedger(client, spool=Spool(tmp_path / "spool"), retention_days=30)
+    ledger = _ledger(client, usage_store, tmp_path / "spool")
     await client.hset("not-a-counter", "x", 1)
     await client.script_flush()
     batch = ScriptBatch()
@@ -89,9 +124,12 @@ async def test_an_error_other_than_noscript_raises_after_the_rest_ran(
     ledger.queue_record(batch, _event("r-neighbour", 1))
     with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
         await batch.execute(client)
-    # The record still ran (after its NOSCRIPT retry): a replay would find its marker.
-    assert await client.xlen("sy:{key:batch-key}:usage:events") == 1
-    assert await ledger.record(_event("r-neighbour", 1)) == "duplicate"
+    # The record still ran: the settle batch spools it all the same, and its replay is stored
+    # once with the first copy.
+    assert (await ledger.buffer.stats()).backlog == 1
+    await ledger.spool_events([_event("r-neighbour", 1)])
+    assert await ledger.replay_spool() == 1
+    assert list(await _stored(exporter, ledger, usage_store)) == ["r-neighbour"]
 
 
 async def test_an_empty_batch_sends_nothing(clean_redis: str, make_client: ClientFactory) -> None:

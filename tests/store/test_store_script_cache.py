@@ -1,6 +1,7 @@
-"""Settles and usage records go to Redis as EVALSHA: an empty script cache (SCRIPT FLUSH, or a
-Redis restart) between requests must neither lose nor double-count anything, NOSCRIPT falls back
-to EVAL on the same connection, and any error reply on the hot path is a 503, never a 500."""
+"""Settles go to Redis as EVALSHA beside the usage records: an empty script cache (SCRIPT FLUSH,
+or a Redis restart) between requests must neither lose nor double-count anything, NOSCRIPT falls
+back to EVAL on the same connection, and any error reply on the hot path is a 503, never a
+500."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ def _create_limited_key(gateway: RunningGateway) -> tuple[str, str]:
 
 
 def _usage(gateway: RunningGateway, key: str) -> dict:
+    """``/v1/usage`` once every answered request is in the usage store."""
+    gateway.wait_exported()
     response = httpx.get(gateway.v1 + "/usage", headers={"Authorization": f"Bearer {key}"})
     assert response.status_code == 200, response.text
     return response.json()

@@ -66,6 +66,7 @@ class CountingProvider(LoopbackServer):
         super().__init__()
         self.books: dict[str, Served] = {}
         self.failures: dict[str, int] = {}
+        self.metadata: dict[str, Any] = {}  # the body's ``metadata`` as it arrived, per tag
         self.lock = threading.Lock()
 
     def snapshot(self) -> dict[str, Served]:
@@ -87,6 +88,8 @@ class CountingProvider(LoopbackServer):
         model = str(body.get("model", ""))
         traits = set(model.split("-"))
         tag = str(body.get("user", ""))
+        with self.lock:
+            self.metadata[tag] = body.get("metadata")
         if "flaky" in traits and tag[-1:] in FAIL_MARKS:
             with self.lock:
                 self.failures[tag] = self.failures.get(tag, 0) + 1

@@ -134,6 +134,19 @@ class AdminClient:
         body = response.json()
         return body["id"], body["key"]
 
+    def wait_exported(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        """Wait until the exporter has moved every buffered usage event into the store (the
+        reports say ``pending_export: 0``): a report read after that counts every request
+        answered before. Returns the freshness fields of the last look."""
+        deadline = time.monotonic() + timeout_s
+        with self.admin() as client:
+            while True:
+                body = client.get("/admin/usage/events", params={"limit": 1}).json()
+                if body["pending_export"] == 0:
+                    return {name: body[name] for name in ("as_of", "pending_export")}
+                assert time.monotonic() < deadline, f"export did not catch up: {body}"
+                time.sleep(0.05)
+
 
 @dataclass
 class RunningGateway(AdminClient):

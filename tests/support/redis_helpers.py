@@ -29,6 +29,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from gateway.metering.buffer import UsageBuffer
 from gateway.metering.ledger import UsageEvent, UsageLedger
 from gateway.metering.limits import KeyLimits, Limiter
 from gateway.metering.settler import SettleBatcher, Settlement
@@ -245,10 +246,15 @@ def _master_port(node: ClusterNode, slot: int) -> int:
     raise RuntimeError(f"slot {slot} unassigned")
 
 
-def settle_parts(client: Any, spool_dir: Path) -> tuple[Limiter, UsageLedger, SettleBatcher]:
-    """The limiter, ledger and settle batch of a gateway, on ``client``."""
+def settle_parts(
+    client: Any, spool_dir: Path, store_id: str
+) -> tuple[Limiter, UsageLedger, SettleBatcher]:
+    """The limiter, ledger and settle batch of a gateway, on ``client``; the ledger records
+    into the buffer of the usage store ``store_id``."""
     limiter = Limiter(client)
-    ledger = UsageLedger(client, spool=Spool(spool_dir))
+    buffer = UsageBuffer(client)
+    buffer.bind(store_id)
+    ledger = UsageLedger(buffer, spool=Spool(spool_dir))
     return limiter, ledger, SettleBatcher(client, limiter, ledger, structlog.get_logger())
 
 

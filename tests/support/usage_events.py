@@ -19,6 +19,10 @@ MODELS = ("gpt-4.1-mini", "qwen3:0.6b", "llama|3.1-8b")
 PROVIDERS = {"gpt-4.1-mini": "openai", "qwen3:0.6b": "local", "llama|3.1-8b": "vllm-east"}
 TEAMS = ("search", "support", "=risk")
 TASKS = ("chat", "summarize", "")
+# Attribution by index (not drawn, so the other fields stay what each seed always gave):
+# untagged, one tag, two tags (counted in both), and end users with one left empty.
+TAG_SETS: tuple[tuple[str, ...], ...] = ((), ("proj-x",), ("proj-x", "exp:1"), ("=risk",))
+END_USERS = ("ana", "bob", "", "user@example.com", "ana")
 
 
 def make_events(count: int, *, seed: int, keys: int = 5, days: int = 3) -> list[UsageEvent]:
@@ -50,17 +54,24 @@ def make_events(count: int, *, seed: int, keys: int = 5, days: int = 3) -> list[
                 streamed=rng.random() < 0.5,
                 usage_source=rng.choice(("provider", "estimated")),
                 attempts=rng.randint(1, 3),
+                end_user=END_USERS[index % len(END_USERS)],
+                tags=TAG_SETS[index % len(TAG_SETS)],
             )
         )
     return events
 
 
-def dimension(event: UsageEvent, by: str) -> str:
+def dimensions(event: UsageEvent, by: str) -> tuple[str, ...]:
+    """The groups an event counts in: one, except by tag (each of its tags, or "")."""
     if by == "key":
-        return event.key_id
+        return (event.key_id,)
     if by == "day":
-        return day_of(event.time).isoformat()
-    return str(getattr(event, by))
+        return (day_of(event.time).isoformat(),)
+    if by == "tag":
+        return event.tags or ("",)
+    if by == "user":
+        return (event.end_user,)
+    return (str(getattr(event, by)),)
 
 
 def expected_groups(events: list[UsageEvent], by: str) -> dict[str, dict[str, Any]]:
@@ -80,13 +91,14 @@ def expected_groups(events: list[UsageEvent], by: str) -> dict[str, dict[str, An
         if (event.key_id, event.request_id) in seen:
             continue
         seen.add((event.key_id, event.request_id))
-        row = groups[dimension(event, by)]
-        row["requests"] += 1
-        row["prompt_tokens"] += event.prompt_tokens
-        row["completion_tokens"] += event.completion_tokens
-        row["cached_tokens"] += event.cached_tokens
-        row["cost_nanos"] += event.cost_nanos
-        row["errors"] += 1 if event.status >= 400 else 0
+        for group in dimensions(event, by):
+            row = groups[group]
+            row["requests"] += 1
+            row["prompt_tokens"] += event.prompt_tokens
+            row["completion_tokens"] += event.completion_tokens
+            row["cached_tokens"] += event.cached_tokens
+            row["cost_nanos"] += event.cost_nanos
+            row["errors"] += 1 if event.status >= 400 else 0
     return dict(groups)
 
 

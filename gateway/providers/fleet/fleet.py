@@ -32,6 +32,7 @@ from gateway.providers.fleet.members import Members, MembershipChange, Replica
 from gateway.providers.fleet.picker import Picker, PickSettings
 from gateway.providers.fleet.prefix import PrefixSettings, Tokenizer, prefix_hashes
 from gateway.providers.fleet.scrape import ScrapeError, ScrapeSettings, scrape
+from gateway.server.tasks import cancel_until_done
 
 
 class EventLog(Protocol):
@@ -99,9 +100,7 @@ class Fleet:
         tasks = [*self._watchers.values()]
         if self._discovering is not None:
             tasks.append(self._discovering)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_until_done(tasks)
         self._watchers.clear()
         self._discovering = None
         if self._session is not None:

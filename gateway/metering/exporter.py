@@ -1,0 +1,288 @@
+"""The exporter: moves usage events from the Redis buffer into the SQL usage store.
+
+Every replica runs one, beside the requests and never on their path. A round reads up to
+``batch`` events from the buffer's shards as a member of the store's consumer group, inserts
+them into the store in one transaction (idempotent by event id), then acknowledges and deletes
+them from Redis. Delivery is at least once: a replica killed between the insert and the
+acknowledgement leaves its entries pending, another replica (or itself, restarted) claims them
+with ``XAUTOCLAIM`` once idle for ``claim_idle_s`` and inserts them again, which the store
+turns into no-ops. A round whose insert or acknowledgement failed keeps its entries and retries
+them first, with a growing pause, so a store outage only lets the buffer grow in Redis.
+
+It also keeps the export metrics (lag, backlog, pending; events by outcome), runs the store's
+``maintain()`` (partitions ahead, retention) at start and every ``maintain_interval_s``, forgets
+consumers of replicas long gone, and sweeps usage left in Redis by an older version
+(``gateway.metering.legacy``) at start and whenever an old replica has written since.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gateway.ledger import LedgerEvent, UsageStore
+from gateway.ledger.record import RecordError
+from gateway.metering.buffer import BufferEntry, UsageBuffer
+from gateway.metering.ledger import UsageEvent
+from gateway.metering.legacy import LegacyImport
+from gateway.metrics import Metrics
+from gateway.server.tasks import cancel_until_done
+from gateway.store.connect import REDIS_FAILURES
+
+if TYPE_CHECKING:
+    from gateway.settings import Settings
+
+MAX_BACKOFF_S = 10.0
+# A consumer idle this long with nothing pending belongs to a replica that is gone.
+FORGET_CONSUMERS_AFTER_S = 3600.0
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    batch: int = 1000
+    interval_s: float = 0.5
+    claim_idle_s: float = 30.0
+    maintain_interval_s: float = 3600.0
+    stats_interval_s: float = 1.0
+    legacy_interval_s: float = 60.0
+    stop_timeout_s: float = 5.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ExportSettings:
+        return cls(
+            batch=settings.usage_export_batch,
+            interval_s=settings.usage_export_interval_s,
+            claim_idle_s=settings.usage_export_claim_idle_s,
+            maintain_interval_s=settings.usage_maintain_interval_s,
+        )
+
+
+class ExportFailed(Exception):
+    """One round could not finish; ``stage`` is what failed: ``redis`` or ``store``."""
+
+    def __init__(self, stage: str, cause: BaseException) -> None:
+        super().__init__(f"{stage}: {type(cause).__name__}: {cause}")
+        self.stage = stage
+        self.cause = cause
+
+
+def consumer_name() -> str:
+    """Unique per process (a restarted replica is a new consumer; its predecessor's pending
+    entries are claimed once idle)."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class UsageExporter:
+    def __init__(
+        self,
+        buffer: UsageBuffer,
+        store: UsageStore,
+        settings: ExportSettings,
+        metrics: Metrics,
+        log: Any,
+        *,
+        legacy: LegacyImport | None = None,
+        consumer: str | None = None,
+    ) -> None:
+        self.buffer = buffer
+        self.store = store
+        self.settings = settings
+        self.metrics = metrics
+        self.log = log
+        self.legacy = legacy
+        self.consumer = consumer or consumer_name()
+        self._unsent: list[BufferEntry] = []  # read, but not yet in the store and acknowledged
+        # After a read whose reply may have been lost, this consumer's own pending entries are
+        # read back first (they are delivered to it, so no other read would return them).
+        self._own_first = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- one round -------------------------------------------------------------------------
+
+    async def export_once(self, *, claim: bool = False) -> int:
+        """Move one batch into the store; returns how many buffer entries it handled (0: the
+        buffer had nothing for this consumer). Raises ``ExportFailed``; the entries of a failed
+        round are retried first by the next."""
+        entries = self._unsent
+        if not entries:
+            entries = await self._take(claim)
+            if not entries:
+                return 0
+            self._unsent = entries
+        events, rejected = self._decode(entries)
+        inserted = 0
+        if events:
+            started = time.perf_counter()
+            try:
+                inserted = await self.store.insert(events)
+            except Exception as exc:  # any driver's error: the entries stay, retried later
+                raise ExportFailed("store", exc) from exc
+            self.metrics.export_batch.observe(time.perf_counter() - started)
+        try:
+            await self.buffer.acknowledge(entries)
+        except Exception as exc:
+            raise ExportFailed("redis", exc) from exc
+        self._unsent = []
+        self.metrics.exported.labels("inserted").inc(inserted)
+        self.metrics.exported.labels("duplicate").inc(len(events) - inserted)
+        self.metrics.exported.labels("rejected").inc(rejected)
+        return len(entries)
+
+    async def _take(self, claim: bool) -> list[BufferEntry]:
+        batch = self.settings.batch
+        try:
+            if self._own_first:
+                entries = await self.buffer.read(self.consumer, batch, own=True)
+                if entries:
+                    return entries
+                self._own_first = False
+            entries = []
+            if claim:
+                idle_ms = int(self.settings.claim_idle_s * 1000)
+                entries = await self.buffer.claim(self.consumer, idle_ms, batch)
+                if entries:
+                    self.log.info("usage_export_claimed", count=len(entries))
+            if len(entries) < batch:
+                entries += await self.buffer.read(self.consumer, batch - len(entries))
+            return entries
+        except Exception as exc:
+            self._own_first = True
+            raise ExportFailed("redis", exc) from exc
+
+    def _decode(self, entries: list[BufferEntry]) -> tuple[list[LedgerEvent], int]:
+        """The events to insert, and how many entries were unreadable (logged in full, then
+        acknowledged with the rest: kept, they would be claimed again forever)."""
+        events: list[LedgerEvent] = []
+        rejected = 0
+        for entry in entries:
+            if entry.payload is None:
+                continue  # deleted while pending: nothing left but to acknowledge it
+            try:
+                events.append(UsageEvent.from_json(entry.payload).to_ledger())
+            except RecordError as exc:
+                rejected += 1
+                self.log.error(
+                    "usage_export_rejected",
+                    entry=entry.entry_id.decode(),
+                    usage_event=entry.payload.decode("utf-8", "replace"),
+                    reason=str(exc),
+                )
+        return events, rejected
+
+    async def drain(self) -> int:
+        """Export until the buffer has nothing more for this consumer; returns entries handled."""
+        handled = 0
+        while count := await self.export_once():
+            handled += count
+        return handled
+
+    # -- the background task ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._tasks:
+            return
+        self._tasks.append(asyncio.create_task(self._run(), name="usage-export"))
+        if self.legacy is not None:
+            self._tasks.append(asyncio.create_task(self._sweep_legacy(), name="usage-legacy"))
+
+    async def stop(self) -> None:
+        """Stop the rounds, then one last bounded drain (what the settle batch just wrote), and
+        leave the group if nothing is pending here."""
+        tasks, self._tasks = self._tasks, []
+        await cancel_until_done(tasks)
+        self._own_first = True  # a round cancelled mid-read may have left entries delivered
+        try:
+            async with asyncio.timeout(self.settings.stop_timeout_s):
+                await self.drain()
+                await self.buffer.forget_consumers(self.consumer)
+        except (TimeoutError, ExportFailed, *REDIS_FAILURES) as exc:
+            self.log.warning("usage_export_stopped_with_backlog", error=type(exc).__name__)
+
+    async def _run(self) -> None:
+        settings = self.settings
+        await self._maintain()
+        now = time.monotonic()
+        next_stats = next_claim = now
+        next_maintain = now + settings.maintain_interval_s
+        failures = 0
+        while True:
+            now = time.monotonic()
+            claim = now >= next_claim
+            if claim:
+                next_claim = now + max(settings.claim_idle_s / 2, settings.interval_s)
+            try:
+                handled = await self.export_once(claim=claim)
+                failures = 0
+            except ExportFailed as exc:
+                failures += 1
+                handled = 0
+                self.metrics.export_errors.labels(exc.stage).inc()
+                self.log.warning(
+                    "usage_export_failed",
+                    stage=exc.stage,
+                    error=type(exc.cause).__name__,
+                    retry_in_s=self._backoff(failures),
+                )
+            if now >= next_stats:
+                next_stats = now + settings.stats_interval_s
+                await self.refresh_stats()
+            if now >= next_maintain:
+                next_maintain = now + settings.maintain_interval_s
+                await self._maintain()
+            if failures:
+                await asyncio.sleep(self._backoff(failures))
+            elif handled < settings.batch:
+                await asyncio.sleep(settings.interval_s)  # caught up: poll again later
+            else:
+                await asyncio.sleep(0)  # a backlog: the next batch at once
+
+    def _backoff(self, failures: int) -> float:
+        return min(self.settings.interval_s * 2 ** (failures - 1), MAX_BACKOFF_S)
+
+    async def refresh_stats(self) -> None:
+        """Read the buffer's backlog, pending count and lag into the metrics."""
+        try:
+            stats = await self.buffer.stats()
+        except Exception as exc:
+            self.log.info("usage_export_stats_unavailable", error=type(exc).__name__)
+            return
+        self.metrics.export_backlog.set(stats.backlog)
+        self.metrics.export_pending.set(stats.pending)
+        self.metrics.export_lag.set(stats.lag_s(int(time.time() * 1000)))
+
+    async def _maintain(self) -> None:
+        """The store's partitions and retention, and the group's dead consumers; a failure is
+        logged and tried again next time."""
+        try:
+            result = await self.store.maintain()
+            if result.days_dropped:
+                self.log.info(
+                    "usage_store_maintained",
+                    cutoff=result.cutoff.isoformat(),
+                    days_dropped=len(result.days_dropped),
+                )
+        except Exception as exc:
+            self.log.warning("usage_store_maintain_failed", error=f"{type(exc).__name__}: {exc}")
+        idle_ms = int(max(FORGET_CONSUMERS_AFTER_S, 10 * self.settings.claim_idle_s) * 1000)
+        with contextlib.suppress(Exception):  # the next round recreates what it needs
+            await self.buffer.ensure_groups()
+            await self.buffer.forget_consumers(self.consumer, others_idle_ms=idle_ms)
+
+    async def _sweep_legacy(self) -> None:
+        """Import old-format usage at start, and again while old replicas keep writing it."""
+        assert self.legacy is not None
+        due = True
+        while True:
+            try:
+                if due or await self.legacy.pending():
+                    due = (await self.legacy.sweep()).found
+            except Exception as exc:
+                due = True
+                self.log.warning("usage_legacy_import_failed", error=type(exc).__name__)
+            await asyncio.sleep(self.settings.legacy_interval_s)
