@@ -24,6 +24,7 @@ from typing import Any, Literal
 from redis.asyncio import Redis
 
 from gateway.access.keys import hash_secret
+from gateway.store.index import index_page
 
 Role = Literal["viewer", "operator", "admin"]
 ROLES: tuple[Role, ...] = ("viewer", "operator", "admin")
@@ -203,16 +204,7 @@ class AdminTokens:
     async def list(
         self, *, limit: int = 100, after: str | None = None
     ) -> tuple[list[AdminToken], bool]:
-        start = 0
-        if after is not None:
-            rank = await self.redis.zrank(TOKEN_INDEX_KEY, after)
-            if rank is None:
-                raise KeyError(after)
-            start = rank + 1
-        ids = await self.redis.zrange(TOKEN_INDEX_KEY, start, start + limit)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for token_id in ids:
-                pipe.hgetall(token_record_key(token_id.decode()))
-            raws = await pipe.execute()
-        tokens = [_decode(raw) for raw in raws if raw]
-        return tokens[:limit], len(ids) > limit
+        raws, more = await index_page(
+            self.redis, TOKEN_INDEX_KEY, token_record_key, limit=limit, after=after
+        )
+        return [_decode(raw) for raw in raws], more

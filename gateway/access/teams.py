@@ -21,6 +21,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from gateway.money import nanos_to_usd
+from gateway.store.index import index_page
 
 TEAM_INDEX_KEY = "sy:teams:index"
 TEAM_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -200,19 +201,10 @@ class TeamStore:
         self, *, limit: int = 100, after: str | None = None
     ) -> tuple[list[TeamRecord], bool]:
         """Teams in creation order, ``limit`` at a time from after the id ``after``."""
-        start = 0
-        if after is not None:
-            rank = await self.redis.zrank(TEAM_INDEX_KEY, after)
-            if rank is None:
-                raise KeyError(after)
-            start = rank + 1
-        ids = await self.redis.zrange(TEAM_INDEX_KEY, start, start + limit)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for team_id in ids:
-                pipe.hgetall(team_record_key(team_id.decode()))
-            raws = await pipe.execute()
-        teams = [_decode(raw) for raw in raws if raw]
-        return teams[:limit], len(ids) > limit
+        raws, more = await index_page(
+            self.redis, TEAM_INDEX_KEY, team_record_key, limit=limit, after=after
+        )
+        return [_decode(raw) for raw in raws], more
 
 
 def _text(value: Any) -> str:
