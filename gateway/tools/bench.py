@@ -155,7 +155,8 @@ async def time_to_first_byte(url: str, key: str | None, count: int) -> list[floa
     return samples
 
 
-def _wait_http(url: str, timeout: float = 30) -> None:
+def wait_http(url: str, timeout: float = 30) -> None:
+    """Until ``url`` answers (any status), or ``RuntimeError`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -240,10 +241,10 @@ def main() -> None:
                 workdir, "traced", redis_server.url, policy, otel
             )
             processes.append(process)
-        _wait_http(gateway + "/healthz")
+        wait_http(gateway + "/healthz")
         if traced_gateway is not None:
-            _wait_http(traced_gateway + "/healthz")
-        _wait_http(upstream + "/models")
+            wait_http(traced_gateway + "/healthz")
+        wait_http(upstream + "/models")
         created = httpx.post(
             gateway + "/admin/keys",
             json={"name": "bench", "rpm": 10_000_000, "tpm": 10_000_000_000},

@@ -45,7 +45,7 @@ from gateway.metering.ledger import UsageEvent
 from gateway.metrics import Metrics
 from gateway.store.embedded import EmbeddedRedis, free_port
 from gateway.store.scripts import ScriptBatch
-from gateway.tools.bench import ADMIN_KEY, BODY, POLICY, ensure_wrk
+from gateway.tools.bench import ADMIN_KEY, BODY, POLICY, ensure_wrk, wait_http
 
 COUNTING_SCRIPT = """
 wrk.method = "POST"
@@ -68,17 +68,6 @@ def load_average() -> str:
 
 
 # -- memory ------------------------------------------------------------------------------------
-
-
-def _wait_http(url: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(url, timeout=1)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer")
 
 
 def _wait_exported(gateway: str, timeout: float = 600) -> None:
@@ -170,7 +159,7 @@ def memory(args: argparse.Namespace) -> None:
                 )
             )
         gateway = f"http://127.0.0.1:{gateway_port}"
-        _wait_http(gateway + "/healthz")
+        wait_http(gateway + "/healthz")
         created = httpx.post(
             gateway + "/admin/keys",
             json={"name": "bench", "rpm": 10_000_000, "tpm": 10_000_000_000},
