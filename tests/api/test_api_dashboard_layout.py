@@ -45,6 +45,7 @@ async def test_charts_use_their_cards_full_width(
                 timeout=10,
             )
             assert answer.status_code == 200
+        gateway.wait_exported()  # the page reads the usage store, a moment behind
         async with chromium_page(tmp_path / "chromium") as tools:
             await tools.open(
                 gateway.base_url + "/admin/ui", "document.querySelector('input[name=key]')"
