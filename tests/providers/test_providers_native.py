@@ -199,6 +199,8 @@ def test_a_mid_stream_error_reaches_every_client_scrubbed(gateway) -> None:
         body = response.read().decode()
     assert "event: error" in body and "event: response.failed" in body
     assert "response.completed" not in body and ANTHROPIC_KEY not in body
+    gateway[0].wait_exported()  # the events are read from the usage store
     with gateway[0].admin() as admin:
         events = admin.get("/admin/usage/events", params={"limit": 3}).json()["data"]
+    assert len(events) == 3  # the three broken streams above, each recorded
     assert all(event["status"] == 502 and event["streamed"] for event in events)
