@@ -9,8 +9,9 @@ on the page that answers the form, and never again.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -33,6 +34,8 @@ from gateway.services import Services
 MAX_SHOWN = 1000
 KEY_INT_FIELDS = ("rpm", "tpm", "max_parallel_requests")
 TEAM_BUDGETS = ("day", "week", "month", "total")
+
+T = TypeVar("T")
 
 
 def _number(form: dict[str, str], name: str, kind: type) -> Any:
@@ -134,25 +137,41 @@ async def create_key(request: Request, services: Services) -> Response:
 
 
 async def rotate_key(request: Request, services: Services) -> Response:
-    checked = await posted(request, services, "operator")
-    if isinstance(checked, Response):
-        return checked
-    session, _ = checked
-    key_id = request.path_params["key_id"]
-    try:
-        before = await key_admin.show_key(services.keys, key_id)
-        created = await key_admin.rotate_key(services.keys, key_id, {}, None)
-    except GatewayError as exc:
-        return _refused(services, exc)
-    services.auth.invalidate(key_id)
-    await _audit(
-        services, request, session.actor, "key.rotate", f"key:{key_id}",
-        before.public_view(), created.record.public_view(),
-    )  # fmt: skip
+    changed = await _change_key(
+        request,
+        services,
+        "key.rotate",
+        lambda key_id: key_admin.rotate_key(services.keys, key_id, {}, None),
+        lambda created: created.record.public_view(),
+    )
+    if isinstance(changed, Response):
+        return changed
+    session, created = changed
     return _shown_once(services, session, created, "rotated")
 
 
 async def revoke_key(request: Request, services: Services) -> Response:
+    changed = await _change_key(
+        request,
+        services,
+        "key.revoke",
+        lambda key_id: key_admin.revoke_key(services.keys, key_id),
+        lambda record: record.public_view(),
+    )
+    if isinstance(changed, Response):
+        return changed
+    return RedirectResponse("/admin/ui/keys", status_code=303)
+
+
+async def _change_key(
+    request: Request,
+    services: Services,
+    action: str,
+    change: Callable[[str], Awaitable[T]],
+    view: Callable[[T], dict[str, Any]],
+) -> tuple[DashboardSession, T] | Response:
+    """An operator's change to the key in the path: the key as it was, the change, its cached
+    copy dropped, the audit entry with both views; or the page that refuses it."""
     checked = await posted(request, services, "operator")
     if isinstance(checked, Response):
         return checked
@@ -160,15 +179,15 @@ async def revoke_key(request: Request, services: Services) -> Response:
     key_id = request.path_params["key_id"]
     try:
         before = await key_admin.show_key(services.keys, key_id)
-        record = await key_admin.revoke_key(services.keys, key_id)
+        after = await change(key_id)
     except GatewayError as exc:
         return _refused(services, exc)
     services.auth.invalidate(key_id)
     await _audit(
-        services, request, session.actor, "key.revoke", f"key:{key_id}",
-        before.public_view(), record.public_view(),
+        services, request, session.actor, action, f"key:{key_id}",
+        before.public_view(), view(after),
     )  # fmt: skip
-    return RedirectResponse("/admin/ui/keys", status_code=303)
+    return session, after
 
 
 async def create_team(request: Request, services: Services) -> Response:

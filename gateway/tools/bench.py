@@ -167,9 +167,11 @@ def wait_http(url: str, timeout: float = 30) -> None:
     raise RuntimeError(f"{url} did not answer")
 
 
-def _start_gateway(
+def start_gateway(
     workdir: Path, name: str, redis_url: str, policy: Path, extra: dict[str, str]
 ) -> tuple[str, subprocess.Popen[bytes]]:
+    """``switchyard serve`` pinned to the gateway's core, its DATA_DIR ``workdir/name`` (its log
+    there too); returns its base URL and process."""
     port = free_port()
     data_dir = workdir / name
     data_dir.mkdir()
@@ -229,7 +231,7 @@ def main() -> None:
         upstream = f"http://127.0.0.1:{upstream_port}/v1"
         policy = workdir / "routing_rules.yaml"
         policy.write_text(POLICY.format(base_url=upstream))
-        gateway, process = _start_gateway(workdir, "plain", redis_server.url, policy, {})
+        gateway, process = start_gateway(workdir, "plain", redis_server.url, policy, {})
         processes.append(process)
         traced_gateway = None
         if "traced" in modes:  # its spans go to the fake upstream's dropping collector
@@ -237,7 +239,7 @@ def main() -> None:
                 "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{upstream_port}",
                 "OTEL_SERVICE_NAME": "switchyard-bench",
             }
-            traced_gateway, process = _start_gateway(
+            traced_gateway, process = start_gateway(
                 workdir, "traced", redis_server.url, policy, otel
             )
             processes.append(process)

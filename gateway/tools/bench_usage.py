@@ -45,7 +45,7 @@ from gateway.metering.ledger import UsageEvent
 from gateway.metrics import Metrics
 from gateway.store.embedded import EmbeddedRedis, free_port
 from gateway.store.scripts import ScriptBatch
-from gateway.tools.bench import ADMIN_KEY, BODY, POLICY, ensure_wrk, wait_http
+from gateway.tools.bench import ADMIN_KEY, BODY, POLICY, ensure_wrk, start_gateway, wait_http
 
 COUNTING_SCRIPT = """
 wrk.method = "POST"
@@ -133,7 +133,7 @@ def memory(args: argparse.Namespace) -> None:
     redis_server = EmbeddedRedis(workdir / "redis", port=free_port(), appendonly=False)
     try:
         redis_server.start()
-        upstream_port, gateway_port = free_port(), free_port()
+        upstream_port = free_port()
         processes.append(
             subprocess.Popen(
                 [sys.executable, "-m", "gateway.tools.fake_upstream", "--port", str(upstream_port)],
@@ -143,22 +143,10 @@ def memory(args: argparse.Namespace) -> None:
         policy = workdir / "routing_rules.yaml"
         policy.write_text(POLICY.format(base_url=f"http://127.0.0.1:{upstream_port}/v1"))
         data_dir = workdir / "gw"
-        env = {
-            **os.environ,
-            "SWITCHYARD_PORT": str(gateway_port),
-            "SWITCHYARD_REDIS_URL": redis_server.url,
-            "SWITCHYARD_DATA_DIR": str(data_dir),
-            "SWITCHYARD_ADMIN_KEY": ADMIN_KEY,
-            "SWITCHYARD_POLICY_FILE": str(policy),
-            "SWITCHYARD_ACCESS_LOG": "false",
-        }
-        with (workdir / "gateway.log").open("wb") as log:
-            processes.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "gateway", "serve"], env=env, stdout=log, stderr=log
-                )
-            )
-        gateway = f"http://127.0.0.1:{gateway_port}"
+        gateway, process = start_gateway(
+            workdir, "gw", redis_server.url, policy, {"SWITCHYARD_ACCESS_LOG": "false"}
+        )
+        processes.append(process)
         wait_http(gateway + "/healthz")
         created = httpx.post(
             gateway + "/admin/keys",
