@@ -190,6 +190,21 @@ def _add(
             cell[index] += value
 
 
+def until_unlocked(step: Callable[[], T]) -> T:
+    """``step``, tried again while SQLite answers "database is locked" (up to the busy timeout).
+    SQLite gives that answer at once, without its busy handler, in a few cases such as the
+    switch to WAL while other processes open the same new file (replicas starting together
+    on one DATA_DIR)."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            return step()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
+
+
 class _Worker:
     """One thread owning one sqlite3 connection; ``run`` hands it a function of the connection."""
 
@@ -263,7 +278,7 @@ class SqliteStore:
         if read_only:
             conn.execute("PRAGMA query_only = ON")
         else:
-            conn.execute("PRAGMA journal_mode = WAL")
+            until_unlocked(lambda: conn.execute("PRAGMA journal_mode = WAL"))
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         return conn
 
@@ -271,7 +286,7 @@ class SqliteStore:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             await self._writer.connect(functools.partial(self._connect, read_only=False))
-            await self._writer.run(self._migrate)
+            await self._writer.run(lambda conn: until_unlocked(lambda: self._migrate(conn)))
             await self._reader.connect(functools.partial(self._connect, read_only=True))
             self.store_id = await self._reader.run(
                 lambda conn: conn.execute(SELECT_STORE_ID).fetchone()[0]
