@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Required, TypedDict, Unpack, runtime_checkable
 
 from gateway.errors import UpstreamError
 from gateway.formats.errors import ErrorInfo
@@ -95,17 +95,29 @@ ClientGone = Callable[[], Awaitable[Any]]
 Headers = Mapping[str, str]
 
 
+class JsonCallOptions(TypedDict, total=False):
+    """The keyword arguments of ``post_json``, declared once for the protocol and for the
+    providers that pass them on to another provider as they are."""
+
+    headers: Headers | None
+    client_gone: ClientGone | None
+
+
+class ForwardOptions(TypedDict, total=False):
+    """The keyword arguments of ``forward``; ``model`` is the upstream model the body names."""
+
+    model: Required[str]
+    content_type: Required[str]
+    content_length: int | None  # None: the body is sent chunked
+    headers: Headers | None
+
+
 class Provider(Protocol):
     name: str
     formats: tuple[str, ...]  # the chat wire formats it speaks natively, preferred first
 
     async def post_json(
-        self,
-        path: str,
-        body: dict[str, Any],
-        *,
-        headers: Headers | None = None,
-        client_gone: ClientGone | None = None,
+        self, path: str, body: dict[str, Any], **options: Unpack[JsonCallOptions]
     ) -> UpstreamResponse: ...
 
     async def open_stream(
@@ -113,17 +125,9 @@ class Provider(Protocol):
     ) -> UpstreamStream: ...
 
     async def forward(
-        self,
-        path: str,
-        body: bytes | AsyncIterable[bytes],
-        *,
-        model: str,
-        content_type: str,
-        content_length: int | None = None,
-        headers: Headers | None = None,
+        self, path: str, body: bytes | AsyncIterable[bytes], **options: Unpack[ForwardOptions]
     ) -> RawReply:
-        """Any other body (a multipart upload streamed through); ``model`` is the upstream
-        model it names."""
+        """Any other body (a multipart upload streamed through)."""
         ...
 
     def stream_error(self, info: ErrorInfo) -> UpstreamError:

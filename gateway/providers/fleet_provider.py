@@ -30,14 +30,21 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from typing import Any, TypeVar, Unpack
 
 import aiohttp
 
 from gateway.errors import UpstreamError
 from gateway.formats.errors import ErrorInfo
-from gateway.providers.base import ClientGone, Headers, RawReply, Unavailable, UpstreamResponse
+from gateway.providers.base import (
+    ForwardOptions,
+    Headers,
+    JsonCallOptions,
+    RawReply,
+    Unavailable,
+    UpstreamResponse,
+)
 from gateway.providers.fleet.discovery import Discovery, DnsDiscovery, StaticDiscovery
 from gateway.providers.fleet.explain import RoutePick
 from gateway.providers.fleet.fleet import EventLog, Fleet, FleetSettings
@@ -63,6 +70,7 @@ _GONE = (
 )
 
 OnPick = Callable[[str, RoutePick], None]
+T = TypeVar("T")
 
 
 def fleet_settings(config: FleetConfig, spill: PolicySpillWhen | None) -> FleetSettings:
@@ -226,34 +234,19 @@ class FleetProvider:
     # --- calls ---------------------------------------------------------------------------
 
     async def post_json(
-        self,
-        path: str,
-        body: dict[str, Any],
-        *,
-        headers: Headers | None = None,
-        client_gone: ClientGone | None = None,
+        self, path: str, body: dict[str, Any], **options: Unpack[JsonCallOptions]
     ) -> UpstreamResponse:
-        await self.start()
-        tried: set[str] = set()
-        last: UpstreamError | None = None
-        while True:
-            pick = self._pick(body, tried, last)
+        async def send(pick: RoutePick) -> UpstreamResponse:
             with self._lease(pick.replica):
-                try:
-                    response = await self._sender(pick).post_json(path, body, headers=headers)
-                except UpstreamError as error:
-                    last = self._failed(pick, error, tried)
-                    continue
-            return dataclasses.replace(response, route_note=pick.header_part())
+                return await self._sender(pick).post_json(path, body, **options)
+
+        response, pick = await self._failover(body, send)
+        return dataclasses.replace(response, route_note=pick.header_part())
 
     async def open_stream(
         self, path: str, body: dict[str, Any], *, headers: Headers | None = None
     ) -> FleetStream:
-        await self.start()
-        tried: set[str] = set()
-        last: UpstreamError | None = None
-        while True:
-            pick = self._pick(body, tried, last)
+        async def send(pick: RoutePick) -> FleetStream:
             lease = contextlib.ExitStack()
             lease.enter_context(self._lease(pick.replica))
             stream: SseStream | None = None
@@ -263,12 +256,6 @@ class FleetProvider:
                 first = await anext(events, None)  # nothing reaches the client before this
                 if first is None:
                     raise self.http.http.protocol_error("ended a stream before its first event")
-            except UpstreamError as error:
-                if stream is not None:
-                    stream.close()
-                lease.close()
-                last = self._failed(pick, error, tried)
-                continue
             except BaseException:
                 if stream is not None:
                     stream.close()
@@ -276,28 +263,16 @@ class FleetProvider:
                 raise
             return FleetStream(stream, events, first, lease.close, pick.header_part())
 
+        return (await self._failover(body, send))[0]
+
     async def forward(
-        self,
-        path: str,
-        body: bytes | AsyncIterable[bytes],
-        *,
-        model: str,
-        content_type: str,
-        content_length: int | None = None,
-        headers: Headers | None = None,
+        self, path: str, body: bytes | AsyncIterable[bytes], **options: Unpack[ForwardOptions]
     ) -> RawReply:
         await self.start()
-        pick = self._pick({"model": model}, set(), None)
+        pick = self._pick({"model": options["model"]}, set(), None)
         with self._lease(pick.replica):
             try:
-                reply = await self._sender(pick).forward(
-                    path,
-                    body,
-                    model=model,
-                    content_type=content_type,
-                    content_length=content_length,
-                    headers=headers,
-                )
+                reply = await self._sender(pick).forward(path, body, **options)
             except UpstreamError as error:
                 why = replica_failure(error)
                 if why is not None:  # the replica is reported; the upload is not sent again
@@ -306,6 +281,21 @@ class FleetProvider:
         return dataclasses.replace(reply, route_note=pick.header_part())
 
     # --- helpers -------------------------------------------------------------------------
+
+    async def _failover(
+        self, body: Mapping[str, Any], send: Callable[[RoutePick], Awaitable[T]]
+    ) -> tuple[T, RoutePick]:
+        """``send`` to one picked replica after another until one answers (or the error is
+        the request's answer); the answer and the replica that gave it."""
+        await self.start()
+        tried: set[str] = set()
+        last: UpstreamError | None = None
+        while True:
+            pick = self._pick(body, tried, last)
+            try:
+                return await send(pick), pick
+            except UpstreamError as error:
+                last = self._failed(pick, error, tried)
 
     def _pick(
         self, body: Mapping[str, Any], tried: set[str], last: UpstreamError | None
@@ -370,34 +360,27 @@ class FleetProvider:
         }
 
 
+@dataclasses.dataclass(eq=False)
 class FleetStream:
     """A replica's stream whose first event was read before the client saw anything; holds
-    the replica's lease until it is closed or ends."""
+    the replica's lease until it is closed or ends (``release``)."""
 
-    def __init__(
-        self,
-        stream: SseStream,
-        events: AsyncIterator[bytes],
-        first: bytes,
-        release: Callable[[], None],
-        route_note: str,
-    ) -> None:
-        self.stream = stream
-        self._events = events
-        self._first = first
-        self._release = release
-        self.route_note: str | None = route_note
+    stream: SseStream
+    rest: AsyncIterator[bytes]  # the stream's events after ``first``
+    first: bytes
+    release: Callable[[], None]
+    route_note: str | None
 
     async def events(self) -> AsyncIterator[bytes]:
         try:
-            yield self._first
-            if self._first == b"[DONE]":
+            yield self.first
+            if self.first == b"[DONE]":
                 return
-            async for data in self._events:
+            async for data in self.rest:
                 yield data
         finally:
-            self._release()
+            self.release()
 
     def close(self) -> None:
         self.stream.close()
-        self._release()
+        self.release()

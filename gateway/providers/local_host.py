@@ -19,14 +19,14 @@ import asyncio
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from gateway.data_dir import private_dir
 from gateway.errors import UpstreamError
 from gateway.formats.errors import ErrorInfo
 from gateway.providers.base import (
-    ClientGone,
     Headers,
+    JsonCallOptions,
     RawReply,
     Unavailable,
     UpstreamResponse,
@@ -267,15 +267,10 @@ class HostedProvider:
         return self._host.model_note(self.name)
 
     async def post_json(
-        self,
-        path: str,
-        body: dict[str, Any],
-        *,
-        headers: Headers | None = None,
-        client_gone: ClientGone | None = None,
+        self, path: str, body: dict[str, Any], **options: Unpack[JsonCallOptions]
     ) -> UpstreamResponse:
         provider = self._host.provider(self.name, self._config)
-        return await provider.post_json(path, body, client_gone=client_gone)
+        return await provider.post_json(path, body, **options)
 
     async def open_stream(
         self, path: str, body: dict[str, Any], *, headers: Headers | None = None
