@@ -12,6 +12,7 @@ without ``max_tokens`` gets the provider's ``default_max_tokens``. Other operati
 from __future__ import annotations
 
 from gateway.formats.anthropic_messages import parse_error
+from gateway.formats.errors import ErrorInfo
 from gateway.providers.http_provider import HttpProvider
 from gateway.providers.http_upstream import UpstreamSettings
 from gateway.routing.policy import ANTHROPIC_DEFAULT_VERSION, ProviderConfig
@@ -22,10 +23,13 @@ MESSAGES_PATHS = frozenset({"/messages", "/messages/count_tokens"})
 class AnthropicProvider(HttpProvider):
     def __init__(self, name: str, config: ProviderConfig, upstream: UpstreamSettings) -> None:
         self.version = config.anthropic_version or ANTHROPIC_DEFAULT_VERSION
-        super().__init__(name, config, upstream, read_error=parse_error)
+        super().__init__(name, config, upstream)
 
     def serves(self, path: str) -> bool:
         return path in MESSAGES_PATHS
+
+    def read_error(self, status: int, body: bytes) -> ErrorInfo:
+        return parse_error(status, body)
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         headers = {"anthropic-version": self.version}

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from gateway.formats import openai_errors
 from gateway.providers.http_provider import HttpProvider
 from gateway.providers.http_upstream import UpstreamSettings
 from gateway.routing.policy import AZURE_DEFAULT_API_VERSION, ProviderConfig
@@ -35,7 +34,7 @@ DEPLOYMENT_PATHS = frozenset(
 
 class AzureOpenAIProvider(HttpProvider):
     def __init__(self, name: str, config: ProviderConfig, upstream: UpstreamSettings) -> None:
-        super().__init__(name, config, upstream, read_error=openai_errors.parse_error)
+        super().__init__(name, config, upstream)
         self.api_version = config.api_version or AZURE_DEFAULT_API_VERSION
         self.deployments = dict(config.deployments)
 

@@ -1,7 +1,7 @@
 """A provider over HTTP, written once: ``HttpProvider`` does the calls through ``HttpUpstream``;
 each kind (``openai_compat``, ``azure_openai``, ``anthropic``) only says where an operation
-goes (``url``), which operations it offers (``serves``) and how it authenticates
-(``auth_headers``). ``at(base_url)`` is the same provider sending to another base URL with the
+goes (``url``), which operations it offers (``serves``), how it authenticates
+(``auth_headers``) and how its error bodies read (``read_error``). ``at(base_url)`` is the same provider sending to another base URL with the
 same session, headers, caps and error mapping: an engine fleet (``fleet_provider``) sends each
 request to the replica it picked through one ``OpenAICompatProvider``.
 
@@ -20,6 +20,7 @@ from typing import Any, Self
 import orjson
 
 from gateway.errors import UpstreamError
+from gateway.formats import openai_errors
 from gateway.formats.errors import ErrorInfo
 from gateway.providers.base import (
     ClientGone,
@@ -29,7 +30,7 @@ from gateway.providers.base import (
     UpstreamResponse,
     unsupported,
 )
-from gateway.providers.http_upstream import ErrorReader, HttpUpstream, SseStream, UpstreamSettings
+from gateway.providers.http_upstream import HttpUpstream, SseStream, UpstreamSettings
 from gateway.redact import secret_values
 from gateway.routing.policy import ProviderConfig
 
@@ -37,17 +38,10 @@ JSON = "application/json"
 
 
 class HttpProvider:
-    """The calls every HTTP provider makes; subclasses fill in ``url``, ``serves`` and
-    ``auth_headers``."""
+    """The calls every HTTP provider makes; subclasses fill in ``url``, ``serves``,
+    ``auth_headers`` and ``read_error``."""
 
-    def __init__(
-        self,
-        name: str,
-        config: ProviderConfig,
-        upstream: UpstreamSettings,
-        *,
-        read_error: ErrorReader,
-    ) -> None:
+    def __init__(self, name: str, config: ProviderConfig, upstream: UpstreamSettings) -> None:
         self.name = name
         self.config = config
         self.formats: tuple[str, ...] = config.native_formats
@@ -66,7 +60,7 @@ class HttpProvider:
             pool_size=config.max_concurrency,
             # Scrubbed out of any upstream text that is relayed (its key, its header values).
             secrets=secret_values(config.api_key_env, config.headers, os.environ),
-            read_error=read_error,
+            read_error=self.read_error,
         )
 
     # -- what a kind says -----------------------------------------------------------------
@@ -79,6 +73,10 @@ class HttpProvider:
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         return {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def read_error(self, status: int, body: bytes) -> ErrorInfo:
+        """An error body in the upstream's wire format (OpenAI's unless the kind says)."""
+        return openai_errors.parse_error(status, body)
 
     # -- the Provider protocol ------------------------------------------------------------
 

@@ -8,12 +8,8 @@ does), so Responses clients reach it untranslated. The calls themselves are
 
 from __future__ import annotations
 
-from gateway.formats import openai_errors
 from gateway.providers.http_provider import HttpProvider
-from gateway.providers.http_upstream import UpstreamSettings
-from gateway.routing.policy import ProviderConfig
 
 
 class OpenAICompatProvider(HttpProvider):
-    def __init__(self, name: str, config: ProviderConfig, upstream: UpstreamSettings) -> None:
-        super().__init__(name, config, upstream, read_error=openai_errors.parse_error)
+    """``HttpProvider`` as it is: OpenAI's URLs, bearer key and error bodies."""
