@@ -12,6 +12,7 @@ a non-stream client that hangs up is noticed while the engine works, not only at
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -183,10 +184,7 @@ class LocalRun:
         self._started = time.perf_counter()
         # The engine's clock (time.monotonic) for the trace's phases: queued, prefill began
         # (the earliest sample's), first token, last token.
-        self._queued_at = time.monotonic()
-        self._scheduled_at: float | None = None
-        self._first_token_at: float | None = None
-        self._finished_at: float | None = None
+        self._timeline = EnginePhases(queued_at=time.monotonic(), prompt_tokens=self.prompt_tokens)
         self._output_tokens: dict[int, int] = {}
 
     async def outputs(self) -> AsyncIterator[tuple[StreamOutput, int]]:
@@ -223,25 +221,21 @@ class LocalRun:
             metrics.engine_e2e.observe(time.perf_counter() - self._started)
 
     def _note_phase(self, output: StreamOutput, index: int) -> None:
-        scheduled, at = output.scheduled_at, output.step_time
-        if scheduled is not None and (self._scheduled_at is None or scheduled < self._scheduled_at):
-            self._scheduled_at = scheduled
+        timeline, scheduled, at = self._timeline, output.scheduled_at, output.step_time
+        if scheduled is not None and (
+            timeline.scheduled_at is None or scheduled < timeline.scheduled_at
+        ):
+            timeline.scheduled_at = scheduled
         if at is not None:
-            if self._first_token_at is None:
-                self._first_token_at = at
-            self._finished_at = at
+            if timeline.first_token_at is None:
+                timeline.first_token_at = at
+            timeline.finished_at = at
         self._output_tokens[index] = output.num_output_tokens
 
     def phases(self) -> EnginePhases:
-        """Where the engine spent this request's time (span events of its trace)."""
-        return EnginePhases(
-            queued_at=self._queued_at,
-            scheduled_at=self._scheduled_at,
-            first_token_at=self._first_token_at,
-            finished_at=self._finished_at,
-            prompt_tokens=self.prompt_tokens,
-            output_tokens=sum(self._output_tokens.values()),
-        )
+        """Where the engine spent this request's time (span events of its trace): a copy, as
+        the run goes on filling in its own."""
+        return dataclasses.replace(self._timeline, output_tokens=sum(self._output_tokens.values()))
 
     async def _produce(
         self, engine: AsyncEngine, request_id: str, number: int, prompt: list[int]

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EnginePhases:
     """A local engine request's timeline, in ``time.monotonic()`` seconds (the engine's clock);
-    a phase that never began is None."""
+    a phase that never began is None. The local provider fills one in as the request runs and
+    hands out copies."""
 
     queued_at: float
     scheduled_at: float | None = None  # the first step that computed it: prefill began
