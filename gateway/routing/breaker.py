@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 from gateway.settings import Settings
@@ -31,13 +31,8 @@ class BreakerSettings:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> BreakerSettings:
-        return cls(
-            consecutive_failures=settings.breaker_consecutive_failures,
-            failure_ratio=settings.breaker_failure_ratio,
-            window=settings.breaker_window,
-            min_calls=settings.breaker_min_calls,
-            cooldown_s=settings.breaker_cooldown_s,
-        )
+        """Each field from its ``SWITCHYARD_BREAKER_<FIELD>`` setting."""
+        return cls(**{f.name: getattr(settings, f"breaker_{f.name}") for f in fields(cls)})
 
     def __post_init__(self) -> None:
         if self.consecutive_failures < 1:
