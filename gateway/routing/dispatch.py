@@ -122,47 +122,41 @@ class AttemptRecord:
         }
 
 
+@dataclass(eq=False)
 class ServedCall:
     """The end of one call that reached the upstream: breaker, latency and provider slot are
     settled exactly once, by whichever of ``succeeded``/``failed``/``release`` comes first."""
 
-    def __init__(
-        self,
-        state: RoutingState,
-        candidate: Candidate,
-        breaker: CircuitBreaker,
-        *,
-        probe: bool,
-    ) -> None:
-        self._state = state
-        self._candidate = candidate
-        self._breaker = breaker
-        self._probe = probe  # this call holds the half-open breaker's one probe slot
-        self._open = True
-        self.first_byte_s = 0.0  # set when the attempt returns: what the latency EWMA learns
+    state: RoutingState
+    candidate: Candidate
+    breaker: CircuitBreaker
+    probe: bool = field(kw_only=True)  # this call holds the half-open breaker's one probe slot
+    # Set when the attempt returns: what the latency EWMA learns.
+    first_byte_s: float = field(default=0.0, init=False)
+    _open: bool = field(default=True, init=False, repr=False)
 
     def succeeded(self) -> None:
         if self._settle():
-            self._breaker.record_success()
-            self._state.latency.observe(self._candidate.model, self.first_byte_s)
+            self.breaker.record_success()
+            self.state.latency.observe(self.candidate.model, self.first_byte_s)
 
     def failed(self, counts: bool = True) -> None:
         """``counts=False``: the failure says nothing about the upstream's health."""
         if self._settle():
             if counts:
-                self._breaker.record_failure()
-            elif self._probe:
-                self._breaker.release_probe()
+                self.breaker.record_failure()
+            elif self.probe:
+                self.breaker.release_probe()
 
     def release(self) -> None:
-        if self._settle() and self._probe:
-            self._breaker.release_probe()
+        if self._settle() and self.probe:
+            self.breaker.release_probe()
 
     def _settle(self) -> bool:
         if not self._open:
             return False
         self._open = False
-        self._state.inflight.release(self._candidate.provider)
+        self.state.inflight.release(self.candidate.provider)
         return True
 
 
