@@ -22,6 +22,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
@@ -109,23 +110,16 @@ class DrainMiddleware:
         await send({"type": "http.response.body", "body": self.refusal})
 
 
+@dataclass(eq=False)
 class _SigtermRelay:
     """Replaces the server's SIGTERM handler: drain first, then hand the signal on."""
 
-    def __init__(
-        self,
-        drain: Drain,
-        grace_s: float,
-        log: Any,
-        loop: asyncio.AbstractEventLoop,
-        previous: Any,
-    ) -> None:
-        self.drain = drain
-        self.grace_s = grace_s
-        self.log = log
-        self.loop = loop
-        self.previous = previous
-        self.task: asyncio.Task[None] | None = None
+    drain: Drain
+    grace_s: float
+    log: Any
+    loop: asyncio.AbstractEventLoop
+    previous: Any  # the server's handler
+    task: asyncio.Task[None] | None = field(default=None, init=False)
 
     def handle(self, sig: int, frame: FrameType | None) -> None:
         if self.drain.draining:  # a second SIGTERM: stop now
