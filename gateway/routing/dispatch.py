@@ -48,6 +48,7 @@ import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential_jitter
 
 from gateway.errors import UpstreamError
+from gateway.formats.errors import CONTEXT_LENGTH_EXCEEDED
 from gateway.redact import redact
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.policy import ProviderConfig
@@ -212,6 +213,28 @@ class DispatchFailed(UpstreamError):
         failed.__cause__ = error
         return failed
 
+    @classmethod
+    def all_skipped(cls, attempts: list[AttemptRecord]) -> DispatchFailed:
+        """No candidate was tried (each one's reason is in the message). Only the prompt's
+        length in the way of every candidate is the client's to fix: a 400; else a 503."""
+        reasons = "; ".join(f"{a.model}: {a.detail}" for a in attempts)
+        if attempts and all(a.kind == "context_window" for a in attempts):
+            return cls(
+                f"the prompt is too long for every candidate's context window ({reasons})",
+                attempts,
+                status=400,
+                kind="status",
+                code=CONTEXT_LENGTH_EXCEEDED,
+                error_type="invalid_request_error",
+            )
+        return cls(
+            f"no upstream can take this request now (all candidates skipped: {reasons})",
+            attempts,
+            status=503,
+            kind="unavailable",
+            code="no_healthy_upstream",
+        )
+
 
 class _Skipped(Exception):
     """The candidate was not tried (breaker open, provider full); not retried."""
@@ -348,27 +371,8 @@ class Dispatcher:
             if spilled and ask_provider:  # served here because a busier candidate spilled
                 candidate = dataclasses.replace(candidate, spilled=True)
             return DispatchResult(value, candidate, attempts, held)
-        if last_error is None and attempts and all(a.kind == "context_window" for a in attempts):
-            raise DispatchFailed(
-                "the prompt is too long for every candidate's context window ("
-                + "; ".join(f"{a.model}: {a.detail}" for a in attempts)
-                + ")",
-                attempts,
-                status=400,
-                kind="status",
-                code="context_length_exceeded",
-                error_type="invalid_request_error",
-            )
         if last_error is None:
-            raise DispatchFailed(
-                "no upstream can take this request now (all candidates skipped: "
-                + "; ".join(f"{a.model}: {a.detail}" for a in attempts)
-                + ")",
-                attempts,
-                status=503,
-                kind="unavailable",
-                code="no_healthy_upstream",
-            )
+            raise DispatchFailed.all_skipped(attempts)
         raise DispatchFailed.from_error(last_error, attempts) from last_error
 
     async def dispatch(
