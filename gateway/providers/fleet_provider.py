@@ -263,7 +263,8 @@ class FleetProvider:
                 raise
             return FleetStream(stream, events, first, lease.close, pick.header_part())
 
-        return (await self._failover(body, send))[0]
+        stream, _ = await self._failover(body, send)  # it carries its route_note
+        return stream
 
     async def forward(
         self, path: str, body: bytes | AsyncIterable[bytes], **options: Unpack[ForwardOptions]
