@@ -32,8 +32,9 @@ def check_id(error: type[RecordError], field: str, value: object) -> None:
     if len(value) > MAX_ID_LENGTH:
         raise error(field, f"longer than {MAX_ID_LENGTH} characters")
     # Braces would break a Redis cluster hash tag; whitespace and control characters have no
-    # place in ids.
-    if any(ch in "{}" or not ch.isprintable() or ch.isspace() for ch in value):
+    # place in ids. The one printable whitespace character is the space (every other one is
+    # not printable), so whole-string tests in C do what a loop over characters would.
+    if not value.isprintable() or " " in value or "{" in value or "}" in value:
         raise error(field, "contains braces, whitespace or control characters")
 
 

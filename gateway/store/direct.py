@@ -16,6 +16,10 @@ and keeps redis-py's semantics where they matter:
   same connection, so the run never depends on a SCRIPT LOAD having reached the same server
   (a failover, a restart, two servers taking turns on one socket path).
 
+Commands are packed by hiredis's C ``pack_command`` (the same bytes as redis-py's pure-Python
+packer, which took 12 µs for the 27 arguments of a reservation against 2 µs). The hot path's
+commands are single words, so redis-py's splitting of ``"CONFIG GET"``-style names is not needed.
+
 The connections stay checked out of the client's pool, so ``client.aclose()`` disconnects them
 with the rest. A Redis Cluster client goes through redis-py as before (it routes by slot).
 """
@@ -25,15 +29,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import hiredis
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import DataError, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.store.connect import RedisClient
 
 _RETRYABLE = (RedisConnectionError, RedisTimeoutError)
+
+
+def pack(commands: Sequence[tuple[Any, ...]]) -> bytes:
+    """The RESP bytes of ``commands``; a value that is not str, bytes, int or float (a bool,
+    None) raises ``DataError``, as redis-py's packer does."""
+    try:
+        return b"".join([hiredis.pack_command(command) for command in commands])
+    except TypeError as exc:
+        raise DataError(f"cannot send {commands!r}: {exc}") from exc
 
 
 class DirectRedis:
@@ -108,7 +122,7 @@ class _Single:
         self.args = args
 
     async def run(self, connection: AbstractConnection) -> Any:
-        await connection.send_command(*self.args)
+        await connection.send_packed_command(pack((self.args,)))
         return await connection.read_response()
 
 
@@ -120,11 +134,11 @@ class _Script:
         self.fallback = fallback
 
     async def run(self, connection: AbstractConnection) -> Any:
-        await connection.send_command(*self.evalsha)
+        await connection.send_packed_command(pack((self.evalsha,)))
         try:
             return await connection.read_response()
         except NoScriptError:  # the reply was read whole: ask again on this very connection
-            await connection.send_command(*self.fallback)
+            await connection.send_packed_command(pack((self.fallback,)))
             return await connection.read_response()
 
 
@@ -151,7 +165,7 @@ class _Batch:
 
 
 async def _exchange(connection: AbstractConnection, commands: Sequence[tuple[Any, ...]]) -> list:
-    await connection.send_packed_command(connection.pack_commands(commands))
+    await connection.send_packed_command(pack(commands))
     replies: list[Any] = []
     for _ in commands:
         try:
