@@ -19,10 +19,9 @@ drops whole partitions (a brief ACCESS EXCLUSIVE lock on the parent, bounded by
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import date, timedelta
-from typing import Any
+from typing import Any, Unpack
 
 import asyncpg
 import structlog
@@ -46,11 +45,11 @@ from gateway.ledger.postgres_sql import (
     partition_day,
 )
 from gateway.ledger.store import (
-    DEFAULT_RETENTION_DAYS,
     RetentionResult,
     SqlDialect,
     SqlStore,
     StoreConfigError,
+    StoreOptions,
     redact,
     versions_to_apply,
 )
@@ -91,15 +90,8 @@ class PostgresStore(SqlStore):
     kind = "postgresql"
     dialect = SqlDialect(_placeholder, _same_day, _iso, _event_of)
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        retention_days: int = DEFAULT_RETENTION_DAYS,
-        clock: Callable[[], float] = time.time,
-        pool_size: int = 4,
-    ) -> None:
-        super().__init__(retention_days=retention_days, clock=clock)
+    def __init__(self, url: str, *, pool_size: int = 4, **options: Unpack[StoreOptions]) -> None:
+        super().__init__(**options)
         self.url = url
         self.pool_size = pool_size
         self._pool: asyncpg.Pool | None = None

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import orjson
 import structlog
@@ -36,11 +36,11 @@ from gateway.ledger.audit import SQLITE_MIGRATION as AUDIT_MIGRATION
 from gateway.ledger.event import EPOCH_DAY, LedgerEvent
 from gateway.ledger.query import event_counts
 from gateway.ledger.store import (
-    DEFAULT_RETENTION_DAYS,
     RetentionResult,
     SqlDialect,
     SqlStore,
     StoreConfigError,
+    StoreOptions,
     versions_to_apply,
 )
 from gateway.ledger.tables import (
@@ -60,21 +60,11 @@ DELETE_CHUNK = 5_000
 
 _TEXT = {"event_id", "key_id", "team", "model", "provider", "task", "route", "usage_source"}
 _TEXT |= {"policy_version", "end_user", "tags"}
-_EVENT_DDL = ",\n  ".join(
-    f"{name} {'TEXT' if name in _TEXT else 'INTEGER'}{'' if name == 'ttft_ms' else ' NOT NULL'}"
-    for name in EVENT_COLUMNS
-)
+_EVENT_TYPES = tuple("TEXT" if name in _TEXT else "INTEGER" for name in EVENT_COLUMNS)
 
 # Each entry upgrades the schema by one version; never edit one that has shipped.
 MIGRATIONS: tuple[str, ...] = (
-    usage_schema_sql(
-        event_ddl=_EVENT_DDL,
-        text="TEXT",
-        integer="INTEGER",
-        day="INTEGER",
-        events_options=" STRICT",
-        options=" STRICT",
-    ),
+    usage_schema_sql(_EVENT_TYPES, events_options=" STRICT", options=" STRICT"),
     AUDIT_MIGRATION,  # version 2: the admin audit log (gateway/ledger/audit.py)
     # 3: the store's identity, made once with the store (see UsageStore.store_id).
     """
@@ -226,16 +216,11 @@ class SqliteStore(SqlStore):
     dialect = SqlDialect(_placeholder, day_value, day_text, _event_of)
 
     def __init__(
-        self,
-        path: Path,
-        *,
-        retention_days: int = DEFAULT_RETENTION_DAYS,
-        clock: Callable[[], float] = time.time,
-        synchronous: str = "FULL",
+        self, path: Path, *, synchronous: str = "FULL", **options: Unpack[StoreOptions]
     ) -> None:
         if synchronous not in SYNCHRONOUS_MODES:
             raise StoreConfigError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}")
-        super().__init__(retention_days=retention_days, clock=clock)
+        super().__init__(**options)
         self.path = Path(path)
         self.synchronous = synchronous
         self._writer = _Worker("usage-sqlite-writer")

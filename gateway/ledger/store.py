@@ -15,11 +15,12 @@ contract both backends implement alike over their own ``SqlDialect``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 from urllib.parse import urlsplit
 
 import structlog
@@ -174,6 +175,13 @@ class SqlDialect:
     event_of: Callable[[Sequence[Any]], LedgerEvent]
 
 
+class StoreOptions(TypedDict, total=False):
+    """The options every backend takes alike; their defaults are ``SqlStore``'s."""
+
+    retention_days: int
+    clock: Callable[[], float]
+
+
 class SqlStore:
     """What both backends do alike: the retention clock, the checks before a write and the
     reads, over the SQL ``query`` builds. A backend sets ``kind`` and ``dialect`` and supplies
@@ -182,7 +190,12 @@ class SqlStore:
     kind: str
     dialect: SqlDialect
 
-    def __init__(self, *, retention_days: int, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        *,
+        retention_days: int = DEFAULT_RETENTION_DAYS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.retention_days = retention_days
         self.clock = clock
         self.store_id = ""
