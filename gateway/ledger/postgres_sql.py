@@ -22,7 +22,13 @@ from typing import Any
 
 from gateway.ledger.audit import POSTGRES_MIGRATION as AUDIT_MIGRATION
 from gateway.ledger.event import LedgerEvent
-from gateway.ledger.tables import COUNTERS, EVENT_COLUMNS, row_values, usage_schema_sql
+from gateway.ledger.tables import (
+    COUNTERS,
+    EVENT_COLUMNS,
+    event_columns_ddl,
+    row_values,
+    usage_schema_sql,
+)
 
 EVENT_TYPES = (
     "date",
@@ -57,21 +63,11 @@ PARTITIONS_AHEAD = 3
 SCHEMA_LOCK = 0x5359_4C45_0001
 PARTITION_LOCK = 0x5359_4C45_0002
 
-_EVENT_DDL = ",\n  ".join(
-    f"{name} {kind}{'' if name == 'ttft_ms' else ' NOT NULL'}"
-    for name, kind in zip(EVENT_COLUMNS, EVENT_TYPES, strict=True)
-)
+_EVENT_DDL = event_columns_ddl(EVENT_TYPES)
 
 # Each entry upgrades the schema by one version; never edit one that has shipped.
 MIGRATIONS: tuple[str, ...] = (
-    usage_schema_sql(
-        event_ddl=_EVENT_DDL,
-        text="text",
-        integer="bigint",
-        day="date",
-        events_options=" PARTITION BY RANGE (day)",
-        options="",
-    ),
+    usage_schema_sql(EVENT_TYPES, events_options=" PARTITION BY RANGE (day)", options=""),
     AUDIT_MIGRATION,  # version 2: the admin audit log (gateway/ledger/audit.py)
     # 3: the store's identity, made once with the store (see UsageStore.store_id).
     """

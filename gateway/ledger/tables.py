@@ -12,6 +12,7 @@ values are Python types again) is ``LedgerEvent(*row)``.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from gateway.ledger.event import LedgerEvent
@@ -61,20 +62,29 @@ COUNTERS = (
 )
 
 
-def usage_schema_sql(
-    *, event_ddl: str, text: str, integer: str, day: str, events_options: str, options: str
-) -> str:
-    """Schema version 1, the events and the three rollups, in one backend's column types
-    (``event_ddl`` lists the event columns) and table options. A shipped migration: the text
-    it renders never changes."""
+def event_columns_ddl(types: Sequence[str]) -> str:
+    """The column list of ``usage_events`` with ``types`` in ``EVENT_COLUMNS`` order (only
+    ``ttft_ms`` may be NULL)."""
+    return ",\n  ".join(
+        f"{name} {kind}{'' if name == 'ttft_ms' else ' NOT NULL'}"
+        for name, kind in zip(EVENT_COLUMNS, types, strict=True)
+    )
+
+
+def usage_schema_sql(event_types: Sequence[str], *, events_options: str, options: str) -> str:
+    """Schema version 1, the events and the three rollups, in one backend's column types (the
+    rollups take the events' types for their columns: a day, text and a 64-bit counter like
+    ``cost_nanos``) and table options. A shipped migration: the text it renders never changes."""
+    types = dict(zip(EVENT_COLUMNS, event_types, strict=True))
+    day, text = types["day"], types["key_id"]
     dimensions = (
         f"key_id {text} NOT NULL, team {text} NOT NULL, model {text} NOT NULL,\n"
         f"  provider {text} NOT NULL, task {text} NOT NULL"
     )
-    counters = ",\n  ".join(f"{name} {integer} NOT NULL" for name in COUNTERS)
+    counters = ",\n  ".join(f"{name} {types['cost_nanos']} NOT NULL" for name in COUNTERS)
     return f"""
 CREATE TABLE usage_events (
-  {event_ddl},
+  {event_columns_ddl(event_types)},
   PRIMARY KEY (day, event_id)
 ){events_options};
 CREATE INDEX usage_events_time ON usage_events (time_ms, event_id);
