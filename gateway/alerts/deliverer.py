@@ -41,12 +41,14 @@ BATCH = 32
 
 @dataclass(frozen=True)
 class AlertSettings:
+    """The ``alert_*`` settings; their defaults and bounds are ``Settings``' alone."""
+
     webhook_url: str  # empty: no webhook, alerts are only logged
     secret: bytes
-    retry_initial_s: float = 1.0
-    retry_max_s: float = 300.0
-    max_attempts: int = 12
-    timeout_s: float = 10.0
+    retry_initial_s: float
+    retry_max_s: float
+    max_attempts: int
+    timeout_s: float
     poll_s: float = 0.5
 
     @classmethod

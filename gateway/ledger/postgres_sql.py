@@ -22,8 +22,13 @@ from typing import Any
 
 from gateway.ledger.audit import POSTGRES_MIGRATION as AUDIT_MIGRATION
 from gateway.ledger.event import LedgerEvent
-from gateway.ledger.query import COUNTERS
-from gateway.ledger.tables import EVENT_COLUMNS, row_values
+from gateway.ledger.tables import (
+    COUNTERS,
+    EVENT_COLUMNS,
+    event_columns_ddl,
+    row_values,
+    usage_schema_sql,
+)
 
 EVENT_TYPES = (
     "date",
@@ -58,39 +63,11 @@ PARTITIONS_AHEAD = 3
 SCHEMA_LOCK = 0x5359_4C45_0001
 PARTITION_LOCK = 0x5359_4C45_0002
 
-_COUNTER_COLUMNS = ",\n  ".join(f"{name} bigint NOT NULL" for name in COUNTERS)
-_DIMENSIONS = "key_id text NOT NULL, team text NOT NULL, model text NOT NULL,\n  provider text NOT NULL, task text NOT NULL"
-_EVENT_DDL = ",\n  ".join(
-    f"{name} {kind}{'' if name == 'ttft_ms' else ' NOT NULL'}"
-    for name, kind in zip(EVENT_COLUMNS, EVENT_TYPES, strict=True)
-)
+_EVENT_DDL = event_columns_ddl(EVENT_TYPES)
 
 # Each entry upgrades the schema by one version; never edit one that has shipped.
 MIGRATIONS: tuple[str, ...] = (
-    f"""
-CREATE TABLE usage_events (
-  {_EVENT_DDL},
-  PRIMARY KEY (day, event_id)
-) PARTITION BY RANGE (day);
-CREATE INDEX usage_events_time ON usage_events (time_ms, event_id);
-CREATE INDEX usage_events_key_time ON usage_events (key_id, time_ms, event_id);
-CREATE TABLE usage_rollup (
-  day date NOT NULL, {_DIMENSIONS},
-  {_COUNTER_COLUMNS},
-  PRIMARY KEY (day, key_id, team, model, provider, task)
-);
-CREATE INDEX usage_rollup_key_day ON usage_rollup (key_id, day);
-CREATE TABLE usage_rollup_tag (
-  day date NOT NULL, tag text NOT NULL, {_DIMENSIONS},
-  {_COUNTER_COLUMNS},
-  PRIMARY KEY (day, tag, key_id, team, model, provider, task)
-);
-CREATE TABLE usage_rollup_user (
-  day date NOT NULL, end_user text NOT NULL, {_DIMENSIONS},
-  {_COUNTER_COLUMNS},
-  PRIMARY KEY (day, end_user, key_id, team, model, provider, task)
-);
-""",
+    usage_schema_sql(EVENT_TYPES, events_options=" PARTITION BY RANGE (day)", options=""),
     AUDIT_MIGRATION,  # version 2: the admin audit log (gateway/ledger/audit.py)
     # 3: the store's identity, made once with the store (see UsageStore.store_id).
     """

@@ -19,9 +19,9 @@ drops whole partitions (a brief ACCESS EXCLUSIVE lock on the parent, bounded by
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import date, timedelta
+from typing import Any, Unpack
 
 import asyncpg
 import structlog
@@ -44,27 +44,16 @@ from gateway.ledger.postgres_sql import (
     event_row,
     partition_day,
 )
-from gateway.ledger.query import (
-    EventPage,
-    EventQuery,
-    RollupQuery,
-    RollupRow,
-    events_sql,
-    page_of,
-    rollup_sql,
-    rows_from,
-)
 from gateway.ledger.store import (
-    DEFAULT_RETENTION_DAYS,
     RetentionResult,
+    SqlDialect,
+    SqlStore,
     StoreConfigError,
-    events_to_keep,
+    StoreOptions,
     redact,
-    retention_cutoff,
-    utc_today,
     versions_to_apply,
 )
-from gateway.ledger.tables import EVENT_COLUMNS, EVENT_SELECT, ROLLUP_TABLES
+from gateway.ledger.tables import EVENT_COLUMNS, ROLLUP_TABLES
 
 log = structlog.get_logger(__name__)
 
@@ -86,44 +75,34 @@ def _iso(day: date) -> str:
     return day.isoformat()
 
 
+def _event_of(record: Sequence[Any]) -> LedgerEvent:
+    return LedgerEvent(*record)
+
+
 async def _create_stage(conn: asyncpg.Connection) -> None:
     """Every pooled connection gets its own staging table for COPY (temp: per session)."""
     await conn.execute(CREATE_STAGE)
 
 
-class PostgresStore:
+class PostgresStore(SqlStore):
     """``UsageStore`` on PostgreSQL. One pool per process; safe to share between tasks."""
 
     kind = "postgresql"
+    dialect = SqlDialect(_placeholder, _same_day, _iso, _event_of)
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        retention_days: int = DEFAULT_RETENTION_DAYS,
-        clock: Callable[[], float] = time.time,
-        pool_size: int = 4,
-    ) -> None:
+    def __init__(self, url: str, *, pool_size: int = 4, **options: Unpack[StoreOptions]) -> None:
+        super().__init__(**options)
         self.url = url
-        self.retention_days = retention_days
-        self.clock = clock
         self.pool_size = pool_size
         self._pool: asyncpg.Pool | None = None
         self._partitions: set[date] = set()
         self._partition_lock = asyncio.Lock()
-        self.store_id = ""
 
     @property
     def pool(self) -> asyncpg.Pool:
         if self._pool is None:
             raise RuntimeError("the usage store is not open")
         return self._pool
-
-    def today(self) -> date:
-        return utc_today(self.clock)
-
-    def cutoff(self) -> date:
-        return retention_cutoff(self.today(), self.retention_days)
 
     async def open(self) -> None:
         try:
@@ -199,11 +178,8 @@ class PostgresStore:
 
     # -- writes --------------------------------------------------------------------------
 
-    async def insert(self, events: Sequence[LedgerEvent]) -> int:
-        kept = events_to_keep(events, self.cutoff())
-        if not kept:
-            return 0
-        rows = [event_row(event) for event in kept]  # staged rows are read back sorted
+    async def _write(self, events: list[LedgerEvent]) -> int:
+        rows = [event_row(event) for event in events]  # staged rows are read back sorted
         days = {row[0] for row in rows}
         for attempt in range(1, RETRIES + 1):
             await self._ensure_partitions(days)
@@ -227,15 +203,8 @@ class PostgresStore:
 
     # -- reads ---------------------------------------------------------------------------
 
-    async def rollup(self, query: RollupQuery) -> list[RollupRow]:
-        sql, params = rollup_sql(query, _placeholder, _same_day)
-        records = await self.pool.fetch(sql, *params)
-        return rows_from(query, records, _iso)
-
-    async def list_events(self, query: EventQuery) -> EventPage:
-        sql, params = events_sql(query, EVENT_SELECT, _placeholder, _same_day)
-        records = await self.pool.fetch(sql, *params)
-        return page_of([LedgerEvent(*record) for record in records], query.limit)
+    async def _fetch(self, sql: str, params: list[Any]) -> list[asyncpg.Record]:
+        return await self.pool.fetch(sql, *params)
 
     # -- retention -----------------------------------------------------------------------
 
@@ -247,7 +216,7 @@ class PostgresStore:
         return await self.apply_retention(today)
 
     async def apply_retention(self, today: date | None = None) -> RetentionResult:
-        cutoff = retention_cutoff(today or self.today(), self.retention_days)
+        cutoff = self.cutoff(today)
         await self._load_partitions()
         expired = sorted(day for day in self._partitions if day < cutoff)
         async with self._partition_lock, self.pool.acquire() as conn, conn.transaction():

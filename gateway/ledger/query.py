@@ -17,7 +17,7 @@ from datetime import date
 from typing import Any
 
 from gateway.ledger.event import MAX_ID_LENGTH, LedgerError, LedgerEvent, check_tag, day_of_ms
-from gateway.ledger.tables import ROLLUP_TABLES
+from gateway.ledger.tables import COUNTERS, ROLLUP_TABLES
 
 GROUP_BYS = ("key", "team", "model", "provider", "task", "day", "tag", "user")
 FILTERS = ("key_id", "team", "model", "provider", "task", "tag", "user")
@@ -43,19 +43,6 @@ FILTER_COLUMNS = {
     "tag": "tag",
     "user": "end_user",
 }
-# Summed counters, in the order of the rollup tables' columns.
-COUNTERS = (
-    "requests",
-    "prompt_tokens",
-    "completion_tokens",
-    "cached_tokens",
-    "cache_write_tokens",
-    "cost_nanos",
-    "errors",
-    "latency_ms",
-    "streamed",
-    "estimated",
-)
 ROLLUP_DIMENSIONS = ("day", "key_id", "team", "model", "provider", "task")
 
 

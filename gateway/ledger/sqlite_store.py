@@ -27,35 +27,29 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import orjson
 import structlog
 
 from gateway.ledger.audit import SQLITE_MIGRATION as AUDIT_MIGRATION
 from gateway.ledger.event import EPOCH_DAY, LedgerEvent
-from gateway.ledger.query import (
-    COUNTERS,
-    EventPage,
-    EventQuery,
-    RollupQuery,
-    RollupRow,
-    event_counts,
-    events_sql,
-    page_of,
-    rollup_sql,
-    rows_from,
-)
+from gateway.ledger.query import event_counts
 from gateway.ledger.store import (
-    DEFAULT_RETENTION_DAYS,
     RetentionResult,
+    SqlDialect,
+    SqlStore,
     StoreConfigError,
-    events_to_keep,
-    retention_cutoff,
-    utc_today,
+    StoreOptions,
     versions_to_apply,
 )
-from gateway.ledger.tables import EVENT_COLUMNS, EVENT_SELECT, ROLLUP_TABLES, row_values
+from gateway.ledger.tables import (
+    COUNTERS,
+    EVENT_COLUMNS,
+    ROLLUP_TABLES,
+    row_values,
+    usage_schema_sql,
+)
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -64,41 +58,13 @@ SYNCHRONOUS_MODES = ("FULL", "NORMAL")
 BUSY_TIMEOUT_MS = 30_000
 DELETE_CHUNK = 5_000
 
-_COUNTER_COLUMNS = ",\n  ".join(f"{name} INTEGER NOT NULL" for name in COUNTERS)
-_DIMENSIONS = "key_id TEXT NOT NULL, team TEXT NOT NULL, model TEXT NOT NULL,\n  provider TEXT NOT NULL, task TEXT NOT NULL"
 _TEXT = {"event_id", "key_id", "team", "model", "provider", "task", "route", "usage_source"}
 _TEXT |= {"policy_version", "end_user", "tags"}
-_EVENT_DDL = ",\n  ".join(
-    f"{name} {'TEXT' if name in _TEXT else 'INTEGER'}{'' if name == 'ttft_ms' else ' NOT NULL'}"
-    for name in EVENT_COLUMNS
-)
+_EVENT_TYPES = tuple("TEXT" if name in _TEXT else "INTEGER" for name in EVENT_COLUMNS)
 
 # Each entry upgrades the schema by one version; never edit one that has shipped.
 MIGRATIONS: tuple[str, ...] = (
-    f"""
-CREATE TABLE usage_events (
-  {_EVENT_DDL},
-  PRIMARY KEY (day, event_id)
-) STRICT;
-CREATE INDEX usage_events_time ON usage_events (time_ms, event_id);
-CREATE INDEX usage_events_key_time ON usage_events (key_id, time_ms, event_id);
-CREATE TABLE usage_rollup (
-  day INTEGER NOT NULL, {_DIMENSIONS},
-  {_COUNTER_COLUMNS},
-  PRIMARY KEY (day, key_id, team, model, provider, task)
-) STRICT;
-CREATE INDEX usage_rollup_key_day ON usage_rollup (key_id, day);
-CREATE TABLE usage_rollup_tag (
-  day INTEGER NOT NULL, tag TEXT NOT NULL, {_DIMENSIONS},
-  {_COUNTER_COLUMNS},
-  PRIMARY KEY (day, tag, key_id, team, model, provider, task)
-) STRICT;
-CREATE TABLE usage_rollup_user (
-  day INTEGER NOT NULL, end_user TEXT NOT NULL, {_DIMENSIONS},
-  {_COUNTER_COLUMNS},
-  PRIMARY KEY (day, end_user, key_id, team, model, provider, task)
-) STRICT;
-""",
+    usage_schema_sql(_EVENT_TYPES, events_options=" STRICT", options=" STRICT"),
     AUDIT_MIGRATION,  # version 2: the admin audit log (gateway/ledger/audit.py)
     # 3: the store's identity, made once with the store (see UsageStore.store_id).
     """
@@ -243,34 +209,22 @@ class _Worker:
         self._executor.shutdown(wait=True)
 
 
-class SqliteStore:
+class SqliteStore(SqlStore):
     """``UsageStore`` in one SQLite file."""
 
     kind = "sqlite"
+    dialect = SqlDialect(_placeholder, day_value, day_text, _event_of)
 
     def __init__(
-        self,
-        path: Path,
-        *,
-        retention_days: int = DEFAULT_RETENTION_DAYS,
-        clock: Callable[[], float] = time.time,
-        synchronous: str = "FULL",
+        self, path: Path, *, synchronous: str = "FULL", **options: Unpack[StoreOptions]
     ) -> None:
         if synchronous not in SYNCHRONOUS_MODES:
             raise StoreConfigError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}")
+        super().__init__(**options)
         self.path = Path(path)
-        self.retention_days = retention_days
-        self.clock = clock
         self.synchronous = synchronous
         self._writer = _Worker("usage-sqlite-writer")
         self._reader = _Worker("usage-sqlite-reader")
-        self.store_id = ""
-
-    def today(self) -> date:
-        return utc_today(self.clock)
-
-    def cutoff(self) -> date:
-        return retention_cutoff(self.today(), self.retention_days)
 
     def _connect(self, *, read_only: bool) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
@@ -330,12 +284,9 @@ class SqliteStore:
 
     # -- writes --------------------------------------------------------------------------
 
-    async def insert(self, events: Sequence[LedgerEvent]) -> int:
-        kept = events_to_keep(events, self.cutoff())
-        if not kept:
-            return 0
-        kept.sort(key=lambda event: (event.time_ms // 86_400_000, event.event_id))
-        return await self._writer.run(functools.partial(self._insert, kept))
+    async def _write(self, events: list[LedgerEvent]) -> int:
+        events.sort(key=lambda event: (event.time_ms // 86_400_000, event.event_id))
+        return await self._writer.run(functools.partial(self._insert, events))
 
     @staticmethod
     def _insert(events: list[LedgerEvent], conn: sqlite3.Connection) -> int:
@@ -366,15 +317,8 @@ class SqliteStore:
 
     # -- reads ---------------------------------------------------------------------------
 
-    async def rollup(self, query: RollupQuery) -> list[RollupRow]:
-        sql, params = rollup_sql(query, _placeholder, day_value)
-        records = await self._reader.run(lambda conn: conn.execute(sql, params).fetchall())
-        return rows_from(query, records, day_text)
-
-    async def list_events(self, query: EventQuery) -> EventPage:
-        sql, params = events_sql(query, EVENT_SELECT, _placeholder, day_value)
-        records = await self._reader.run(lambda conn: conn.execute(sql, params).fetchall())
-        return page_of([_event_of(record) for record in records], query.limit)
+    async def _fetch(self, sql: str, params: list[Any]) -> list[Any]:
+        return await self._reader.run(lambda conn: conn.execute(sql, params).fetchall())
 
     # -- retention -----------------------------------------------------------------------
 
@@ -382,8 +326,7 @@ class SqliteStore:
         return await self.apply_retention()
 
     async def apply_retention(self, today: date | None = None) -> RetentionResult:
-        cutoff = retention_cutoff(today or self.today(), self.retention_days)
-        return await self._writer.run(functools.partial(self._expire, cutoff))
+        return await self._writer.run(functools.partial(self._expire, self.cutoff(today)))
 
     @staticmethod
     def _expire(cutoff: date, conn: sqlite3.Connection) -> RetentionResult:

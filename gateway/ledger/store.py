@@ -9,22 +9,34 @@ rollups in the same transaction, only for rows it actually inserted; ``rollup`` 
 tables only; ``list_events`` pages raw events by index; ``maintain`` creates what the coming
 days need and applies retention (whole days older than ``retention_days``, today included).
 The checks both backends apply alike (a batch against retention, the schema version found
-at open) are here too, so they cannot drift apart.
+at open) are here too, so they cannot drift apart, and so is ``SqlStore``, the part of the
+contract both backends implement alike over their own ``SqlDialect``.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypedDict
 from urllib.parse import urlsplit
 
 import structlog
 
 from gateway.ledger.event import EPOCH_DAY, LedgerError, LedgerEvent
-from gateway.ledger.query import EventPage, EventQuery, RollupQuery, RollupRow
+from gateway.ledger.query import (
+    EventPage,
+    EventQuery,
+    RollupQuery,
+    RollupRow,
+    events_sql,
+    page_of,
+    rollup_sql,
+    rows_from,
+)
+from gateway.ledger.tables import EVENT_SELECT
 
 log = structlog.get_logger(__name__)
 
@@ -150,3 +162,69 @@ def check_store_url(url: str) -> str:
         f"unsupported usage store URL {redact(url)!r}: use empty (embedded SQLite),"
         " sqlite:///<path> or postgresql://user@host/db"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SqlDialect:
+    """How a backend writes the ``n``-th parameter and a day into SQL, and reads a day and an
+    event row back from it."""
+
+    placeholder: Callable[[int], str]
+    day_value: Callable[[date], Any]
+    day_text: Callable[[Any], str]
+    event_of: Callable[[Sequence[Any]], LedgerEvent]
+
+
+class StoreOptions(TypedDict, total=False):
+    """The options every backend takes alike; their defaults are ``SqlStore``'s."""
+
+    retention_days: int
+    clock: Callable[[], float]
+
+
+class SqlStore:
+    """What both backends do alike: the retention clock, the checks before a write and the
+    reads, over the SQL ``query`` builds. A backend sets ``kind`` and ``dialect`` and supplies
+    ``_write`` (a checked, non-empty batch) and ``_fetch`` (the records of one SELECT)."""
+
+    kind: str
+    dialect: SqlDialect
+
+    def __init__(
+        self,
+        *,
+        retention_days: int = DEFAULT_RETENTION_DAYS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.retention_days = retention_days
+        self.clock = clock
+        self.store_id = ""
+
+    def today(self) -> date:
+        return utc_today(self.clock)
+
+    def cutoff(self, today: date | None = None) -> date:
+        return retention_cutoff(today or self.today(), self.retention_days)
+
+    async def insert(self, events: Sequence[LedgerEvent]) -> int:
+        kept = events_to_keep(events, self.cutoff())
+        if not kept:
+            return 0
+        return await self._write(kept)
+
+    async def _write(self, events: list[LedgerEvent]) -> int:
+        raise NotImplementedError
+
+    async def _fetch(self, sql: str, params: list[Any]) -> Sequence[Sequence[Any]]:
+        raise NotImplementedError
+
+    async def rollup(self, query: RollupQuery) -> list[RollupRow]:
+        sql, params = rollup_sql(query, self.dialect.placeholder, self.dialect.day_value)
+        return rows_from(query, await self._fetch(sql, params), self.dialect.day_text)
+
+    async def list_events(self, query: EventQuery) -> EventPage:
+        sql, params = events_sql(
+            query, EVENT_SELECT, self.dialect.placeholder, self.dialect.day_value
+        )
+        records = await self._fetch(sql, params)
+        return page_of([self.dialect.event_of(record) for record in records], query.limit)
