@@ -35,7 +35,7 @@ _MODELLED = frozenset(
 def parse_request(body: bytes | str | dict[str, Any]) -> internal.ChatRequest:
     data = fields.load_object(body)
     _refuse_stateful(data)
-    model = fields.string(fields.required(data, "model", "model"), "model", non_empty=True)
+    model = fields.required_str(data, "model", "model", non_empty=True)
     request = internal.ChatRequest(model=model, source=NAME, messages=[])
     instructions = fields.opt_str(data, "instructions", "instructions")
     if instructions:
@@ -167,19 +167,10 @@ def _system_text(block: internal.Block) -> internal.Text:
 def _parse_part(part: dict[str, Any], path: str) -> internal.Block:
     kind = part.get("type")
     if kind in ("input_text", "output_text"):
-        return internal.Text(
-            fields.string(
-                fields.required(part, "text", fields.at(path, "text")), fields.at(path, "text")
-            ),
-            path=path,
-        )
+        return internal.Text(fields.required_str(part, "text", fields.at(path, "text")), path=path)
     if kind == "refusal":
         return internal.Refusal(
-            fields.string(
-                fields.required(part, "refusal", fields.at(path, "refusal")),
-                fields.at(path, "refusal"),
-            ),
-            path,
+            fields.required_str(part, "refusal", fields.at(path, "refusal")), path
         )
     if kind == "input_image":
         return _parse_image(part, path)
@@ -208,26 +199,15 @@ def _parse_image(part: dict[str, Any], path: str) -> internal.Image:
 
 def _parse_function_call(item: dict[str, Any], path: str) -> internal.ToolCall:
     return internal.ToolCall(
-        id=fields.string(
-            fields.required(item, "call_id", fields.at(path, "call_id")),
-            fields.at(path, "call_id"),
-            non_empty=True,
-        ),
-        name=fields.string(
-            fields.required(item, "name", fields.at(path, "name")), fields.at(path, "name")
-        ),
-        arguments=fields.string(
-            fields.required(item, "arguments", fields.at(path, "arguments")),
-            fields.at(path, "arguments"),
-        ),
+        id=fields.required_str(item, "call_id", fields.at(path, "call_id"), non_empty=True),
+        name=fields.required_str(item, "name", fields.at(path, "name")),
+        arguments=fields.required_str(item, "arguments", fields.at(path, "arguments")),
         path=path,
     )
 
 
 def _parse_function_output(item: dict[str, Any], path: str) -> internal.ToolResult:
-    call_id = fields.string(
-        fields.required(item, "call_id", fields.at(path, "call_id")), fields.at(path, "call_id")
-    )
+    call_id = fields.required_str(item, "call_id", fields.at(path, "call_id"))
     output = fields.required(item, "output", fields.at(path, "output"))
     output_path = fields.at(path, "output")
     if isinstance(output, str):
@@ -249,21 +229,14 @@ def _parse_reasoning_item(item: dict[str, Any], path: str) -> internal.Thinking:
                 raise InvalidRequest(
                     f"{part_path}.type must be {kind}", param=fields.at(part_path, "type")
                 )
-            texts.append(
-                fields.string(
-                    fields.required(part, "text", fields.at(part_path, "text")),
-                    fields.at(part_path, "text"),
-                )
-            )
+            texts.append(fields.required_str(part, "text", fields.at(part_path, "text")))
         if texts:
             break  # the summary when there is one, else the raw reasoning text
     return from_client(
         "\n\n".join(texts),
         fields.opt_str(item, "encrypted_content", fields.at(path, "encrypted_content")),
         NAME,
-        item_id=fields.string(
-            fields.required(item, "id", fields.at(path, "id")), fields.at(path, "id")
-        ),
+        item_id=fields.required_str(item, "id", fields.at(path, "id")),
         path=path,
     )
 
@@ -278,11 +251,7 @@ def _parse_tool(tool: Any, path: str) -> internal.Tool | internal.Raw:
         if k not in ("type", "name", "description", "parameters", "strict")
     }
     return internal.Tool(
-        name=fields.string(
-            fields.required(tool, "name", fields.at(path, "name")),
-            fields.at(path, "name"),
-            non_empty=True,
-        ),
+        name=fields.required_str(tool, "name", fields.at(path, "name"), non_empty=True),
         **function_fields(tool, path),
         extras=extras,
         path=path,
@@ -294,10 +263,7 @@ def _parse_tool_choice(choice: Any) -> internal.ToolChoice | internal.Raw | None
     if not isinstance(choice, dict):
         return choice
     if choice.get("type") == "function":
-        return internal.ToolChoice(
-            "tool",
-            fields.string(fields.required(choice, "name", "tool_choice.name"), "tool_choice.name"),
-        )
+        return internal.ToolChoice("tool", fields.required_str(choice, "name", "tool_choice.name"))
     return internal.Raw(NAME, choice, "tool_choice")
 
 
@@ -315,10 +281,8 @@ def _parse_text(data: dict[str, Any]) -> internal.ResponseFormat | None:
         )
     return internal.ResponseFormat(
         "json_schema",
-        name=fields.string(fields.required(spec, "name", "text.format.name"), "text.format.name"),
-        schema=fields.obj(
-            fields.required(spec, "schema", "text.format.schema"), "text.format.schema"
-        ),
+        name=fields.required_str(spec, "name", "text.format.name"),
+        schema=fields.required_obj(spec, "schema", "text.format.schema"),
         strict=fields.opt_bool(spec, "strict", "text.format.strict"),
         description=fields.opt_str(spec, "description", "text.format.description"),
     )
