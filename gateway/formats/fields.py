@@ -8,7 +8,7 @@ every format handled here.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -84,6 +84,13 @@ def required_str(parent: dict[str, Any], key: str, path: str, *, non_empty: bool
 
 def required_obj(parent: dict[str, Any], key: str, path: str) -> dict[str, Any]:
     return obj(required(parent, key, path), path)
+
+
+def objects(value: Any, path: str) -> Iterator[tuple[dict[str, Any], str]]:
+    """The items of an array, each checked to be an object, with its path."""
+    for index, item in enumerate(array(value, path)):
+        item_path = at(path, index)
+        yield obj(item, item_path), item_path
 
 
 def opt_obj(parent: dict[str, Any], key: str, path: str) -> dict[str, Any] | None:

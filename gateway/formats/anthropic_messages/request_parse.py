@@ -76,8 +76,7 @@ def _parse_system(system: Any) -> list[internal.Text]:
     if isinstance(system, str):
         return [internal.Text(system, path="system")]
     return [
-        _text_block(fields.obj(block, fields.at("system", i)), fields.at("system", i))
-        for i, block in enumerate(fields.array(system, "system"))
+        _text_block(block, block_path) for block, block_path in fields.objects(system, "system")
     ]
 
 
@@ -102,8 +101,8 @@ def _parse_message(item: Any, path: str) -> internal.Message:
     if isinstance(content, str):
         return internal.Message(role, [internal.Text(content, path=content_path)], path)
     blocks = [
-        _parse_block(fields.obj(block, fields.at(content_path, i)), fields.at(content_path, i))
-        for i, block in enumerate(fields.array(content, content_path))
+        _parse_block(block, block_path)
+        for block, block_path in fields.objects(content, content_path)
     ]
     if role == "system" and not all(isinstance(block, internal.Text) for block in blocks):
         raise InvalidRequest(
@@ -178,9 +177,7 @@ def _parse_tool_result(
     if isinstance(content, str):
         blocks.append(internal.Text(content, path=content_path))
     elif content is not None:
-        for i, item in enumerate(fields.array(content, content_path)):
-            item_path = fields.at(content_path, i)
-            item = fields.obj(item, item_path)
+        for item, item_path in fields.objects(content, content_path):
             if item.get("type") == "text":
                 blocks.append(_text_block(item, item_path))
             elif item.get("type") == "image":

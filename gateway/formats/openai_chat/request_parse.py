@@ -137,11 +137,8 @@ def _only_tool_results(blocks: list[internal.Block]) -> bool:
 def _text_parts(content: Any, path: str) -> list[internal.Text]:
     if isinstance(content, str):
         return [internal.Text(content, path=path)]
-    parts = fields.array(content, path)
     texts = []
-    for index, part in enumerate(parts):
-        part_path = fields.at(path, index)
-        part = fields.obj(part, part_path)
+    for part, part_path in fields.objects(content, path):
         if part.get("type") != "text":
             raise InvalidRequest(
                 f"{part_path}.type must be text here", param=fields.at(part_path, "type")
@@ -156,9 +153,7 @@ def _user_content(content: Any, path: str) -> list[internal.Block]:
     if isinstance(content, str):
         return [internal.Text(content, path=content_path)]
     blocks: list[internal.Block] = []
-    for index, part in enumerate(fields.array(content, content_path)):
-        part_path = fields.at(content_path, index)
-        part = fields.obj(part, part_path)
+    for part, part_path in fields.objects(content, content_path):
         kind = part.get("type")
         if kind == "text":
             text = fields.required_str(part, "text", fields.at(part_path, "text"))
@@ -192,9 +187,7 @@ def _assistant_content(message: dict[str, Any], path: str) -> list[internal.Bloc
         if content:
             blocks.append(internal.Text(content, path=content_path))
     elif content is not None:
-        for index, part in enumerate(fields.array(content, content_path)):
-            part_path = fields.at(content_path, index)
-            part = fields.obj(part, part_path)
+        for part, part_path in fields.objects(content, content_path):
             if part.get("type") == "text":
                 text = fields.required_str(part, "text", fields.at(part_path, "text"))
                 blocks.append(internal.Text(text, path=part_path))

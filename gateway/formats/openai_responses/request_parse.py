@@ -92,9 +92,7 @@ def _parse_input(request: internal.ChatRequest, value: Any) -> None:
             internal.Message("user", [internal.Text(value, path="input")], "input")
         )
         return
-    for index, item in enumerate(fields.array(value, "input")):
-        path = fields.at("input", index)
-        item = fields.obj(item, path)
+    for item, path in fields.objects(value, "input"):
         kind = item.get("type", "message")
         if kind == "message":
             _parse_message_item(request, item, path)
@@ -142,8 +140,8 @@ def _parse_message_item(request: internal.ChatRequest, item: dict[str, Any], pat
         blocks: list[internal.Block] = [internal.Text(content, path=content_path)]
     else:
         blocks = [
-            _parse_part(fields.obj(part, fields.at(content_path, i)), fields.at(content_path, i))
-            for i, part in enumerate(fields.array(content, content_path))
+            _parse_part(part, part_path)
+            for part, part_path in fields.objects(content, content_path)
         ]
     if role in ("system", "developer"):
         texts = [_system_text(block) for block in blocks]
@@ -213,8 +211,7 @@ def _parse_function_output(item: dict[str, Any], path: str) -> internal.ToolResu
     if isinstance(output, str):
         return internal.ToolResult(call_id, [internal.Text(output, path=output_path)], path=path)
     parts = [
-        _parse_part(fields.obj(part, fields.at(output_path, i)), fields.at(output_path, i))
-        for i, part in enumerate(fields.array(output, output_path))
+        _parse_part(part, part_path) for part, part_path in fields.objects(output, output_path)
     ]
     return internal.ToolResult(call_id, parts, path=path)
 
@@ -222,9 +219,8 @@ def _parse_function_output(item: dict[str, Any], path: str) -> internal.ToolResu
 def _parse_reasoning_item(item: dict[str, Any], path: str) -> internal.Thinking:
     texts = []
     for key, kind in (("summary", "summary_text"), ("content", "reasoning_text")):
-        for i, part in enumerate(fields.opt_array(item, key, fields.at(path, key))):
-            part_path = fields.at(fields.at(path, key), i)
-            part = fields.obj(part, part_path)
+        key_path = fields.at(path, key)
+        for part, part_path in fields.objects(fields.opt_array(item, key, key_path), key_path):
             if part.get("type") != kind:
                 raise InvalidRequest(
                     f"{part_path}.type must be {kind}", param=fields.at(part_path, "type")
