@@ -14,6 +14,7 @@ from typing import Any
 from gateway.formats import internal, portability
 from gateway.formats.errors import Untranslatable
 from gateway.formats.media import data_url
+from gateway.formats.openai_chat.response import render_tool_call, texts_of
 from gateway.formats.openai_tools import put_tools
 from gateway.formats.optional_fields import present
 
@@ -142,17 +143,11 @@ def _render_image(image: internal.Image) -> dict[str, Any]:
 
 
 def _render_assistant(message: internal.Message) -> dict[str, Any]:
-    texts: list[str] = []
-    refusals: list[str] = []
     calls: list[dict[str, Any]] = []
     out: dict[str, Any] = {"role": "assistant"}
     for block in message.content:
-        if isinstance(block, internal.Text):
-            texts.append(block.text)
-        elif isinstance(block, internal.Refusal):
-            refusals.append(block.text)
-        elif isinstance(block, internal.ToolCall):
-            calls.append(_render_tool_call(block))
+        if isinstance(block, internal.ToolCall):
+            calls.append(render_tool_call(block))
         elif isinstance(block, internal.Raw):
             data = portability.raw_data(block, NAME, message.path)
             if "type" in data:
@@ -166,20 +161,14 @@ def _render_assistant(message: internal.Message) -> dict[str, Any]:
                 f"assistant messages cannot carry {_kind(block)}",
             )
         # Thinking is not sent back: Chat Completions has no field for it (documented).
+    texts = texts_of(message.content, internal.Text)
+    refusals = texts_of(message.content, internal.Refusal)
     out["content"] = "".join(texts) if texts or not calls else None
     if refusals:
         out["refusal"] = "".join(refusals)
     if calls:
         out["tool_calls"] = calls
     return out
-
-
-def _render_tool_call(call: internal.ToolCall) -> dict[str, Any]:
-    return {
-        "id": call.id,
-        "type": "function",
-        "function": {"name": call.name, "arguments": call.arguments},
-    }
 
 
 def _render_tool(tool: internal.Tool | internal.Raw) -> dict[str, Any]:
