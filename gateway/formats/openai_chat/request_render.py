@@ -17,6 +17,7 @@ from gateway.formats.media import data_url
 from gateway.formats.openai_chat.response import render_tool_call, texts_of
 from gateway.formats.openai_tools import put_tools
 from gateway.formats.optional_fields import present
+from gateway.formats.parts import ContentParts
 
 NAME = "openai_chat"
 TARGET = portability.TITLES[NAME]
@@ -97,20 +98,10 @@ def _render_user(message: internal.Message) -> list[dict[str, Any]]:
     for block in message.content:
         if isinstance(block, internal.ToolResult):
             out.append(_render_tool_result(block))
-        elif isinstance(block, internal.Text):
-            parts.append({"type": "text", "text": block.text})
-        elif isinstance(block, internal.Image):
-            parts.append(_render_image(block))
-        elif isinstance(block, internal.Raw):
-            data = portability.raw_data(block, NAME, message.path)
-            if data.get("role") == "function":
-                out.append(data)
-            else:
-                parts.append(data)
-        else:
-            raise Untranslatable(
-                block.path or message.path, TARGET, f"user messages cannot carry {_kind(block)}"
-            )
+            continue
+        part = _PARTS.render(block, message.path, f"user messages cannot carry {_kind(block)}")
+        # A legacy function message stands alone; any other part joins the user message.
+        (out if part.get("role") == "function" else parts).append(part)
     if parts:
         only_text = len(parts) == 1 and parts[0]["type"] == "text"
         out.append({"role": "user", "content": parts[0]["text"] if only_text else parts})
@@ -140,6 +131,13 @@ def _render_image(image: internal.Image) -> dict[str, Any]:
             image.path or "content", TARGET, "images by file id stay with their provider"
         )
     return {"type": "image_url", "image_url": {"url": url, **present({"detail": image.detail})}}
+
+
+def _text_part(text: internal.Text) -> dict[str, Any]:
+    return {"type": "text", "text": text.text}
+
+
+_PARTS = ContentParts(NAME, _text_part, _render_image)
 
 
 def _render_assistant(message: internal.Message) -> dict[str, Any]:
