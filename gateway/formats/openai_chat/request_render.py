@@ -93,15 +93,9 @@ def _text_content(texts: list[internal.Text]) -> str | list[dict[str, Any]]:
 
 
 def _render_user(message: internal.Message) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    parts: list[dict[str, Any]] = []
-    for block in message.content:
-        if isinstance(block, internal.ToolResult):
-            out.append(_render_tool_result(block))
-            continue
-        part = _PARTS.render(block, message.path, f"user messages cannot carry {_kind(block)}")
-        # A legacy function message stands alone; any other part joins the user message.
-        (out if part.get("role") == "function" else parts).append(part)
+    out, parts = _PARTS.split_user(
+        message, _render_tool_result, lambda block: f"user messages cannot carry {_kind(block)}"
+    )
     if parts:
         only_text = len(parts) == 1 and parts[0]["type"] == "text"
         out.append({"role": "user", "content": parts[0]["text"] if only_text else parts})
@@ -137,7 +131,8 @@ def _text_part(text: internal.Text) -> dict[str, Any]:
     return {"type": "text", "text": text.text}
 
 
-_PARTS = ContentParts(NAME, _text_part, _render_image)
+# A legacy function message stands alone; other raw parts join the user message.
+_PARTS = ContentParts(NAME, _text_part, _render_image, lambda data: data.get("role") == "function")
 
 
 def _render_assistant(message: internal.Message) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 Reasoning text travels in ``message.reasoning_content`` (the field DeepSeek, vLLM and others use;
 ``reasoning`` is read too), since the official format has none. Only one choice translates: an
 ``n > 1`` answer exists only when client and upstream both speak Chat Completions, and then the
-gateway relays the body untouched.
+gateway relays the body untouched. The pieces both directions share (tool calls, a message's
+texts, the head of a completion or chunk) are here for the request and stream renderers too.
 """
 
 from __future__ import annotations

@@ -93,16 +93,9 @@ def _render_message(message: internal.Message) -> list[dict[str, Any]]:
         return [_system_item(texts)]
     if message.role == "assistant":
         return _render_assistant(message)
-    items: list[dict[str, Any]] = []
-    parts: list[dict[str, Any]] = []
-    for block in message.content:
-        if isinstance(block, internal.ToolResult):
-            items.append(_render_tool_result(block))
-            continue
-        part = _PARTS.render(block, message.path, "user messages cannot carry this")
-        # Raw items stand alone in the input, but for files (parts of a message).
-        stands_alone = isinstance(block, internal.Raw) and part.get("type") != "input_file"
-        (items if stands_alone else parts).append(part)
+    items, parts = _PARTS.split_user(
+        message, _render_tool_result, lambda block: "user messages cannot carry this"
+    )
     if parts:
         items.append({"type": "message", "role": "user", "content": parts})
     return items
@@ -189,7 +182,10 @@ def _input_text(text: internal.Text) -> dict[str, Any]:
     return {"type": "input_text", "text": text.text}
 
 
-_PARTS = ContentParts(NAME, _input_text, _render_image)
+# Raw items stand alone in the input, but for files (parts of a message).
+_PARTS = ContentParts(
+    NAME, _input_text, _render_image, lambda data: data.get("type") != "input_file"
+)
 
 
 def render_tool(
