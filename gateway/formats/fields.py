@@ -8,6 +8,7 @@ every format handled here.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -77,6 +78,21 @@ def string(value: Any, path: str, *, non_empty: bool = False) -> str:
     return value
 
 
+def required_str(parent: dict[str, Any], key: str, path: str, *, non_empty: bool = False) -> str:
+    return string(required(parent, key, path), path, non_empty=non_empty)
+
+
+def required_obj(parent: dict[str, Any], key: str, path: str) -> dict[str, Any]:
+    return obj(required(parent, key, path), path)
+
+
+def objects(value: Any, path: str) -> Iterator[tuple[dict[str, Any], str]]:
+    """The items of an array, each checked to be an object, with its path."""
+    for index, item in enumerate(array(value, path)):
+        item_path = at(path, index)
+        yield obj(item, item_path), item_path
+
+
 def opt_obj(parent: dict[str, Any], key: str, path: str) -> dict[str, Any] | None:
     value = parent.get(key)
     return None if value is None else obj(value, path)
@@ -94,41 +110,41 @@ def opt_str(parent: dict[str, Any], key: str, path: str) -> str | None:
 
 
 def opt_bool(parent: dict[str, Any], key: str, path: str) -> bool | None:
-    value = parent.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, bool):
-        raise InvalidRequest(f"{path} must be a boolean", param=path)
-    return value
+    return _opt_valid(parent, key, path, lambda value: isinstance(value, bool), "a boolean")
 
 
 def opt_int(parent: dict[str, Any], key: str, path: str, low: int, high: int) -> int | None:
-    value = parent.get(key)
-    if value is None:
-        return None
-    if not is_int(value) or not low <= value <= high:
-        raise InvalidRequest(f"{path} must be an integer from {low} to {high}", param=path)
-    return value
+    return _opt_valid(
+        parent, key, path, _within(is_int, low, high), f"an integer from {low} to {high}"
+    )
 
 
 def opt_number(
     parent: dict[str, Any], key: str, path: str, low: float, high: float
 ) -> float | None:
-    value = parent.get(key)
-    if value is None:
-        return None
-    if not is_number(value) or not low <= value <= high:
-        raise InvalidRequest(f"{path} must be a number from {low:g} to {high:g}", param=path)
-    return value
+    return _opt_valid(
+        parent, key, path, _within(is_number, low, high), f"a number from {low:g} to {high:g}"
+    )
 
 
 def opt_choice(parent: dict[str, Any], key: str, path: str, choices: tuple[str, ...]) -> str | None:
+    return _opt_valid(
+        parent, key, path, lambda value: value in choices, f"one of: {', '.join(choices)}"
+    )
+
+
+def _opt_valid(
+    parent: dict[str, Any], key: str, path: str, valid: Callable[[Any], bool], what: str
+) -> Any:
+    """``parent[key]``, None when absent; a value that is not ``valid`` fails as not ``what``."""
     value = parent.get(key)
-    if value is None:
-        return None
-    if value not in choices:
-        raise InvalidRequest(f"{path} must be one of: {', '.join(choices)}", param=path)
-    return value
+    if value is None or valid(value):
+        return value
+    raise InvalidRequest(f"{path} must be {what}", param=path)
+
+
+def _within(is_kind: Callable[[Any], bool], low: float, high: float) -> Callable[[Any], bool]:
+    return lambda value: is_kind(value) and low <= value <= high
 
 
 def string_map(value: Any, path: str) -> dict[str, str]:

@@ -43,44 +43,43 @@ class MessageStart:
 
 
 @dataclass(frozen=True, slots=True)
-class BlockStart:
-    index: int
+class BlockEvent:
+    index: int  # the block's place in the response's content, from 0
+
+
+@dataclass(frozen=True, slots=True)
+class BlockStart(BlockEvent):
     block: StreamBlock  # its empty shell: ToolCall with id and name, Text(""), Thinking("")
 
 
 @dataclass(frozen=True, slots=True)
-class TextDelta:
-    index: int
+class TextDelta(BlockEvent):
     text: str
 
 
 @dataclass(frozen=True, slots=True)
-class ArgumentsDelta:
-    index: int
+class ArgumentsDelta(BlockEvent):
     json: str  # a piece of the tool call's arguments JSON
 
 
 @dataclass(frozen=True, slots=True)
-class ThinkingDelta:
-    index: int
+class ThinkingDelta(BlockEvent):
     text: str
 
 
 @dataclass(frozen=True, slots=True)
-class SignatureDelta:
-    index: int
+class SignatureDelta(BlockEvent):
     signature: str
 
 
 @dataclass(frozen=True, slots=True)
-class RawDelta:
-    index: int
+class RawDelta(BlockEvent):
     data: dict[str, Any]  # the source format's delta object, verbatim
 
 
 @dataclass(frozen=True, slots=True)
-class BlockStop:
-    index: int
+class BlockStop(BlockEvent):
+    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,18 +99,11 @@ class StreamError:
     error: ErrorInfo
 
 
+# The events that add to the open block.
+BlockDelta = TextDelta | ArgumentsDelta | ThinkingDelta | SignatureDelta | RawDelta
+
 StreamEvent = (
-    MessageStart
-    | BlockStart
-    | TextDelta
-    | ArgumentsDelta
-    | ThinkingDelta
-    | SignatureDelta
-    | RawDelta
-    | BlockStop
-    | MessageDelta
-    | MessageStop
-    | StreamError
+    MessageStart | BlockStart | BlockDelta | BlockStop | MessageDelta | MessageStop | StreamError
 )
 
 
@@ -168,9 +160,7 @@ class StreamAccumulator:
         else:
             self._delta(event)
 
-    def _delta(
-        self, event: TextDelta | ArgumentsDelta | ThinkingDelta | SignatureDelta | RawDelta
-    ) -> None:
+    def _delta(self, event: BlockDelta) -> None:
         block = self._expect_open(event.index)
         if isinstance(event, RawDelta) and isinstance(block, Raw):
             return  # a Raw block keeps the data it started with

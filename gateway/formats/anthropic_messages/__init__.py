@@ -1,4 +1,10 @@
-"""Anthropic Messages (``/v1/messages``): requests, answers, streams and errors."""
+"""Anthropic Messages (``/v1/messages``): requests, answers, streams and errors.
+
+The package is this format's ``WireFormat``: it exports the protocol's members.
+"""
+
+# Re-exports only: ``__all__`` is derived from ``WireFormat``, which ruff cannot read.
+# ruff: noqa: F401
 
 from gateway.formats.anthropic_messages.errors import parse_error, render_error, render_stream_error
 from gateway.formats.anthropic_messages.request_parse import NAME, parse_request
@@ -6,17 +12,6 @@ from gateway.formats.anthropic_messages.request_render import DEFAULT_MAX_TOKENS
 from gateway.formats.anthropic_messages.response import parse_response, render_response
 from gateway.formats.anthropic_messages.stream_parse import StreamParser
 from gateway.formats.anthropic_messages.stream_render import StreamRenderer
+from gateway.formats.wire import WIRE_FORMAT_MEMBERS
 
-__all__ = [
-    "DEFAULT_MAX_TOKENS",
-    "NAME",
-    "StreamParser",
-    "StreamRenderer",
-    "parse_error",
-    "parse_request",
-    "parse_response",
-    "render_error",
-    "render_request",
-    "render_response",
-    "render_stream_error",
-]
+__all__ = [*WIRE_FORMAT_MEMBERS, "DEFAULT_MAX_TOKENS"]

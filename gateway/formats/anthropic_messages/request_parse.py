@@ -34,7 +34,7 @@ _UNPORTABLE = {
 
 def parse_request(body: bytes | str | dict[str, Any]) -> internal.ChatRequest:
     data = fields.load_object(body)
-    model = fields.string(fields.required(data, "model", "model"), "model", non_empty=True)
+    model = fields.required_str(data, "model", "model", non_empty=True)
     request = internal.ChatRequest(model=model, source=NAME, messages=[])
     request.max_tokens = fields.opt_int(data, "max_tokens", "max_tokens", 0, 10**9)
     if request.max_tokens is None:
@@ -76,17 +76,14 @@ def _parse_system(system: Any) -> list[internal.Text]:
     if isinstance(system, str):
         return [internal.Text(system, path="system")]
     return [
-        _text_block(fields.obj(block, fields.at("system", i)), fields.at("system", i))
-        for i, block in enumerate(fields.array(system, "system"))
+        _text_block(block, block_path) for block, block_path in fields.objects(system, "system")
     ]
 
 
 def _text_block(block: dict[str, Any], path: str) -> internal.Text:
     if block.get("type") != "text":
         raise InvalidRequest(f"{path}.type must be text", param=fields.at(path, "type"))
-    text = fields.string(
-        fields.required(block, "text", fields.at(path, "text")), fields.at(path, "text")
-    )
+    text = fields.required_str(block, "text", fields.at(path, "text"))
     return internal.Text(
         text, fields.opt_obj(block, "cache_control", fields.at(path, "cache_control")), path
     )
@@ -104,8 +101,8 @@ def _parse_message(item: Any, path: str) -> internal.Message:
     if isinstance(content, str):
         return internal.Message(role, [internal.Text(content, path=content_path)], path)
     blocks = [
-        _parse_block(fields.obj(block, fields.at(content_path, i)), fields.at(content_path, i))
-        for i, block in enumerate(fields.array(content, content_path))
+        _parse_block(block, block_path)
+        for block, block_path in fields.objects(content, content_path)
     ]
     if role == "system" and not all(isinstance(block, internal.Text) for block in blocks):
         raise InvalidRequest(
@@ -122,18 +119,10 @@ def _parse_block(block: dict[str, Any], path: str) -> internal.Block:
     if kind == "image":
         return _parse_image(block, path, cache)
     if kind == "tool_use":
-        tool_input = fields.obj(
-            fields.required(block, "input", fields.at(path, "input")), fields.at(path, "input")
-        )
+        tool_input = fields.required_obj(block, "input", fields.at(path, "input"))
         return internal.ToolCall(
-            id=fields.string(
-                fields.required(block, "id", fields.at(path, "id")),
-                fields.at(path, "id"),
-                non_empty=True,
-            ),
-            name=fields.string(
-                fields.required(block, "name", fields.at(path, "name")), fields.at(path, "name")
-            ),
+            id=fields.required_str(block, "id", fields.at(path, "id"), non_empty=True),
+            name=fields.required_str(block, "name", fields.at(path, "name")),
             arguments=fields.dumps(tool_input),
             cache_control=cache,
             path=path,
@@ -141,21 +130,12 @@ def _parse_block(block: dict[str, Any], path: str) -> internal.Block:
     if kind == "tool_result":
         return _parse_tool_result(block, path, cache)
     if kind == "thinking":
-        thinking = fields.string(
-            fields.required(block, "thinking", fields.at(path, "thinking")),
-            fields.at(path, "thinking"),
-        )
-        signature = fields.string(
-            fields.required(block, "signature", fields.at(path, "signature")),
-            fields.at(path, "signature"),
-        )
+        thinking = fields.required_str(block, "thinking", fields.at(path, "thinking"))
+        signature = fields.required_str(block, "signature", fields.at(path, "signature"))
         return from_client(thinking, signature, NAME, path=path)
     if kind == "redacted_thinking":
         return internal.RedactedThinking(
-            fields.string(
-                fields.required(block, "data", fields.at(path, "data")), fields.at(path, "data")
-            ),
-            path,
+            fields.required_str(block, "data", fields.at(path, "data")), path
         )
     if not isinstance(kind, str) or not kind:
         raise InvalidRequest(f"{path}.type is required", param=fields.at(path, "type"))
@@ -164,7 +144,7 @@ def _parse_block(block: dict[str, Any], path: str) -> internal.Block:
 
 def _parse_image(block: dict[str, Any], path: str, cache: dict[str, Any] | None) -> internal.Image:
     source_path = fields.at(path, "source")
-    source = fields.obj(fields.required(block, "source", source_path), source_path)
+    source = fields.required_obj(block, "source", source_path)
     kind = source.get("type")
     if kind == "base64":
         media_type = fields.opt_choice(
@@ -174,22 +154,13 @@ def _parse_image(block: dict[str, Any], path: str, cache: dict[str, Any] | None)
             raise InvalidRequest(
                 f"{source_path}.media_type is required", param=fields.at(source_path, "media_type")
             )
-        data = fields.string(
-            fields.required(source, "data", fields.at(source_path, "data")),
-            fields.at(source_path, "data"),
-        )
+        data = fields.required_str(source, "data", fields.at(source_path, "data"))
         return internal.Image(data=data, media_type=media_type, cache_control=cache, path=path)
     if kind == "url":
-        url = fields.string(
-            fields.required(source, "url", fields.at(source_path, "url")),
-            fields.at(source_path, "url"),
-        )
+        url = fields.required_str(source, "url", fields.at(source_path, "url"))
         return internal.Image(url=url, cache_control=cache, path=path)
     if kind == "file":
-        file_id = fields.string(
-            fields.required(source, "file_id", fields.at(source_path, "file_id")),
-            fields.at(source_path, "file_id"),
-        )
+        file_id = fields.required_str(source, "file_id", fields.at(source_path, "file_id"))
         return internal.Image(file_id=file_id, origin=NAME, cache_control=cache, path=path)
     raise InvalidRequest(
         f"{source_path}.type must be base64, url or file", param=fields.at(source_path, "type")
@@ -199,19 +170,14 @@ def _parse_image(block: dict[str, Any], path: str, cache: dict[str, Any] | None)
 def _parse_tool_result(
     block: dict[str, Any], path: str, cache: dict[str, Any] | None
 ) -> internal.ToolResult:
-    call_id = fields.string(
-        fields.required(block, "tool_use_id", fields.at(path, "tool_use_id")),
-        fields.at(path, "tool_use_id"),
-    )
+    call_id = fields.required_str(block, "tool_use_id", fields.at(path, "tool_use_id"))
     content = block.get("content")
     content_path = fields.at(path, "content")
     blocks: list[internal.Block] = []
     if isinstance(content, str):
         blocks.append(internal.Text(content, path=content_path))
     elif content is not None:
-        for i, item in enumerate(fields.array(content, content_path)):
-            item_path = fields.at(content_path, i)
-            item = fields.obj(item, item_path)
+        for item, item_path in fields.objects(content, content_path):
             if item.get("type") == "text":
                 blocks.append(_text_block(item, item_path))
             elif item.get("type") == "image":
@@ -235,11 +201,7 @@ def _parse_tool(tool: Any, path: str) -> internal.Tool | internal.Raw:
     if tool.get("type") not in (None, "custom") or "input_schema" not in tool:
         return internal.Raw(NAME, tool, path)  # Anthropic's server tools (web search, bash, ...)
     return internal.Tool(
-        name=fields.string(
-            fields.required(tool, "name", fields.at(path, "name")),
-            fields.at(path, "name"),
-            non_empty=True,
-        ),
+        name=fields.required_str(tool, "name", fields.at(path, "name"), non_empty=True),
         description=fields.opt_str(tool, "description", fields.at(path, "description")),
         parameters=fields.obj(tool["input_schema"], fields.at(path, "input_schema")),
         strict=fields.opt_bool(tool, "strict", fields.at(path, "strict")),
@@ -261,9 +223,7 @@ def _parse_tool_choice(request: internal.ChatRequest, value: Any) -> None:
         )
     name = None
     if kind == "tool":
-        name = fields.string(
-            fields.required(choice, "name", "tool_choice.name"), "tool_choice.name", non_empty=True
-        )
+        name = fields.required_str(choice, "name", "tool_choice.name", non_empty=True)
     request.tool_choice = internal.ToolChoice(modes[kind], name)  # type: ignore[arg-type]
     disable = fields.opt_bool(
         choice, "disable_parallel_tool_use", "tool_choice.disable_parallel_tool_use"
@@ -309,8 +269,5 @@ def _parse_output_format(data: dict[str, Any]) -> internal.ResponseFormat | None
         raise InvalidRequest(
             "output_config.format.type must be json_schema", param="output_config.format.type"
         )
-    schema = fields.obj(
-        fields.required(spec, "schema", "output_config.format.schema"),
-        "output_config.format.schema",
-    )
+    schema = fields.required_obj(spec, "schema", "output_config.format.schema")
     return internal.ResponseFormat("json_schema", schema=schema)

@@ -16,6 +16,7 @@ from gateway.formats.errors import Untranslatable
 from gateway.formats.fields import json_object_text
 from gateway.formats.media import ANTHROPIC_IMAGE_TYPES
 from gateway.formats.optional_fields import present
+from gateway.formats.parts import ContentParts
 
 NAME = "anthropic_messages"
 TARGET = portability.TITLES[NAME]
@@ -150,20 +151,15 @@ def _render_image(image: internal.Image) -> dict[str, Any]:
     return _with_cache({"type": "image", "source": source}, image.cache_control)
 
 
+_PARTS = ContentParts(NAME, _render_text, _render_image)
+
+
 def _render_tool_result(result: internal.ToolResult) -> dict[str, Any]:
     out: dict[str, Any] = {"type": "tool_result", "tool_use_id": result.call_id}
-    content: list[dict[str, Any]] = []
-    for block in result.content:
-        if isinstance(block, internal.Text):
-            content.append(_render_text(block))
-        elif isinstance(block, internal.Image):
-            content.append(_render_image(block))
-        elif isinstance(block, internal.Raw):
-            content.append(portability.raw_data(block, NAME, result.path))
-        else:
-            raise Untranslatable(
-                block.path or result.path, TARGET, "tool results carry text and images"
-            )
+    content = [
+        _PARTS.render(block, result.path, "tool results carry text and images")
+        for block in result.content
+    ]
     if len(content) == 1 and content[0]["type"] == "text" and "cache_control" not in content[0]:
         out["content"] = content[0]["text"]
     elif content:

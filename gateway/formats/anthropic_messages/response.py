@@ -9,7 +9,7 @@ anything else cannot be shown to an Anthropic client (502).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import orjson
 
@@ -21,14 +21,10 @@ from gateway.formats.signatures import for_client
 
 NAME = "anthropic_messages"
 
+# The internal stop reasons are Anthropic's, one of them under a shorter name.
+_ANTHROPIC_NAMES = {"context_window_exceeded": "model_context_window_exceeded"}
 TO_STOP: dict[str, internal.StopReason] = {
-    "end_turn": "end_turn",
-    "max_tokens": "max_tokens",
-    "stop_sequence": "stop_sequence",
-    "tool_use": "tool_use",
-    "pause_turn": "pause_turn",
-    "refusal": "refusal",
-    "model_context_window_exceeded": "context_window_exceeded",
+    _ANTHROPIC_NAMES.get(reason, reason): reason for reason in get_args(internal.StopReason)
 }
 FROM_STOP: dict[str, str] = {value: key for key, value in TO_STOP.items()}
 

@@ -96,14 +96,7 @@ class StreamRenderer:
             out += _event("content_block_delta", {"index": index, "delta": follow})
         return out
 
-    def _delta(
-        self,
-        event: stream.TextDelta
-        | stream.ArgumentsDelta
-        | stream.ThinkingDelta
-        | stream.SignatureDelta
-        | stream.RawDelta,
-    ) -> bytes:
+    def _delta(self, event: stream.BlockDelta) -> bytes:
         if isinstance(event, stream.TextDelta):
             delta: dict[str, Any] = {"type": "text_delta", "text": event.text}
         elif isinstance(event, stream.ArgumentsDelta):

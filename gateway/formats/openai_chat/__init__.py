@@ -1,4 +1,10 @@
-"""OpenAI Chat Completions (``/v1/chat/completions``): requests, answers, streams and errors."""
+"""OpenAI Chat Completions (``/v1/chat/completions``): requests, answers, streams and errors.
+
+The package is this format's ``WireFormat``: it exports the protocol's members.
+"""
+
+# Re-exports only: ``__all__`` is derived from ``WireFormat``, which ruff cannot read.
+# ruff: noqa: F401
 
 from gateway.formats.openai_chat.request_parse import NAME, parse_request
 from gateway.formats.openai_chat.request_render import render_request
@@ -6,16 +12,6 @@ from gateway.formats.openai_chat.response import parse_response, render_response
 from gateway.formats.openai_chat.stream_parse import StreamParser
 from gateway.formats.openai_chat.stream_render import StreamRenderer
 from gateway.formats.openai_errors import parse_error, render_error, render_stream_error
+from gateway.formats.wire import WIRE_FORMAT_MEMBERS
 
-__all__ = [
-    "NAME",
-    "StreamParser",
-    "StreamRenderer",
-    "parse_error",
-    "parse_request",
-    "parse_response",
-    "render_error",
-    "render_request",
-    "render_response",
-    "render_stream_error",
-]
+__all__ = [*WIRE_FORMAT_MEMBERS]

@@ -30,7 +30,7 @@ _MODELLED = frozenset(
 
 def parse_request(body: bytes | str | dict[str, Any]) -> internal.ChatRequest:
     data = fields.load_object(body)
-    model = fields.string(fields.required(data, "model", "model"), "model", non_empty=True)
+    model = fields.required_str(data, "model", "model", non_empty=True)
     request = internal.ChatRequest(model=model, source=NAME, messages=[])
     _parse_messages(
         request, fields.array(fields.required(data, "messages", "messages"), "messages")
@@ -137,24 +137,14 @@ def _only_tool_results(blocks: list[internal.Block]) -> bool:
 def _text_parts(content: Any, path: str) -> list[internal.Text]:
     if isinstance(content, str):
         return [internal.Text(content, path=path)]
-    parts = fields.array(content, path)
     texts = []
-    for index, part in enumerate(parts):
-        part_path = fields.at(path, index)
-        part = fields.obj(part, part_path)
+    for part, part_path in fields.objects(content, path):
         if part.get("type") != "text":
             raise InvalidRequest(
                 f"{part_path}.type must be text here", param=fields.at(part_path, "type")
             )
-        texts.append(
-            internal.Text(
-                fields.string(
-                    fields.required(part, "text", fields.at(part_path, "text")),
-                    fields.at(part_path, "text"),
-                ),
-                path=part_path,
-            )
-        )
+        text = fields.required_str(part, "text", fields.at(part_path, "text"))
+        texts.append(internal.Text(text, path=part_path))
     return texts
 
 
@@ -163,15 +153,10 @@ def _user_content(content: Any, path: str) -> list[internal.Block]:
     if isinstance(content, str):
         return [internal.Text(content, path=content_path)]
     blocks: list[internal.Block] = []
-    for index, part in enumerate(fields.array(content, content_path)):
-        part_path = fields.at(content_path, index)
-        part = fields.obj(part, part_path)
+    for part, part_path in fields.objects(content, content_path):
         kind = part.get("type")
         if kind == "text":
-            text = fields.string(
-                fields.required(part, "text", fields.at(part_path, "text")),
-                fields.at(part_path, "text"),
-            )
+            text = fields.required_str(part, "text", fields.at(part_path, "text"))
             blocks.append(internal.Text(text, path=part_path))
         elif kind == "image_url":
             blocks.append(_image(part, part_path))
@@ -186,14 +171,8 @@ def _user_content(content: Any, path: str) -> list[internal.Block]:
 
 
 def _image(part: dict[str, Any], path: str) -> internal.Image:
-    spec = fields.obj(
-        fields.required(part, "image_url", fields.at(path, "image_url")),
-        fields.at(path, "image_url"),
-    )
-    url = fields.string(
-        fields.required(spec, "url", fields.at(path, "image_url.url")),
-        fields.at(path, "image_url.url"),
-    )
+    spec = fields.required_obj(part, "image_url", fields.at(path, "image_url"))
+    url = fields.required_str(spec, "url", fields.at(path, "image_url.url"))
     detail = fields.opt_choice(
         spec, "detail", fields.at(path, "image_url.detail"), ("auto", "low", "high")
     )
@@ -208,22 +187,13 @@ def _assistant_content(message: dict[str, Any], path: str) -> list[internal.Bloc
         if content:
             blocks.append(internal.Text(content, path=content_path))
     elif content is not None:
-        for index, part in enumerate(fields.array(content, content_path)):
-            part_path = fields.at(content_path, index)
-            part = fields.obj(part, part_path)
+        for part, part_path in fields.objects(content, content_path):
             if part.get("type") == "text":
-                text = fields.string(
-                    fields.required(part, "text", fields.at(part_path, "text")),
-                    fields.at(part_path, "text"),
-                )
+                text = fields.required_str(part, "text", fields.at(part_path, "text"))
                 blocks.append(internal.Text(text, path=part_path))
             elif part.get("type") == "refusal":
-                refusal = fields.required(part, "refusal", fields.at(part_path, "refusal"))
-                blocks.append(
-                    internal.Refusal(
-                        fields.string(refusal, fields.at(part_path, "refusal")), part_path
-                    )
-                )
+                refusal = fields.required_str(part, "refusal", fields.at(part_path, "refusal"))
+                blocks.append(internal.Refusal(refusal, part_path))
             else:
                 raise InvalidRequest(
                     f"{part_path}.type must be text or refusal", param=fields.at(part_path, "type")
@@ -244,19 +214,10 @@ def _tool_call(call: Any, path: str) -> internal.Block:
     call = fields.obj(call, path)
     if call.get("type", "function") != "function":
         return internal.Raw(NAME, call, path)
-    function = fields.obj(
-        fields.required(call, "function", fields.at(path, "function")), fields.at(path, "function")
-    )
+    function = fields.required_obj(call, "function", fields.at(path, "function"))
     return internal.ToolCall(
-        id=fields.string(
-            fields.required(call, "id", fields.at(path, "id")),
-            fields.at(path, "id"),
-            non_empty=True,
-        ),
-        name=fields.string(
-            fields.required(function, "name", fields.at(path, "function.name")),
-            fields.at(path, "function.name"),
-        ),
+        id=fields.required_str(call, "id", fields.at(path, "id"), non_empty=True),
+        name=fields.required_str(function, "name", fields.at(path, "function.name")),
         arguments=fields.string(
             function.get("arguments", ""), fields.at(path, "function.arguments")
         ),
@@ -265,10 +226,7 @@ def _tool_call(call: Any, path: str) -> internal.Block:
 
 
 def _tool_result(message: dict[str, Any], path: str) -> internal.ToolResult:
-    call_id = fields.string(
-        fields.required(message, "tool_call_id", fields.at(path, "tool_call_id")),
-        fields.at(path, "tool_call_id"),
-    )
+    call_id = fields.required_str(message, "tool_call_id", fields.at(path, "tool_call_id"))
     content = _text_parts(
         fields.required(message, "content", fields.at(path, "content")), fields.at(path, "content")
     )
@@ -279,13 +237,8 @@ def _parse_tool(tool: Any, path: str) -> internal.Tool | internal.Raw:
     tool = fields.obj(tool, path)
     if tool.get("type") != "function":
         return internal.Raw(NAME, tool, path)
-    function = fields.obj(
-        fields.required(tool, "function", fields.at(path, "function")), fields.at(path, "function")
-    )
-    name = fields.string(
-        fields.required(function, "name", fields.at(path, "function.name")),
-        fields.at(path, "function.name"),
-    )
+    function = fields.required_obj(tool, "function", fields.at(path, "function"))
+    name = fields.required_str(function, "name", fields.at(path, "function.name"))
     return internal.Tool(
         name=name, **function_fields(function, fields.at(path, "function")), path=path
     )
@@ -296,13 +249,8 @@ def _parse_tool_choice(choice: Any) -> internal.ToolChoice | internal.Raw | None
     if not isinstance(choice, dict):
         return choice
     if choice.get("type") == "function":
-        function = fields.obj(
-            fields.required(choice, "function", "tool_choice.function"), "tool_choice.function"
-        )
-        name = fields.string(
-            fields.required(function, "name", "tool_choice.function.name"),
-            "tool_choice.function.name",
-        )
+        function = fields.required_obj(choice, "function", "tool_choice.function")
+        name = fields.required_str(function, "name", "tool_choice.function.name")
         return internal.ToolChoice("tool", name)
     return internal.Raw(NAME, choice, "tool_choice")
 
@@ -330,17 +278,11 @@ def _parse_response_format(value: Any) -> internal.ResponseFormat | None:
             "response_format.type must be text, json_object or json_schema",
             param="response_format.type",
         )
-    schema = fields.obj(
-        fields.required(spec, "json_schema", "response_format.json_schema"),
-        "response_format.json_schema",
-    )
+    schema = fields.required_obj(spec, "json_schema", "response_format.json_schema")
     body = schema.get("schema")
     return internal.ResponseFormat(
         "json_schema",
-        name=fields.string(
-            fields.required(schema, "name", "response_format.json_schema.name"),
-            "response_format.json_schema.name",
-        ),
+        name=fields.required_str(schema, "name", "response_format.json_schema.name"),
         schema=None if body is None else fields.obj(body, "response_format.json_schema.schema"),
         strict=fields.opt_bool(schema, "strict", "response_format.json_schema.strict"),
         description=fields.opt_str(

@@ -14,8 +14,10 @@ from typing import Any
 from gateway.formats import internal, portability
 from gateway.formats.errors import Untranslatable
 from gateway.formats.media import data_url
+from gateway.formats.openai_chat.response import render_tool_call, texts_of
 from gateway.formats.openai_tools import put_tools
 from gateway.formats.optional_fields import present
+from gateway.formats.parts import ContentParts
 
 NAME = "openai_chat"
 TARGET = portability.TITLES[NAME]
@@ -91,25 +93,9 @@ def _text_content(texts: list[internal.Text]) -> str | list[dict[str, Any]]:
 
 
 def _render_user(message: internal.Message) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    parts: list[dict[str, Any]] = []
-    for block in message.content:
-        if isinstance(block, internal.ToolResult):
-            out.append(_render_tool_result(block))
-        elif isinstance(block, internal.Text):
-            parts.append({"type": "text", "text": block.text})
-        elif isinstance(block, internal.Image):
-            parts.append(_render_image(block))
-        elif isinstance(block, internal.Raw):
-            data = portability.raw_data(block, NAME, message.path)
-            if data.get("role") == "function":
-                out.append(data)
-            else:
-                parts.append(data)
-        else:
-            raise Untranslatable(
-                block.path or message.path, TARGET, f"user messages cannot carry {_kind(block)}"
-            )
+    out, parts = _PARTS.split_user(
+        message, _render_tool_result, lambda block: f"user messages cannot carry {_kind(block)}"
+    )
     if parts:
         only_text = len(parts) == 1 and parts[0]["type"] == "text"
         out.append({"role": "user", "content": parts[0]["text"] if only_text else parts})
@@ -141,18 +127,20 @@ def _render_image(image: internal.Image) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url, **present({"detail": image.detail})}}
 
 
+def _text_part(text: internal.Text) -> dict[str, Any]:
+    return {"type": "text", "text": text.text}
+
+
+# A legacy function message stands alone; other raw parts join the user message.
+_PARTS = ContentParts(NAME, _text_part, _render_image, lambda data: data.get("role") == "function")
+
+
 def _render_assistant(message: internal.Message) -> dict[str, Any]:
-    texts: list[str] = []
-    refusals: list[str] = []
     calls: list[dict[str, Any]] = []
     out: dict[str, Any] = {"role": "assistant"}
     for block in message.content:
-        if isinstance(block, internal.Text):
-            texts.append(block.text)
-        elif isinstance(block, internal.Refusal):
-            refusals.append(block.text)
-        elif isinstance(block, internal.ToolCall):
-            calls.append(_render_tool_call(block))
+        if isinstance(block, internal.ToolCall):
+            calls.append(render_tool_call(block))
         elif isinstance(block, internal.Raw):
             data = portability.raw_data(block, NAME, message.path)
             if "type" in data:
@@ -166,20 +154,14 @@ def _render_assistant(message: internal.Message) -> dict[str, Any]:
                 f"assistant messages cannot carry {_kind(block)}",
             )
         # Thinking is not sent back: Chat Completions has no field for it (documented).
+    texts = texts_of(message.content, internal.Text)
+    refusals = texts_of(message.content, internal.Refusal)
     out["content"] = "".join(texts) if texts or not calls else None
     if refusals:
         out["refusal"] = "".join(refusals)
     if calls:
         out["tool_calls"] = calls
     return out
-
-
-def _render_tool_call(call: internal.ToolCall) -> dict[str, Any]:
-    return {
-        "id": call.id,
-        "type": "function",
-        "function": {"name": call.name, "arguments": call.arguments},
-    }
 
 
 def _render_tool(tool: internal.Tool | internal.Raw) -> dict[str, Any]:

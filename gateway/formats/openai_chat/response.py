@@ -3,7 +3,8 @@
 Reasoning text travels in ``message.reasoning_content`` (the field DeepSeek, vLLM and others use;
 ``reasoning`` is read too), since the official format has none. Only one choice translates: an
 ``n > 1`` answer exists only when client and upstream both speak Chat Completions, and then the
-gateway relays the body untouched.
+gateway relays the body untouched. The pieces both directions share (tool calls, a message's
+texts, the head of a completion or chunk) are here for the request and stream renderers too.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway.formats import internal
+from gateway.formats import internal, stream
 from gateway.formats.errors import UpstreamProtocolError
 from gateway.formats.fields import load_upstream
 from gateway.formats.openai_usage import parse_openai_usage
@@ -123,32 +124,42 @@ def finish_reason(stop: internal.StopReason | None) -> str:
     return STOP_TO_FINISH.get(stop or "end_turn", "stop")
 
 
+def texts_of(
+    blocks: list[internal.Block], kind: type[internal.Text | internal.Refusal | internal.Thinking]
+) -> list[str]:
+    """The texts of the blocks of one kind, in order (a message has one field for each kind)."""
+    return [block.text for block in blocks if isinstance(block, kind)]
+
+
+def render_tool_call(call: internal.ToolCall) -> dict[str, Any]:
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+
+
+def completion_head(
+    kind: str, start: internal.ChatResponse | stream.MessageStart
+) -> dict[str, Any]:
+    """The fields a ``chat.completion`` and every ``chat.completion.chunk`` begin with."""
+    created = start.created if start.created is not None else int(time.time())
+    return {"id": start.id, "object": kind, "created": created, "model": start.model}
+
+
 def render_response(
     response: internal.ChatResponse, request: object | None = None
 ) -> dict[str, Any]:
     """A ``chat.completion`` body; ``request`` is accepted for symmetry and not needed here."""
-    texts: list[str] = []
-    refusals: list[str] = []
-    thinking: list[str] = []
-    calls: list[dict[str, Any]] = []
-    for block in response.content:
-        if isinstance(block, internal.Text):
-            texts.append(block.text)
-        elif isinstance(block, internal.Refusal):
-            refusals.append(block.text)
-        elif isinstance(block, internal.Thinking):
-            thinking.append(block.text)
-        elif isinstance(block, internal.ToolCall):
-            calls.append(
-                {
-                    "id": block.id,
-                    "type": "function",
-                    "function": {"name": block.name, "arguments": block.arguments},
-                }
-            )
-        elif isinstance(block, internal.Raw):
-            calls.append(raw_output(block, NAME))
-        # RedactedThinking has no readable text and no field here.
+    texts = texts_of(response.content, internal.Text)
+    refusals = texts_of(response.content, internal.Refusal)
+    thinking = texts_of(response.content, internal.Thinking)
+    # RedactedThinking has no readable text and no field here.
+    calls = [
+        render_tool_call(block) if isinstance(block, internal.ToolCall) else raw_output(block, NAME)
+        for block in response.content
+        if isinstance(block, internal.ToolCall | internal.Raw)
+    ]
     message: dict[str, Any] = {
         "role": "assistant",
         "content": "".join(texts) if texts or not (calls or refusals) else None,
@@ -159,10 +170,7 @@ def render_response(
     if thinking:
         message["reasoning_content"] = "".join(thinking)
     body: dict[str, Any] = {
-        "id": response.id,
-        "object": "chat.completion",
-        "created": response.created if response.created is not None else int(time.time()),
-        "model": response.model,
+        **completion_head("chat.completion", response),
         "choices": [
             {
                 "index": 0,

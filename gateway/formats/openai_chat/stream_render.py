@@ -8,13 +8,12 @@ clients that did not ask may not expect empty ``choices``. A failure is the gate
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import orjson
 
 from gateway.formats import internal, stream
-from gateway.formats.openai_chat.response import finish_reason, render_usage
+from gateway.formats.openai_chat.response import completion_head, finish_reason, render_usage
 from gateway.formats.openai_errors import render_stream_error
 from gateway.formats.portability import raw_output
 from gateway.formats.sse import encode_sse
@@ -28,16 +27,13 @@ class StreamRenderer:
 
     def __init__(self, request: internal.ChatRequest | None = None) -> None:
         self._include_usage = True if request is None else bool(request.include_usage)
-        self._id = ""
-        self._model = ""
-        self._created = 0
+        self._head: dict[str, Any] = {}  # set by MessageStart
         self._tools: dict[int, int] = {}  # block index -> the chunk's tool-call index
         self._refusals: set[int] = set()
 
     def render(self, event: stream.StreamEvent) -> bytes:
         if isinstance(event, stream.MessageStart):
-            self._id, self._model = event.id, event.model
-            self._created = event.created if event.created is not None else int(time.time())
+            self._head = completion_head("chat.completion.chunk", event)
             return self._chunk({"role": "assistant", "content": ""})
         if isinstance(event, stream.BlockStart):
             return self._start(event)
@@ -53,7 +49,7 @@ class StreamRenderer:
             out = self._chunk({}, finish_reason(event.stop_reason))
             if self._include_usage and event.usage is not None:
                 out += self._event(
-                    {**self._head(), "choices": [], "usage": render_usage(event.usage)}
+                    {**self._head, "choices": [], "usage": render_usage(event.usage)}
                 )
             return out
         if isinstance(event, stream.MessageStop):
@@ -87,17 +83,9 @@ class StreamRenderer:
             return self._chunk({"reasoning_content": block.text})
         return b""
 
-    def _head(self) -> dict[str, Any]:
-        return {
-            "id": self._id,
-            "object": "chat.completion.chunk",
-            "created": self._created,
-            "model": self._model,
-        }
-
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return self._event({**self._head(), "choices": [choice]})
+        return self._event({**self._head, "choices": [choice]})
 
     @staticmethod
     def _event(payload: dict[str, Any]) -> bytes:

@@ -35,7 +35,7 @@ _MODELLED = frozenset(
 def parse_request(body: bytes | str | dict[str, Any]) -> internal.ChatRequest:
     data = fields.load_object(body)
     _refuse_stateful(data)
-    model = fields.string(fields.required(data, "model", "model"), "model", non_empty=True)
+    model = fields.required_str(data, "model", "model", non_empty=True)
     request = internal.ChatRequest(model=model, source=NAME, messages=[])
     instructions = fields.opt_str(data, "instructions", "instructions")
     if instructions:
@@ -92,9 +92,7 @@ def _parse_input(request: internal.ChatRequest, value: Any) -> None:
             internal.Message("user", [internal.Text(value, path="input")], "input")
         )
         return
-    for index, item in enumerate(fields.array(value, "input")):
-        path = fields.at("input", index)
-        item = fields.obj(item, path)
+    for item, path in fields.objects(value, "input"):
         kind = item.get("type", "message")
         if kind == "message":
             _parse_message_item(request, item, path)
@@ -142,8 +140,8 @@ def _parse_message_item(request: internal.ChatRequest, item: dict[str, Any], pat
         blocks: list[internal.Block] = [internal.Text(content, path=content_path)]
     else:
         blocks = [
-            _parse_part(fields.obj(part, fields.at(content_path, i)), fields.at(content_path, i))
-            for i, part in enumerate(fields.array(content, content_path))
+            _parse_part(part, part_path)
+            for part, part_path in fields.objects(content, content_path)
         ]
     if role in ("system", "developer"):
         texts = [_system_text(block) for block in blocks]
@@ -167,19 +165,10 @@ def _system_text(block: internal.Block) -> internal.Text:
 def _parse_part(part: dict[str, Any], path: str) -> internal.Block:
     kind = part.get("type")
     if kind in ("input_text", "output_text"):
-        return internal.Text(
-            fields.string(
-                fields.required(part, "text", fields.at(path, "text")), fields.at(path, "text")
-            ),
-            path=path,
-        )
+        return internal.Text(fields.required_str(part, "text", fields.at(path, "text")), path=path)
     if kind == "refusal":
         return internal.Refusal(
-            fields.string(
-                fields.required(part, "refusal", fields.at(path, "refusal")),
-                fields.at(path, "refusal"),
-            ),
-            path,
+            fields.required_str(part, "refusal", fields.at(path, "refusal")), path
         )
     if kind == "input_image":
         return _parse_image(part, path)
@@ -208,33 +197,21 @@ def _parse_image(part: dict[str, Any], path: str) -> internal.Image:
 
 def _parse_function_call(item: dict[str, Any], path: str) -> internal.ToolCall:
     return internal.ToolCall(
-        id=fields.string(
-            fields.required(item, "call_id", fields.at(path, "call_id")),
-            fields.at(path, "call_id"),
-            non_empty=True,
-        ),
-        name=fields.string(
-            fields.required(item, "name", fields.at(path, "name")), fields.at(path, "name")
-        ),
-        arguments=fields.string(
-            fields.required(item, "arguments", fields.at(path, "arguments")),
-            fields.at(path, "arguments"),
-        ),
+        id=fields.required_str(item, "call_id", fields.at(path, "call_id"), non_empty=True),
+        name=fields.required_str(item, "name", fields.at(path, "name")),
+        arguments=fields.required_str(item, "arguments", fields.at(path, "arguments")),
         path=path,
     )
 
 
 def _parse_function_output(item: dict[str, Any], path: str) -> internal.ToolResult:
-    call_id = fields.string(
-        fields.required(item, "call_id", fields.at(path, "call_id")), fields.at(path, "call_id")
-    )
+    call_id = fields.required_str(item, "call_id", fields.at(path, "call_id"))
     output = fields.required(item, "output", fields.at(path, "output"))
     output_path = fields.at(path, "output")
     if isinstance(output, str):
         return internal.ToolResult(call_id, [internal.Text(output, path=output_path)], path=path)
     parts = [
-        _parse_part(fields.obj(part, fields.at(output_path, i)), fields.at(output_path, i))
-        for i, part in enumerate(fields.array(output, output_path))
+        _parse_part(part, part_path) for part, part_path in fields.objects(output, output_path)
     ]
     return internal.ToolResult(call_id, parts, path=path)
 
@@ -242,28 +219,20 @@ def _parse_function_output(item: dict[str, Any], path: str) -> internal.ToolResu
 def _parse_reasoning_item(item: dict[str, Any], path: str) -> internal.Thinking:
     texts = []
     for key, kind in (("summary", "summary_text"), ("content", "reasoning_text")):
-        for i, part in enumerate(fields.opt_array(item, key, fields.at(path, key))):
-            part_path = fields.at(fields.at(path, key), i)
-            part = fields.obj(part, part_path)
+        key_path = fields.at(path, key)
+        for part, part_path in fields.objects(fields.opt_array(item, key, key_path), key_path):
             if part.get("type") != kind:
                 raise InvalidRequest(
                     f"{part_path}.type must be {kind}", param=fields.at(part_path, "type")
                 )
-            texts.append(
-                fields.string(
-                    fields.required(part, "text", fields.at(part_path, "text")),
-                    fields.at(part_path, "text"),
-                )
-            )
+            texts.append(fields.required_str(part, "text", fields.at(part_path, "text")))
         if texts:
             break  # the summary when there is one, else the raw reasoning text
     return from_client(
         "\n\n".join(texts),
         fields.opt_str(item, "encrypted_content", fields.at(path, "encrypted_content")),
         NAME,
-        item_id=fields.string(
-            fields.required(item, "id", fields.at(path, "id")), fields.at(path, "id")
-        ),
+        item_id=fields.required_str(item, "id", fields.at(path, "id")),
         path=path,
     )
 
@@ -278,11 +247,7 @@ def _parse_tool(tool: Any, path: str) -> internal.Tool | internal.Raw:
         if k not in ("type", "name", "description", "parameters", "strict")
     }
     return internal.Tool(
-        name=fields.string(
-            fields.required(tool, "name", fields.at(path, "name")),
-            fields.at(path, "name"),
-            non_empty=True,
-        ),
+        name=fields.required_str(tool, "name", fields.at(path, "name"), non_empty=True),
         **function_fields(tool, path),
         extras=extras,
         path=path,
@@ -294,10 +259,7 @@ def _parse_tool_choice(choice: Any) -> internal.ToolChoice | internal.Raw | None
     if not isinstance(choice, dict):
         return choice
     if choice.get("type") == "function":
-        return internal.ToolChoice(
-            "tool",
-            fields.string(fields.required(choice, "name", "tool_choice.name"), "tool_choice.name"),
-        )
+        return internal.ToolChoice("tool", fields.required_str(choice, "name", "tool_choice.name"))
     return internal.Raw(NAME, choice, "tool_choice")
 
 
@@ -315,10 +277,8 @@ def _parse_text(data: dict[str, Any]) -> internal.ResponseFormat | None:
         )
     return internal.ResponseFormat(
         "json_schema",
-        name=fields.string(fields.required(spec, "name", "text.format.name"), "text.format.name"),
-        schema=fields.obj(
-            fields.required(spec, "schema", "text.format.schema"), "text.format.schema"
-        ),
+        name=fields.required_str(spec, "name", "text.format.name"),
+        schema=fields.required_obj(spec, "schema", "text.format.schema"),
         strict=fields.opt_bool(spec, "strict", "text.format.strict"),
         description=fields.opt_str(spec, "description", "text.format.description"),
     )

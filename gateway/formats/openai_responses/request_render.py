@@ -16,6 +16,7 @@ from gateway.formats.errors import Untranslatable
 from gateway.formats.media import data_url
 from gateway.formats.openai_tools import put_tools
 from gateway.formats.optional_fields import present
+from gateway.formats.parts import ContentParts
 
 NAME = "openai_responses"
 TARGET = portability.TITLES[NAME]
@@ -92,22 +93,9 @@ def _render_message(message: internal.Message) -> list[dict[str, Any]]:
         return [_system_item(texts)]
     if message.role == "assistant":
         return _render_assistant(message)
-    items: list[dict[str, Any]] = []
-    parts: list[dict[str, Any]] = []
-    for block in message.content:
-        if isinstance(block, internal.ToolResult):
-            items.append(_render_tool_result(block))
-        elif isinstance(block, internal.Text):
-            parts.append({"type": "input_text", "text": block.text})
-        elif isinstance(block, internal.Image):
-            parts.append(_render_image(block))
-        elif isinstance(block, internal.Raw):
-            data = portability.raw_data(block, NAME, message.path)
-            (parts if data.get("type") == "input_file" else items).append(data)
-        else:
-            raise Untranslatable(
-                block.path or message.path, TARGET, "user messages cannot carry this"
-            )
+    items, parts = _PARTS.split_user(
+        message, _render_tool_result, lambda block: "user messages cannot carry this"
+    )
     if parts:
         items.append({"type": "message", "role": "user", "content": parts})
     return items
@@ -163,18 +151,10 @@ def render_reasoning_item(block: internal.Thinking, item_id: str) -> dict[str, A
 
 def _render_tool_result(result: internal.ToolResult) -> dict[str, Any]:
     """``is_error`` has no field here: the output goes as it is (documented)."""
-    parts: list[dict[str, Any]] = []
-    for block in result.content:
-        if isinstance(block, internal.Text):
-            parts.append({"type": "input_text", "text": block.text})
-        elif isinstance(block, internal.Image):
-            parts.append(_render_image(block))
-        elif isinstance(block, internal.Raw):
-            parts.append(portability.raw_data(block, NAME, result.path))
-        else:
-            raise Untranslatable(
-                block.path or result.path, TARGET, "tool outputs carry text and images"
-            )
+    parts = [
+        _PARTS.render(block, result.path, "tool outputs carry text and images")
+        for block in result.content
+    ]
     output: str | list[dict[str, Any]] = parts
     if not parts:
         output = ""
@@ -196,6 +176,16 @@ def _render_image(image: internal.Image) -> dict[str, Any]:
     else:
         part["image_url"] = image.url
     return part
+
+
+def _input_text(text: internal.Text) -> dict[str, Any]:
+    return {"type": "input_text", "text": text.text}
+
+
+# Raw items stand alone in the input, but for files (parts of a message).
+_PARTS = ContentParts(
+    NAME, _input_text, _render_image, lambda data: data.get("type") != "input_file"
+)
 
 
 def render_tool(

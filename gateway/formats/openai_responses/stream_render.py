@@ -141,14 +141,7 @@ class StreamRenderer:
             out += self._delta(stream.ThinkingDelta(index, block.text))
         return out
 
-    def _delta(
-        self,
-        event: stream.TextDelta
-        | stream.ArgumentsDelta
-        | stream.ThinkingDelta
-        | stream.SignatureDelta
-        | stream.RawDelta,
-    ) -> bytes:
+    def _delta(self, event: stream.BlockDelta) -> bytes:
         if event.index not in self._slots:
             return b""  # a delta of a block with no item (redacted thinking)
         slot = self._slots[event.index]
