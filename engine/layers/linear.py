@@ -63,9 +63,6 @@ class ParallelSpec:
     tp_rank: int = 0
 
 
-SINGLE_RANK = ParallelSpec()
-
-
 def kv_heads_per_rank(num_kv_heads: int, tp_size: int) -> int:
     """KV heads a rank holds: a share, or one replicated head when ranks outnumber them."""
     return max(1, num_kv_heads // tp_size)
@@ -185,9 +182,7 @@ class _EvenlySplitLinear(_ShardedLinear):
 
     split_dim: ClassVar[int]  # 0: the outputs (column parallel), 1: the inputs (row parallel)
 
-    def __init__(
-        self, input_size: int, output_size: int, bias: bool = False, tp: ParallelSpec = SINGLE_RANK
-    ) -> None:
+    def __init__(self, input_size: int, output_size: int, bias: bool, tp: ParallelSpec) -> None:
         local = [output_size, input_size]
         if local[self.split_dim] % tp.tp_size:
             name = ("output", "input")[self.split_dim]
@@ -219,8 +214,8 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
         self,
         input_size: int,
         output_sizes: list[int],
-        bias: bool = False,
-        tp: ParallelSpec = SINGLE_RANK,
+        bias: bool,
+        tp: ParallelSpec,
     ) -> None:
         if any(size % tp.tp_size for size in output_sizes):
             raise ValueError(
@@ -251,8 +246,8 @@ class QKVParallelLinear(_ShardedLinear):
         head_dim: int,
         num_heads: int,
         num_kv_heads: int,
-        bias: bool = False,
-        tp: ParallelSpec = SINGLE_RANK,
+        bias: bool,
+        tp: ParallelSpec,
     ) -> None:
         tp_size = tp.tp_size
         if num_heads % tp_size or (num_kv_heads % tp_size and tp_size % num_kv_heads):
@@ -297,7 +292,7 @@ class RowParallelLinear(_EvenlySplitLinear):
 class VocabParallelEmbedding(_RankLoaded):
     """Each rank holds a contiguous slice of the vocabulary's rows (the last one padded)."""
 
-    def __init__(self, vocab_size: int, hidden_size: int, tp: ParallelSpec = SINGLE_RANK) -> None:
+    def __init__(self, vocab_size: int, hidden_size: int, tp: ParallelSpec) -> None:
         super().__init__(tp)
         self.vocab_size = vocab_size
         self.per_rank = -(-vocab_size // tp.tp_size)
