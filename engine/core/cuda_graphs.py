@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import InitVar, dataclass
 from typing import Any
 
 import torch
@@ -56,21 +57,19 @@ def num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+@dataclass(eq=False)
 class PaddedDecode:
     """Fixed decode buffers and, on CUDA, the graphs captured over them."""
 
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        device: torch.device,
-        max_num_seqs: int,
-        max_blocks: int,
-        num_kv_heads: int,
-        sms: int | None = None,
-    ) -> None:
-        self.model = model
-        self.device = device
-        self.num_kv_heads = num_kv_heads
+    model: torch.nn.Module
+    device: torch.device
+    max_num_seqs: InitVar[int]  # sizes the buffers (at most 512 rows)
+    max_blocks: InitVar[int]  # block-table width
+    num_kv_heads: int
+    sms: InitVar[int | None] = None  # the device's SM count, if not read from it
+
+    def __post_init__(self, max_num_seqs: int, max_blocks: int, sms: int | None) -> None:
+        device = self.device
         self.num_sms = num_sms(device) if sms is None else sms
         limit = max(1, min(max_num_seqs, 512))
         sizes = {1, 2, 4, 8, *range(16, limit + 1, 16), limit}

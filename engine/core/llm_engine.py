@@ -348,9 +348,10 @@ class LLMEngine:
     def _record_gauges(self) -> None:
         bm = self.block_manager
         scheduler = self.scheduler
+        running, waiting = scheduler.request_counts()
         self.stats.record_gauges(
-            running=scheduler.num_running_requests,
-            waiting=scheduler.num_waiting_requests,
+            running=running,
+            waiting=waiting,
             kv_usage=bm.num_used_blocks / bm.num_blocks,
             allocated_slots=scheduler.num_running_blocks * bm.block_size,
             used_tokens=scheduler.num_running_tokens,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass, field
 
 from engine.core.detokenizer import Detokenizer, make_detokenizer
 from engine.sampling import SamplingParams, TokenLogprobs
@@ -43,55 +43,46 @@ def held_back(text: str, stops: list[str]) -> int:
     return longest
 
 
+@dataclass(slots=True, eq=False)
 class SampleState:
     """One of a request's n samples, as the client sees it."""
 
-    __slots__ = (
-        "detokenizer",
-        "finish_reason",
-        "held",
-        "last_time",
-        "logprobs",
-        "pieces",
-        "token_ids",
-    )
-
-    def __init__(self, detokenizer: Detokenizer) -> None:
-        self.detokenizer = detokenizer
-        self.pieces: list[str] = []  # the text streamed so far
-        self.held = ""  # text held back: it may still become a stop string
-        self.token_ids: list[int] = []
-        self.logprobs: list[TokenLogprobs] = []
-        self.finish_reason: str | None = None
-        self.last_time: float | None = None
+    detokenizer: Detokenizer
+    pieces: list[str] = field(default_factory=list)  # the text streamed so far
+    held: str = ""  # text held back: it may still become a stop string
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprobs] = field(default_factory=list)
+    finish_reason: str | None = None
+    last_time: float | None = None
 
     @property
     def text(self) -> str:
         return "".join(self.pieces)
 
 
+@dataclass(eq=False)
 class RequestState:
-    def __init__(
-        self,
-        request_id: str,
-        prompt: str | None,
-        prompt_token_ids: list[int],
-        params: SamplingParams,
-        tokenizer: Tokenizer,
-        arrival_time: float | None = None,
-    ) -> None:
-        self.request_id = request_id
-        self.prompt = prompt
-        self.prompt_token_ids = prompt_token_ids
-        self.num_prompt_tokens = len(prompt_token_ids)
-        self.params = params
-        self.arrival_time = time.monotonic() if arrival_time is None else arrival_time
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    tokenizer: InitVar[Tokenizer]  # only to make each sample's detokenizer
+    arrival_time: float = field(default_factory=time.monotonic)
+    samples: list[SampleState] = field(init=False)
+    num_unfinished: int = field(init=False)
+    # where a step's outputs go (AsyncEngine: the stream's outbox); None: kept by the caller
+    sink: Callable[[list[StreamOutput]], None] | None = field(default=None, init=False)
+
+    def __post_init__(self, tokenizer: Tokenizer) -> None:
         self.samples = [
-            SampleState(make_detokenizer(tokenizer, prompt_token_ids)) for _ in range(params.n)
+            SampleState(make_detokenizer(tokenizer, self.prompt_token_ids))
+            for _ in range(self.params.n)
         ]
-        self.num_unfinished = params.n
-        # where a step's outputs go (AsyncEngine: the stream's outbox); None: kept by the caller
-        self.sink: Callable[[list[StreamOutput]], None] | None = None
+        self.num_unfinished = self.params.n
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
 
     @property
     def finished(self) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from engine.core.input_batch import RowSetup
-from engine.layers.sampler import SamplingBatch
+from engine.layers.sampler import CountPenalties, RepetitionPenalty, SamplingBatch
 
 # rows of `SamplingRows.values`
 TEMPERATURE, TOP_P, MIN_P, PRESENCE, FREQUENCY, TOP_K, GREEDY, REPETITION = range(8)
@@ -105,13 +105,13 @@ class SamplingRows:
             values = values.pin_memory().to(self.device, non_blocking=True)
         greedy = self.values[GREEDY, rows]
         all_greedy = bool(greedy.all())
-        counts = seen = banned = None
-        presence = frequency = repetition = None
-        if uses[USES_PENALTIES]:  # the sampler gathers the rows it needs on the device
-            counts = self.counts
+        counted = repetition = banned = None
+        # the sampler gathers the rows it needs of the state tables on the device
+        if uses[USES_PENALTIES]:
             presence, frequency = values[PRESENCE], values[FREQUENCY]
+            counted = CountPenalties(presence, frequency, self.counts, rows_on_device)
         if uses[USES_REPETITION]:
-            seen, repetition = self.seen, values[REPETITION]
+            repetition = RepetitionPenalty(values[REPETITION], self.seen, rows_on_device)
         under_min = self.num_output[rows] < self.min_tokens[rows]
         if under_min.any():
             banned = self._banned_mask(rows, under_min)
@@ -127,12 +127,8 @@ class SamplingRows:
             top_k=values[TOP_K].long() if uses[USES_TOP_K] else None,
             top_p=values[TOP_P] if uses[USES_TOP_P] else None,
             min_p=values[MIN_P] if uses[USES_MIN_P] else None,
-            presence_penalty=presence,
-            frequency_penalty=frequency,
-            output_counts=counts,
-            repetition_penalty=repetition,
-            seen=seen,
-            state_rows=rows_on_device,
+            count_penalties=counted,
+            repetition=repetition,
             banned=banned,
             seeded=seeded,
             default_generator=default_generator,

@@ -53,30 +53,26 @@ class SchedulerOutput:
 _age = attrgetter("age")  # (arrival time, sequence id): older first
 
 
+@dataclass(eq=False)
 class Scheduler:
-    def __init__(
-        self,
-        config: EngineConfig,
-        max_model_len: int,
-        block_manager: BlockManager,
-        stats: EngineStats,
-    ) -> None:
-        self.config = config
-        self.max_model_len = max_model_len
-        self.block_manager = block_manager
-        self.stats = stats
+    config: EngineConfig
+    max_model_len: int
+    block_manager: BlockManager
+    stats: EngineStats
+
+    def __post_init__(self) -> None:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # kept in age order
         self._out_of_order = False  # a readmitted or forked sequence joined out of age order
         # one persistent input-batch row per running sequence (`core/input_batch.py`)
-        self._free_rows = list(range(config.max_num_seqs - 1, -1, -1))
+        self._free_rows = list(range(self.config.max_num_seqs - 1, -1, -1))
         # gauges kept up to date as sequences move, so reading them is O(1)
         self.num_running_tokens = 0  # computed tokens of the running sequences
         self.num_running_blocks = 0  # block-table entries of the running sequences
         self._running_requests: dict[str, int] = {}  # request id -> its running sequences
         self._waiting_requests: dict[str, int] = {}
         # Admission keeps a little headroom so running decodes are not starved at once.
-        self._watermark_blocks = max(1, block_manager.num_blocks // 100)
+        self._watermark_blocks = max(1, self.block_manager.num_blocks // 100)
 
     # --- admission control -------------------------------------------------------------
 
@@ -112,13 +108,9 @@ class Scheduler:
         self.waiting.append(seq)
         _count(self._waiting_requests, seq.request.request_id, 1)
 
-    @property
-    def num_running_requests(self) -> int:
-        return len(self._running_requests)
-
-    @property
-    def num_waiting_requests(self) -> int:
-        return len(self._waiting_requests)
+    def request_counts(self) -> tuple[int, int]:
+        """Requests with a running sequence, and requests with a waiting one."""
+        return len(self._running_requests), len(self._waiting_requests)
 
     def add_running(self, seq: Sequence) -> None:
         """A fork joins its parent among the running sequences (its seat was reserved)."""

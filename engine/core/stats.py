@@ -102,26 +102,20 @@ class EngineStats:
             self.num_requests_finished += len(finished)
 
     def snapshot(self) -> dict[str, Any]:
+        """Every counter and gauge (the numbers `__init__` sets), the prefix cache's hit rate
+        and the latency summaries."""
         with self._lock:
-            queries = self.prefix_cache_queries
-            return {
-                "num_requests_running": self.num_requests_running,
-                "num_requests_waiting": self.num_requests_waiting,
-                "kv_cache_usage_perc": self.kv_cache_usage_perc,
-                "kv_cache_waste_ratio": self.kv_cache_waste_ratio,
-                "kv_cache_waste_slots_per_seq": self.kv_cache_waste_slots_per_seq,
-                "prefix_cache_hits": self.prefix_cache_hits,
-                "prefix_cache_queries": queries,
-                "prefix_cache_hit_rate": self.prefix_cache_hits / queries if queries else 0.0,
-                "num_preemptions": self.num_preemptions,
-                "prompt_tokens_total": self.prompt_tokens_total,
-                "generation_tokens_total": self.generation_tokens_total,
-                "num_requests_finished": self.num_requests_finished,
-                "num_steps": self.num_steps,
-                "time_to_first_token_seconds": _summary(self.time_to_first_token_seconds),
-                "inter_token_latency_seconds": _summary(self.inter_token_latency_seconds),
-                "e2e_request_latency_seconds": _summary(self.e2e_request_latency_seconds),
+            snap: dict[str, Any] = {
+                name: value for name, value in vars(self).items() if isinstance(value, (int, float))
             }
+            queries = self.prefix_cache_queries
+            snap["prefix_cache_hit_rate"] = self.prefix_cache_hits / queries if queries else 0.0
+            snap.update(
+                time_to_first_token_seconds=_summary(self.time_to_first_token_seconds),
+                inter_token_latency_seconds=_summary(self.inter_token_latency_seconds),
+                e2e_request_latency_seconds=_summary(self.e2e_request_latency_seconds),
+            )
+            return snap
 
     def step_history(self) -> list[StepRecord]:
         with self._lock:

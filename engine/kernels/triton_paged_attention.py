@@ -11,6 +11,8 @@ when a few sequences have long contexts.
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -226,6 +228,33 @@ def choose_num_kv_splits(
     return max(1, min(wanted, useful, MAX_KV_SPLITS))
 
 
+@dataclass(frozen=True)
+class _Tiling:
+    """The main kernel's tile shape: each field is the constexpr of its upper-case name."""
+
+    group: int  # query heads per KV head
+    group_p2: int  # the group padded to a power of two
+    block_q: int  # new tokens per program
+    block_m: int  # tile rows: block_q tokens x group_p2 heads
+    block_dim: int  # head_dim padded to a power of two
+    tile_kv: int  # KV positions per iteration
+
+    def constexprs(self) -> dict[str, int]:
+        return {name.upper(): value for name, value in asdict(self).items()}
+
+
+def _choose_tiling(query: torch.Tensor, num_kv_heads: int, max_query_len: int) -> _Tiling:
+    group = query.shape[1] // num_kv_heads
+    group_p2 = triton.next_power_of_2(group)
+    block_dim = triton.next_power_of_2(query.shape[2])
+    # tl.dot needs at least 16 rows; decode fills them with the group's heads (and padding).
+    rows_wanted = 16 if max_query_len * group_p2 <= 16 else 64
+    block_m = max(rows_wanted, group_p2)
+    # fp32 tiles are twice the bytes: halve them to stay within shared memory.
+    tile_kv = 64 if block_dim <= 128 and query.element_size() <= 2 else 32
+    return _Tiling(group, group_p2, block_m // group_p2, block_m, block_dim, tile_kv)
+
+
 def _check_inputs(
     query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
 ) -> None:
@@ -277,15 +306,8 @@ def paged_attention_triton(
     if max_query_len <= 0:
         return out
 
-    group = num_heads // num_kv_heads
-    group_p2 = triton.next_power_of_2(group)
-    block_dim = triton.next_power_of_2(head_dim)
-    # tl.dot needs at least 16 rows; decode fills them with the group's heads (and padding).
-    rows_wanted = 16 if max_query_len * group_p2 <= 16 else 64
-    block_m = max(rows_wanted, group_p2)
-    block_q = block_m // group_p2
-    # fp32 tiles are twice the bytes: halve them to stay within shared memory.
-    tile_kv = 64 if block_dim <= 128 and query.element_size() <= 2 else 32
+    tiling = _choose_tiling(query, num_kv_heads, max_query_len)
+    block_dim = tiling.block_dim
     if num_kv_splits is None:
         max_context_len = block_tables.shape[1] * block_size
         num_kv_splits = choose_num_kv_splits(
@@ -311,7 +333,7 @@ def paged_attention_triton(
     # kernels take these strides, in this order
     split_strides = (*out.stride()[:2], *partial_out.stride()[:2], *partial_max.stride()[:2])
 
-    grid = (num_seqs, triton.cdiv(max_query_len, block_q), num_kv_heads * num_kv_splits)
+    grid = (num_seqs, triton.cdiv(max_query_len, tiling.block_q), num_kv_heads * num_kv_splits)
     _paged_attention_kernel[grid](
         query,
         k_cache,
@@ -334,12 +356,7 @@ def paged_attention_triton(
         block_size,
         head_dim,
         num_heads,
-        GROUP=group,
-        GROUP_P2=group_p2,
-        BLOCK_Q=block_q,
-        BLOCK_M=block_m,
-        BLOCK_DIM=block_dim,
-        TILE_KV=tile_kv,
+        **tiling.constexprs(),
         NUM_SPLITS=num_kv_splits,
         DOT_PRECISION=dot_precision,
     )

@@ -10,6 +10,7 @@ all-gathers, and only when `tp_size > 1`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 import torch
@@ -52,6 +53,14 @@ class TensorSource:
 
 def as_source(loaded: WeightSource | torch.Tensor) -> WeightSource:
     return TensorSource(loaded) if isinstance(loaded, torch.Tensor) else loaded
+
+
+@dataclass(frozen=True)
+class ParallelSpec:
+    """This rank's place in the tensor-parallel group."""
+
+    tp_size: int = 1
+    tp_rank: int = 0
 
 
 def kv_heads_per_rank(num_kv_heads: int, tp_size: int) -> int:
@@ -113,9 +122,9 @@ def default_weight_loader(param: nn.Parameter, loaded: WeightSource | torch.Tens
 class _RankLoaded(nn.Module):
     """Parameters whose `weight_loader` reads only this rank's part of a checkpoint tensor."""
 
-    def __init__(self, tp_size: int, tp_rank: int) -> None:
+    def __init__(self, tp: ParallelSpec) -> None:
         super().__init__()
-        self.tp_size, self.tp_rank = tp_size, tp_rank
+        self.tp_size, self.tp_rank = tp.tp_size, tp.tp_rank
 
     def _new_param(self, *shape: int) -> nn.Parameter:
         param = nn.Parameter(torch.empty(*shape), requires_grad=False)
@@ -156,15 +165,8 @@ class _CpuPacked:
 class _ShardedLinear(_CpuPacked, _RankLoaded):
     """Holds this rank's `[out_local, in_local]` weight; subclasses say how to slice."""
 
-    def __init__(
-        self,
-        in_local: int,
-        out_local: int,
-        bias: bool,
-        tp_size: int,
-        tp_rank: int,
-    ) -> None:
-        super().__init__(tp_size, tp_rank)
+    def __init__(self, in_local: int, out_local: int, bias: bool, tp: ParallelSpec) -> None:
+        super().__init__(tp)
         self.weight = self._new_param(out_local, in_local)
         if bias:
             self.bias = self._new_param(out_local)
@@ -180,22 +182,15 @@ class _EvenlySplitLinear(_ShardedLinear):
 
     split_dim: ClassVar[int]  # 0: the outputs (column parallel), 1: the inputs (row parallel)
 
-    def __init__(
-        self,
-        input_size: int,
-        output_size: int,
-        bias: bool = False,
-        tp_size: int = 1,
-        tp_rank: int = 0,
-    ) -> None:
+    def __init__(self, input_size: int, output_size: int, bias: bool, tp: ParallelSpec) -> None:
         local = [output_size, input_size]
-        if local[self.split_dim] % tp_size:
+        if local[self.split_dim] % tp.tp_size:
             name = ("output", "input")[self.split_dim]
             raise ValueError(
-                f"{name} size {local[self.split_dim]} is not divisible by tp_size {tp_size}"
+                f"{name} size {local[self.split_dim]} is not divisible by tp_size {tp.tp_size}"
             )
-        local[self.split_dim] //= tp_size
-        super().__init__(local[1], local[0], bias, tp_size, tp_rank)
+        local[self.split_dim] //= tp.tp_size
+        super().__init__(local[1], local[0], bias, tp)
 
     def _load(self, param: nn.Parameter, source: WeightSource, shard_id: ShardId) -> None:
         dim = self.split_dim
@@ -219,14 +214,15 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
         self,
         input_size: int,
         output_sizes: list[int],
-        bias: bool = False,
-        tp_size: int = 1,
-        tp_rank: int = 0,
+        bias: bool,
+        tp: ParallelSpec,
     ) -> None:
-        if any(size % tp_size for size in output_sizes):
-            raise ValueError(f"output sizes {output_sizes} are not divisible by tp_size {tp_size}")
+        if any(size % tp.tp_size for size in output_sizes):
+            raise ValueError(
+                f"output sizes {output_sizes} are not divisible by tp_size {tp.tp_size}"
+            )
         self.output_sizes = output_sizes
-        super().__init__(input_size, sum(output_sizes), bias, tp_size, tp_rank)
+        super().__init__(input_size, sum(output_sizes), bias, tp)
 
     def _load(self, param: nn.Parameter, source: WeightSource, shard_id: ShardId) -> None:
         assert isinstance(shard_id, int)
@@ -250,10 +246,10 @@ class QKVParallelLinear(_ShardedLinear):
         head_dim: int,
         num_heads: int,
         num_kv_heads: int,
-        bias: bool = False,
-        tp_size: int = 1,
-        tp_rank: int = 0,
+        bias: bool,
+        tp: ParallelSpec,
     ) -> None:
+        tp_size = tp.tp_size
         if num_heads % tp_size or (num_kv_heads % tp_size and tp_size % num_kv_heads):
             raise ValueError(
                 f"heads ({num_heads}) must divide by tp_size {tp_size}, and kv heads "
@@ -265,9 +261,9 @@ class QKVParallelLinear(_ShardedLinear):
         self.num_kv_heads = kv_heads_per_rank(num_kv_heads, tp_size)
         # which block of `num_kv_heads` checkpoint KV heads this rank holds
         replicas = max(1, tp_size // num_kv_heads)
-        self.kv_group = tp_rank // replicas
+        self.kv_group = tp.tp_rank // replicas
         out_local = (self.num_heads + 2 * self.num_kv_heads) * head_dim
-        super().__init__(hidden_size, out_local, bias, tp_size, tp_rank)
+        super().__init__(hidden_size, out_local, bias, tp)
 
     def _load(self, param: nn.Parameter, source: WeightSource, shard_id: ShardId) -> None:
         q_size = self.num_heads * self.head_dim
@@ -296,13 +292,11 @@ class RowParallelLinear(_EvenlySplitLinear):
 class VocabParallelEmbedding(_RankLoaded):
     """Each rank holds a contiguous slice of the vocabulary's rows (the last one padded)."""
 
-    def __init__(
-        self, vocab_size: int, hidden_size: int, tp_size: int = 1, tp_rank: int = 0
-    ) -> None:
-        super().__init__(tp_size, tp_rank)
+    def __init__(self, vocab_size: int, hidden_size: int, tp: ParallelSpec) -> None:
+        super().__init__(tp)
         self.vocab_size = vocab_size
-        self.per_rank = -(-vocab_size // tp_size)
-        self.vocab_start = tp_rank * self.per_rank
+        self.per_rank = -(-vocab_size // tp.tp_size)
+        self.vocab_start = tp.tp_rank * self.per_rank
         self.weight = self._new_param(self.per_rank, hidden_size)
 
     def _load(self, param: nn.Parameter, source: WeightSource, shard_id: ShardId) -> None:

@@ -18,6 +18,25 @@ from torch import nn
 
 
 @dataclass
+class CountPenalties:
+    """OpenAI's presence and frequency penalties, over the tokens generated so far."""
+
+    presence: torch.Tensor  # [S] float32
+    frequency: torch.Tensor  # [S] float32
+    counts: torch.Tensor  # [rows, V] (int or float): tokens generated so far, per state row
+    rows: torch.Tensor | None  # [S] int64: the batch's rows of `counts`; None: row i is i
+
+
+@dataclass
+class RepetitionPenalty:
+    """HF's repetition penalty, over the tokens seen so far (in the prompt or the output)."""
+
+    penalty: torch.Tensor  # [S] float32
+    seen: torch.Tensor  # [rows, V] bool, per state row
+    rows: torch.Tensor | None  # [S] int64: the batch's rows of `seen`; None: row i is i
+
+
+@dataclass
 class SamplingBatch:
     """Per-row sampling settings for the rows being sampled this step, already on device."""
 
@@ -27,14 +46,8 @@ class SamplingBatch:
     top_k: torch.Tensor | None  # [S] int64, vocab size where disabled
     top_p: torch.Tensor | None  # [S] float32
     min_p: torch.Tensor | None  # [S] float32
-    presence_penalty: torch.Tensor | None  # [S] float32
-    frequency_penalty: torch.Tensor | None  # [S] float32
-    # tokens generated so far: [rows, V] (int or float), the batch's rows picked by state_rows
-    output_counts: torch.Tensor | None
-    repetition_penalty: torch.Tensor | None  # [S] float32
-    # [rows, V] bool: in the prompt or the output (repetition penalty), picked like the counts
-    seen: torch.Tensor | None
-    state_rows: torch.Tensor | None  # [S] int64 index into output_counts and seen; None: i is i
+    count_penalties: CountPenalties | None
+    repetition: RepetitionPenalty | None
     banned: torch.Tensor | None  # [S, V] bool (EOS/stop ids before min_tokens)
     seeded: list[tuple[int, torch.Generator]]  # (row, its own generator): seeded requests
     default_generator: torch.Generator
@@ -53,17 +66,16 @@ class Sampler(nn.Module):
     def forward(self, logits: torch.Tensor, batch: SamplingBatch) -> SamplerOutput:
         logits = logits.float()
         raw_logprobs = torch.log_softmax(logits, dim=-1) if batch.num_logprobs else None
-        if batch.repetition_penalty is not None and batch.seen is not None:
-            seen = self._rows(batch.seen, batch.state_rows)
-            penalty = batch.repetition_penalty[:, None]
+        if batch.repetition is not None:
+            seen = self._rows(batch.repetition.seen, batch.repetition.rows)
+            penalty = batch.repetition.penalty[:, None]
             penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
             logits = torch.where(seen, penalised, logits)
-        if batch.output_counts is not None:
-            counts = self._rows(batch.output_counts, batch.state_rows)
-            if batch.presence_penalty is not None:
-                logits = logits - batch.presence_penalty[:, None] * (counts > 0)
-            if batch.frequency_penalty is not None:
-                logits = logits - batch.frequency_penalty[:, None] * counts
+        if batch.count_penalties is not None:
+            counted = batch.count_penalties
+            counts = self._rows(counted.counts, counted.rows)
+            logits = logits - counted.presence[:, None] * (counts > 0)
+            logits = logits - counted.frequency[:, None] * counts
         if batch.banned is not None:
             logits = logits.masked_fill(batch.banned, float("-inf"))
         tokens = logits.argmax(dim=-1)

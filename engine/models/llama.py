@@ -21,6 +21,7 @@ from engine.layers.attention import Attention
 from engine.layers.linear import (
     MergedColumnParallelLinear,
     ParallelLMHead,
+    ParallelSpec,
     QKVParallelLinear,
     RowParallelLinear,
     VocabParallelEmbedding,
@@ -103,12 +104,6 @@ class ModelArgs:
         )
 
 
-@dataclass
-class ParallelSpec:
-    tp_size: int = 1
-    tp_rank: int = 0
-
-
 class DecoderAttention(nn.Module):
     def __init__(self, args: ModelArgs, tp: ParallelSpec, backend: Backend) -> None:
         super().__init__()
@@ -118,15 +113,12 @@ class DecoderAttention(nn.Module):
             args.num_heads,
             args.num_kv_heads,
             bias=args.qkv_bias,
-            tp_size=tp.tp_size,
-            tp_rank=tp.tp_rank,
+            tp=tp,
         )
         self.num_heads = self.qkv_proj.num_heads
         self.num_kv_heads = self.qkv_proj.num_kv_heads
         self.head_dim = args.head_dim
-        self.o_proj = RowParallelLinear(
-            args.num_heads * args.head_dim, args.hidden_size, False, tp.tp_size, tp.tp_rank
-        )
+        self.o_proj = RowParallelLinear(args.num_heads * args.head_dim, args.hidden_size, False, tp)
         if args.qk_norm:
             self.q_norm = RMSNorm(args.head_dim, args.rms_norm_eps, backend)
             self.k_norm = RMSNorm(args.head_dim, args.rms_norm_eps, backend)
@@ -155,11 +147,9 @@ class DecoderMLP(nn.Module):
         super().__init__()
         size = args.intermediate_size
         self.gate_up_proj = MergedColumnParallelLinear(
-            args.hidden_size, [size, size], args.mlp_bias, tp.tp_size, tp.tp_rank
+            args.hidden_size, [size, size], args.mlp_bias, tp
         )
-        self.down_proj = RowParallelLinear(
-            size, args.hidden_size, args.mlp_bias, tp.tp_size, tp.tp_rank
-        )
+        self.down_proj = RowParallelLinear(size, args.hidden_size, args.mlp_bias, tp)
         self.act_fn = SiluAndMul(backend)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -195,9 +185,7 @@ class LlamaModel(nn.Module):
         self, args: ModelArgs, tp: ParallelSpec, backend: Backend, max_position: int
     ) -> None:
         super().__init__()
-        self.embed_tokens = VocabParallelEmbedding(
-            args.vocab_size, args.hidden_size, tp.tp_size, tp.tp_rank
-        )
+        self.embed_tokens = VocabParallelEmbedding(args.vocab_size, args.hidden_size, tp)
         # cos/sin for positions [0, max_position): shared, since every layer rotates alike
         self.rotary_emb = RotaryEmbedding(
             args.head_dim, max_position, args.rope_theta, args.rope_scaling
@@ -240,7 +228,7 @@ class LlamaForCausalLM(nn.Module):
         tp = tp or ParallelSpec()
         self.args = args
         self.model = LlamaModel(args, tp, backend, max_position or args.max_position_embeddings)
-        self.lm_head = ParallelLMHead(args.vocab_size, args.hidden_size, tp.tp_size, tp.tp_rank)
+        self.lm_head = ParallelLMHead(args.vocab_size, args.hidden_size, tp)
         if args.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 

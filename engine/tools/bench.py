@@ -104,23 +104,19 @@ class Workload:
 def make_workload(name: str, tiny: bool, arrival_rate: float | None = None) -> Workload:
     """The workload as specified, or its ``--tiny`` scale model."""
     qwen, llama = (TINY_QWEN3, TINY_LLAMA) if tiny else (QWEN3_0_6B, LLAMA_3_1_8B)
-    full = {
-        "W1": Workload("W1", qwen, 256, (100, 1024), 256),
-        "W2": Workload("W2", llama, 128, (100, 1024), 256),
-        "W3": Workload("W3", qwen, 256, (64, 64), 64, shared_prefix_len=1024),
-        "W4": Workload("W4", qwen, 1, (128, 128), 256),
-        "W5": Workload("W5", qwen, 128, (100, 1024), 128, arrival_rate=4.0),
+    # name: model, then (requests, prompt length range, output length, shared prefix length,
+    # arrival rate) as specified and at the --tiny scale
+    scales = {
+        "W1": (qwen, (256, (100, 1024), 256, 0, None), (8, (16, 64), 16, 0, None)),
+        "W2": (llama, (128, (100, 1024), 256, 0, None), (4, (16, 64), 16, 0, None)),
+        "W3": (qwen, (256, (64, 64), 64, 1024, None), (8, (8, 8), 4, 64, None)),
+        "W4": (qwen, (1, (128, 128), 256, 0, None), (1, (16, 16), 16, 0, None)),
+        "W5": (qwen, (128, (100, 1024), 128, 0, 4.0), (8, (16, 64), 8, 0, 50.0)),
     }
-    small = {
-        "W1": Workload("W1", qwen, 8, (16, 64), 16),
-        "W2": Workload("W2", llama, 4, (16, 64), 16),
-        "W3": Workload("W3", qwen, 8, (8, 8), 4, shared_prefix_len=64),
-        "W4": Workload("W4", qwen, 1, (16, 16), 16),
-        "W5": Workload("W5", qwen, 8, (16, 64), 8, arrival_rate=50.0),
-    }
-    if name not in full:
+    if name not in scales:
         raise ValueError(f"unknown workload {name!r}; choose one of {', '.join(WORKLOADS)}")
-    workload = (small if tiny else full)[name]
+    shape, full, small = scales[name]
+    workload = Workload(name, shape, *(small if tiny else full))
     if arrival_rate is not None and workload.arrival_rate is not None:
         workload = replace(workload, arrival_rate=arrival_rate)
     return workload

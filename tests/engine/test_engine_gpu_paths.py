@@ -78,8 +78,8 @@ def test_profile_step_runs_the_paged_path_and_the_full_width_sampler(llama_path,
     assert attention_tokens == [96] * layers  # every layer, the whole token budget, paged
     [(shape, batch)] = sampler_calls
     assert shape == (12, runner.args.vocab_size)  # [max_num_seqs, vocab] logits
-    assert batch.output_counts is not None and batch.banned is not None
-    assert batch.seen is not None and batch.repetition_penalty is not None
+    assert batch.count_penalties is not None and batch.banned is not None
+    assert batch.repetition is not None  # the penalty and its seen table
     assert batch.top_k is not None and batch.top_p is not None and batch.min_p is not None
     assert batch.num_logprobs == 20 and not batch.all_greedy
     # the temporary cache is gone and serving is untouched by the profile's sampler rows
