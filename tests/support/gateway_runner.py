@@ -90,6 +90,13 @@ def unused_port() -> int:
         return sock.getsockname()[1]
 
 
+def write_policy(directory: Path, upstream_base_url: str) -> Path:
+    """``POLICY`` on the upstream at ``upstream_base_url``, as ``directory/routing_rules.yaml``."""
+    path = directory / "routing_rules.yaml"
+    path.write_text(POLICY.format(base_url=upstream_base_url, dead_port=unused_port()))
+    return path
+
+
 def make_settings(data_dir: Path, policy_file: Path, redis_url: str, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "redis_url": redis_url,
