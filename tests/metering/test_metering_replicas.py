@@ -19,18 +19,17 @@ import redis
 from counting_provider import CountingProvider
 from usage_workload import (
     Workload,
-    admin_report_totals,
     metered_gateway,
     provider_totals,
-    reconcile,
+    reconciled_ledger,
     run_workload,
-    wait_for_events,
 )
 
 from gateway.ledger import open_store
 from gateway.metering.buffer import GROUP, buffer_key
 
 CLAIM_IDLE_S = 1.0
+GROUPS = ("model", "key")  # the reports checked against the ledger
 
 
 @dataclass
@@ -130,12 +129,12 @@ async def test_sigkill_mid_export_loses_nothing_and_counts_nothing_twice(
         with survivor.admin() as admin:
             # Nothing left in the buffer: the killed exporter's batch was claimed and stored.
             survivor.wait_exported()
-            # all_events (under wait_for_events) fails on an event listed twice.
-            events = wait_for_events(admin, sum(c.answered for c in calls), timeout=1)
-            # Every answered request has its exact event; events match the provider's books.
-            ledger = reconcile(books, calls, events, answers_complete=False)
-            assert admin_report_totals(admin, "model") == ledger
-            assert admin_report_totals(admin, "key") == ledger
+            # Every answered request has its exact event (all_events, under it, fails on an
+            # event listed twice); events match the provider's books, and the reports them.
+            answered = sum(c.answered for c in calls)
+            events, ledger = reconciled_ledger(
+                admin, books, calls, answered, timeout=1, answers_complete=False, group_bys=GROUPS
+            )
         recorded_tags = {c.tag for c in calls if c.usage_id in events}
         # The provider's books of the requests that were recorded.
         assert ledger == provider_totals({t: s for t, s in books.items() if t in recorded_tags})

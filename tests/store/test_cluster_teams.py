@@ -11,13 +11,16 @@ import asyncio
 import pytest
 from gateway_runner import GatewayProcess
 from redis_helpers import LoopbackCluster
-from replica_load import COST_NANOS_PER_REQUEST, create_team, fire, key_to_move, outcomes
+from replica_load import (
+    COST_NANOS_PER_REQUEST,
+    create_team,
+    fire,
+    key_id_of,
+    key_to_move,
+    outcomes,
+)
 
 pytestmark = pytest.mark.slow
-
-
-def _key_id(key: str) -> str:
-    return key.removeprefix("sk-sy-").split("-", 1)[0]
 
 
 async def test_two_keys_of_a_team_share_its_rpm_exactly(
@@ -37,7 +40,7 @@ async def test_two_keys_of_a_team_share_its_rpm_exactly(
     assert sum(served_by_key.values()) == 100 and min(served_by_key.values()) > 0
     # The team's counters and both keys' own sit on one node, in one slot.
     team_rpm = "sy:{team:cluster-search}:rpm"
-    key_rpms = [f"sy:{{team:cluster-search}}:key:{_key_id(key)}:rpm" for key in keys]
+    key_rpms = [f"sy:{{team:cluster-search}}:key:{key_id_of(key)}:rpm" for key in keys]
     owner = cluster.owner_of(team_rpm)
     assert {cluster.owner_of(name).port for name in key_rpms} == {owner.port}
     with owner.client() as node:

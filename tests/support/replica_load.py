@@ -50,6 +50,11 @@ def new_key(gateway: AdminClient, **fields: object) -> str:
     return gateway.create_key(**fields)[1]
 
 
+def key_id_of(key: str) -> str:
+    """The id part of an API key (``sk-sy-<id>-<secret>``): what its limiter keys are named by."""
+    return key.removeprefix("sk-sy-").split("-", 1)[0]
+
+
 def create_team(gateway: AdminClient, team_id: str, **limits: object) -> dict[str, Any]:
     """A new team made on ``gateway``: its record."""
     with gateway.admin() as admin:
