@@ -12,6 +12,7 @@ on ``sys.path`` (so test file names are unique across the tree), and this file p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -118,16 +119,14 @@ async def make_client() -> AsyncIterator[ClientFactory]:
     like separate processes), and closes them."""
     from redis_helpers import replica_client
 
-    clients: list[Any] = []
+    async with contextlib.AsyncExitStack() as built:
 
-    def build(url: str) -> Any:
-        client = replica_client(url)
-        clients.append(client)
-        return client
+        def build(url: str) -> Any:
+            client = replica_client(url)
+            built.push_async_callback(client.aclose)
+            return client
 
-    yield build
-    for client in clients:
-        await client.aclose()
+        yield build
 
 
 @pytest.fixture
@@ -202,11 +201,9 @@ def fake_upstream() -> Iterator[FakeUpstream]:
 @pytest.fixture(scope="session")
 def fake_policy(tmp_path_factory: pytest.TempPathFactory, fake_upstream: FakeUpstream) -> Path:
     """The gateway tests' policy (``gateway_runner.POLICY``) on the fake upstream."""
-    from gateway_runner import POLICY, unused_port
+    from gateway_runner import write_policy
 
-    path = tmp_path_factory.mktemp("policy") / "routing_rules.yaml"
-    path.write_text(POLICY.format(base_url=fake_upstream.base_url, dead_port=unused_port()))
-    return path
+    return write_policy(tmp_path_factory.mktemp("policy"), fake_upstream.base_url)
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import statistics
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -195,6 +197,69 @@ def start_gateway(
     return f"http://127.0.0.1:{port}", process
 
 
+def create_bench_key(gateway: str) -> str:
+    """A new API key on ``gateway`` whose limits no load reaches."""
+    return httpx.post(
+        gateway + "/admin/keys",
+        json={"name": "bench", "rpm": 10_000_000, "tpm": 10_000_000_000},
+        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+    ).json()["key"]
+
+
+@dataclass
+class Rig:
+    """What a gateway benchmark runs on: a scratch folder, a Redis of its own, the fake upstream
+    on ``upstream_port`` and ``POLICY`` on it; the processes it started (gateways too)."""
+
+    workdir: Path
+    redis: EmbeddedRedis
+    upstream_port: int
+    policy: Path
+    processes: list[subprocess.Popen[bytes]]
+
+    @property
+    def upstream(self) -> str:
+        return f"http://127.0.0.1:{self.upstream_port}/v1"
+
+    def start_gateway(self, name: str, extra: dict[str, str]) -> str:
+        """``start_gateway`` on this rig's Redis and policy, stopped with the rig: its URL."""
+        gateway, process = start_gateway(self.workdir, name, self.redis.url, self.policy, extra)
+        self.processes.append(process)
+        return gateway
+
+
+@contextlib.contextmanager
+def bench_rig(prefix: str, *, pinned: bool) -> Iterator[Rig]:
+    """A ``Rig`` for the block, then every process stopped and the folder removed. ``pinned``:
+    Redis and the upstream run on the load's core (the gateways always on their own)."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    processes: list[subprocess.Popen[bytes]] = []
+    redis_server = EmbeddedRedis(workdir / "redis", port=free_port(), appendonly=False)
+    try:
+        redis_server.start()
+        assert redis_server.process is not None
+        if pinned and len(os.sched_getaffinity(0)) > 1:
+            os.sched_setaffinity(redis_server.process.pid, {LOAD_CORE})
+        upstream_port = free_port()
+        pin = _pin(LOAD_CORE) if pinned else []
+        processes.append(
+            subprocess.Popen(
+                [*pin, sys.executable, "-m", "gateway.tools.fake_upstream",
+                 "--port", str(upstream_port)],
+                stdout=subprocess.DEVNULL,
+            )
+        )  # fmt: skip
+        policy = workdir / "routing_rules.yaml"
+        policy.write_text(POLICY.format(base_url=f"http://127.0.0.1:{upstream_port}/v1"))
+        yield Rig(workdir, redis_server, upstream_port, policy, processes)
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+            process.wait(10)
+        redis_server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run")
@@ -211,48 +276,21 @@ def main() -> None:
     if unknown or not modes:
         parser.error(f"--modes: unknown {', '.join(unknown) or '(none)'}; use {', '.join(MODES)}")
     wrk = ensure_wrk()
-    workdir = Path(tempfile.mkdtemp(prefix="switchyard-bench-"))
-    processes: list[subprocess.Popen[bytes]] = []
-    redis_server = EmbeddedRedis(workdir / "redis", port=free_port(), appendonly=False)
-    try:
-        redis_server.start()
-        assert redis_server.process is not None
-        if len(os.sched_getaffinity(0)) > 1:
-            os.sched_setaffinity(redis_server.process.pid, {LOAD_CORE})
-
-        upstream_port = free_port()
-        processes.append(
-            subprocess.Popen(
-                [*_pin(LOAD_CORE), sys.executable, "-m", "gateway.tools.fake_upstream",
-                 "--port", str(upstream_port)],
-                stdout=subprocess.DEVNULL,
-            )
-        )  # fmt: skip
-        upstream = f"http://127.0.0.1:{upstream_port}/v1"
-        policy = workdir / "routing_rules.yaml"
-        policy.write_text(POLICY.format(base_url=upstream))
-        gateway, process = start_gateway(workdir, "plain", redis_server.url, policy, {})
-        processes.append(process)
+    with bench_rig("switchyard-bench-", pinned=True) as rig:
+        workdir, upstream = rig.workdir, rig.upstream
+        gateway = rig.start_gateway("plain", {})
         traced_gateway = None
         if "traced" in modes:  # its spans go to the fake upstream's dropping collector
             otel = {
-                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{upstream_port}",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{rig.upstream_port}",
                 "OTEL_SERVICE_NAME": "switchyard-bench",
             }
-            traced_gateway, process = start_gateway(
-                workdir, "traced", redis_server.url, policy, otel
-            )
-            processes.append(process)
+            traced_gateway = rig.start_gateway("traced", otel)
         wait_http(gateway + "/healthz")
         if traced_gateway is not None:
             wait_http(traced_gateway + "/healthz")
         wait_http(upstream + "/models")
-        created = httpx.post(
-            gateway + "/admin/keys",
-            json={"name": "bench", "rpm": 10_000_000, "tpm": 10_000_000_000},
-            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
-        ).json()
-        key = created["key"]
+        key = create_bench_key(gateway)
         auth = f'wrk.headers["Authorization"] = "Bearer {key}"'
         body = orjson.dumps(BODY).decode()
         direct_script = workdir / "direct.lua"
@@ -289,12 +327,6 @@ def main() -> None:
         for name, url, _ in cells[1:]:
             if name in ("plain", "traced"):
                 ttfb[name] = asyncio.run(time_to_first_byte(url, key, args.ttfb_requests))
-    finally:
-        for process in reversed(processes):
-            process.terminate()
-            process.wait(10)
-        redis_server.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
     _report(args, levels, [name for name, _, _ in cells], results, ttfb)
 
 

@@ -41,6 +41,7 @@ import orjson
 
 from gateway.providers.fleet.scrape import parse_load
 from gateway.store.embedded import EmbeddedRedis, free_port
+from gateway.tools.serve_process import launch_serve, serve_env
 
 ADMIN_KEY = "sy-admin-bench-fleet-" + "0" * 20
 PEPPER = "bench-fleet-pepper-0123456789"
@@ -136,8 +137,7 @@ class Server:
         self.policy_file = self.root / "routing_rules.yaml"
         self.policy_file.write_text(policy)
         self.log_path = self.root / "serve.log"
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
-        self.env.update(
+        self.env = serve_env(
             {
                 "SWITCHYARD_HOST": "127.0.0.1",
                 "SWITCHYARD_PORT": str(self.port),
@@ -158,14 +158,7 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def launch(self) -> Server:
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "gateway", "serve"],
-                cwd=self.root,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+        self.process = launch_serve(self.env, self.root, self.log_path)
         return self
 
     def wait_ready(self, timeout_s: float = 180.0) -> None:

@@ -15,18 +15,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
-import random
 import shutil
 import signal
 import sqlite3
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +36,8 @@ from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 from gateway.ledger import UsageStore, open_store
+from gateway.ledger.bench import make_events
+from gateway.ledger.event import LedgerEvent
 from gateway.ledger.scratch_postgres import ScratchPostgres
 from gateway.metering.buffer import UsageBuffer
 from gateway.metering.exporter import ExportSettings, UsageExporter
@@ -45,7 +45,14 @@ from gateway.metering.ledger import UsageEvent
 from gateway.metrics import Metrics
 from gateway.store.embedded import EmbeddedRedis, free_port
 from gateway.store.scripts import ScriptBatch
-from gateway.tools.bench import ADMIN_KEY, BODY, POLICY, ensure_wrk, start_gateway, wait_http
+from gateway.tools.bench import (
+    ADMIN_KEY,
+    BODY,
+    bench_rig,
+    create_bench_key,
+    ensure_wrk,
+    wait_http,
+)
 
 COUNTING_SCRIPT = """
 wrk.method = "POST"
@@ -128,32 +135,11 @@ def _sqlite_bytes(path: Path) -> int:
 
 def memory(args: argparse.Namespace) -> None:
     wrk = ensure_wrk()
-    workdir = Path(tempfile.mkdtemp(prefix="switchyard-bench-usage-"))
-    processes: list[subprocess.Popen[bytes]] = []
-    redis_server = EmbeddedRedis(workdir / "redis", port=free_port(), appendonly=False)
-    try:
-        redis_server.start()
-        upstream_port = free_port()
-        processes.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "gateway.tools.fake_upstream", "--port", str(upstream_port)],
-                stdout=subprocess.DEVNULL,
-            )
-        )
-        policy = workdir / "routing_rules.yaml"
-        policy.write_text(POLICY.format(base_url=f"http://127.0.0.1:{upstream_port}/v1"))
-        data_dir = workdir / "gw"
-        gateway, process = start_gateway(
-            workdir, "gw", redis_server.url, policy, {"SWITCHYARD_ACCESS_LOG": "false"}
-        )
-        processes.append(process)
+    with bench_rig("switchyard-bench-usage-", pinned=False) as rig:
+        gateway = rig.start_gateway("gw", {"SWITCHYARD_ACCESS_LOG": "false"})
         wait_http(gateway + "/healthz")
-        created = httpx.post(
-            gateway + "/admin/keys",
-            json={"name": "bench", "rpm": 10_000_000, "tpm": 10_000_000_000},
-            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
-        ).json()
-        script = workdir / "count.lua"
+        key = create_bench_key(gateway)
+        script = rig.workdir / "count.lua"
 
         def run(count: int) -> None:
             """``count`` more answered requests. wrk's thread stops sending at ``count`` answers,
@@ -161,9 +147,8 @@ def memory(args: argparse.Namespace) -> None:
             them (in flight at the stop: up to c-1 more, counted by ``_requests_served``)."""
             target = _requests_served(gateway) + count
             script.write_text(
-                COUNTING_SCRIPT.format(body=orjson.dumps(BODY).decode(), key=created["key"],
-                                       count=count)
-            )  # fmt: skip
+                COUNTING_SCRIPT.format(body=orjson.dumps(BODY).decode(), key=key, count=count)
+            )
             command = [wrk, "-t1", f"-c{args.concurrency}", "-d3600s", "-s", str(script)]
             load = subprocess.Popen([*command, gateway + "/v1/chat/completions"],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
@@ -179,8 +164,8 @@ def memory(args: argparse.Namespace) -> None:
         run(args.warmup)  # pools, limiter windows, the key's records, the buffer's streams
         _wait_exported(gateway)
         served_before = _requests_served(gateway)
-        before = _redis_figures(redis_server.url)
-        store_file = data_dir / "usage" / "usage.sqlite3"
+        before = _redis_figures(rig.redis.url)
+        store_file = rig.workdir / "gw" / "usage" / "usage.sqlite3"
         store_before = _sqlite_bytes(store_file)
         started = time.monotonic()
         print(f"load average before: {load_average()}")
@@ -189,15 +174,9 @@ def memory(args: argparse.Namespace) -> None:
         _wait_exported(gateway)
         caught_up = time.monotonic() - started
         served = _requests_served(gateway) - served_before
-        after = _redis_figures(redis_server.url)
+        after = _redis_figures(rig.redis.url)
         store_after = _sqlite_bytes(store_file)
         print(f"load average after: {load_average()}")
-    finally:
-        for process in reversed(processes):
-            process.terminate()
-            process.wait(10)
-        redis_server.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
 
     grown, added = after.used_memory - before.used_memory, after.keys - before.keys
     print(
@@ -227,37 +206,20 @@ def memory(args: argparse.Namespace) -> None:
 
 
 def make_usage_events(count: int, seed: int) -> list[UsageEvent]:
-    """Unique events of the current day over 50 keys, 6 models, 3 teams and 3 tasks."""
-    rng = random.Random(seed)
-    now = time.time()
-    models = [("gpt-4o-mini", "openai"), ("gpt-4o", "openai"), ("claude-sonnet", "anthropic")]
-    models += [("qwen3:0.6b", "local"), ("llama-3.1-8b", "fleet"), ("o3", "azure")]
-    events = []
-    for _ in range(count):
-        model, provider = rng.choice(models)
-        prompt = rng.randint(10, 4000)
-        events.append(
-            UsageEvent(
-                time=now - rng.random(),
-                request_id=uuid.UUID(int=rng.getrandbits(128)).hex,
-                key_id=f"key{rng.randint(1, 50):04d}",
-                model=model,
-                provider=provider,
-                team=rng.choice(["", "search", "support"]),
-                task=rng.choice(["chat", "code", "summarize"]),
-                route="chat.completions",
-                prompt_tokens=prompt,
-                completion_tokens=rng.randint(1, 1000),
-                cached_tokens=rng.randint(0, prompt),
-                cost_nanos=rng.randint(1, 50_000_000),
-                policy_version="v1",
-                latency_ms=rng.randint(50, 5000),
-                ttft_ms=rng.randint(10, 500),
-                status=rng.choice([200] * 19 + [502]),
-                streamed=rng.random() < 0.5,
-            )
+    """The ledger benchmark's events (``gateway.ledger.bench.make_events``: unique, of the
+    current day, over 50 keys, 6 models, 3 teams and 3 tasks) as the gateway records them;
+    without end users and tags, so that the export figures stay comparable with earlier ones."""
+    recorded = {field.name for field in dataclasses.fields(UsageEvent)}
+    shared = recorded & {field.name for field in dataclasses.fields(LedgerEvent)}
+    shared -= {"end_user", "tags"}
+    return [
+        UsageEvent(
+            time=event.time_ms / 1000,
+            request_id=event.event_id,
+            **{name: getattr(event, name) for name in shared},
         )
-    return events
+        for event in make_events(count, seed)
+    ]
 
 
 async def fill(buffer: UsageBuffer, events: list[UsageEvent]) -> None:

@@ -55,6 +55,20 @@ def _usage(body: dict[str, Any]) -> dict[str, int]:
     }
 
 
+def _completion(
+    chat: bool, kind: str, created: int, model: str, choices: list[Any], **extra: Any
+) -> dict[str, Any]:
+    """What every completion answers in: a whole answer's or a stream chunk's envelope."""
+    return {
+        "id": "chatcmpl-fake" if chat else "cmpl-fake",
+        "object": kind,
+        "created": created,
+        "model": model,
+        "choices": choices,
+        **extra,
+    }
+
+
 def _head(status: int, content_type: str, length: int | None) -> bytes:
     reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 500: "Internal Server Error"}
     lines = [f"HTTP/1.1 {status} {reason.get(status, 'Error')}", f"Content-Type: {content_type}"]
@@ -188,32 +202,16 @@ class FakeUpstream:
     def _answer(self, path: str, model: str, body: dict[str, Any]) -> dict[str, Any] | None:
         created = int(time.time())
         if path.endswith("/chat/completions"):
-            return {
-                "id": "chatcmpl-fake",
-                "object": "chat.completion",
-                "created": created,
-                "model": model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": CONTENT, "refusal": None},
-                        "logprobs": None,
-                        "finish_reason": "stop",
-                    }
-                ],
-                "usage": _usage(body),
-            }
+            message = {"role": "assistant", "content": CONTENT, "refusal": None}
+            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}
+            return _completion(
+                True, "chat.completion", created, model, [choice], usage=_usage(body)
+            )
         if path.endswith("/completions"):
-            return {
-                "id": "cmpl-fake",
-                "object": "text_completion",
-                "created": created,
-                "model": model,
-                "choices": [
-                    {"text": CONTENT, "index": 0, "logprobs": None, "finish_reason": "stop"}
-                ],
-                "usage": _usage(body),
-            }
+            choice = {"text": CONTENT, "index": 0, "logprobs": None, "finish_reason": "stop"}
+            return _completion(
+                False, "text_completion", created, model, [choice], usage=_usage(body)
+            )
         if path.endswith("/embeddings"):
             inputs = body.get("input")
             count = len(inputs) if isinstance(inputs, list) else 1
@@ -240,24 +238,16 @@ class FakeUpstream:
         usage_field: dict[str, Any] = {"usage": None} if include_usage else {}
         created = int(time.time())
         chat = path.endswith("/chat/completions")
+        kind = "chat.completion.chunk" if chat else "text_completion"
         pieces = ["Hello", " from", " the", " fake", " upstream."]
 
         def chunk(text: str | None, finish: str | None) -> dict[str, Any]:
             if chat:
                 delta = {} if text is None else {"content": text}
                 choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-                kind = "chat.completion.chunk"
             else:
                 choice = {"text": text or "", "index": 0, "logprobs": None, "finish_reason": finish}
-                kind = "text_completion"
-            return {
-                "id": "chatcmpl-fake" if chat else "cmpl-fake",
-                "object": kind,
-                "created": created,
-                "model": model,
-                "choices": [choice],
-                **usage_field,
-            }
+            return _completion(chat, kind, created, model, [choice], **usage_field)
 
         writer.write(_head(200, "text/event-stream", None))
         for index, piece in enumerate(pieces):
@@ -269,15 +259,7 @@ class FakeUpstream:
                 await asyncio.sleep(self.drip_s)
         writer.write(_event(chunk(None, "stop")))
         if include_usage:
-            final = {
-                "id": "chatcmpl-fake" if chat else "cmpl-fake",
-                "object": "chat.completion.chunk" if chat else "text_completion",
-                "created": created,
-                "model": model,
-                "choices": [],
-                "usage": _usage(body),
-            }
-            writer.write(_event(final))
+            writer.write(_event(_completion(chat, kind, created, model, [], usage=_usage(body))))
         writer.write(_event(b"[DONE]"))
         writer.write(b"0\r\n\r\n")
         await writer.drain()

@@ -4,7 +4,6 @@ outage is handled by SWITCHYARD_LIMITS_ON_REDIS_FAILURE (closed â†’ 503, open â†
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -24,14 +23,6 @@ from replica_load import (
 from gateway.store.embedded import EmbeddedRedis
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def replicas(
-    tmp_path_factory: pytest.TempPathFactory, fake_policy: Path, redis_url: str
-) -> Iterator[list[GatewayProcess]]:
-    with replicas_on(redis_url, 3, tmp_path_factory.mktemp("replicas"), fake_policy) as gateways:
-        yield gateways
 
 
 async def test_rpm_is_exact_across_three_replicas(replicas: list[GatewayProcess]) -> None:

@@ -20,7 +20,6 @@ from counting_provider import CountingProvider, Served
 from gateway_runner import GatewayProcess
 from usage_workload import (
     expected_nanos,
-    metered_gateway,
     policy_yaml,
     run_usage_cli,
     wait_for_events,
@@ -76,7 +75,7 @@ def _own_usage(gateway: GatewayProcess, key: str) -> dict[str, Any]:
 
 
 async def test_budget_admits_exactly_the_requests_the_rule_allows(
-    clean_redis: str, provider: CountingProvider, counting_policy: Path, tmp_path: Path
+    gateway: GatewayProcess, provider: CountingProvider
 ) -> None:
     per_request = _nanos_of_exact_request()
     assert per_request == 7_200  # 12 x $0.15/M + 9 x $0.60/M = $0.0000072
@@ -85,203 +84,183 @@ async def test_budget_admits_exactly_the_requests_the_rule_allows(
     # real cost here, so exactly floor(budget / cost) requests fit, however they interleave.
     fits = BUDGET_NANOS // per_request
     assert fits == 138  # per-request rounding to micro-dollars (7 µ$) used to admit 142
-    gateway = metered_gateway(clean_redis, tmp_path / "gw", counting_policy).start()
-    try:
-        _, key = gateway.create_key(name="budget", budget_usd=0.001, budget_period="total")
-        outcomes = await _send_chats(gateway, key, 160, "budget-")
-        admitted = [o for o in outcomes if o[0] == 200]
-        refused = [o for o in outcomes if o[0] != 200]
-        assert len(admitted) == fits
-        assert set(refused) == {(429, "insufficient_quota")}
-        assert len(provider.snapshot()) == fits  # the refused ones never reached upstream
-        usage = _own_usage(gateway, key)
-        # A refusal is recorded too (status 429, no tokens, no cost).
-        assert (usage["requests"], usage["errors"]) == (160, 160 - fits)
-        assert usage["total_cost_nanos"] == fits * per_request == 993_600
-        # What is left ($0.0000064) is less than one request: the next is refused too.
-        assert await _send_chats(gateway, key, 1, "after-") == [(429, "insufficient_quota")]
-    finally:
-        gateway.stop()
+    _, key = gateway.create_key(name="budget", budget_usd=0.001, budget_period="total")
+    outcomes = await _send_chats(gateway, key, 160, "budget-")
+    admitted = [o for o in outcomes if o[0] == 200]
+    refused = [o for o in outcomes if o[0] != 200]
+    assert len(admitted) == fits
+    assert set(refused) == {(429, "insufficient_quota")}
+    assert len(provider.snapshot()) == fits  # the refused ones never reached upstream
+    usage = _own_usage(gateway, key)
+    # A refusal is recorded too (status 429, no tokens, no cost).
+    assert (usage["requests"], usage["errors"]) == (160, 160 - fits)
+    assert usage["total_cost_nanos"] == fits * per_request == 993_600
+    # What is left ($0.0000064) is less than one request: the next is refused too.
+    assert await _send_chats(gateway, key, 1, "after-") == [(429, "insufficient_quota")]
 
 
 async def test_180_requests_report_exactly_their_cost_everywhere(
-    clean_redis: str, provider: CountingProvider, counting_policy: Path, tmp_path: Path
+    gateway: GatewayProcess, provider: CountingProvider
 ) -> None:
-    gateway = metered_gateway(clean_redis, tmp_path / "gw", counting_policy).start()
-    try:
-        key_id, key = gateway.create_key(name="reports")
-        # 120 requests of 12 + 9 tokens ($0.0000072) and 60 of 12 + 20 ($0.0000138): $0.001692.
-        short, long = await asyncio.gather(
-            _send_chats(gateway, key, 120, "rep-short-"),
-            _send_chats(gateway, key, 60, "rep-long-", max_tokens=20),
-        )
-        assert short + long == [(200, None)] * 180
-        books = provider.snapshot()
-        # The provider's own books, priced with exact decimals.
-        bills = [expected_nanos("m-exact", served) for served in books.values()]
-        billed = sum(bills)
-        assert len(books) == 180 and billed == 1_692_000
-        # Rounded to micro-dollars per request (7 and 14 µ$) they would make $0.00168.
-        assert sum((bill + 500) // 1000 for bill in bills) == 1_680
+    key_id, key = gateway.create_key(name="reports")
+    # 120 requests of 12 + 9 tokens ($0.0000072) and 60 of 12 + 20 ($0.0000138): $0.001692.
+    short, long = await asyncio.gather(
+        _send_chats(gateway, key, 120, "rep-short-"),
+        _send_chats(gateway, key, 60, "rep-long-", max_tokens=20),
+    )
+    assert short + long == [(200, None)] * 180
+    books = provider.snapshot()
+    # The provider's own books, priced with exact decimals.
+    bills = [expected_nanos("m-exact", served) for served in books.values()]
+    billed = sum(bills)
+    assert len(books) == 180 and billed == 1_692_000
+    # Rounded to micro-dollars per request (7 and 14 µ$) they would make $0.00168.
+    assert sum((bill + 500) // 1000 for bill in bills) == 1_680
 
-        with gateway.admin() as admin:
-            events = wait_for_events(admin, 180)
-            assert sum(e["cost_nanos"] for e in events.values()) == billed
-            assert sorted(e["cost_nanos"] for e in events.values()) == sorted(bills)
-            report = admin.get("/admin/usage", params={"group_by": "key"}).json()
-            csv_text = admin.get("/admin/usage", params={"group_by": "key", "format": "csv"}).text
-        own = _own_usage(gateway, key)
-        assert own["total_cost_nanos"] == billed and own["total_cost"] == 0.001692
-        assert own["by_model"][0]["cost_nanos"] == billed
-        (row,) = report["data"]
-        assert row["key"] == key_id and row["cost_nanos"] == billed and row["cost"] == 0.001692
-        assert report["totals"]["cost_nanos"] == billed
-        (csv_row,) = csv.DictReader(io.StringIO(csv_text))
-        assert csv_row["cost"] == "0.001692000" and csv_row["cost_nanos"] == "1692000"
+    with gateway.admin() as admin:
+        events = wait_for_events(admin, 180)
+        assert sum(e["cost_nanos"] for e in events.values()) == billed
+        assert sorted(e["cost_nanos"] for e in events.values()) == sorted(bills)
+        report = admin.get("/admin/usage", params={"group_by": "key"}).json()
+        csv_text = admin.get("/admin/usage", params={"group_by": "key", "format": "csv"}).text
+    own = _own_usage(gateway, key)
+    assert own["total_cost_nanos"] == billed and own["total_cost"] == 0.001692
+    assert own["by_model"][0]["cost_nanos"] == billed
+    (row,) = report["data"]
+    assert row["key"] == key_id and row["cost_nanos"] == billed and row["cost"] == 0.001692
+    assert report["totals"]["cost_nanos"] == billed
+    (csv_row,) = csv.DictReader(io.StringIO(csv_text))
+    assert csv_row["cost"] == "0.001692000" and csv_row["cost_nanos"] == "1692000"
 
-        as_json = run_usage_cli(gateway, "--format", "json")
-        assert as_json.returncode == 0, as_json.stderr
-        assert json.loads(as_json.stdout)["totals"]["cost_nanos"] == billed
-        as_csv = run_usage_cli(gateway, "--format", "csv")
-        (cli_row,) = csv.DictReader(io.StringIO(as_csv.stdout))
-        assert cli_row["cost"] == "0.001692000" and cli_row["cost_nanos"] == "1692000"
-        table = run_usage_cli(gateway)
-        assert table.stdout.strip().splitlines()[-1].split()[5] == "0.001692000"
-        metrics = httpx.get(gateway.url + "/metrics").text
-        assert 'switchyard_cost_nanos_total{model="m-exact"} 1.692e+06' in metrics
-    finally:
-        gateway.stop()
+    as_json = run_usage_cli(gateway, "--format", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["totals"]["cost_nanos"] == billed
+    as_csv = run_usage_cli(gateway, "--format", "csv")
+    (cli_row,) = csv.DictReader(io.StringIO(as_csv.stdout))
+    assert cli_row["cost"] == "0.001692000" and cli_row["cost_nanos"] == "1692000"
+    table = run_usage_cli(gateway)
+    assert table.stdout.strip().splitlines()[-1].split()[5] == "0.001692000"
+    metrics = httpx.get(gateway.url + "/metrics").text
+    assert 'switchyard_cost_nanos_total{model="m-exact"} 1.692e+06' in metrics
 
 
 async def test_a_sub_micro_dollar_embedding_is_charged_exactly(
-    clean_redis: str, provider: CountingProvider, counting_policy: Path, tmp_path: Path
+    gateway: GatewayProcess, provider: CountingProvider
 ) -> None:
-    gateway = metered_gateway(clean_redis, tmp_path / "gw", counting_policy).start()
-    try:
-        # tpm 30: an embedding reserves its prompt only (25 words -> estimate 18), not the
-        # completion default a chat request would.
-        _, key = gateway.create_key(name="embed", tpm=30, budget_usd=0.001)
-        client = openai.AsyncOpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
-        raw = await client.embeddings.with_raw_response.create(
-            model="m-embed", input=" ".join(["ab"] * 25), user="embed-1"
-        )
-        await client.close()
-        assert raw.parse().usage.prompt_tokens == 25
-        with gateway.admin() as admin:
-            event = wait_for_events(admin, 1)[raw.headers["x-switchyard-usage-id"]]
-        assert expected_nanos("m-embed", provider.snapshot()["embed-1"]) == 500
-        assert event["cost_nanos"] == 500 and event["cost_usd"] == 5e-7  # was recorded as $0
-        assert _own_usage(gateway, key)["total_cost_nanos"] == 500
-    finally:
-        gateway.stop()
+    # tpm 30: an embedding reserves its prompt only (25 words -> estimate 18), not the
+    # completion default a chat request would.
+    _, key = gateway.create_key(name="embed", tpm=30, budget_usd=0.001)
+    client = openai.AsyncOpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
+    raw = await client.embeddings.with_raw_response.create(
+        model="m-embed", input=" ".join(["ab"] * 25), user="embed-1"
+    )
+    await client.close()
+    assert raw.parse().usage.prompt_tokens == 25
+    with gateway.admin() as admin:
+        event = wait_for_events(admin, 1)[raw.headers["x-switchyard-usage-id"]]
+    assert expected_nanos("m-embed", provider.snapshot()["embed-1"]) == 500
+    assert event["cost_nanos"] == 500 and event["cost_usd"] == 5e-7  # was recorded as $0
+    assert _own_usage(gateway, key)["total_cost_nanos"] == 500
 
 
 async def test_a_request_whose_worst_case_does_not_fit_never_reaches_upstream(
-    clean_redis: str, provider: CountingProvider, counting_policy: Path, tmp_path: Path
+    gateway: GatewayProcess, provider: CountingProvider
 ) -> None:
-    gateway = metered_gateway(clean_redis, tmp_path / "gw", counting_policy).start()
-    try:
-        _, both = gateway.create_key(name="both", budget_usd=0.001, tpm=1000)
-        _, tpm_only = gateway.create_key(name="tpm", tpm=1000)
-        _, budget_only = gateway.create_key(name="budget", budget_usd=0.001)
-        # n=128 x max_tokens=500 = 64,000 completion tokens ($0.0384 at $0.60/M): the issue's
-        # request, once answered with 64,010 tokens for $0.064.
-        many = {"n": 128, "max_tokens": 500}
-        assert await _send_chats(gateway, both, 1, "n128-", **many) == [(429, "insufficient_quota")]
-        # The tpm check on its own: 64,012 tokens can never fit a tpm of 1000.
-        assert await _send_chats(gateway, tpm_only, 1, "n128t-", **many) == [
-            (429, "rate_limit_exceeded")
-        ]
-        # Just over the budget: 12 x $0.15/M + 128 x 13 x $0.60/M = $0.0010002.
-        assert await _send_chats(gateway, budget_only, 1, "n128b-", n=128, max_tokens=13) == [
-            (429, "insufficient_quota")
-        ]
-        # best_of (the larger of it and n) counts the same way: 128 x 13 x $0.60/M + prompt.
-        best_of = {"max_tokens": 13, "extra_body": {"best_of": 128}}
-        assert await _send_chats(gateway, budget_only, 1, "best-", **best_of) == [
-            (429, "insufficient_quota")
-        ]
-        # A tool schema is prompt too: ~6,000 characters of JSON is ~1,500 tokens > tpm 1000.
-        tools = [
-            {
-                "type": "function",
-                "function": {
-                    "name": f"tool_{i}",
-                    "description": "looks something up " * 10,
-                    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
-                },
-            }
-            for i in range(20)
-        ]
-        assert await _send_chats(gateway, tpm_only, 1, "tools-", tools=tools) == [
-            (429, "rate_limit_exceeded")
-        ]
-        schema = {"type": "json_schema", "json_schema": {"name": "big", "schema": tools[0]}}
-        huge_schema = {
-            **schema,
-            "json_schema": {**schema["json_schema"], "description": "x" * 5000},
+    _, both = gateway.create_key(name="both", budget_usd=0.001, tpm=1000)
+    _, tpm_only = gateway.create_key(name="tpm", tpm=1000)
+    _, budget_only = gateway.create_key(name="budget", budget_usd=0.001)
+    # n=128 x max_tokens=500 = 64,000 completion tokens ($0.0384 at $0.60/M): the issue's
+    # request, once answered with 64,010 tokens for $0.064.
+    many = {"n": 128, "max_tokens": 500}
+    assert await _send_chats(gateway, both, 1, "n128-", **many) == [(429, "insufficient_quota")]
+    # The tpm check on its own: 64,012 tokens can never fit a tpm of 1000.
+    assert await _send_chats(gateway, tpm_only, 1, "n128t-", **many) == [
+        (429, "rate_limit_exceeded")
+    ]
+    # Just over the budget: 12 x $0.15/M + 128 x 13 x $0.60/M = $0.0010002.
+    assert await _send_chats(gateway, budget_only, 1, "n128b-", n=128, max_tokens=13) == [
+        (429, "insufficient_quota")
+    ]
+    # best_of (the larger of it and n) counts the same way: 128 x 13 x $0.60/M + prompt.
+    best_of = {"max_tokens": 13, "extra_body": {"best_of": 128}}
+    assert await _send_chats(gateway, budget_only, 1, "best-", **best_of) == [
+        (429, "insufficient_quota")
+    ]
+    # A tool schema is prompt too: ~6,000 characters of JSON is ~1,500 tokens > tpm 1000.
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{i}",
+                "description": "looks something up " * 10,
+                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+            },
         }
-        assert await _send_chats(gateway, tpm_only, 1, "schema-", response_format=huge_schema) == [
-            (429, "rate_limit_exceeded")
-        ]
-        assert provider.snapshot() == {}  # no upstream call for any of them
-        # The same request with one choice and no schema fits, and is served.
-        assert await _send_chats(gateway, both, 1, "one-") == [(200, None)]
-        assert list(provider.snapshot()) == ["one-0000"]
-    finally:
-        gateway.stop()
+        for i in range(20)
+    ]
+    assert await _send_chats(gateway, tpm_only, 1, "tools-", tools=tools) == [
+        (429, "rate_limit_exceeded")
+    ]
+    schema = {"type": "json_schema", "json_schema": {"name": "big", "schema": tools[0]}}
+    huge_schema = {
+        **schema,
+        "json_schema": {**schema["json_schema"], "description": "x" * 5000},
+    }
+    assert await _send_chats(gateway, tpm_only, 1, "schema-", response_format=huge_schema) == [
+        (429, "rate_limit_exceeded")
+    ]
+    assert provider.snapshot() == {}  # no upstream call for any of them
+    # The same request with one choice and no schema fits, and is served.
+    assert await _send_chats(gateway, both, 1, "one-") == [(200, None)]
+    assert list(provider.snapshot()) == ["one-0000"]
 
 
 async def test_a_policy_with_a_bad_price_is_refused_and_changes_nothing(
-    clean_redis: str, provider: CountingProvider, counting_policy: Path, tmp_path: Path
+    gateway: GatewayProcess, provider: CountingProvider, counting_policy: Path
 ) -> None:
-    gateway = metered_gateway(clean_redis, tmp_path / "gw", counting_policy).start()
-    try:
-        _, limited = gateway.create_key(name="limited", budget_usd=0.001)
-        _, unlimited = gateway.create_key(name="unlimited")
-        good = yaml.safe_load(policy_yaml(provider.base_url))
-        with gateway.admin() as admin:
-            before = admin.get("/admin/policy").json()["version"]
-            cases = [
-                ("input", ".inf", "finite"),
-                ("input", ".nan", "finite"),
-                ("output", "-0.5", "negative"),
-                ("input", "0.01875", "at most 3 decimal places"),
-                ("cached_input", "-.inf", "finite"),
-            ]
-            for field, value, words in cases:
-                text = policy_yaml(provider.base_url).replace(
-                    "price: {input: 0.15, output: 0.6}", f"price: {{{field}: {value}}}"
+    _, limited = gateway.create_key(name="limited", budget_usd=0.001)
+    _, unlimited = gateway.create_key(name="unlimited")
+    good = yaml.safe_load(policy_yaml(provider.base_url))
+    with gateway.admin() as admin:
+        before = admin.get("/admin/policy").json()["version"]
+        cases = [
+            ("input", ".inf", "finite"),
+            ("input", ".nan", "finite"),
+            ("output", "-0.5", "negative"),
+            ("input", "0.01875", "at most 3 decimal places"),
+            ("cached_input", "-.inf", "finite"),
+        ]
+        for field, value, words in cases:
+            text = policy_yaml(provider.base_url).replace(
+                "price: {input: 0.15, output: 0.6}", f"price: {{{field}: {value}}}"
+            )
+            assert text != policy_yaml(provider.base_url)
+            for path in ("/admin/policy", "/admin/policy/validate"):
+                response = admin.request(
+                    "PUT" if path == "/admin/policy" else "POST",
+                    path,
+                    content=text,
+                    headers={"content-type": "application/yaml"},
                 )
-                assert text != policy_yaml(provider.base_url)
-                for path in ("/admin/policy", "/admin/policy/validate"):
-                    response = admin.request(
-                        "PUT" if path == "/admin/policy" else "POST",
-                        path,
-                        content=text,
-                        headers={"content-type": "application/yaml"},
-                    )
-                    assert response.status_code == 400, (value, response.text)
-                    error = response.json()["error"]
-                    assert error["param"] == f"models.m-exact.price.{field}", error
-                    assert words in error["message"], error
-            # Any other number of the policy must be finite as well.
-            text = policy_yaml(provider.base_url).replace("timeout_s: 30", "timeout_s: .inf", 1)
-            response = admin.put("/admin/policy", content=text)
-            assert response.status_code == 400
-            assert response.json()["error"]["param"] == "providers.a.timeout_s"
-            state = admin.get("/admin/policy").json()
-            assert state["version"] == before
-            price = state["policy"]["models"]["m-exact"]["price"]
-            assert price == {
-                **good["models"]["m-exact"]["price"],
-                "cached_input": None,
-                "cache_write_input": None,
-            }
-        assert counting_policy.read_text() == policy_yaml(provider.base_url)
-        # Limited and unlimited keys are served and charged with the prices in force.
-        for key, prefix in ((limited, "lim-"), (unlimited, "unl-")):
-            assert await _send_chats(gateway, key, 2, prefix) == [(200, None)] * 2
-            assert _own_usage(gateway, key)["total_cost_nanos"] == 2 * _nanos_of_exact_request()
-    finally:
-        gateway.stop()
+                assert response.status_code == 400, (value, response.text)
+                error = response.json()["error"]
+                assert error["param"] == f"models.m-exact.price.{field}", error
+                assert words in error["message"], error
+        # Any other number of the policy must be finite as well.
+        text = policy_yaml(provider.base_url).replace("timeout_s: 30", "timeout_s: .inf", 1)
+        response = admin.put("/admin/policy", content=text)
+        assert response.status_code == 400
+        assert response.json()["error"]["param"] == "providers.a.timeout_s"
+        state = admin.get("/admin/policy").json()
+        assert state["version"] == before
+        price = state["policy"]["models"]["m-exact"]["price"]
+        assert price == {
+            **good["models"]["m-exact"]["price"],
+            "cached_input": None,
+            "cache_write_input": None,
+        }
+    assert counting_policy.read_text() == policy_yaml(provider.base_url)
+    # Limited and unlimited keys are served and charged with the prices in force.
+    for key, prefix in ((limited, "lim-"), (unlimited, "unl-")):
+        assert await _send_chats(gateway, key, 2, prefix) == [(200, None)] * 2
+        assert _own_usage(gateway, key)["total_cost_nanos"] == 2 * _nanos_of_exact_request()

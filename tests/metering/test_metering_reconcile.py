@@ -8,19 +8,16 @@ from __future__ import annotations
 import csv
 import io
 from decimal import Decimal
-from pathlib import Path
 
 import httpx
 from counting_provider import CountingProvider
+from gateway_runner import GatewayProcess
 from prometheus_client.parser import text_string_to_metric_families
 from usage_workload import (
     Workload,
-    admin_report_totals,
-    metered_gateway,
     provider_totals,
-    reconcile,
+    reconciled_ledger,
     run_workload,
-    wait_for_events,
 )
 
 
@@ -36,62 +33,56 @@ def _metric_sums(text: str) -> dict[str, float]:
 
 
 async def test_300_mixed_requests_reconcile_to_the_token(
-    clean_redis: str, provider: CountingProvider, counting_policy: Path, tmp_path: Path
+    gateway: GatewayProcess, provider: CountingProvider
 ) -> None:
-    gateway = metered_gateway(clean_redis, tmp_path / "gw", counting_policy).start()
-    try:
-        key_a_id, key_a = gateway.create_key(name="a", team="search")
-        key_b_id, key_b = gateway.create_key(name="b", team="support")
-        work = Workload.mixed(300, "r")
-        await run_workload([gateway.url], [key_a, key_b], work)
+    key_a_id, key_a = gateway.create_key(name="a", team="search")
+    key_b_id, key_b = gateway.create_key(name="b", team="support")
+    work = Workload.mixed(300, "r")
+    await run_workload([gateway.url], [key_a, key_b], work)
 
-        calls = work.calls
-        assert not [c for c in calls if c.error], [c.error for c in calls if c.error][:5]
-        disconnected = [c for c in calls if c.kind == "disconnect"]
-        assert all(not c.answered and c.chunks_seen == 2 for c in disconnected)
-        assert all(c.answered for c in calls if c.kind != "disconnect")
-        books = provider.snapshot()
-        assert len(books) == 300 and provider.failures, "the workload must include fallbacks"
-        # Flaky tags that failed were served by the fallback, and billed only there.
-        assert {books[tag].model for tag in provider.failures} == {"beta-cache"}
+    calls = work.calls
+    assert not [c for c in calls if c.error], [c.error for c in calls if c.error][:5]
+    disconnected = [c for c in calls if c.kind == "disconnect"]
+    assert all(not c.answered and c.chunks_seen == 2 for c in disconnected)
+    assert all(c.answered for c in calls if c.kind != "disconnect")
+    books = provider.snapshot()
+    assert len(books) == 300 and provider.failures, "the workload must include fallbacks"
+    # Flaky tags that failed were served by the fallback, and billed only there.
+    assert {books[tag].model for tag in provider.failures} == {"beta-cache"}
 
-        with gateway.admin() as admin:
-            events = wait_for_events(admin, 300)
-            ledger = reconcile(books, calls, events)
-            expected = provider_totals(books)
-            assert ledger == expected
-            print(f"\nreconciled: {ledger}; provider failures: {len(provider.failures)}")
-            assert ledger.events == 300 and ledger.cached > 0
-            assert admin_report_totals(admin, "model") == expected
-            assert admin_report_totals(admin, "team") == expected
+    with gateway.admin() as admin:
+        groups = ("model", "team")
+        events, ledger = reconciled_ledger(admin, books, calls, 300, group_bys=groups)
+        expected = provider_totals(books)
+        assert ledger == expected
+        print(f"\nreconciled: {ledger}; provider failures: {len(provider.failures)}")
+        assert ledger.events == 300 and ledger.cached > 0
 
-            csv_report = admin.get("/admin/usage", params={"group_by": "model", "format": "csv"})
-            assert csv_report.status_code == 200
-            assert csv_report.headers["content-type"].startswith("text/csv")
-            rows = list(csv.DictReader(io.StringIO(csv_report.text)))
-            assert sum(int(r["prompt_tokens"]) for r in rows) == expected.prompt
-            assert sum(int(r["completion_tokens"]) for r in rows) == expected.completion
-            assert sum(int(r["cost_nanos"]) for r in rows) == expected.cost_nanos
-            # The USD column is exact decimal text: its sum is the total, not an approximation.
-            assert sum(Decimal(r["cost"]) for r in rows) * 10**9 == expected.cost_nanos
+        csv_report = admin.get("/admin/usage", params={"group_by": "model", "format": "csv"})
+        assert csv_report.status_code == 200
+        assert csv_report.headers["content-type"].startswith("text/csv")
+        rows = list(csv.DictReader(io.StringIO(csv_report.text)))
+        assert sum(int(r["prompt_tokens"]) for r in rows) == expected.prompt
+        assert sum(int(r["completion_tokens"]) for r in rows) == expected.completion
+        assert sum(int(r["cost_nanos"]) for r in rows) == expected.cost_nanos
+        # The USD column is exact decimal text: its sum is the total, not an approximation.
+        assert sum(Decimal(r["cost"]) for r in rows) * 10**9 == expected.cost_nanos
 
-            sums = _metric_sums(httpx.get(gateway.url + "/metrics").text)
+        sums = _metric_sums(httpx.get(gateway.url + "/metrics").text)
 
-        for key_id, key in ((key_a_id, key_a), (key_b_id, key_b)):
-            own = httpx.get(gateway.url + "/v1/usage", headers={"Authorization": f"Bearer {key}"})
-            assert own.status_code == 200 and own.json()["key_id"] == key_id
-            mine = [e for e in events.values() if e["key_id"] == key_id]
-            assert own.json()["requests"] == len(mine) == 150
-            assert own.json()["total_cost_nanos"] == sum(e["cost_nanos"] for e in mine)
+    for key_id, key in ((key_a_id, key_a), (key_b_id, key_b)):
+        own = httpx.get(gateway.url + "/v1/usage", headers={"Authorization": f"Bearer {key}"})
+        assert own.status_code == 200 and own.json()["key_id"] == key_id
+        mine = [e for e in events.values() if e["key_id"] == key_id]
+        assert own.json()["requests"] == len(mine) == 150
+        assert own.json()["total_cost_nanos"] == sum(e["cost_nanos"] for e in mine)
 
-        # The Prometheus counters carry the ledger's own numbers.
-        assert sums["switchyard_tokens_total:prompt"] == expected.prompt
-        assert sums["switchyard_tokens_total:completion"] == expected.completion
-        assert sums["switchyard_tokens_total:cached"] == expected.cached
-        assert sums["switchyard_cost_nanos_total"] == expected.cost_nanos  # integer steps
-        assert sums["switchyard_requests_total"] == 300
-        assert sums["switchyard_time_to_first_token_seconds_count"] == 180  # every stream
-        assert sums["switchyard_gateway_overhead_seconds_count"] == 300
-        assert sums["switchyard_usage_spool_depth"] == 0
-    finally:
-        gateway.stop()
+    # The Prometheus counters carry the ledger's own numbers.
+    assert sums["switchyard_tokens_total:prompt"] == expected.prompt
+    assert sums["switchyard_tokens_total:completion"] == expected.completion
+    assert sums["switchyard_tokens_total:cached"] == expected.cached
+    assert sums["switchyard_cost_nanos_total"] == expected.cost_nanos  # integer steps
+    assert sums["switchyard_requests_total"] == 300
+    assert sums["switchyard_time_to_first_token_seconds_count"] == 180  # every stream
+    assert sums["switchyard_gateway_overhead_seconds_count"] == 300
+    assert sums["switchyard_usage_spool_depth"] == 0

@@ -18,21 +18,18 @@ import pytest
 import redis
 from counting_provider import CountingProvider
 from usage_workload import (
-    MODEL_OF_UPSTREAM,
-    Reconciled,
     Workload,
-    admin_report_totals,
-    expected_nanos,
     metered_gateway,
-    reconcile,
+    provider_totals,
+    reconciled_ledger,
     run_workload,
-    wait_for_events,
 )
 
 from gateway.ledger import open_store
 from gateway.metering.buffer import GROUP, buffer_key
 
 CLAIM_IDLE_S = 1.0
+GROUPS = ("model", "key")  # the reports checked against the ledger
 
 
 @dataclass
@@ -132,14 +129,15 @@ async def test_sigkill_mid_export_loses_nothing_and_counts_nothing_twice(
         with survivor.admin() as admin:
             # Nothing left in the buffer: the killed exporter's batch was claimed and stored.
             survivor.wait_exported()
-            # all_events (under wait_for_events) fails on an event listed twice.
-            events = wait_for_events(admin, sum(c.answered for c in calls), timeout=1)
-            # Every answered request has its exact event; events match the provider's books.
-            ledger = reconcile(books, calls, events, answers_complete=False)
-            assert admin_report_totals(admin, "model") == ledger
-            assert admin_report_totals(admin, "key") == ledger
+            # Every answered request has its exact event (all_events, under it, fails on an
+            # event listed twice); events match the provider's books, and the reports them.
+            answered = sum(c.answered for c in calls)
+            events, ledger = reconciled_ledger(
+                admin, books, calls, answered, timeout=1, answers_complete=False, group_bys=GROUPS
+            )
         recorded_tags = {c.tag for c in calls if c.usage_id in events}
-        assert ledger == provider_totals_of(books, recorded_tags)
+        # The provider's books of the requests that were recorded.
+        assert ledger == provider_totals({t: s for t, s in books.items() if t in recorded_tags})
         missing = [c for c in calls if c.tag in books and c.tag not in recorded_tags]
         # Only requests in flight on the killed gateway may be missing, and none was answered.
         assert all(c in on_doomed and not c.answered and c.error for c in missing), missing[:3]
@@ -156,18 +154,3 @@ async def test_sigkill_mid_export_loses_nothing_and_counts_nothing_twice(
         client.close()
         doomed.stop()
         survivor.stop()
-
-
-def provider_totals_of(books: dict, tags: set[str]) -> Reconciled:
-    """The provider's books, for the requests that were recorded."""
-    totals = Reconciled(0, 0, 0, 0, 0, 0)
-    for tag, served in books.items():
-        if tag not in tags:
-            continue
-        totals.events += 1
-        totals.prompt += served.prompt
-        totals.completion += served.completion
-        totals.cached += served.cached
-        totals.cost_nanos += expected_nanos(MODEL_OF_UPSTREAM[served.model], served)
-        totals.estimated += not served.reported
-    return totals

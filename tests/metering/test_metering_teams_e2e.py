@@ -15,30 +15,21 @@ import httpx
 import pytest
 import redis.asyncio
 from gateway_runner import PEPPER, POLICY, GatewayProcess, running_gateways, unused_port
-from replica_load import CHAT, fire, outcomes, replicas_on
+from replica_load import (
+    CHAT,
+    COST_NANOS_PER_REQUEST,
+    create_team,
+    fire,
+    key_to_move,
+    outcomes,
+)
 
 from gateway.access.keys import KeyStore
 from gateway.access.teams import team_home
 from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
 
 pytestmark = pytest.mark.slow
-COST_NANOS = 20_000_000  # a chat of replica_load: 10 x $1000/M + 5 x $2000/M
 LEASE_S = 1.5
-
-
-@pytest.fixture(scope="module")
-def replicas(
-    tmp_path_factory: pytest.TempPathFactory, fake_policy: Path, redis_url: str
-) -> Iterator[list[GatewayProcess]]:
-    with replicas_on(redis_url, 3, tmp_path_factory.mktemp("teams"), fake_policy) as gateways:
-        yield gateways
-
-
-def _create_team(gateway: GatewayProcess, team_id: str, **limits: object) -> dict:
-    with gateway.admin() as admin:
-        response = admin.post("/admin/teams", json={"id": team_id, **limits})
-    assert response.status_code == 201, response.text
-    return response.json()
 
 
 def _team_usage(gateway: GatewayProcess, team_id: str) -> dict:
@@ -48,7 +39,7 @@ def _team_usage(gateway: GatewayProcess, team_id: str) -> dict:
 
 async def test_a_team_budget_stops_its_keys_exactly(replicas: list[GatewayProcess]) -> None:
     # $1.00 a day for the team: exactly 50 requests of $0.02, whichever key sends them.
-    _create_team(replicas[0], "e2e-budget", budgets_usd={"day": 1.0, "week": 5.0})
+    create_team(replicas[0], "e2e-budget", budgets_usd={"day": 1.0, "week": 5.0})
     keys = [replicas[i].create_key(name=f"b{i}", team="e2e-budget")[1] for i in (1, 2)]
     responses = await fire([g.url for g in replicas], keys, 80)
     assert outcomes(responses) == {"200": 50, "429 insufficient_quota": 30}
@@ -56,7 +47,7 @@ async def test_a_team_budget_stops_its_keys_exactly(replicas: list[GatewayProces
     assert "this key's team 'e2e-budget' may spend $1 per day" in refused
     usage = _team_usage(replicas[2], "e2e-budget")
     for period in ("day", "week"):
-        assert usage["budgets"][period]["spent_nanos"] == 50 * COST_NANOS
+        assert usage["budgets"][period]["spent_nanos"] == 50 * COST_NANOS_PER_REQUEST
         assert usage["budgets"][period]["reserved_nanos"] == 0
     assert usage["budgets"]["day"]["remaining_nanos"] == 0
 
@@ -80,7 +71,7 @@ async def test_max_parallel_requests_survive_renewal_and_lapse_with_a_dead_gatew
         inflight_lease_s=LEASE_S,
         upstream_max_tries=1,
     ) as (doomed, survivor):
-        _create_team(survivor, "e2e-parallel", max_parallel_requests=2)
+        create_team(survivor, "e2e-parallel", max_parallel_requests=2)
         _, key = survivor.create_key(name="parallel", team="e2e-parallel")
         headers = {"Authorization": f"Bearer {key}"}
         slow = {**CHAT, "model": "slow-model"}
@@ -129,11 +120,7 @@ async def test_max_parallel_requests_survive_renewal_and_lapse_with_a_dead_gatew
 async def test_gateways_follow_a_key_moved_behind_their_back(
     replicas: list[GatewayProcess], redis_url: str
 ) -> None:
-    _create_team(replicas[0], "e2e-red", rpm=10_000)
-    _create_team(replicas[0], "e2e-blue", rpm=10_000)
-    key_id, key = replicas[0].create_key(
-        name="moved", team="e2e-red", budget_usd=0.4, budget_period="month"
-    )  # 20 requests of $0.02
+    key_id, key = key_to_move(replicas[0], "e2e-red", "e2e-blue", 0.4, "month")  # 20 requests
     assert outcomes(await fire([g.url for g in replicas], key, 5)) == {"200": 5}
     # Moved by another hand (as a CLI elsewhere would): the record changes, no gateway sweeps;
     # each one finds out at its next reserve, follows the key and carries its counters over.
@@ -146,7 +133,7 @@ async def test_gateways_follow_a_key_moved_behind_their_back(
         rest = await fire([g.url for g in replicas], key, 30)
         assert outcomes(rest) == {"200": 15, "429 insufficient_quota": 15}
         blue = f"sy:{{team:e2e-blue}}:key:{key_id}:budget:month"
-        assert int(await client.hget(blue, "spent")) == 20 * COST_NANOS
+        assert int(await client.hget(blue, "spent")) == 20 * COST_NANOS_PER_REQUEST
         assert int(await client.hget(blue, "reserved")) == 0
         assert not await client.exists(f"sy:{{team:e2e-red}}:key:{key_id}:budget:month")
     finally:

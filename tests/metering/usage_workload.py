@@ -294,6 +294,26 @@ def reconcile(
     return totals
 
 
+def reconciled_ledger(
+    admin: httpx.Client,
+    books: dict[str, Served],
+    calls: list[Call],
+    count: int,
+    *,
+    timeout: float = 30,
+    answers_complete: bool = True,
+    group_bys: tuple[str, ...] = ("model",),
+) -> tuple[dict[str, dict[str, Any]], Reconciled]:
+    """Wait for ``count`` ledger events, ``reconcile`` them with the books and the calls, and
+    check that ``/admin/usage`` grouped each way of ``group_bys`` totals the same: the events,
+    and the ledger's totals."""
+    events = wait_for_events(admin, count, timeout)
+    ledger = reconcile(books, calls, events, answers_complete=answers_complete)
+    for group_by in group_bys:
+        assert admin_report_totals(admin, group_by) == ledger, group_by
+    return events, ledger
+
+
 def provider_totals(books: dict[str, Served]) -> Reconciled:
     totals = Reconciled(len(books), 0, 0, 0, 0, 0)
     for served in books.values():

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from gateway_runner import POLICY, GatewayProcess, unused_port
+from gateway_runner import GatewayProcess, write_policy
 from redis.asyncio.cluster import RedisCluster
 from redis_helpers import LoopbackCluster
 from replica_load import replicas_on
@@ -35,9 +35,7 @@ def cluster_upstream() -> Iterator[FakeUpstream]:
 def cluster_policy(
     tmp_path_factory: pytest.TempPathFactory, cluster_upstream: FakeUpstream
 ) -> Path:
-    path = tmp_path_factory.mktemp("cluster-policy") / "routing_rules.yaml"
-    path.write_text(POLICY.format(base_url=cluster_upstream.base_url, dead_port=unused_port()))
-    return path
+    return write_policy(tmp_path_factory.mktemp("cluster-policy"), cluster_upstream.base_url)
 
 
 @pytest.fixture(scope="session")

@@ -5,13 +5,9 @@ from __future__ import annotations
 import pytest
 from gateway_runner import GatewayProcess
 from redis_helpers import LoopbackCluster
-from replica_load import TOKENS_PER_REQUEST, fire, new_key, outcomes
+from replica_load import TOKENS_PER_REQUEST, fire, key_id_of, new_key, outcomes
 
 pytestmark = pytest.mark.slow
-
-
-def _key_id(key: str) -> str:
-    return key.removeprefix("sk-sy-").split("-", 1)[0]
 
 
 async def test_rpm_is_exact_across_three_gateways(
@@ -21,9 +17,9 @@ async def test_rpm_is_exact_across_three_gateways(
     responses = await fire([g.url for g in gateways], key, 300)
     assert outcomes(responses) == {"200": 100, "429 rate_limit_exceeded": 200}
     # The limiter's keys really are on the cluster, all in the key's one slot.
-    owner = cluster.owner_of(f"sy:{{key:{_key_id(key)}}}:rpm")
+    owner = cluster.owner_of(f"sy:{{key:{key_id_of(key)}}}:rpm")
     with owner.client() as client:
-        assert client.exists(f"sy:{{key:{_key_id(key)}}}:rpm") == 1
+        assert client.exists(f"sy:{{key:{key_id_of(key)}}}:rpm") == 1
 
 
 async def test_tpm_is_exact_across_three_gateways(gateways: list[GatewayProcess]) -> None:

@@ -11,26 +11,22 @@ import asyncio
 import pytest
 from gateway_runner import GatewayProcess
 from redis_helpers import LoopbackCluster
-from replica_load import fire, outcomes
+from replica_load import (
+    COST_NANOS_PER_REQUEST,
+    create_team,
+    fire,
+    key_id_of,
+    key_to_move,
+    outcomes,
+)
 
 pytestmark = pytest.mark.slow
-COST_NANOS = 20_000_000  # a chat of replica_load: 10 x $1000/M + 5 x $2000/M
-
-
-def _key_id(key: str) -> str:
-    return key.removeprefix("sk-sy-").split("-", 1)[0]
-
-
-def _team(gateway: GatewayProcess, team_id: str, **limits: object) -> None:
-    with gateway.admin() as admin:
-        response = admin.post("/admin/teams", json={"id": team_id, **limits})
-    assert response.status_code == 201, response.text
 
 
 async def test_two_keys_of_a_team_share_its_rpm_exactly(
     gateways: list[GatewayProcess], cluster: LoopbackCluster
 ) -> None:
-    _team(gateways[0], "cluster-search", rpm=100)
+    create_team(gateways[0], "cluster-search", rpm=100)
     keys = [gateways[i].create_key(name=f"search-{i}", team="cluster-search")[1] for i in (1, 2)]
     responses = await fire([g.url for g in gateways], keys, 300)
     assert outcomes(responses) == {"200": 100, "429 rate_limit_exceeded": 200}
@@ -44,7 +40,7 @@ async def test_two_keys_of_a_team_share_its_rpm_exactly(
     assert sum(served_by_key.values()) == 100 and min(served_by_key.values()) > 0
     # The team's counters and both keys' own sit on one node, in one slot.
     team_rpm = "sy:{team:cluster-search}:rpm"
-    key_rpms = [f"sy:{{team:cluster-search}}:key:{_key_id(key)}:rpm" for key in keys]
+    key_rpms = [f"sy:{{team:cluster-search}}:key:{key_id_of(key)}:rpm" for key in keys]
     owner = cluster.owner_of(team_rpm)
     assert {cluster.owner_of(name).port for name in key_rpms} == {owner.port}
     with owner.client() as node:
@@ -58,11 +54,7 @@ async def test_two_keys_of_a_team_share_its_rpm_exactly(
 async def test_a_key_moved_between_teams_keeps_its_budget_on_the_cluster(
     gateways: list[GatewayProcess], cluster: LoopbackCluster
 ) -> None:
-    _team(gateways[0], "cluster-red", rpm=10_000)
-    _team(gateways[0], "cluster-blue", rpm=10_000)
-    key_id, key = gateways[0].create_key(
-        name="mover", team="cluster-red", budget_usd=0.6, budget_period="day"
-    )  # 30 requests of $0.02
+    key_id, key = key_to_move(gateways[0], "cluster-red", "cluster-blue", 0.6, "day")  # 30 requests
     # The two teams' slots are on different masters: the move crosses nodes.
     assert (
         cluster.owner_of("sy:{team:cluster-red}").port
@@ -85,7 +77,7 @@ async def test_a_key_moved_between_teams_keeps_its_budget_on_the_cluster(
     with cluster.owner_of(blue_state).client() as node:
         spent = int(node.hget(blue_state, "spent"))
         reserved = int(node.hget(blue_state, "reserved"))
-    assert (spent, reserved) == (30 * COST_NANOS, 0)
+    assert (spent, reserved) == (30 * COST_NANOS_PER_REQUEST, 0)
     red_state = f"sy:{{team:cluster-red}}:key:{key_id}:budget:day"
     with cluster.owner_of(red_state).client() as node:
         assert node.exists(red_state) == 0  # the red slot holds nothing of the key now

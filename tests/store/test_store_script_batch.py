@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import redis.exceptions
+from redis.asyncio import Redis
 from redis_helpers import ClientFactory
 
 from gateway.ledger import EventQuery, UsageStore
@@ -36,10 +37,18 @@ def _event(request_id: str, completion: int) -> UsageEvent:
     )
 
 
-def _ledger(client: object, store: UsageStore, spool_dir: Path) -> UsageLedger:
-    buffer = UsageBuffer(client)  # type: ignore[arg-type]
-    buffer.bind(store.store_id)
-    return UsageLedger(buffer, spool=Spool(spool_dir))
+@pytest.fixture
+def client(clean_redis: str, make_client: ClientFactory) -> Redis:
+    """A replica's client of the emptied session Redis (here, not the folder's cluster client)."""
+    return make_client(clean_redis)
+
+
+@pytest.fixture
+def ledger(client: Redis, usage_store: UsageStore, tmp_path: Path) -> UsageLedger:
+    """A ledger recording through ``client`` (the root conftest's has a client of its own)."""
+    buffer = UsageBuffer(client)
+    buffer.bind(usage_store.store_id)
+    return UsageLedger(buffer, spool=Spool(tmp_path / "spool"))
 
 
 async def _stored(exporter: UsageExporter, ledger: UsageLedger, store: UsageStore) -> dict:
@@ -53,15 +62,9 @@ async def _stored(exporter: UsageExporter, ledger: UsageLedger, store: UsageStor
 
 
 async def test_a_half_flushed_cache_runs_each_script_exactly_once(
-    clean_redis: str,
-    make_client: ClientFactory,
-    tmp_path: Path,
-    usage_store: UsageStore,
-    exporter: UsageExporter,
+    client: Redis, ledger: UsageLedger, usage_store: UsageStore, exporter: UsageExporter
 ) -> None:
-    client = make_client(clean_redis)
     limiter = Limiter(client)
-    ledger = _ledger(client, usage_store, tmp_path / "spool")
     held = [
         await limiter.reserve(
             "batch-key", LIMITS, tokens=100, cost_nanos=usd_to_nanos(0.5), request_id=f"r{i}"
@@ -109,14 +112,8 @@ async def test_a_half_flushed_cache_runs_each_script_exactly_once(
 
 
 async def test_an_error_other_than_noscript_raises_after_the_rest_ran(
-    clean_redis: str,
-    make_client: ClientFactory,
-    tmp_path: Path,
-    usage_store: UsageStore,
-    exporter: UsageExporter,
+    client: Redis, ledger: UsageLedger, usage_store: UsageStore, exporter: UsageExporter
 ) -> None:
-    client = make_client(clean_redis)
-    ledger = _ledger(client, usage_store, tmp_path / "spool")
     await client.hset("not-a-counter", "x", 1)
     await client.script_flush()
     batch = ScriptBatch()
@@ -132,5 +129,5 @@ async def test_an_error_other_than_noscript_raises_after_the_rest_ran(
     assert list(await _stored(exporter, ledger, usage_store)) == ["r-neighbour"]
 
 
-async def test_an_empty_batch_sends_nothing(clean_redis: str, make_client: ClientFactory) -> None:
-    assert await ScriptBatch().execute(make_client(clean_redis)) == []
+async def test_an_empty_batch_sends_nothing(client: Redis) -> None:
+    assert await ScriptBatch().execute(client) == []

@@ -23,6 +23,8 @@ from typing import Any
 import aiohttp
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# The dashboard has drawn its charts: what a logged-in page waits for by default.
+CHARTS_DRAWN = "document.querySelectorAll('svg rect').length > 0"
 
 
 class DevTools:
@@ -72,6 +74,12 @@ class DevTools:
             f"document.body !== window.__before && document.readyState === 'complete'"
             f" && !!({ready})"
         )
+
+    async def log_in(self, base_url: str, key: str, ready: str = CHARTS_DRAWN) -> None:
+        """Open the dashboard of the gateway at ``base_url``, log in with ``key`` through its
+        form as a person would, and wait for the dashboard to satisfy ``ready``."""
+        await self.open(base_url + "/admin/ui", "document.querySelector('input[name=key]')")
+        await self.submit("form[action='/admin/ui/login']", {"key": key}, ready)
 
     async def html(self) -> str:
         return await self.evaluate("document.documentElement.outerHTML")

@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 from chat_answers import chat_chunk, chat_completion
-from loopback import BackgroundLoop, LoopbackServer
+from loopback import LoopbackFleet, LoopbackServer
 
 PROMPT_TOKENS = 10
 COMPLETION_TOKENS = 5
@@ -171,29 +171,18 @@ def _usage() -> dict[str, int]:
     }
 
 
-class FakeProviderFleet:
-    """Several ``FakeProvider``s on one background event loop; use as a context manager."""
+class FakeProviderFleet(LoopbackFleet[FakeProvider]):
+    """A ``FakeProvider`` of each name on one background event loop; a context manager."""
 
     def __init__(self, *names: str) -> None:
-        self.providers = {name: FakeProvider(name) for name in names}
-        self._loop = BackgroundLoop()
+        super().__init__(FakeProvider(name) for name in names)
 
-    def __getitem__(self, name: str) -> FakeProvider:
-        return self.providers[name]
-
-    def __enter__(self) -> FakeProviderFleet:
-        self._loop.__enter__()
-        for provider in self.providers.values():
-            self._loop.run(provider.start())
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for provider in self.providers.values():
-            self._loop.run(provider.stop())
-        self._loop.__exit__(*exc)
+    @property
+    def providers(self) -> dict[str, FakeProvider]:
+        return self.servers
 
     def reset(self) -> None:
         """Every provider back to answering ``ok``, hit lists emptied."""
-        for provider in self.providers.values():
+        for provider in self.servers.values():
             provider.play()
             provider.clear_hits()

@@ -35,18 +35,34 @@ import httpx
 import orjson
 from aiohttp import web
 from chat_answers import chat_chunk, chat_completion
+from loopback import LoopbackServer
 
 from gateway.providers.fleet.fleet import Fleet
 
 KNOBS = ("waiting", "running", "kv_usage", "status", "chat_status", "hold_s", "stall_s", "model")
 
 
-class FakeReplica:
+class ReplicaAddress:
+    """A replica's ``url`` as a fleet lists it (``http://host:port``, no /v1) and its
+    ``label`` in the fleet's logs and metrics (``host:port``)."""
+
+    host: str
+    port: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.label}"
+
+
+class FakeReplica(ReplicaAddress, LoopbackServer):
     def __init__(
         self, host: str = "127.0.0.1", port: int = 0, model: str = "tiny", name: str = "replica"
     ) -> None:
-        self.host = host
-        self.port = port
+        super().__init__(host, port)
         self.model = model
         self.name = name
         self.waiting = 0
@@ -59,15 +75,6 @@ class FakeReplica:
         self.scrapes = 0
         self.served = 0  # chat requests answered (or begun, for a stream)
         self.inflight = 0
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def label(self) -> str:
-        return f"{self.host}:{self.port}"
 
     def page(self) -> str:
         label = f'{{engine="0",model_name="{self.model}"}}'
@@ -144,44 +151,22 @@ class FakeReplica:
         await response.write_eof()
         return response
 
-    async def start(self) -> FakeReplica:
-        app = web.Application()
+    def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_route("*", "/_control", self._control)
-        self._runner = web.AppRunner(
-            app, access_log=None, shutdown_timeout=0.1, handler_cancellation=True
-        )
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
-        await site.start()
-        if self.port == 0:
-            self.port = self._runner.addresses[0][1]
-        return self
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
 
 
-class ReplicaProcess:
+class ReplicaProcess(ReplicaAddress):
     """A ``FakeReplica`` in a process of its own: started, driven over ``/_control``, killed
     with SIGKILL (a replica that dies, connections and all) and started again on its port."""
 
     def __init__(self, port: int, name: str, log_dir: Path) -> None:
+        self.host = "127.0.0.1"
         self.port = port
         self.name = name
         self.log_path = log_dir / f"replica-{name}.log"
         self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def label(self) -> str:
-        return f"127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 20.0) -> ReplicaProcess:
         support = str(Path(__file__).resolve().parent)

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -30,6 +28,7 @@ from gateway.app import create_app
 from gateway.server.http_guard import HttpGuardSettings, guarded_protocol
 from gateway.settings import Settings
 from gateway.store.embedded import free_port
+from gateway.tools.serve_process import launch_serve, serve_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ADMIN_KEY = "sy-admin-test-0123456789abcdef"
@@ -88,6 +87,13 @@ def unused_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def write_policy(directory: Path, upstream_base_url: str) -> Path:
+    """``POLICY`` on the upstream at ``upstream_base_url``, as ``directory/routing_rules.yaml``."""
+    path = directory / "routing_rules.yaml"
+    path.write_text(POLICY.format(base_url=upstream_base_url, dead_port=unused_port()))
+    return path
 
 
 def make_settings(data_dir: Path, policy_file: Path, redis_url: str, **overrides: Any) -> Settings:
@@ -272,8 +278,7 @@ class GatewayProcess(AdminClient):
         self.port = free_port()
         self.admin_key = admin_key
         self.log_path = data_dir / f"gateway-{self.port}.log"
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
-        self.env.update(
+        self.env = serve_env(
             {
                 "SWITCHYARD_HOST": "127.0.0.1",
                 "SWITCHYARD_PORT": str(self.port),
@@ -300,14 +305,7 @@ class GatewayProcess(AdminClient):
 
     def launch(self) -> GatewayProcess:
         """Start the process without waiting for it (``wait_ready`` does)."""
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "gateway", "serve"],
-                cwd=self.data_dir,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+        self.process = launch_serve(self.env, self.data_dir, self.log_path)
         return self
 
     def wait_ready(self, timeout_s: float = 30.0) -> GatewayProcess:

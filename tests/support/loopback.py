@@ -1,33 +1,43 @@
-"""What every loopback provider of the tests stands on: an aiohttp app on 127.0.0.1 (a free
-port), and an event loop on its own thread for providers that synchronous tests talk to."""
+"""What every loopback provider of the tests stands on: an aiohttp app on a loopback address
+(127.0.0.1 and a free port unless given), an event loop on its own thread for providers that
+synchronous tests talk to, and a fleet of named servers started together on one such loop."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from collections.abc import Coroutine, Iterable
+from typing import Any, Generic, Self, TypeVar
 
 from aiohttp import web
 
 T = TypeVar("T")
+S = TypeVar("S", bound="LoopbackServer")
 
 
 class LoopbackServer:
-    """``await start()`` serves the routes ``add_routes`` declares; ``url`` is then the
-    OpenAI-style base (``http://127.0.0.1:<port>/v1``)."""
+    """``await start()`` serves the routes ``add_routes`` declares on ``host`` and ``port`` (a
+    free one when 0, kept once chosen, so a server started again comes back on its address);
+    ``url`` is then the OpenAI-style base (``http://127.0.0.1:<port>/v1``)."""
 
+    name = "loopback"  # what a LoopbackFleet knows it by: each subclass names its servers
     client_max_size = 1024 * 1024
     # A client that hangs up cancels its handler (aiohttp's default is to let it run on).
     handler_cancellation = True
 
-    def __init__(self) -> None:
-        self.port = 0
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.host = host
+        self.port = port
         self._runner: web.AppRunner | None = None
 
     @property
+    def origin(self) -> str:
+        """``scheme://host:port``, no path."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return self.origin + "/v1"
 
     @property
     def base_url(self) -> str:
@@ -36,7 +46,7 @@ class LoopbackServer:
     def add_routes(self, app: web.Application) -> None:
         raise NotImplementedError
 
-    async def start(self) -> None:
+    async def start(self) -> Self:
         app = web.Application(client_max_size=self.client_max_size)
         self.add_routes(app)
         self._runner = web.AppRunner(
@@ -46,9 +56,11 @@ class LoopbackServer:
             handler_cancellation=self.handler_cancellation,
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, backlog=1024)
+        site = web.TCPSite(self._runner, self.host, self.port, backlog=1024, reuse_address=True)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        if self.port == 0:
+            self.port = self._runner.addresses[0][1]
+        return self
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -75,6 +87,29 @@ class BackgroundLoop:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
+
+
+class LoopbackFleet(Generic[S]):
+    """Several servers with a ``name`` each (``fleet[name]``), all on one background loop,
+    started for the ``with`` block and stopped at its end."""
+
+    def __init__(self, servers: Iterable[S]) -> None:
+        self.servers: dict[str, S] = {server.name: server for server in servers}
+        self._loop = BackgroundLoop()
+
+    def __getitem__(self, name: str) -> S:
+        return self.servers[name]
+
+    def __enter__(self) -> Self:
+        self._loop.__enter__()
+        for server in self.servers.values():
+            self._loop.run(server.start())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for server in self.servers.values():
+            self._loop.run(server.stop())
+        self._loop.__exit__(*exc)
 
 
 class ServedOnThread:

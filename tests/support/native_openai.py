@@ -422,7 +422,7 @@ class FakeAzure(OpenAIStyle):
 
     @property
     def url(self) -> str:  # an Azure resource endpoint has no /v1
-        return f"http://127.0.0.1:{self.port}"
+        return self.origin
 
     def refusal(self, seen: Seen) -> str | None:
         if seen.headers.get("api-key") != self.key:
@@ -457,7 +457,7 @@ class FakeEngineReplica(FakeOpenAI):
 
     @property
     def replica(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self.origin
 
     def add_routes(self, app: web.Application) -> None:
         super().add_routes(app)

@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
-from loopback import BackgroundLoop, LoopbackServer
+from loopback import LoopbackFleet, LoopbackServer
 
 CLIENT_KEY_PREFIX = "sk-sy-"
 TOOL_ARGUMENTS = {"city": "Paris"}
@@ -179,27 +179,12 @@ def form_fields(seen: Seen) -> dict[str, Any]:
     return fields
 
 
-class NativeFleet:
+class NativeFleet(LoopbackFleet[Any]):  # Any: each fake has attributes of its own
     """Several native upstreams on one background loop; a context manager."""
 
     def __init__(self, *upstreams: NativeUpstream) -> None:
-        self.upstreams = {upstream.name: upstream for upstream in upstreams}
-        self._loop = BackgroundLoop()
-
-    def __getitem__(self, name: str) -> Any:
-        return self.upstreams[name]
-
-    def __enter__(self) -> NativeFleet:
-        self._loop.__enter__()
-        for upstream in self.upstreams.values():
-            self._loop.run(upstream.start())
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for upstream in self.upstreams.values():
-            self._loop.run(upstream.stop())
-        self._loop.__exit__(*exc)
+        super().__init__(upstreams)
 
     def reset(self) -> None:
-        for upstream in self.upstreams.values():
+        for upstream in self.servers.values():
             upstream.reset()

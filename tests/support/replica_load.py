@@ -9,15 +9,19 @@ import time
 from collections import Counter
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import httpx
 from gateway_runner import AdminClient, GatewayProcess, running_gateways
+
+from gateway.money import usd_to_nanos
 
 # 24 characters: the gateway's prompt estimate is then exactly the fake upstream's 10 tokens,
 # so the reservation (10 + max_tokens 5) equals what is settled and counts are exact.
 MESSAGES = [{"role": "user", "content": "x" * 24}]
 TOKENS_PER_REQUEST = 15
 COST_PER_REQUEST = 0.02  # fake-model: 10 × $1000/M + 5 × $2000/M
+COST_NANOS_PER_REQUEST = usd_to_nanos(COST_PER_REQUEST)
 CHAT = {"model": "fake-model", "messages": MESSAGES, "max_tokens": 5}
 
 
@@ -44,6 +48,30 @@ def replicas_on(
 def new_key(gateway: AdminClient, **fields: object) -> str:
     """A new API key made on ``gateway``; the key alone."""
     return gateway.create_key(**fields)[1]
+
+
+def key_id_of(key: str) -> str:
+    """The id part of an API key (``sk-sy-<id>-<secret>``): what its limiter keys are named by."""
+    return key.removeprefix("sk-sy-").split("-", 1)[0]
+
+
+def create_team(gateway: AdminClient, team_id: str, **limits: object) -> dict[str, Any]:
+    """A new team made on ``gateway``: its record."""
+    with gateway.admin() as admin:
+        response = admin.post("/admin/teams", json={"id": team_id, **limits})
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def key_to_move(
+    gateway: AdminClient, red: str, blue: str, budget_usd: float, period: str
+) -> tuple[str, str]:
+    """Teams ``red`` and ``blue`` (rpm 10,000, so only the key's budget binds) and a key of
+    ``red`` with ``budget_usd`` per ``period``, for the tests that move it to ``blue``: (its
+    id, the key)."""
+    for team in (red, blue):
+        create_team(gateway, team, rpm=10_000)
+    return gateway.create_key(name="mover", team=red, budget_usd=budget_usd, budget_period=period)
 
 
 async def fire(urls: list[str], key: str | list[str], total: int) -> list[httpx.Response]:

@@ -23,6 +23,8 @@ TASKS = ("chat", "summarize", "")
 # untagged, one tag, two tags (counted in both), and end users with one left empty.
 TAG_SETS: tuple[tuple[str, ...], ...] = ((), ("proj-x",), ("proj-x", "exp:1"), ("=risk",))
 END_USERS = ("ana", "bob", "", "user@example.com", "ana")
+# The counters the reference arithmetic sums: those a report row is checked on (``pick``).
+SUMS = ("requests", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nanos", "errors")
 
 
 def make_events(count: int, *, seed: int, keys: int = 5, days: int = 3) -> list[UsageEvent]:
@@ -77,16 +79,7 @@ def dimensions(event: UsageEvent, by: str) -> tuple[str, ...]:
 def expected_groups(events: list[UsageEvent], by: str) -> dict[str, dict[str, Any]]:
     """Sums per group, counting each request id once (first event wins, like the ledger)."""
     seen: set[tuple[str, str]] = set()
-    groups: dict[str, dict[str, Any]] = defaultdict(
-        lambda: {
-            "requests": 0,
-            "prompt_tokens": 0,
-            "completion_tokens": 0,
-            "cached_tokens": 0,
-            "cost_nanos": 0,
-            "errors": 0,
-        }
-    )
+    groups: dict[str, dict[str, Any]] = defaultdict(lambda: dict.fromkeys(SUMS, 0))
     for event in events:
         if (event.key_id, event.request_id) in seen:
             continue
@@ -103,17 +96,7 @@ def expected_groups(events: list[UsageEvent], by: str) -> dict[str, dict[str, An
 
 
 def pick(row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        name: row[name]
-        for name in (
-            "requests",
-            "prompt_tokens",
-            "completion_tokens",
-            "cached_tokens",
-            "cost_nanos",
-            "errors",
-        )
-    }
+    return {name: row[name] for name in SUMS}
 
 
 @contextlib.asynccontextmanager
