@@ -4,8 +4,11 @@ provider intact, and never to another provider, which could not verify it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from fmt_samples import (
     ANTHROPIC_MESSAGE,
     ANTHROPIC_STREAM,
@@ -25,6 +28,7 @@ from fmt_support import (
 )
 
 from gateway.formats import wire_format
+from gateway.formats.internal import FormatName
 from gateway.formats.signatures import PREFIX
 
 ANTHROPIC = wire_format("anthropic_messages")
@@ -69,38 +73,66 @@ def _reasoning_sent_to_responses(body: dict[str, Any]) -> list[dict[str, Any]]:
     return [item for item in body["input"] if item.get("type") == "reasoning"]
 
 
-def test_anthropic_signature_through_a_responses_client() -> None:
-    answer = ANTHROPIC.parse_response(ANTHROPIC_MESSAGE)
-    shown = RESPONSES.render_response(answer)
-    reasoning = shown["output"][0]
-    assert reasoning["encrypted_content"].startswith(PREFIX)
-    follow_up = RESPONSES.parse_request(_responses_follow_up(shown["output"]))
-    to_anthropic = ANTHROPIC.render_request(follow_up, "claude")
-    check_request("anthropic_messages", to_anthropic)
-    assert _thinking_sent_to_anthropic(to_anthropic) == [
-        {"type": "thinking", "thinking": THOUGHT, "signature": SIGNATURE}
-    ]
-    # OpenAI could not verify Anthropic's proof: it is not sent there.
-    assert _reasoning_sent_to_responses(RESPONSES.render_request(follow_up, "o4")) == []
+@dataclass(frozen=True)
+class Side:
+    """One provider's format in a round trip: its answer with its own proof, where a client of
+    the format finds a proof, what the client sends next, and the proofs a request carries."""
+
+    name: FormatName
+    model: str  # what a request to this provider names
+    answer: dict[str, Any]
+    items: str  # the answer's list of blocks or items
+    proof: str  # the field of the first one that holds the proof
+    follow_up: Callable[[list[dict[str, Any]]], dict[str, Any]]
+    proofs_sent: Callable[[dict[str, Any]], list[dict[str, Any]]]
+    own_proof: dict[str, Any]  # how a request to this provider carries its proof back
 
 
-def test_responses_reasoning_through_an_anthropic_client() -> None:
-    answer = RESPONSES.parse_response(RESPONSES_RESPONSE)
-    shown = ANTHROPIC.render_response(answer)
-    thinking = shown["content"][0]
-    assert thinking["signature"].startswith(PREFIX)
-    follow_up = ANTHROPIC.parse_request(_anthropic_follow_up(shown["content"]))
-    to_responses = RESPONSES.render_request(follow_up, "o4")
-    check_request("openai_responses", to_responses)
-    assert _reasoning_sent_to_responses(to_responses) == [
-        {
-            "type": "reasoning",
-            "id": REASONING_ITEM["id"],
-            "summary": [{"type": "summary_text", "text": THOUGHT}],
-            "encrypted_content": REASONING_ITEM["encrypted_content"],
-        }
-    ]
-    assert _thinking_sent_to_anthropic(ANTHROPIC.render_request(follow_up, "claude")) == []
+ANTHROPIC_SIDE = Side(
+    name="anthropic_messages",
+    model="claude",
+    answer=ANTHROPIC_MESSAGE,
+    items="content",
+    proof="signature",
+    follow_up=_anthropic_follow_up,
+    proofs_sent=_thinking_sent_to_anthropic,
+    own_proof={"type": "thinking", "thinking": THOUGHT, "signature": SIGNATURE},
+)
+RESPONSES_SIDE = Side(
+    name="openai_responses",
+    model="o4",
+    answer=RESPONSES_RESPONSE,
+    items="output",
+    proof="encrypted_content",
+    follow_up=_responses_follow_up,
+    proofs_sent=_reasoning_sent_to_responses,
+    own_proof={
+        "type": "reasoning",
+        "id": REASONING_ITEM["id"],
+        "summary": [{"type": "summary_text", "text": THOUGHT}],
+        "encrypted_content": REASONING_ITEM["encrypted_content"],
+    },
+)
+
+
+@pytest.mark.parametrize(
+    ("upstream", "client"),
+    [
+        pytest.param(ANTHROPIC_SIDE, RESPONSES_SIDE, id="anthropic_signature_via_responses"),
+        pytest.param(RESPONSES_SIDE, ANTHROPIC_SIDE, id="responses_reasoning_via_anthropic"),
+    ],
+)
+def test_a_proof_through_a_client_of_another_format(upstream: Side, client: Side) -> None:
+    source, shown_as = wire_format(upstream.name), wire_format(client.name)
+    shown = shown_as.render_response(source.parse_response(upstream.answer))
+    items = shown[client.items]
+    assert items[0][client.proof].startswith(PREFIX)
+    follow_up = shown_as.parse_request(client.follow_up(items))
+    to_upstream = source.render_request(follow_up, upstream.model)
+    check_request(upstream.name, to_upstream)
+    assert upstream.proofs_sent(to_upstream) == [upstream.own_proof]
+    # The client's own provider could not verify the proof: it is not sent there.
+    assert client.proofs_sent(shown_as.render_request(follow_up, client.model)) == []
 
 
 def test_native_proofs_stay_unwrapped() -> None:
@@ -117,7 +149,7 @@ def test_streamed_proofs_round_trip_too() -> None:
     output = [item.model_dump(exclude_none=True) for item in response.output]
     follow_up = RESPONSES.parse_request(_responses_follow_up(output))
     sent = _thinking_sent_to_anthropic(ANTHROPIC.render_request(follow_up, "claude"))
-    assert sent == [{"type": "thinking", "thinking": THOUGHT, "signature": SIGNATURE}]
+    assert sent == [ANTHROPIC_SIDE.own_proof]
     # Responses upstream stream -> Anthropic client stream -> follow-up -> Responses upstream.
     events = parse_stream("openai_responses", sse(responses_stream()))
     message = accumulate_anthropic(render_stream("anthropic_messages", events))
