@@ -75,64 +75,50 @@ def _reasoning_sent_to_responses(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class Side:
-    """One provider's format in a round trip: its answer with its own proof, where a client of
-    the format finds a proof, what the client sends next, and the proofs a request carries."""
+    """A provider's format in a round trip: how its answers and its clients' requests carry a
+    proof, and the proofs a request to the provider holds."""
 
-    name: FormatName
-    model: str  # what a request to this provider names
-    answer: dict[str, Any]
-    items: str  # the answer's list of blocks or items
-    proof: str  # the field of the first one that holds the proof
-    follow_up: Callable[[list[dict[str, Any]]], dict[str, Any]]
+    answer: dict[str, Any]  # the provider's answer: its model, and its proof first in its items
+    proof_at: tuple[str, str]  # an answer's list of items, and the field of an item's proof
+    follow_up: Callable[[list[dict[str, Any]]], dict[str, Any]]  # a client's next request
     proofs_sent: Callable[[dict[str, Any]], list[dict[str, Any]]]
-    own_proof: dict[str, Any]  # how a request to this provider carries its proof back
 
 
-ANTHROPIC_SIDE = Side(
-    name="anthropic_messages",
-    model="claude",
-    answer=ANTHROPIC_MESSAGE,
-    items="content",
-    proof="signature",
-    follow_up=_anthropic_follow_up,
-    proofs_sent=_thinking_sent_to_anthropic,
-    own_proof={"type": "thinking", "thinking": THOUGHT, "signature": SIGNATURE},
-)
-RESPONSES_SIDE = Side(
-    name="openai_responses",
-    model="o4",
-    answer=RESPONSES_RESPONSE,
-    items="output",
-    proof="encrypted_content",
-    follow_up=_responses_follow_up,
-    proofs_sent=_reasoning_sent_to_responses,
-    own_proof={
-        "type": "reasoning",
-        "id": REASONING_ITEM["id"],
-        "summary": [{"type": "summary_text", "text": THOUGHT}],
-        "encrypted_content": REASONING_ITEM["encrypted_content"],
-    },
-)
+SIDES: dict[FormatName, Side] = {
+    "anthropic_messages": Side(
+        answer=ANTHROPIC_MESSAGE,
+        proof_at=("content", "signature"),
+        follow_up=_anthropic_follow_up,
+        proofs_sent=_thinking_sent_to_anthropic,
+    ),
+    "openai_responses": Side(
+        answer=RESPONSES_RESPONSE,
+        proof_at=("output", "encrypted_content"),
+        follow_up=_responses_follow_up,
+        proofs_sent=_reasoning_sent_to_responses,
+    ),
+}
 
 
 @pytest.mark.parametrize(
     ("upstream", "client"),
-    [
-        pytest.param(ANTHROPIC_SIDE, RESPONSES_SIDE, id="anthropic_signature_via_responses"),
-        pytest.param(RESPONSES_SIDE, ANTHROPIC_SIDE, id="responses_reasoning_via_anthropic"),
-    ],
+    [("anthropic_messages", "openai_responses"), ("openai_responses", "anthropic_messages")],
 )
-def test_a_proof_through_a_client_of_another_format(upstream: Side, client: Side) -> None:
-    source, shown_as = wire_format(upstream.name), wire_format(client.name)
-    shown = shown_as.render_response(source.parse_response(upstream.answer))
-    items = shown[client.items]
-    assert items[0][client.proof].startswith(PREFIX)
-    follow_up = shown_as.parse_request(client.follow_up(items))
-    to_upstream = source.render_request(follow_up, upstream.model)
-    check_request(upstream.name, to_upstream)
-    assert upstream.proofs_sent(to_upstream) == [upstream.own_proof]
+def test_a_proof_through_a_client_of_another_format(
+    upstream: FormatName, client: FormatName
+) -> None:
+    own, other = SIDES[upstream], SIDES[client]
+    source, shown_as = wire_format(upstream), wire_format(client)
+    shown = shown_as.render_response(source.parse_response(own.answer))
+    items, proof = other.proof_at
+    assert shown[items][0][proof].startswith(PREFIX)
+    follow_up = shown_as.parse_request(other.follow_up(shown[items]))
+    to_upstream = source.render_request(follow_up, own.answer["model"])
+    check_request(upstream, to_upstream)
+    # Back to its own provider as that provider sent it.
+    assert own.proofs_sent(to_upstream) == [own.answer[own.proof_at[0]][0]]
     # The client's own provider could not verify the proof: it is not sent there.
-    assert client.proofs_sent(shown_as.render_request(follow_up, client.model)) == []
+    assert other.proofs_sent(shown_as.render_request(follow_up, other.answer["model"])) == []
 
 
 def test_native_proofs_stay_unwrapped() -> None:
@@ -149,7 +135,7 @@ def test_streamed_proofs_round_trip_too() -> None:
     output = [item.model_dump(exclude_none=True) for item in response.output]
     follow_up = RESPONSES.parse_request(_responses_follow_up(output))
     sent = _thinking_sent_to_anthropic(ANTHROPIC.render_request(follow_up, "claude"))
-    assert sent == [ANTHROPIC_SIDE.own_proof]
+    assert sent == [{"type": "thinking", "thinking": THOUGHT, "signature": SIGNATURE}]
     # Responses upstream stream -> Anthropic client stream -> follow-up -> Responses upstream.
     events = parse_stream("openai_responses", sse(responses_stream()))
     message = accumulate_anthropic(render_stream("anthropic_messages", events))
