@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -43,36 +44,34 @@ def config(urls: list[str], **fleet: Any) -> ProviderConfig:
 
 @pytest.fixture
 async def replica() -> AsyncIterator[StartReplica]:
-    """Starts a loopback replica of the given name; every one is stopped after the test."""
-    running: list[FakeReplica] = []
+    """Starts a loopback replica of the given name; each is stopped after the test."""
+    async with AsyncExitStack() as started:
 
-    async def start(name: str) -> FakeReplica:
-        replica = await FakeReplica(name=name).start()
-        running.append(replica)
-        return replica
+        async def start(name: str) -> FakeReplica:
+            replica = await FakeReplica(name=name).start()
+            started.push_async_callback(replica.stop)
+            return replica
 
-    yield start
-    for each in running:
-        await each.stop()
+        yield start
 
 
 @pytest.fixture
 async def fleet(
     replica: StartReplica,  # so that the replicas stop after the fleets close
 ) -> AsyncIterator[StartFleet]:
-    """Starts a fleet provider on a config (and an event log); every one is closed after the
+    """Starts a fleet provider on ``settings`` (and an event log); each is closed after the
     test."""
-    providers: list[FleetProvider] = []
+    async with AsyncExitStack() as started:
 
-    async def start(settings: ProviderConfig, log: EventRecorder | None = None) -> FleetProvider:
-        provider = FleetProvider("engines", settings, UPSTREAM, log or EventRecorder())
-        await provider.start()
-        providers.append(provider)
-        return provider
+        async def start(
+            settings: ProviderConfig, log: EventRecorder | None = None
+        ) -> FleetProvider:
+            provider = FleetProvider("engines", settings, UPSTREAM, log or EventRecorder())
+            await provider.start()
+            started.push_async_callback(provider.close)
+            return provider
 
-    yield start
-    for each in providers:
-        await each.close()
+        yield start
 
 
 def state(provider: FleetProvider, url: str) -> str:
