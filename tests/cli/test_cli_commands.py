@@ -70,39 +70,36 @@ def test_policy_check(tmp_path, fake_policy, capsys) -> None:
     assert "models.m.provider" in capsys.readouterr().err
 
 
+@pytest.fixture
+def cli_env(monkeypatch, tmp_path, fake_policy, redis_url: str) -> None:
+    """The CLI on the ``gateway`` fixture's Redis, pepper and policy, its data in ``tmp_path``."""
+    monkeypatch.setenv("SWITCHYARD_REDIS_URL", redis_url)
+    monkeypatch.setenv("SWITCHYARD_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("SWITCHYARD_KEY_PEPPER", PEPPER)
+    monkeypatch.setenv("SWITCHYARD_POLICY_FILE", str(fake_policy))
+
+
 def _cli_json(capsys, *argv: str) -> dict:
     assert main(list(argv)) == 0
     return orjson.loads(capsys.readouterr().out)
 
 
 def test_keys_cli_lifecycle_shares_the_store_with_the_gateway(
-    monkeypatch, capsys, tmp_path, fake_policy, redis_url: str, gateway: RunningGateway
+    monkeypatch, capsys, cli_env: None, gateway: RunningGateway
 ) -> None:
-    monkeypatch.setenv("SWITCHYARD_REDIS_URL", redis_url)
-    monkeypatch.setenv("SWITCHYARD_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("SWITCHYARD_KEY_PEPPER", PEPPER)
-    monkeypatch.setenv("SWITCHYARD_POLICY_FILE", str(fake_policy))
     created = _cli_json(
         capsys, "keys", "create", "--name", "cli", "--team", "ops", "--models", "fake",
         "--rpm", "60", "--metadata", "owner=ops",
     )  # fmt: skip
     key_id, key = created["id"], created["key"]
     assert created["rpm"] == 60 and created["metadata"] == {"owner": "ops"}
-
-    def chat(secret: str) -> int:
-        return httpx.post(
-            gateway.v1 + "/chat/completions",
-            json={"model": "fake", "messages": [{"role": "user", "content": "hi"}]},
-            headers={"Authorization": f"Bearer {secret}"},
-        ).status_code
-
-    assert chat(key) == 200
+    assert _chat(gateway, key) == 200
     assert _cli_json(capsys, "keys", "show", key_id)["team"] == "ops"
     assert key_id in {k["id"] for k in _cli_json(capsys, "keys", "list", "--team", "ops")}
     updated = _cli_json(capsys, "keys", "update", key_id, "--tpm", "5000", "--clear", "rpm")
     assert updated["tpm"] == 5000 and updated["rpm"] is None
     rotated = _cli_json(capsys, "keys", "rotate", key_id, "--idempotency-key", "cli-1")
-    assert rotated["key"] != key and chat(rotated["key"]) == 200
+    assert rotated["key"] != key and _chat(gateway, rotated["key"]) == 200
     assert _cli_json(capsys, "keys", "revoke", key_id)["status"] == "revoked"
 
     assert main(["keys", "create", "--rpm", "-5"]) == 1
@@ -119,12 +116,8 @@ def test_keys_cli_lifecycle_shares_the_store_with_the_gateway(
 
 
 async def test_teams_and_tokens_cli_share_the_store_and_the_audit_log(
-    monkeypatch, capsys, tmp_path, fake_policy, redis_url: str, gateway: RunningGateway
+    capsys, tmp_path, cli_env: None, gateway: RunningGateway
 ) -> None:
-    monkeypatch.setenv("SWITCHYARD_REDIS_URL", redis_url)
-    monkeypatch.setenv("SWITCHYARD_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("SWITCHYARD_KEY_PEPPER", PEPPER)
-    monkeypatch.setenv("SWITCHYARD_POLICY_FILE", str(fake_policy))
     team = await asyncio.to_thread(
         _cli_json, capsys, "teams", "create", "cli-team", "--rpm", "3", "--budget-day", "1.5"
     )

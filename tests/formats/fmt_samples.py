@@ -26,130 +26,69 @@ USAGE = Usage(
     reasoning_tokens=30,
 )
 
+
+def _anthropic_event(kind: str, **fields: Any) -> tuple[str, dict[str, Any]]:
+    """An Anthropic SSE event: the event's name is its ``type``."""
+    return kind, {"type": kind, **fields}
+
+
+def _block_delta(index: int, delta: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    return _anthropic_event("content_block_delta", index=index, delta=delta)
+
+
 ANTHROPIC_STREAM: list[tuple[str, dict[str, Any]]] = [
-    (
+    _anthropic_event(
         "message_start",
-        {
-            "type": "message_start",
-            "message": {
-                "id": "msg_01XFDUDYJgAACzvnptvVoYEL",
-                "type": "message",
-                "role": "assistant",
-                "content": [],
-                "model": "claude-sonnet-4-5-20250929",
-                "stop_reason": None,
-                "stop_sequence": None,
-                "usage": {
-                    "input_tokens": 472,
-                    "cache_creation_input_tokens": 50,
-                    "cache_read_input_tokens": 100,
-                    "output_tokens": 2,
-                },
+        message={
+            "id": "msg_01XFDUDYJgAACzvnptvVoYEL",
+            "type": "message",
+            "role": "assistant",
+            "content": [],
+            "model": "claude-sonnet-4-5-20250929",
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": 472,
+                "cache_creation_input_tokens": 50,
+                "cache_read_input_tokens": 100,
+                "output_tokens": 2,
             },
         },
     ),
-    ("ping", {"type": "ping"}),
-    (
+    _anthropic_event("ping"),
+    _anthropic_event(
         "content_block_start",
-        {
-            "type": "content_block_start",
-            "index": 0,
-            "content_block": {"type": "thinking", "thinking": "", "signature": ""},
-        },
+        index=0,
+        content_block={"type": "thinking", "thinking": "", "signature": ""},
     ),
-    (
-        "content_block_delta",
-        {
-            "type": "content_block_delta",
-            "index": 0,
-            "delta": {"type": "thinking_delta", "thinking": THOUGHT[:20]},
-        },
-    ),
-    (
-        "content_block_delta",
-        {
-            "type": "content_block_delta",
-            "index": 0,
-            "delta": {"type": "thinking_delta", "thinking": THOUGHT[20:]},
-        },
-    ),
-    (
-        "content_block_delta",
-        {
-            "type": "content_block_delta",
-            "index": 0,
-            "delta": {"type": "signature_delta", "signature": SIGNATURE},
-        },
-    ),
-    ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-    (
+    _block_delta(0, {"type": "thinking_delta", "thinking": THOUGHT[:20]}),
+    _block_delta(0, {"type": "thinking_delta", "thinking": THOUGHT[20:]}),
+    _block_delta(0, {"type": "signature_delta", "signature": SIGNATURE}),
+    _anthropic_event("content_block_stop", index=0),
+    _anthropic_event("content_block_start", index=1, content_block={"type": "text", "text": ""}),
+    _block_delta(1, {"type": "text_delta", "text": SAID[:11]}),
+    _block_delta(1, {"type": "text_delta", "text": SAID[11:]}),
+    _anthropic_event("content_block_stop", index=1),
+    _anthropic_event(
         "content_block_start",
-        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
-    ),
-    (
-        "content_block_delta",
-        {
-            "type": "content_block_delta",
-            "index": 1,
-            "delta": {"type": "text_delta", "text": SAID[:11]},
+        index=2,
+        content_block={
+            "type": "tool_use",
+            "id": "toolu_01T1x1fJ34qAmk2tNTrN7Up6",
+            "name": "get_weather",
+            "input": {},
         },
     ),
-    (
-        "content_block_delta",
-        {
-            "type": "content_block_delta",
-            "index": 1,
-            "delta": {"type": "text_delta", "text": SAID[11:]},
-        },
-    ),
-    ("content_block_stop", {"type": "content_block_stop", "index": 1}),
-    (
-        "content_block_start",
-        {
-            "type": "content_block_start",
-            "index": 2,
-            "content_block": {
-                "type": "tool_use",
-                "id": "toolu_01T1x1fJ34qAmk2tNTrN7Up6",
-                "name": "get_weather",
-                "input": {},
-            },
-        },
-    ),
-    (
-        "content_block_delta",
-        {
-            "type": "content_block_delta",
-            "index": 2,
-            "delta": {"type": "input_json_delta", "partial_json": ""},
-        },
-    ),
-    (
-        "content_block_delta",
-        {
-            "type": "content_block_delta",
-            "index": 2,
-            "delta": {"type": "input_json_delta", "partial_json": '{"city": "Pa'},
-        },
-    ),
-    (
-        "content_block_delta",
-        {
-            "type": "content_block_delta",
-            "index": 2,
-            "delta": {"type": "input_json_delta", "partial_json": 'ris", "unit": "c"}'},
-        },
-    ),
-    ("content_block_stop", {"type": "content_block_stop", "index": 2}),
-    (
+    _block_delta(2, {"type": "input_json_delta", "partial_json": ""}),
+    _block_delta(2, {"type": "input_json_delta", "partial_json": '{"city": "Pa'}),
+    _block_delta(2, {"type": "input_json_delta", "partial_json": 'ris", "unit": "c"}'}),
+    _anthropic_event("content_block_stop", index=2),
+    _anthropic_event(
         "message_delta",
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-            "usage": {"output_tokens": 89, "output_tokens_details": {"thinking_tokens": 30}},
-        },
+        delta={"stop_reason": "tool_use", "stop_sequence": None},
+        usage={"output_tokens": 89, "output_tokens_details": {"thinking_tokens": 30}},
     ),
-    ("message_stop", {"type": "message_stop"}),
+    _anthropic_event("message_stop"),
 ]
 
 

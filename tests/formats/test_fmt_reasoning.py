@@ -4,8 +4,11 @@ provider intact, and never to another provider, which could not verify it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from fmt_samples import (
     ANTHROPIC_MESSAGE,
     ANTHROPIC_STREAM,
@@ -25,6 +28,7 @@ from fmt_support import (
 )
 
 from gateway.formats import wire_format
+from gateway.formats.internal import FormatName
 from gateway.formats.signatures import PREFIX
 
 ANTHROPIC = wire_format("anthropic_messages")
@@ -69,38 +73,52 @@ def _reasoning_sent_to_responses(body: dict[str, Any]) -> list[dict[str, Any]]:
     return [item for item in body["input"] if item.get("type") == "reasoning"]
 
 
-def test_anthropic_signature_through_a_responses_client() -> None:
-    answer = ANTHROPIC.parse_response(ANTHROPIC_MESSAGE)
-    shown = RESPONSES.render_response(answer)
-    reasoning = shown["output"][0]
-    assert reasoning["encrypted_content"].startswith(PREFIX)
-    follow_up = RESPONSES.parse_request(_responses_follow_up(shown["output"]))
-    to_anthropic = ANTHROPIC.render_request(follow_up, "claude")
-    check_request("anthropic_messages", to_anthropic)
-    assert _thinking_sent_to_anthropic(to_anthropic) == [
-        {"type": "thinking", "thinking": THOUGHT, "signature": SIGNATURE}
-    ]
-    # OpenAI could not verify Anthropic's proof: it is not sent there.
-    assert _reasoning_sent_to_responses(RESPONSES.render_request(follow_up, "o4")) == []
+@dataclass(frozen=True)
+class Side:
+    """A provider's format in a round trip: how its answers and its clients' requests carry a
+    proof, and the proofs a request to the provider holds."""
+
+    answer: dict[str, Any]  # the provider's answer: its model, and its proof first in its items
+    proof_at: tuple[str, str]  # an answer's list of items, and the field of an item's proof
+    follow_up: Callable[[list[dict[str, Any]]], dict[str, Any]]  # a client's next request
+    proofs_sent: Callable[[dict[str, Any]], list[dict[str, Any]]]
 
 
-def test_responses_reasoning_through_an_anthropic_client() -> None:
-    answer = RESPONSES.parse_response(RESPONSES_RESPONSE)
-    shown = ANTHROPIC.render_response(answer)
-    thinking = shown["content"][0]
-    assert thinking["signature"].startswith(PREFIX)
-    follow_up = ANTHROPIC.parse_request(_anthropic_follow_up(shown["content"]))
-    to_responses = RESPONSES.render_request(follow_up, "o4")
-    check_request("openai_responses", to_responses)
-    assert _reasoning_sent_to_responses(to_responses) == [
-        {
-            "type": "reasoning",
-            "id": REASONING_ITEM["id"],
-            "summary": [{"type": "summary_text", "text": THOUGHT}],
-            "encrypted_content": REASONING_ITEM["encrypted_content"],
-        }
-    ]
-    assert _thinking_sent_to_anthropic(ANTHROPIC.render_request(follow_up, "claude")) == []
+SIDES: dict[FormatName, Side] = {
+    "anthropic_messages": Side(
+        answer=ANTHROPIC_MESSAGE,
+        proof_at=("content", "signature"),
+        follow_up=_anthropic_follow_up,
+        proofs_sent=_thinking_sent_to_anthropic,
+    ),
+    "openai_responses": Side(
+        answer=RESPONSES_RESPONSE,
+        proof_at=("output", "encrypted_content"),
+        follow_up=_responses_follow_up,
+        proofs_sent=_reasoning_sent_to_responses,
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("upstream", "client"),
+    [("anthropic_messages", "openai_responses"), ("openai_responses", "anthropic_messages")],
+)
+def test_a_proof_through_a_client_of_another_format(
+    upstream: FormatName, client: FormatName
+) -> None:
+    own, other = SIDES[upstream], SIDES[client]
+    source, shown_as = wire_format(upstream), wire_format(client)
+    shown = shown_as.render_response(source.parse_response(own.answer))
+    items, proof = other.proof_at
+    assert shown[items][0][proof].startswith(PREFIX)
+    follow_up = shown_as.parse_request(other.follow_up(shown[items]))
+    to_upstream = source.render_request(follow_up, own.answer["model"])
+    check_request(upstream, to_upstream)
+    # Back to its own provider as that provider sent it.
+    assert own.proofs_sent(to_upstream) == [own.answer[own.proof_at[0]][0]]
+    # The client's own provider could not verify the proof: it is not sent there.
+    assert other.proofs_sent(shown_as.render_request(follow_up, other.answer["model"])) == []
 
 
 def test_native_proofs_stay_unwrapped() -> None:

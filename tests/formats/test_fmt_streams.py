@@ -5,6 +5,7 @@ own accumulator into the expected final message."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from fmt_samples import (
@@ -58,8 +59,28 @@ SOURCES = {
 }
 
 
+# The samples' usage in an OpenAI SDK's terms: prompt, completion and total tokens, then the
+# prompt's cache reads and writes and the completion's reasoning tokens.
+OPENAI_USAGE = (622, 89, 711, 100, 50, 30)
+
+
 def _has_thinking(source: str) -> bool:
     return source != "chat"
+
+
+def _openai_usage(usage: Any, prompt: str, completion: str) -> tuple[int, ...]:
+    """``usage`` of the Chat or Responses SDK in ``OPENAI_USAGE``'s order: the two name the
+    same counts ``prompt``/``completion`` and ``input``/``output``."""
+    prompt_details = getattr(usage, f"{prompt}_tokens_details")
+    completion_details = getattr(usage, f"{completion}_tokens_details")
+    return (
+        getattr(usage, f"{prompt}_tokens"),
+        getattr(usage, f"{completion}_tokens"),
+        usage.total_tokens,
+        prompt_details.cached_tokens,
+        prompt_details.cache_write_tokens,
+        completion_details.reasoning_tokens,
+    )
 
 
 @pytest.mark.parametrize("source", SOURCES)
@@ -117,11 +138,7 @@ def test_render_as_chat_sdk_accumulates_it(source: str) -> None:
     (call,) = choice.message.tool_calls
     assert call.function.name == "get_weather"
     assert json.loads(call.function.arguments) == WEATHER_TOOL_ARGS
-    usage = completion.usage
-    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (622, 89, 711)
-    assert usage.prompt_tokens_details.cached_tokens == 100
-    assert usage.prompt_tokens_details.cache_write_tokens == 50
-    assert usage.completion_tokens_details.reasoning_tokens == 30
+    assert _openai_usage(completion.usage, "prompt", "completion") == OPENAI_USAGE
 
 
 @pytest.mark.parametrize("source", SOURCES)
@@ -141,11 +158,7 @@ def test_render_as_responses_sdk_accumulates_it(source: str) -> None:
     assert snapshots[call.id] == call.arguments
     if _has_thinking(source):
         assert response.output[0].summary[0].text == THOUGHT
-    usage = response.usage
-    assert (usage.input_tokens, usage.output_tokens, usage.total_tokens) == (622, 89, 711)
-    assert usage.input_tokens_details.cached_tokens == 100
-    assert usage.input_tokens_details.cache_write_tokens == 50
-    assert usage.output_tokens_details.reasoning_tokens == 30
+    assert _openai_usage(response.usage, "input", "output") == OPENAI_USAGE
 
 
 @pytest.mark.parametrize("target", FORMAT_NAMES)

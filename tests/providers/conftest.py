@@ -9,35 +9,10 @@ from typing import Any
 
 import pytest
 from gateway_runner import GatewayThread, RunningGateway, make_settings
+from local_policy import local_policy
 
 from gateway.settings import Settings
 from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
-
-POLICY = """
-providers:
-  home:
-    kind: local
-    engine:
-      model: {checkpoint}
-      device: cpu
-      max_num_seqs: 2
-      max_num_batched_tokens: 256
-      kv_cache_bytes: 67108864
-    spill_when: {{waiting: 0}}
-  up:
-    base_url: {upstream}
-models:
-  tiny:
-    provider: home
-    upstream_model: tiny-qwen3
-  up-model:
-    provider: up
-    price: {{input: 1, output: 1}}
-tasks:
-  mixed:
-    strategy: ordered
-    candidates: [tiny, up-model]
-"""
 
 
 @pytest.fixture(scope="session")
@@ -89,7 +64,15 @@ def local_gateway(
     upstream: FakeUpstream,
     redis_url: str,
 ) -> Iterator[RunningGateway]:
-    policy = POLICY.format(checkpoint=checkpoint, upstream=upstream.base_url)
+    policy = local_policy(
+        checkpoint,
+        upstream.base_url,
+        spill_when={"waiting": 0},
+        up_price={"input": 1, "output": 1},
+        max_num_seqs=2,
+        max_num_batched_tokens=256,
+        kv_cache_bytes=64 * 1024 * 1024,
+    )
     settings = gateway_settings(tmp_path_factory.mktemp("local-gw"), policy, redis_url)
     runner, gateway = start_local_gateway(settings)
     try:

@@ -5,6 +5,7 @@ against real loopback servers."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import aiohttp
 import pytest
@@ -57,37 +58,83 @@ def test_without_a_model_every_series_counts() -> None:
     assert (other.waiting, other.kv_usage, other.recognized) == (0, None, False)
 
 
-def test_older_vllm_names_and_the_v0_hit_rate_gauge() -> None:
-    page = (
-        'vllm:num_requests_waiting{model_name="m"} 3\n'
-        'vllm:gpu_cache_usage_perc{model_name="m"} 0.75\n'
-        'vllm:gpu_prefix_cache_hit_rate{model_name="m"} 0.6\n'
-        'vllm:gpu_prefix_cache_hits_total{model_name="m"} 30\n'
-        'vllm:gpu_prefix_cache_queries_total{model_name="m"} 50\n'
-    )
-    load = parse_load(page, "m")
-    assert (load.waiting, load.kv_usage, load.prefix_hit_rate) == (3, 0.75, 0.6)
-    assert (load.prefix_hits, load.prefix_queries) == (30.0, 50.0)
-
-
-def test_one_spelling_counts_when_a_server_exports_several() -> None:
-    # Switchyard exports vLLM's names without the prefix, and (later) also with it: no double
-    # count, and the newer KV name wins over the older one.
-    page = (
-        "num_requests_waiting 4.0\n"
-        "vllm:num_requests_waiting 4.0\n"
-        "vllm:gpu_cache_usage_perc 0.9\n"
-        "vllm:kv_cache_usage_perc 0.2\n"
-        "prefix_cache_hits_total 10.0\n"
-        "prefix_cache_queries_total 40.0\n"
-    )
-    load = parse_load(page)
-    assert (load.waiting, load.kv_usage, load.prefix_hits, load.prefix_queries) == (
-        4,
-        0.2,
-        10.0,
-        40.0,
-    )
+@pytest.mark.parametrize(
+    ("page", "model", "expected"),
+    [
+        pytest.param(
+            'vllm:num_requests_waiting{model_name="m"} 3\n'
+            'vllm:gpu_cache_usage_perc{model_name="m"} 0.75\n'
+            'vllm:gpu_prefix_cache_hit_rate{model_name="m"} 0.6\n'
+            'vllm:gpu_prefix_cache_hits_total{model_name="m"} 30\n'
+            'vllm:gpu_prefix_cache_queries_total{model_name="m"} 50\n',
+            "m",
+            {
+                "waiting": 3,
+                "kv_usage": 0.75,
+                "prefix_hit_rate": 0.6,
+                "prefix_hits": 30.0,
+                "prefix_queries": 50.0,
+            },
+            id="older_vllm_names_and_the_v0_hit_rate_gauge",
+        ),
+        # Switchyard exports vLLM's names without the prefix, and (later) also with it: no
+        # double count, and the newer KV name wins over the older one.
+        pytest.param(
+            "num_requests_waiting 4.0\n"
+            "vllm:num_requests_waiting 4.0\n"
+            "vllm:gpu_cache_usage_perc 0.9\n"
+            "vllm:kv_cache_usage_perc 0.2\n"
+            "prefix_cache_hits_total 10.0\n"
+            "prefix_cache_queries_total 40.0\n",
+            None,
+            {"waiting": 4, "kv_usage": 0.2, "prefix_hits": 10.0, "prefix_queries": 40.0},
+            id="one_spelling_counts_when_a_server_exports_several",
+        ),
+        pytest.param(
+            '# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name="q"} 12.0\n'
+            'sglang:num_running_reqs{model_name="q"} 30.0\n'
+            'sglang:token_usage{model_name="q"} 0.28\n'
+            'sglang:cache_hit_rate{model_name="q"} 0.4\n'
+            'sglang:prompt_tokens_total{model_name="q"} 2000.0\n'
+            'sglang:cached_tokens_total{cache_source="device",model_name="q"} 600.0\n'
+            'sglang:cached_tokens_total{cache_source="host",model_name="q"} 200.0\n',
+            "q",
+            {
+                "waiting": 12,
+                "running": 30,
+                "kv_usage": 0.28,
+                "prefix_hit_rate": 0.4,
+                "prefix_hits": 800.0,
+                "prefix_queries": 2000.0,
+            },
+            id="sglang_names",
+        ),
+        pytest.param(
+            "vllm:num_requests_waiting NaN\n"
+            "vllm:num_requests_waiting +Inf\n"
+            "vllm:num_requests_waiting{model_name=} 9\n"
+            "vllm:num_requests_waiting not-a-number\n"
+            "vllm:num_requests_waiting\n"
+            "vllm:num_requests_waiting{\n"
+            'vllm:num_requests_waiting{model_name="a \\"quoted\\" } name",x="1"} 2 1700000000000\n'
+            "vllm:num_requests_waiting\t3\n"
+            "\x00\xff garbage {{{ }}}\n"
+            "vllm:kv_cache_usage_perc -Inf\n",
+            'a "quoted" } name',
+            {"waiting": 5, "kv_usage": None},
+            id="hostile_and_odd_lines_are_skipped_not_raised",
+        ),
+        pytest.param(
+            "# nothing here\nprocess_cpu_seconds_total 12.5\n",
+            None,
+            {"recognized": False, "waiting": 0, "running": 0, "kv_usage": None},
+            id="a_page_with_none_of_the_names_reads_as_unknown_load",
+        ),
+    ],
+)
+def test_a_page_reads_as(page: str, model: str | None, expected: dict[str, Any]) -> None:
+    load = parse_load(page, model)
+    assert {field: getattr(load, field) for field in expected} == expected
 
 
 def test_switchyards_own_engine_collector_is_read() -> None:
@@ -104,43 +151,6 @@ def test_switchyards_own_engine_collector_is_read() -> None:
     load = parse_load(generate_latest(registry).decode())
     assert (load.waiting, load.running, load.kv_usage) == (6, 2, 0.375)
     assert (load.prefix_hits, load.prefix_queries) == (384.0, 512.0)
-
-
-def test_sglang_names() -> None:
-    page = (
-        '# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name="q"} 12.0\n'
-        'sglang:num_running_reqs{model_name="q"} 30.0\n'
-        'sglang:token_usage{model_name="q"} 0.28\n'
-        'sglang:cache_hit_rate{model_name="q"} 0.4\n'
-        'sglang:prompt_tokens_total{model_name="q"} 2000.0\n'
-        'sglang:cached_tokens_total{cache_source="device",model_name="q"} 600.0\n'
-        'sglang:cached_tokens_total{cache_source="host",model_name="q"} 200.0\n'
-    )
-    load = parse_load(page, "q")
-    assert (load.waiting, load.running, load.kv_usage, load.prefix_hit_rate) == (12, 30, 0.28, 0.4)
-    assert (load.prefix_hits, load.prefix_queries) == (800.0, 2000.0)
-
-
-def test_hostile_and_odd_lines_are_skipped_not_raised() -> None:
-    page = (
-        "vllm:num_requests_waiting NaN\n"
-        "vllm:num_requests_waiting +Inf\n"
-        "vllm:num_requests_waiting{model_name=} 9\n"
-        "vllm:num_requests_waiting not-a-number\n"
-        "vllm:num_requests_waiting\n"
-        "vllm:num_requests_waiting{\n"
-        'vllm:num_requests_waiting{model_name="a \\"quoted\\" } name",x="1"} 2 1700000000000\n'
-        "vllm:num_requests_waiting\t3\n"
-        "\x00\xff garbage {{{ }}}\n"
-        "vllm:kv_cache_usage_perc -Inf\n"
-    )
-    load = parse_load(page, model='a "quoted" } name')
-    assert (load.waiting, load.kv_usage) == (5, None)
-
-
-def test_a_page_with_none_of_the_names_reads_as_unknown_load() -> None:
-    load = parse_load("# nothing here\nprocess_cpu_seconds_total 12.5\n")
-    assert (load.recognized, load.waiting, load.running, load.kv_usage) == (False, 0, 0, None)
 
 
 async def _serve(handler: web.RequestHandler) -> tuple[web.AppRunner, str]:

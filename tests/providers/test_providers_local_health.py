@@ -12,6 +12,7 @@ import time
 import httpx
 import orjson
 from in_flight import InFlight
+from local_policy import local_policy
 from polling import wait_for
 
 MESSAGES = [{"role": "user", "content": "Tell me a long story."}]
@@ -28,46 +29,6 @@ def admin_health(gateway) -> dict:
     return reply.json()
 
 
-TP_POLICY = """
-providers:
-  home:
-    kind: local
-    engine:
-      model: {checkpoint}
-      device: cpu
-      tensor_parallel_size: 2
-      max_num_seqs: 4
-      max_num_batched_tokens: 256
-      kv_cache_bytes: 16777216
-  up:
-    base_url: {upstream}
-models:
-  tiny:
-    provider: home
-    upstream_model: tiny-qwen3
-  up-model:
-    provider: up
-tasks:
-  mixed:
-    strategy: ordered
-    candidates: [tiny, up-model]
-"""
-
-BROKEN_LOCAL = """
-providers:
-  home:
-    kind: local
-    engine:
-      model: {missing}
-      device: cpu
-{extra_provider}
-models:
-  tiny:
-    provider: home
-{extra_model}
-"""
-
-
 def engine_healthy_gauge(gateway) -> float:
     text = httpx.get(gateway.base_url + "/metrics", timeout=10).text
     line = next(row for row in text.splitlines() if row.startswith("engine_healthy "))
@@ -78,7 +39,14 @@ def test_killed_rank_fails_in_flight_requests_then_upstream_serves(
     start_gateway, checkpoint, upstream
 ):
     gateway, key = start_gateway(
-        TP_POLICY.format(checkpoint=checkpoint, upstream=upstream.base_url)
+        local_policy(
+            checkpoint,
+            upstream.base_url,
+            tensor_parallel_size=2,
+            max_num_seqs=4,
+            max_num_batched_tokens=256,
+            kv_cache_bytes=16 * 1024 * 1024,
+        )
     )
     ready = httpx.get(gateway.base_url + "/readyz", timeout=10)
     assert ready.status_code == 200 and ready.json()["checks"]["local_engine"] == "ready"
@@ -143,9 +111,7 @@ def test_failed_load_is_reported_and_unready_only_without_an_upstream(
     start_gateway, tmp_path, upstream
 ):
     missing = tmp_path / "no-such-checkpoint"
-    alone, _ = start_gateway(
-        BROKEN_LOCAL.format(missing=missing, extra_provider="", extra_model="")
-    )
+    alone, _ = start_gateway(local_policy(missing))
     ready = httpx.get(alone.base_url + "/readyz", timeout=10)
     assert ready.status_code == 503, ready.text  # nothing else could answer
     assert ready.json()["checks"]["local_engine"] == "failed"
@@ -156,13 +122,7 @@ def test_failed_load_is_reported_and_unready_only_without_an_upstream(
     assert str(missing) in health["details"]["local_engine"]
     assert engine_healthy_gauge(alone) == 0.0
 
-    with_upstream, key = start_gateway(
-        BROKEN_LOCAL.format(
-            missing=missing,
-            extra_provider=f"  up:\n    base_url: {upstream.base_url}",
-            extra_model="  up-model:\n    provider: up",
-        )
-    )
+    with_upstream, key = start_gateway(local_policy(missing, upstream.base_url))
     ready = httpx.get(with_upstream.base_url + "/readyz", timeout=10)
     assert ready.status_code == 200, ready.text
     assert ready.json()["checks"]["local_engine"] == "failed"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from fake_provider import Step
@@ -15,8 +16,9 @@ from gateway.routing.policy_store import PolicyStore
 from gateway.routing.router import Router
 from gateway.routing.state import RoutingState
 
-FAST = RetrySettings(
-    max_tries_per_candidate=3,
+# The default retry policy (three tries a candidate), its waits cut short for the tests.
+FAST = replace(
+    RetrySettings(),
     initial_backoff_s=0.02,
     max_backoff_s=0.1,
     jitter_s=0.01,

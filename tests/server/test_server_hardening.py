@@ -14,26 +14,20 @@ import httpx
 import pytest
 from marked_gateway import ADMIN_KEY, PEPPER, PROVIDER_KEY, MarkedGateway, write_policy
 
-from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
+from gateway.tools.fake_upstream import FakeUpstream
 
 SLOW_CLIENTS = 40
 HI = [{"role": "user", "content": "hi"}]
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    with ThreadedFakeUpstream() as fake:
-        yield fake
-
-
-@pytest.fixture(scope="module")
 def gateway(
-    tmp_path_factory: pytest.TempPathFactory, upstream: FakeUpstream
+    tmp_path_factory: pytest.TempPathFactory, fake_upstream: FakeUpstream
 ) -> Iterator[MarkedGateway]:
     directory: Path = tmp_path_factory.mktemp("hardening")
     with MarkedGateway(
         directory / "data",
-        write_policy(directory, upstream.base_url),
+        write_policy(directory, fake_upstream.base_url),
         header_timeout_s=1.5,
         body_timeout_s=1.5,
         max_header_bytes=8192,

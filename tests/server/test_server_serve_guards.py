@@ -9,7 +9,6 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -17,20 +16,13 @@ import pytest
 import redis
 from gateway_runner import REPO_ROOT
 from marked_gateway import ADMIN_KEY, MarkedGateway, write_policy
+from replica_load import chat
 
 from gateway.access.keys import PEPPER_FINGERPRINT_KEY
 from gateway.store.embedded import EmbeddedRedis
-from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
+from gateway.tools.fake_upstream import FakeUpstream
 
 pytestmark = pytest.mark.slow
-
-HI = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    with ThreadedFakeUpstream() as fake:
-        yield fake
 
 
 def _mode(path: Path) -> int:
@@ -76,18 +68,8 @@ def _exits(gateway: MarkedGateway, timeout_s: float = 30) -> tuple[int, float, s
     return code, time.monotonic() - started, gateway.output()
 
 
-def _chat(gateway: MarkedGateway, key: str) -> httpx.Response:
-    """One chat call with ``key`` (the fake upstream answers it)."""
-    return httpx.post(
-        gateway.v1 + "/chat/completions",
-        json={"model": "fake", "messages": HI},
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=10,
-    )
-
-
-def test_admin_key_is_printed_only_when_generated(tmp_path: Path, upstream: FakeUpstream):
-    gateway = MarkedGateway(tmp_path / "data", write_policy(tmp_path, upstream.base_url))
+def test_admin_key_is_printed_only_when_generated(tmp_path: Path, fake_upstream: FakeUpstream):
+    gateway = MarkedGateway(tmp_path / "data", write_policy(tmp_path, fake_upstream.base_url))
     del gateway.env["SWITCHYARD_ADMIN_KEY"]
     gateway.start()
     gateway.stop()
@@ -103,17 +85,17 @@ def test_admin_key_is_printed_only_when_generated(tmp_path: Path, upstream: Fake
     assert generated not in second_run
 
 
-def test_data_dir_files_are_private(tmp_path: Path, upstream: FakeUpstream) -> None:
+def test_data_dir_files_are_private(tmp_path: Path, fake_upstream: FakeUpstream) -> None:
     data = tmp_path / "data"
     # Left by an older version: a world-readable Redis directory and AOF.
     (data / "redis").mkdir(parents=True, mode=0o755)
     old_file = data / "redis" / "old-notes.txt"
     old_file.write_text("written before the 0600 rule")
     old_file.chmod(0o644)
-    gateway = MarkedGateway(data, write_policy(tmp_path, upstream.base_url)).start()
+    gateway = MarkedGateway(data, write_policy(tmp_path, fake_upstream.base_url)).start()
     try:
         _, key = gateway.create_key(name="modes")  # some writes for the AOF
-        reply = _chat(gateway, key)
+        reply = chat(gateway.url, key)
         assert reply.status_code == 200
         time.sleep(1.2)  # appendfsync everysec
         for folder in (data, data / "redis", data / "spool"):
@@ -129,8 +111,8 @@ def test_data_dir_files_are_private(tmp_path: Path, upstream: FakeUpstream) -> N
         gateway.stop()
 
 
-def test_second_serve_on_one_data_dir_exits_at_once(tmp_path: Path, upstream: FakeUpstream):
-    policy = write_policy(tmp_path, upstream.base_url)
+def test_second_serve_on_one_data_dir_exits_at_once(tmp_path: Path, fake_upstream: FakeUpstream):
+    policy = write_policy(tmp_path, fake_upstream.base_url)
     first = MarkedGateway(tmp_path / "data", policy).start()
     try:
         _, key = first.create_key(name="survivor")
@@ -145,17 +127,19 @@ def test_second_serve_on_one_data_dir_exits_at_once(tmp_path: Path, upstream: Fa
         assert f"pid {first.process.pid}" in output and "SWITCHYARD_DATA_DIR" in output
         print(f"second serve on the same DATA_DIR exited {code} after {took_s:.2f}s")
         assert _redis_children(first.data_dir) == redis_before  # no second Redis, none stopped
-        reply = _chat(first, key)
+        reply = chat(first.url, key)
         assert reply.status_code == 200, reply.text
     finally:
         first.stop()
 
 
-def test_busy_port_exits_promptly_without_a_redis_child(tmp_path: Path, upstream: FakeUpstream):
+def test_busy_port_exits_promptly_without_a_redis_child(
+    tmp_path: Path, fake_upstream: FakeUpstream
+):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        gateway = MarkedGateway(tmp_path / "data", write_policy(tmp_path, upstream.base_url))
+        gateway = MarkedGateway(tmp_path / "data", write_policy(tmp_path, fake_upstream.base_url))
         gateway.port = taken.getsockname()[1]
         gateway.env["SWITCHYARD_PORT"] = str(gateway.port)
         code, took_s, output = _exits(gateway)
@@ -167,9 +151,9 @@ def test_busy_port_exits_promptly_without_a_redis_child(tmp_path: Path, upstream
 
 
 def test_replica_with_another_pepper_refuses_to_start(
-    own_redis: EmbeddedRedis, tmp_path: Path, upstream: FakeUpstream
+    own_redis: EmbeddedRedis, tmp_path: Path, fake_upstream: FakeUpstream
 ) -> None:
-    policy = write_policy(tmp_path, upstream.base_url)
+    policy = write_policy(tmp_path, fake_upstream.base_url)
     first = MarkedGateway(tmp_path / "a", policy, redis_url=own_redis.url).start()
     try:
         _, key = first.create_key(name="made-on-a")
@@ -182,7 +166,7 @@ def test_replica_with_another_pepper_refuses_to_start(
 
         same = MarkedGateway(tmp_path / "c", policy, redis_url=own_redis.url).start()
         try:
-            reply = _chat(same, key)
+            reply = chat(same.url, key)
             assert reply.status_code == 200, reply.text  # a key made on the first replica
         finally:
             same.stop()
@@ -191,9 +175,9 @@ def test_replica_with_another_pepper_refuses_to_start(
 
 
 def test_existing_deployment_adopts_the_first_pepper(
-    own_redis: EmbeddedRedis, tmp_path: Path, upstream: FakeUpstream
+    own_redis: EmbeddedRedis, tmp_path: Path, fake_upstream: FakeUpstream
 ) -> None:
-    policy = write_policy(tmp_path, upstream.base_url)
+    policy = write_policy(tmp_path, fake_upstream.base_url)
     gateway = MarkedGateway(tmp_path / "a", policy, redis_url=own_redis.url).start()
     _, key = gateway.create_key(name="from-before-the-upgrade")
     gateway.stop()
@@ -205,7 +189,7 @@ def test_existing_deployment_adopts_the_first_pepper(
         gateway.start()
         assert control.get(PEPPER_FINGERPRINT_KEY) == recorded  # adopted again, same pepper
         assert '"event":"key_pepper_adopted"' in gateway.output().replace(" ", "")
-        reply = _chat(gateway, key)
+        reply = chat(gateway.url, key)
         assert reply.status_code == 200, reply.text
     finally:
         gateway.stop()
@@ -213,9 +197,9 @@ def test_existing_deployment_adopts_the_first_pepper(
 
 
 def test_readyz_says_states_only_and_metrics_can_ask_for_a_token(
-    tmp_path: Path, upstream: FakeUpstream
+    tmp_path: Path, fake_upstream: FakeUpstream
 ) -> None:
-    policy = write_policy(tmp_path, upstream.base_url)
+    policy = write_policy(tmp_path, fake_upstream.base_url)
     gateway = MarkedGateway(tmp_path / "data", policy, metrics_token="metrics-OPSTOKEN-42")
     gateway.start()
     try:
@@ -251,11 +235,11 @@ def test_readyz_says_states_only_and_metrics_can_ask_for_a_token(
         gateway.stop()
 
 
-def test_refused_start_stops_its_embedded_redis(tmp_path: Path, upstream: FakeUpstream):
+def test_refused_start_stops_its_embedded_redis(tmp_path: Path, fake_upstream: FakeUpstream):
     """The embedded Redis remembers the pepper too: a DATA_DIR whose pepper changed (a lost
     key_pepper file regenerated, a new SWITCHYARD_KEY_PEPPER) refuses to start, and the Redis it
     had started for the check is stopped again."""
-    gateway = MarkedGateway(tmp_path / "data", write_policy(tmp_path, upstream.base_url))
+    gateway = MarkedGateway(tmp_path / "data", write_policy(tmp_path, fake_upstream.base_url))
     gateway.start()
     gateway.stop()
     gateway.env["SWITCHYARD_KEY_PEPPER"] = "a-changed-pepper-0123456789abcdef"
