@@ -12,21 +12,17 @@ from typing import Any
 
 from gateway.access import key_admin
 from gateway.access.key_models import KeyListQuery, parse_key_payload
+from gateway.access.keys import EDITABLE_FIELDS
 from gateway.cli.connect import admin_context
 from gateway.cli.output import fail, print_json
 from gateway.errors import GatewayError
 from gateway.routing.policy import Policy, PolicyError, load_policy_file
 from gateway.settings import Settings
 
-LIMIT_FLAGS = (
-    "rpm",
-    "tpm",
-    "budget_usd",
-    "budget_period",
-    "max_parallel_requests",
-    "budget_mode",
-    "alert_thresholds",
-    "expires_at",
+# The key's scalar limits, each a flag taken as given; the identity fields and the list/dict
+# fields (parsed from comma text or KEY=VALUE) are handled one by one.
+LIMIT_FLAGS = tuple(
+    name for name in EDITABLE_FIELDS if name not in ("name", "team", "models", "tags", "metadata")
 )
 
 
