@@ -17,9 +17,11 @@ from gateway.api.openapi_schemas import (
     NUMBER,
     STRING,
     Schema,
+    list_of,
     nullable,
     obj,
     ref,
+    with_secret,
 )
 from gateway.ledger.audit import MAX_AUDIT_LIMIT
 from gateway.money import MAX_BUDGET_USD
@@ -72,14 +74,7 @@ SCHEMAS: dict[str, Schema] = {
     "TeamWithUsage": {
         "allOf": [ref("Team"), obj({"usage": {"type": "object"}}, ["usage"])],
     },
-    "TeamList": obj(
-        {
-            "object": {"const": "list"},
-            "data": {"type": "array", "items": ref("Team")},
-            "has_more": BOOLEAN,
-        },
-        ["object", "data", "has_more"],
-    ),
+    "TeamList": list_of("Team", has_more=BOOLEAN),
     "TeamDeleted": obj(
         {"id": STRING, "object": {"const": "team"}, "deleted": {"const": True}},
         ["id", "object", "deleted"],
@@ -105,20 +100,8 @@ SCHEMAS: dict[str, Schema] = {
         },
         ["id", "object", "name", "role", "status", "created_at"],
     ),
-    "AdminTokenWithSecret": {
-        "allOf": [
-            ref("AdminToken"),
-            obj({"token": {"type": "string", "description": "shown once"}}, ["token"]),
-        ]
-    },
-    "AdminTokenList": obj(
-        {
-            "object": {"const": "list"},
-            "data": {"type": "array", "items": ref("AdminToken")},
-            "has_more": BOOLEAN,
-        },
-        ["object", "data", "has_more"],
-    ),
+    "AdminTokenWithSecret": with_secret("AdminToken", "token"),
+    "AdminTokenList": list_of("AdminToken", has_more=BOOLEAN),
     "AuditEntry": obj(
         {
             "object": {"const": "audit_entry"},
@@ -137,14 +120,7 @@ SCHEMAS: dict[str, Schema] = {
         },
         ["object", "event_id", "time_ms", "actor_kind", "actor_id", "action", "target"],
     ),
-    "AuditList": obj(
-        {
-            "object": {"const": "list"},
-            "data": {"type": "array", "items": ref("AuditEntry")},
-            "next_cursor": nullable(STRING),
-        },
-        ["object", "data", "next_cursor"],
-    ),
+    "AuditList": list_of("AuditEntry", next_cursor=nullable(STRING)),
 }
 
 Operation = dict[str, Any]
