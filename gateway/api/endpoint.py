@@ -1,4 +1,5 @@
-"""The one way a route is wired: ``Route(path, endpoint(handler, Guard.X), methods=[...])``.
+"""The one way a route is wired: ``Route(path, endpoint(handler, Guard.X), methods=[...])``
+(``admin_routes`` writes those of one admin path, a handler per method).
 
 Every handler is ``async def handler(request, services) -> Response``; behind ``Guard.API_KEY``
 it also gets the caller's ``Principal``. ``endpoint`` takes the services from the lifespan
@@ -27,6 +28,7 @@ from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 from gateway.access.admins import Actor, Role
 from gateway.access.auth import Principal, admin_token, client_credential
@@ -73,6 +75,17 @@ def endpoint(
     wrapped.__name__ = handler.__name__  # what Starlette names the route after
     wrapped.__doc__ = handler.__doc__
     return wrapped
+
+
+def admin_routes(
+    path: str, role: Role, **handlers: Callable[..., Awaitable[Response]]
+) -> list[Route]:
+    """The routes of one admin ``path``, a handler per method (``GET=list_keys``), each behind
+    ``Guard.ADMIN`` for ``role``."""
+    return [
+        Route(path, endpoint(handler, Guard.ADMIN, role), methods=[method])
+        for method, handler in handlers.items()
+    ]
 
 
 def _open(handler: Callable[..., Awaitable[Response]]) -> Endpoint:
