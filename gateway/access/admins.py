@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from redis.asyncio import Redis
 
-from gateway.access.keys import hash_secret
+from gateway.access.keys import hash_secret, parse_prefixed_secret
 from gateway.store.index import index_page
 
 Role = Literal["viewer", "operator", "admin"]
@@ -117,14 +117,7 @@ def _decode(raw: dict[bytes, bytes]) -> AdminToken:
 
 def parse_token(token: str) -> tuple[str, str] | None:
     """``(id, secret)`` of a well-formed named token, else None."""
-    if not token.startswith(TOKEN_PREFIX):
-        return None
-    token_id, sep, secret = token[len(TOKEN_PREFIX) :].partition("-")
-    if not sep or len(token_id) != _ID_LENGTH or len(secret) != _SECRET_LENGTH:
-        return None
-    if not (token_id.isascii() and token_id.isalnum() and secret.isascii() and secret.isalnum()):
-        return None
-    return token_id, secret
+    return parse_prefixed_secret(token, TOKEN_PREFIX, _ID_LENGTH, _SECRET_LENGTH)
 
 
 _REVOKE = """

@@ -26,6 +26,7 @@ from gateway.access.key_models import (
     parse_key_payload,
 )
 from gateway.access.keys import ID_LENGTH, CreatedKey, KeyPage, KeyRecord, KeyStore
+from gateway.access.records import found, missing, page_after
 from gateway.access.teams import TeamStore, key_home, team_home
 from gateway.errors import Conflict, InvalidRequest, NotFound, echo
 from gateway.routing.policy import Policy
@@ -38,16 +39,6 @@ def checked_key_id(key_id: str) -> str:
     if len(key_id) != ID_LENGTH or not (key_id.isascii() and key_id.isalnum()):
         raise NotFound(f"no key with id {echo(key_id)}", param="id")
     return key_id
-
-
-def _missing(key_id: str) -> NotFound:
-    return NotFound(f"no key with id {key_id!r}", param="id")
-
-
-def _found(record: KeyRecord | None, key_id: str) -> KeyRecord:
-    if record is None:
-        raise _missing(key_id)
-    return record
 
 
 async def _home_for(teams: TeamStore, key_id: str, team: str | None) -> str:
@@ -83,19 +74,17 @@ async def create_key(
 
 async def list_keys(keys: KeyStore, query: KeyListQuery) -> KeyPage:
     """One page of keys, filtered by ``team`` and ``status`` (an empty filter is no filter)."""
-    try:
-        return await keys.list(
-            limit=query.limit,
-            after=query.after or None,
-            team=query.team or None,
-            status=query.status,
-        )
-    except KeyError:
-        raise InvalidRequest("after: no key with that id", param="after") from None
+    listing = keys.list(
+        limit=query.limit,
+        after=query.after or None,
+        team=query.team or None,
+        status=query.status,
+    )
+    return await page_after(listing, "key")
 
 
 async def show_key(keys: KeyStore, key_id: str) -> KeyRecord:
-    return _found(await keys.get(checked_key_id(key_id)), key_id)
+    return found(await keys.get(checked_key_id(key_id)), "key", key_id)
 
 
 async def update_key(
@@ -110,7 +99,7 @@ async def update_key(
     if changes.get("metadata") is None and "metadata" in changes:
         changes["metadata"] = {}
     home = await _home_for(teams, key_id, changes["team"]) if "team" in changes else None
-    return _found(await keys.update(key_id, changes, home=home), key_id)
+    return found(await keys.update(key_id, changes, home=home), "key", key_id)
 
 
 async def rotate_key(
@@ -127,7 +116,7 @@ async def rotate_key(
         )
     outcome = await keys.rotate(key_id, float(payload.grace_seconds), idempotency_key)
     if outcome.status == "missing":
-        raise _missing(key_id)
+        raise missing("key", key_id)
     if outcome.status == "revoked":
         raise Conflict("a revoked key cannot be rotated", code="key_revoked")
     if outcome.status == "conflict" or outcome.created is None:
@@ -136,4 +125,4 @@ async def rotate_key(
 
 
 async def revoke_key(keys: KeyStore, key_id: str) -> KeyRecord:
-    return _found(await keys.revoke(checked_key_id(key_id)), key_id)
+    return found(await keys.revoke(checked_key_id(key_id)), "key", key_id)

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -38,8 +39,6 @@ Tpm = Annotated[StrictInt, Field(ge=0, le=10_000_000_000)]
 Parallel = Annotated[StrictInt, Field(ge=0, le=1_000_000)]
 BudgetPeriod = Literal["day", "week", "month", "total"]
 BudgetMode = Literal["hard", "soft"]
-# Alert thresholds: whole percents of a budget, at most 10 of them.
-AlertThresholds = Annotated[list[Annotated[StrictInt, Field(ge=1, le=100)]], Field(max_length=10)]
 # USD, exact to the nano-dollar, and small enough that the limiter's Lua doubles stay exact.
 Budget = Annotated[StrictFloat | StrictInt, Field(ge=0, le=MAX_BUDGET_USD, allow_inf_nan=False)]
 MetadataValue = StrictStr | StrictInt | StrictFloat | bool | None
@@ -60,6 +59,14 @@ def unique_thresholds(value: list[int] | None) -> list[int] | None:
     if len(set(value)) != len(value):
         raise ValueError("must not repeat a threshold")
     return sorted(value)
+
+
+# Alert thresholds: whole percents of a budget, at most 10 of them, kept ascending.
+AlertThresholds = Annotated[
+    list[Annotated[StrictInt, Field(ge=1, le=100)]],
+    Field(max_length=10),
+    AfterValidator(unique_thresholds),
+]
 
 
 def _timestamp(value: Any) -> float | None:
@@ -106,11 +113,6 @@ class _KeyFields(BaseModel):
     @classmethod
     def _expiry(cls, value: Any) -> float | None:
         return _timestamp(value)
-
-    @field_validator("alert_thresholds")
-    @classmethod
-    def _thresholds(cls, value: list[int] | None) -> list[int] | None:
-        return unique_thresholds(value)
 
     @field_validator("tags")
     @classmethod

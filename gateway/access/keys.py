@@ -34,6 +34,7 @@ from redis.asyncio import Redis
 
 from gateway.access.teams import key_home
 from gateway.money import stored_usd_to_nanos
+from gateway.store.hash_fields import WRITE_FIELDS_LUA
 
 KEY_PREFIX = "sk-sy-"
 ID_LENGTH = 16
@@ -97,16 +98,24 @@ def format_key(key_id: str, secret: str) -> str:
     return f"{KEY_PREFIX}{key_id}-{secret}"
 
 
+def parse_prefixed_secret(
+    token: str, prefix: str, id_length: int, secret_length: int
+) -> tuple[str, str] | None:
+    """``(id, secret)`` of a well-formed ``<prefix><id>-<secret>`` credential (both parts ASCII
+    letters and digits, of the given lengths), else None."""
+    if not token.startswith(prefix):
+        return None
+    token_id, sep, secret = token[len(prefix) :].partition("-")
+    if not sep or len(token_id) != id_length or len(secret) != secret_length:
+        return None
+    if not (token_id.isascii() and token_id.isalnum() and secret.isascii() and secret.isalnum()):
+        return None
+    return token_id, secret
+
+
 def parse_key(token: str) -> tuple[str, str] | None:
     """``(id, secret)`` of a well-formed key, else None."""
-    if not token.startswith(KEY_PREFIX):
-        return None
-    key_id, sep, secret = token[len(KEY_PREFIX) :].partition("-")
-    if not sep or len(key_id) != ID_LENGTH or len(secret) != SECRET_LENGTH:
-        return None
-    if not (key_id.isascii() and key_id.isalnum() and secret.isascii() and secret.isalnum()):
-        return None
-    return key_id, secret
+    return parse_prefixed_secret(token, KEY_PREFIX, ID_LENGTH, SECRET_LENGTH)
 
 
 def _derived_secret(pepper: bytes, key_id: str, salt: str, idempotency_key: str) -> str:
@@ -304,15 +313,11 @@ return 1
 # KEYS: the record, its pending moves. ARGV: 1 the key's home after this update ('' = leave it
 # as it is), 2 the key's own home, 3 count of field/value pairs to set, the pairs, then the
 # fields to delete. Returns 0 (no such key), 1 (updated) or 2 (updated, and its home moved).
-_UPDATE = """
+_UPDATE = (
+    WRITE_FIELDS_LUA
+    + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local pairs_count = tonumber(ARGV[3])
-for i = 0, pairs_count - 1 do
-  redis.call('HSET', KEYS[1], ARGV[4 + 2 * i], ARGV[5 + 2 * i])
-end
-for i = 4 + 2 * pairs_count, #ARGV do
-  redis.call('HDEL', KEYS[1], ARGV[i])
-end
+write_fields(3)
 if ARGV[1] == '' then return 1 end
 local home = redis.call('HGET', KEYS[1], 'home') or ARGV[2]
 if home == ARGV[1] then return 1 end
@@ -321,6 +326,7 @@ redis.call('HSET', KEYS[1], 'home', ARGV[1], 'home_epoch', epoch, 'home_from', h
 redis.call('ZADD', KEYS[2], epoch, home .. '|' .. epoch)
 return 2
 """
+)
 
 
 class KeyStore:

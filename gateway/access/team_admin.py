@@ -14,9 +14,10 @@ from typing import Any
 
 from gateway.access.key_models import parse_key_payload
 from gateway.access.keys import KeyRecord, KeyStore
+from gateway.access.records import found, page_after
 from gateway.access.team_models import TeamCreate, TeamListQuery, TeamUpdate
 from gateway.access.teams import TeamRecord, TeamStore, is_team_id, team_home
-from gateway.errors import Conflict, InvalidRequest, NotFound, echo
+from gateway.errors import Conflict, NotFound, echo
 
 _PAGE = 1000
 
@@ -26,12 +27,6 @@ def checked_team_id(team_id: str) -> str:
     if not is_team_id(team_id):
         raise NotFound(f"no team with id {echo(team_id)}", param="id")
     return team_id
-
-
-def _found(record: TeamRecord | None, team_id: str) -> TeamRecord:
-    if record is None:
-        raise NotFound(f"no team with id {team_id!r}", param="id")
-    return record
 
 
 async def all_keys(keys: KeyStore) -> AsyncIterator[KeyRecord]:
@@ -69,14 +64,11 @@ async def create_team(
 
 
 async def list_teams(teams: TeamStore, query: TeamListQuery) -> tuple[list[TeamRecord], bool]:
-    try:
-        return await teams.list(limit=query.limit, after=query.after or None)
-    except KeyError:
-        raise InvalidRequest("after: no team with that id", param="after") from None
+    return await page_after(teams.list(limit=query.limit, after=query.after or None), "team")
 
 
 async def show_team(teams: TeamStore, team_id: str) -> TeamRecord:
-    return _found(await teams.get(checked_team_id(team_id)), team_id)
+    return found(await teams.get(checked_team_id(team_id)), "team", team_id)
 
 
 async def update_team(teams: TeamStore, team_id: str, data: dict[str, Any]) -> TeamRecord:
@@ -84,11 +76,11 @@ async def update_team(teams: TeamStore, team_id: str, data: dict[str, Any]) -> T
     an object replaces them all). Effective on the next request of every key of the team."""
     checked_team_id(team_id)
     payload = parse_key_payload(TeamUpdate, data)
-    return _found(await teams.update(team_id, payload.stored(set(data))), team_id)
+    return found(await teams.update(team_id, payload.stored(set(data))), "team", team_id)
 
 
 async def delete_team(teams: TeamStore, keys: KeyStore, team_id: str) -> TeamRecord:
-    record = _found(await teams.get(checked_team_id(team_id)), team_id)
+    record = found(await teams.get(checked_team_id(team_id)), "team", team_id)
     members = await team_members(keys, team_id)
     if members:
         raise Conflict(

@@ -23,7 +23,6 @@ from gateway.access.key_models import (
     Rpm,
     Tpm,
     exact_budget,
-    unique_thresholds,
 )
 from gateway.access.teams import TEAM_ID_PATTERN
 from gateway.money import usd_to_nanos
@@ -41,11 +40,6 @@ class _TeamFields(BaseModel):
     budgets_usd: dict[BudgetPeriod, Budget] | None = None
     budget_mode: BudgetMode | None = None
     alert_thresholds: AlertThresholds | None = None
-
-    @field_validator("alert_thresholds")
-    @classmethod
-    def _thresholds(cls, value: list[int] | None) -> list[int] | None:
-        return unique_thresholds(value)
 
     @field_validator("budgets_usd")
     @classmethod

@@ -21,6 +21,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from gateway.money import nanos_to_usd
+from gateway.store.hash_fields import WRITE_FIELDS_LUA
 from gateway.store.index import index_page
 
 TEAM_INDEX_KEY = "sy:teams:index"
@@ -133,18 +134,15 @@ def stored_fields(changes: dict[str, Any]) -> dict[str, Any]:
 
 # ARGV: 1 '1' = create (refuse if it exists) or '0' = update (refuse if it does not), 2 count of
 # field/value pairs, the pairs, then the fields to delete.
-_WRITE = """
+_WRITE = (
+    WRITE_FIELDS_LUA
+    + """
 local exists = redis.call('EXISTS', KEYS[1]) == 1
 if (ARGV[1] == '1') == exists then return 0 end
-local pairs_count = tonumber(ARGV[2])
-for i = 0, pairs_count - 1 do
-  redis.call('HSET', KEYS[1], ARGV[3 + 2 * i], ARGV[4 + 2 * i])
-end
-for i = 3 + 2 * pairs_count, #ARGV do
-  redis.call('HDEL', KEYS[1], ARGV[i])
-end
+write_fields(2)
 return 1
 """
+)
 
 
 class TeamStore:

@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.access.admins import Actor, AdminToken, AdminTokens, Role
 from gateway.access.key_models import Name, parse_key_payload
-from gateway.errors import InvalidRequest, NotFound, echo
+from gateway.access.records import found, page_after
+from gateway.errors import NotFound, echo
 
 _ID_LENGTH = 16
 
@@ -35,12 +36,6 @@ def checked_token_id(token_id: str) -> str:
     return token_id
 
 
-def _found(record: AdminToken | None, token_id: str) -> AdminToken:
-    if record is None:
-        raise NotFound(f"no admin token with id {token_id!r}", param="id")
-    return record
-
-
 async def create_token(
     tokens: AdminTokens, data: dict[str, Any], by: Actor
 ) -> tuple[AdminToken, str]:
@@ -49,15 +44,14 @@ async def create_token(
 
 
 async def list_tokens(tokens: AdminTokens, query: TokenListQuery) -> tuple[list[AdminToken], bool]:
-    try:
-        return await tokens.list(limit=query.limit, after=query.after or None)
-    except KeyError:
-        raise InvalidRequest("after: no admin token with that id", param="after") from None
+    return await page_after(
+        tokens.list(limit=query.limit, after=query.after or None), "admin token"
+    )
 
 
 async def show_token(tokens: AdminTokens, token_id: str) -> AdminToken:
-    return _found(await tokens.get(checked_token_id(token_id)), token_id)
+    return found(await tokens.get(checked_token_id(token_id)), "admin token", token_id)
 
 
 async def revoke_token(tokens: AdminTokens, token_id: str) -> AdminToken:
-    return _found(await tokens.revoke(checked_token_id(token_id)), token_id)
+    return found(await tokens.revoke(checked_token_id(token_id)), "admin token", token_id)

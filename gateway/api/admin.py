@@ -15,14 +15,13 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from gateway.access import key_admin
 from gateway.access.admins import Actor
 from gateway.access.key_models import KeyListQuery
 from gateway.access.keys import KeyRecord
 from gateway.api.audit import record_action
-from gateway.api.endpoint import Guard, endpoint
+from gateway.api.endpoint import admin_routes
 from gateway.api.http import json_response, read_json_object
 from gateway.api.payloads import parse_query
 from gateway.services import Services
@@ -125,18 +124,8 @@ async def revoke_key(request: Request, services: Services, actor: Actor) -> Resp
 
 OPERATOR = "operator"
 routes = [
-    Route("/admin/keys", endpoint(create_key, Guard.ADMIN, OPERATOR), methods=["POST"]),
-    Route("/admin/keys", endpoint(list_keys, Guard.ADMIN, OPERATOR), methods=["GET"]),
-    Route("/admin/keys/{key_id}", endpoint(get_key, Guard.ADMIN, OPERATOR), methods=["GET"]),
-    Route("/admin/keys/{key_id}", endpoint(update_key, Guard.ADMIN, OPERATOR), methods=["PATCH"]),
-    Route(
-        "/admin/keys/{key_id}/rotate",
-        endpoint(rotate_key, Guard.ADMIN, OPERATOR),
-        methods=["POST"],
-    ),
-    Route(
-        "/admin/keys/{key_id}/revoke",
-        endpoint(revoke_key, Guard.ADMIN, OPERATOR),
-        methods=["POST"],
-    ),
+    *admin_routes("/admin/keys", OPERATOR, POST=create_key, GET=list_keys),
+    *admin_routes("/admin/keys/{key_id}", OPERATOR, GET=get_key, PATCH=update_key),
+    *admin_routes("/admin/keys/{key_id}/rotate", OPERATOR, POST=rotate_key),
+    *admin_routes("/admin/keys/{key_id}/revoke", OPERATOR, POST=revoke_key),
 ]

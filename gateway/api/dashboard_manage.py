@@ -9,7 +9,9 @@ on the page that answers the form, and never again.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -18,8 +20,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from gateway.access import key_admin, team_admin
-from gateway.access.admins import Actor
-from gateway.access.keys import CreatedKey
+from gateway.access.keys import CreatedKey, KeyRecord
 from gateway.access.sessions import DashboardSession
 from gateway.access.team_models import TeamListQuery
 from gateway.api.admin import follow_moves
@@ -35,7 +36,8 @@ MAX_SHOWN = 1000
 KEY_INT_FIELDS = ("rpm", "tpm", "max_parallel_requests")
 TEAM_BUDGETS = ("day", "week", "month", "total")
 
-T = TypeVar("T")
+# What a change to a key answers: the record, or the record and its new secret.
+KeyChange = TypeVar("KeyChange", KeyRecord, CreatedKey)
 
 
 def _number(form: dict[str, str], name: str, kind: type) -> Any:
@@ -119,110 +121,108 @@ def _shown_once(
     )
 
 
-async def create_key(request: Request, services: Services) -> Response:
-    checked = await posted(request, services, "operator")
-    if isinstance(checked, Response):
-        return checked
-    session, form = checked
-    try:
-        created = await key_admin.create_key(
-            services.keys, services.teams, key_fields(form), services.policies.policy_or_none()
+@dataclass(frozen=True)
+class _Post:
+    """An operator's form POST, its session and CSRF token checked."""
+
+    request: Request
+    services: Services
+    session: DashboardSession
+    form: dict[str, str]
+
+    async def audit(self, action: str, target: str, before: Any, after: Any) -> None:
+        actor = self.session.actor
+        await record_action(
+            self.services, self.request, actor, action, target, before=before, after=after
         )
-    except GatewayError as exc:
-        return _refused(services, exc)
+
+
+def _operator_form(
+    act: Callable[[_Post], Awaitable[Response]],
+) -> Callable[[Request, Services], Awaitable[Response]]:
+    """The handler of an operator's form: ``act`` runs once the session and the form are right
+    (else the page that refuses them), and an operation it refuses is answered by its page."""
+
+    @functools.wraps(act)
+    async def handler(request: Request, services: Services) -> Response:
+        checked = await posted(request, services, "operator")
+        if isinstance(checked, Response):
+            return checked
+        try:
+            return await act(_Post(request, services, *checked))
+        except GatewayError as exc:
+            return _refused(services, exc)
+
+    return handler
+
+
+_KEYS_PAGE = "/admin/ui/keys"
+
+
+@_operator_form
+async def create_key(post: _Post) -> Response:
+    services = post.services
+    created = await key_admin.create_key(
+        services.keys, services.teams, key_fields(post.form), services.policies.policy_or_none()
+    )
     view = created.record.public_view()
-    await _audit(services, request, session.actor, "key.create", f"key:{view['id']}", None, view)
+    await post.audit("key.create", f"key:{view['id']}", None, view)
     await follow_moves(services, created.record, created.record)
-    return _shown_once(services, session, created, "created")
+    return _shown_once(services, post.session, created, "created")
 
 
-async def rotate_key(request: Request, services: Services) -> Response:
-    changed = await _change_key(
-        request,
-        services,
+@_operator_form
+async def rotate_key(post: _Post) -> Response:
+    created = await _change_key(
+        post,
         "key.rotate",
-        lambda key_id: key_admin.rotate_key(services.keys, key_id, {}, None),
-        lambda created: created.record.public_view(),
+        lambda key_id: key_admin.rotate_key(post.services.keys, key_id, {}, None),
     )
-    if isinstance(changed, Response):
-        return changed
-    session, created = changed
-    return _shown_once(services, session, created, "rotated")
+    return _shown_once(post.services, post.session, created, "rotated")
 
 
-async def revoke_key(request: Request, services: Services) -> Response:
-    changed = await _change_key(
-        request,
-        services,
-        "key.revoke",
-        lambda key_id: key_admin.revoke_key(services.keys, key_id),
-        lambda record: record.public_view(),
+@_operator_form
+async def revoke_key(post: _Post) -> Response:
+    await _change_key(
+        post, "key.revoke", lambda key_id: key_admin.revoke_key(post.services.keys, key_id)
     )
-    if isinstance(changed, Response):
-        return changed
-    return RedirectResponse("/admin/ui/keys", status_code=303)
+    return RedirectResponse(_KEYS_PAGE, status_code=303)
 
 
 async def _change_key(
-    request: Request,
-    services: Services,
-    action: str,
-    change: Callable[[str], Awaitable[T]],
-    view: Callable[[T], dict[str, Any]],
-) -> tuple[DashboardSession, T] | Response:
-    """An operator's change to the key in the path: the key as it was, the change, its cached
-    copy dropped, the audit entry with both views; or the page that refuses it."""
-    checked = await posted(request, services, "operator")
-    if isinstance(checked, Response):
-        return checked
-    session, _ = checked
-    key_id = request.path_params["key_id"]
-    try:
-        before = await key_admin.show_key(services.keys, key_id)
-        after = await change(key_id)
-    except GatewayError as exc:
-        return _refused(services, exc)
-    services.auth.invalidate(key_id)
-    await _audit(
-        services, request, session.actor, action, f"key:{key_id}",
-        before.public_view(), view(after),
-    )  # fmt: skip
-    return session, after
+    post: _Post, action: str, change: Callable[[str], Awaitable[KeyChange]]
+) -> KeyChange:
+    """A change to the key in the path: the key as it was, the change, its cached copy
+    dropped, the audit entry with both views."""
+    key_id = post.request.path_params["key_id"]
+    before = await key_admin.show_key(post.services.keys, key_id)
+    after = await change(key_id)
+    post.services.auth.invalidate(key_id)
+    record = after.record if isinstance(after, CreatedKey) else after
+    await post.audit(action, f"key:{key_id}", before.public_view(), record.public_view())
+    return after
 
 
-async def create_team(request: Request, services: Services) -> Response:
-    checked = await posted(request, services, "operator")
-    if isinstance(checked, Response):
-        return checked
-    session, form = checked
-    try:
-        team, adopted = await team_admin.create_team(
-            services.teams, services.keys, team_fields(form)
-        )
-    except GatewayError as exc:
-        return _refused(services, exc)
+@_operator_form
+async def create_team(post: _Post) -> Response:
+    services = post.services
+    team, adopted = await team_admin.create_team(
+        services.teams, services.keys, team_fields(post.form)
+    )
     view = {**team.public_view(), "adopted_keys": adopted}
-    await _audit(services, request, session.actor, "team.create", f"team:{team.id}", None, view)
+    await post.audit("team.create", f"team:{team.id}", None, view)
     for key_id in adopted:
         services.auth.invalidate(key_id)
-    return RedirectResponse("/admin/ui/keys", status_code=303)
+    return RedirectResponse(_KEYS_PAGE, status_code=303)
 
 
-async def delete_team(request: Request, services: Services) -> Response:
-    checked = await posted(request, services, "operator")
-    if isinstance(checked, Response):
-        return checked
-    session, _ = checked
-    team_id = request.path_params["team_id"]
-    try:
-        team = await team_admin.delete_team(services.teams, services.keys, team_id)
-    except GatewayError as exc:
-        return _refused(services, exc)
-    await services.limiter.forget_team(team_id)
-    await _audit(
-        services, request, session.actor, "team.delete", f"team:{team_id}", team.public_view(), None
-    )
-    return RedirectResponse("/admin/ui/keys", status_code=303)
+@_operator_form
+async def delete_team(post: _Post) -> Response:
+    team_id = post.request.path_params["team_id"]
+    team = await team_admin.delete_team(post.services.teams, post.services.keys, team_id)
+    await post.services.limiter.forget_team(team_id)
+    await post.audit("team.delete", f"team:{team_id}", team.public_view(), None)
+    return RedirectResponse(_KEYS_PAGE, status_code=303)
 
 
 async def audit_page(request: Request, services: Services) -> Response:
@@ -264,18 +264,6 @@ def changes(before: Any, after: Any) -> list[tuple[str, Any, Any]]:
         return []
     fields = sorted(set(before) | set(after))
     return [(f, before.get(f), after.get(f)) for f in fields if before.get(f) != after.get(f)]
-
-
-async def _audit(
-    services: Services,
-    request: Request,
-    actor: Actor,
-    action: str,
-    target: str,
-    before: Any,
-    after: Any,
-) -> None:
-    await record_action(services, request, actor, action, target, before=before, after=after)
 
 
 routes = [

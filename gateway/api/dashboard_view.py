@@ -42,6 +42,8 @@ PALETTE = (
     "#bab0ac",
 )
 SHORT_NAME = 22  # characters of a key name that fit beside a ranked bar
+# One row of a table: what it is about (a model, day, tag or end user) and its totals.
+Row = tuple[str, Totals]
 
 
 def format_usd(nanos: int) -> str:
@@ -201,12 +203,12 @@ class DashboardView:
     end: date
     total: Totals
     charts: list[Chart]
-    by_model: list[tuple[str, Totals]]
-    by_day: list[tuple[str, Totals]]
+    by_model: list[Row]
+    by_day: list[Row]
     keys: list[dict[str, Any]]
     # Spend by tag and by end user ("" = requests without one), largest first.
-    by_tag: list[tuple[str, Totals]] = field(default_factory=list)
-    by_user: list[tuple[str, Totals]] = field(default_factory=list)
+    by_tag: list[Row] = field(default_factory=list)
+    by_user: list[Row] = field(default_factory=list)
 
 
 def key_names(key_list: Sequence[Mapping[str, Any]]) -> tuple[dict[str, str], dict[str, str]]:
@@ -227,8 +229,8 @@ def build_view(
     end: date,
     cells: Sequence[Cell],
     key_list: Sequence[Mapping[str, Any]],
-    by_tag: Sequence[tuple[str, Totals]] = (),
-    by_user: Sequence[tuple[str, Totals]] = (),
+    by_tag: Sequence[Row] = (),
+    by_user: Sequence[Row] = (),
 ) -> DashboardView:
     days = days_between(start, end)
     names, short_names = key_names(key_list)

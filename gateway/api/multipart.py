@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 from gateway.errors import InvalidRequest, PayloadTooLarge
 
@@ -80,23 +80,17 @@ def parse_head(data: bytes, boundary: bytes) -> FormHead | None:
         position = value_end + 2
 
 
+@dataclass(eq=False)
 class Upload:
     """A multipart body on its way upstream: the head read, the rest still with the client."""
 
-    def __init__(
-        self,
-        head: FormHead,
-        rest: AsyncIterator[bytes],
-        *,
-        cap: int,
-        declared_length: int | None,
-    ) -> None:
-        self.head = head
-        self._rest = rest
-        self.cap = cap
-        self.declared_length = declared_length
-        self.started = False
-        self.too_large = False
+    head: FormHead
+    rest: AsyncIterator[bytes] = field(repr=False)  # read once, by ``body``
+    _: KW_ONLY
+    cap: int
+    declared_length: int | None
+    started: bool = field(default=False, init=False)
+    too_large: bool = field(default=False, init=False)
 
     def length(self, model: str) -> int | None:
         """The body's length with ``model`` in it (None: the client sent it chunked)."""
@@ -111,7 +105,7 @@ class Upload:
         data = self.head.data
         size = len(data)
         yield data[:start] + model.encode() + data[end:]
-        async for chunk in self._rest:
+        async for chunk in self.rest:
             size += len(chunk)
             if size > self.cap:
                 self.too_large = True

@@ -16,23 +16,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.access.auth import client_credential
-from gateway.api.doors import CHAT, COMPLETIONS, EMBEDDINGS, IMAGES, MODERATIONS, SPEECH, Door
-from gateway.api.endpoint import Guard, endpoint
+from gateway.api.doors import CHAT, COMPLETIONS, EMBEDDINGS, IMAGES, MODERATIONS, SPEECH
+from gateway.api.endpoint import Guard, door_route, endpoint
 from gateway.api.http import error_response, json_response
 from gateway.api.pipeline import allowed_models, handle
 from gateway.api.uploads import handle_speech
 from gateway.errors import GatewayError, NotFound, ServiceUnavailable, echo
 from gateway.routing.policy import Policy
 from gateway.services import Services
-
-
-def _door(door: Door) -> Any:
-    async def handler(request: Request, services: Services) -> Response:
-        return await handle(request, services, door)
-
-    handler.__name__ = door.route.replace(".", "_")
-    handler.__doc__ = f"``POST /v1{door.path}``"
-    return handler
 
 
 async def speech(request: Request, services: Services) -> Response:
@@ -105,11 +96,7 @@ async def get_model(request: Request, services: Services) -> Response:
 # Guard.NONE: each pipeline authenticates as one of its stages, so that its errors are in the
 # client's format.
 routes = [
-    Route("/v1/chat/completions", endpoint(_door(CHAT), Guard.NONE), methods=["POST"]),
-    Route("/v1/completions", endpoint(_door(COMPLETIONS), Guard.NONE), methods=["POST"]),
-    Route("/v1/embeddings", endpoint(_door(EMBEDDINGS), Guard.NONE), methods=["POST"]),
-    Route("/v1/images/generations", endpoint(_door(IMAGES), Guard.NONE), methods=["POST"]),
-    Route("/v1/moderations", endpoint(_door(MODERATIONS), Guard.NONE), methods=["POST"]),
+    *(door_route(door, handle) for door in (CHAT, COMPLETIONS, EMBEDDINGS, IMAGES, MODERATIONS)),
     Route("/v1/audio/speech", endpoint(speech, Guard.NONE), methods=["POST"]),
     Route("/v1/models", endpoint(list_models, Guard.NONE), methods=["GET"]),
     Route("/v1/models/{model_id:path}", endpoint(get_model, Guard.NONE), methods=["GET"]),

@@ -1,8 +1,8 @@
 """``GET /openapi.json``: an OpenAPI 3.1 description of every endpoint, /v1 and /admin.
 
 Paths, methods, parameters, request bodies and responses are written here next to each
-other; the schemas live in ``openapi_schemas``, and the front doors beside Chat Completions in
-``openapi_doors``. Errors are OpenAI's envelope (``Error``), Anthropic's on /v1/messages.
+other; the schemas live in ``openapi_schemas``, the parts operations are built from in
+``openapi_operations``, and the front doors beside Chat Completions in ``openapi_doors``. Errors are OpenAI's envelope (``Error``), Anthropic's on /v1/messages.
 """
 
 from __future__ import annotations
@@ -16,44 +16,25 @@ from gateway.api.http import json_response
 from gateway.api.openapi_doors import DOOR_SCHEMAS, door_paths
 from gateway.api.openapi_governance import SCHEMAS as GOVERNANCE_SCHEMAS
 from gateway.api.openapi_governance import governance_paths
+from gateway.api.openapi_operations import (
+    ADMIN_ERRORS,
+    DAY,
+    JSON,
+    V1_ERRORS,
+    Operation,
+    admin,
+    csv_report,
+    error_responses,
+    json_content,
+    query,
+    record_admin,
+)
 from gateway.api.openapi_schemas import GROUP_BYS, MAX_EVENTS_LIMIT, SCHEMAS, STRING, ref
 from gateway.services import Services
 
-JSON = "application/json"
-Operation = dict[str, Any]
-
-
-def _json_content(schema: dict[str, Any]) -> dict[str, Any]:
-    return {JSON: {"schema": schema}}
-
-
-def _errors(*statuses: int) -> dict[str, Any]:
-    reasons = {
-        400: "invalid request (names the field in error.param)",
-        401: "missing or unknown credentials",
-        403: "the key may not do this",
-        404: "no such resource or model",
-        408: "the request did not arrive in time",
-        409: "conflict",
-        413: "body too large",
-        429: "rate limit or budget exceeded, or too many failed admin credentials",
-        431: "headers too large",
-        502: "upstream failed",
-        503: "Redis, policy or upstream unavailable, or the gateway is shutting down",
-        504: "upstream timed out",
-    }
-    return {
-        str(status): {"description": reasons[status], "content": _json_content(ref("Error"))}
-        for status in statuses
-    }
-
-
-V1_ERRORS = (400, 401, 403, 404, 413, 429, 502, 503, 504)
-ADMIN_ERRORS = (400, 401, 403, 429, 503)
-
 
 def _v1_post(summary: str, body: str, ok: str, streamable: bool) -> Operation:
-    ok_content = _json_content(ref(ok))
+    ok_content = json_content(ref(ok))
     if streamable:
         # One server-sent event: data is a JSON chunk, then "[DONE]"; event "error" on failure.
         ok_content["text/event-stream"] = {
@@ -67,46 +48,10 @@ def _v1_post(summary: str, body: str, ok: str, streamable: bool) -> Operation:
         "summary": summary,
         "tags": ["v1"],
         "security": [{"apiKey": []}],
-        "requestBody": {"required": True, "content": _json_content(ref(body))},
+        "requestBody": {"required": True, "content": json_content(ref(body))},
         "responses": {"200": {"description": "the answer", "content": ok_content}}
-        | _errors(*V1_ERRORS),
+        | error_responses(*V1_ERRORS),
     }
-
-
-def _admin(
-    summary: str,
-    ok: str | None,
-    *,
-    status: str = "200",
-    body: str | None = None,
-    params: list[dict[str, Any]] | None = None,
-    errors: tuple[int, ...] = ADMIN_ERRORS,
-    ok_content: dict[str, Any] | None = None,
-) -> Operation:
-    operation: Operation = {
-        "summary": summary,
-        "tags": ["admin"],
-        "security": [{"adminKey": []}],
-        "responses": {
-            status: {
-                "description": "ok",
-                "content": ok_content if ok_content is not None else _json_content(ref(ok or "")),
-            }
-        }
-        | _errors(*errors),
-    }
-    if body is not None:
-        operation["requestBody"] = {"required": True, "content": _json_content(ref(body))}
-        operation["responses"] |= _errors(413)  # a body over the size limit
-    if params:
-        operation["parameters"] = params
-    return operation
-
-
-def _query(name: str, schema: dict[str, Any], description: str = "") -> dict[str, Any]:
-    return {"name": name, "in": "query", "required": False, "schema": schema} | (
-        {"description": description} if description else {}
-    )
 
 
 KEY_ID = {
@@ -116,10 +61,9 @@ KEY_ID = {
     "schema": {"type": "string"},
     "description": "the key's id (as returned by create)",
 }
-DAY = {"type": "string", "format": "date", "pattern": r"^\d{4}-\d{2}-\d{2}$"}
 CACHE_FILTERS = [
-    _query("model", {"type": "string", "minLength": 1, "maxLength": 1000}, "a canonical model"),
-    _query("team", {"type": "string", "minLength": 1, "maxLength": 200}),
+    query("model", {"type": "string", "minLength": 1, "maxLength": 1000}, "a canonical model"),
+    query("team", {"type": "string", "minLength": 1, "maxLength": 200}),
 ]
 POLICY_BODY = {
     JSON: {"schema": {"type": "object", "description": "the policy as JSON"}},
@@ -147,9 +91,9 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                 "tags": ["v1"],
                 "security": [{"apiKey": []}],
                 "responses": {
-                    "200": {"description": "the models", "content": _json_content(ref("ModelList"))}
+                    "200": {"description": "the models", "content": json_content(ref("ModelList"))}
                 }
-                | _errors(401, 503),
+                | error_responses(401, 503),
             }
         },
         **door_paths(),
@@ -159,49 +103,46 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                 "tags": ["v1"],
                 "security": [{"apiKey": []}],
                 "parameters": [
-                    _query("days", {"type": "integer", "minimum": 1, "maximum": 400}),
-                    _query("group_by", {"enum": ["tag", "user"]}),
+                    query("days", {"type": "integer", "minimum": 1, "maximum": 400}),
+                    query("group_by", {"enum": ["tag", "user"]}),
                 ],
                 "responses": {
-                    "200": {"description": "usage", "content": _json_content(ref("KeyUsage"))}
+                    "200": {"description": "usage", "content": json_content(ref("KeyUsage"))}
                 }
-                | _errors(400, 401, 503),
+                | error_responses(400, 401, 503),
             }
         },
         "/admin/keys": {
-            "post": _admin("Create a key", "KeyWithSecret", status="201", body="KeyCreate"),
-            "get": _admin(
+            "post": admin("Create a key", "KeyWithSecret", status="201", body="KeyCreate"),
+            "get": admin(
                 "List keys",
                 "KeyList",
                 params=[
-                    _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
-                    _query(
+                    query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
+                    query(
                         "after",
                         {"type": "string", "maxLength": 200},
                         "the last id of the previous page",
                     ),
-                    _query("team", {"type": "string", "maxLength": 200}),
-                    _query("status", {"enum": ["active", "revoked", "expired"]}),
+                    query("team", {"type": "string", "maxLength": 200}),
+                    query("status", {"enum": ["active", "revoked", "expired"]}),
                 ],
             ),
         },
         "/admin/keys/{key_id}": {
-            "get": _admin("Show a key", "Key", params=[KEY_ID], errors=(*ADMIN_ERRORS, 404)),
-            "patch": _admin(
-                "Change a key's fields (null clears one)",
-                "Key",
-                body="KeyUpdate",
-                params=[KEY_ID],
-                errors=(*ADMIN_ERRORS, 404),
+            "get": record_admin("Show a key", "Key", KEY_ID),
+            "patch": record_admin(
+                "Change a key's fields (null clears one)", "Key", KEY_ID, body="KeyUpdate"
             ),
         },
         "/admin/keys/{key_id}/rotate": {
-            "post": _admin(
+            "post": record_admin(
                 "Issue a new secret; the old one stays valid for grace_seconds",
                 "KeyWithSecret",
+                KEY_ID,
+                409,
                 body="RotateRequest",
-                params=[
-                    KEY_ID,
+                headers=[
                     {
                         "name": "Idempotency-Key",
                         "in": "header",
@@ -209,50 +150,44 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                         "schema": {"type": "string", "minLength": 1, "maxLength": 200},
                     },
                 ],
-                errors=(*ADMIN_ERRORS, 404, 409),
             )
         },
-        "/admin/keys/{key_id}/revoke": {
-            "post": _admin("Revoke a key", "Key", params=[KEY_ID], errors=(*ADMIN_ERRORS, 404))
-        },
-        **governance_paths(_admin, _query, ADMIN_ERRORS, DAY),
+        "/admin/keys/{key_id}/revoke": {"post": record_admin("Revoke a key", "Key", KEY_ID)},
+        **governance_paths(),
         "/admin/usage": {
-            "get": _admin(
+            "get": csv_report(
                 "Usage grouped by one dimension over a date range",
-                None,
-                params=[
-                    _query("from", DAY, "YYYY-MM-DD, UTC; default 30 days before to"),
-                    _query("to", DAY, "YYYY-MM-DD, UTC; default today"),
-                    _query("group_by", {"enum": list(GROUP_BYS)}),
-                    _query("format", {"enum": ["json", "csv"]}),
+                "UsageReport",
+                [
+                    query("from", DAY, "YYYY-MM-DD, UTC; default 30 days before to"),
+                    query("to", DAY, "YYYY-MM-DD, UTC; default today"),
+                    query("group_by", {"enum": list(GROUP_BYS)}),
                 ],
-                ok_content=_json_content(ref("UsageReport"))
-                | {"text/csv": {"schema": {"type": "string"}}},
             )
         },
         "/admin/usage/events": {
-            "get": _admin(
+            "get": admin(
                 "Raw usage events, newest first",
                 "UsageEvents",
                 params=[
-                    _query("key", {"type": "string", "maxLength": 200}, "a key id"),
-                    _query("model", {"type": "string", "maxLength": 1000}),
-                    _query("cursor", {"type": "string", "maxLength": 1000}),
-                    _query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_EVENTS_LIMIT}),
+                    query("key", {"type": "string", "maxLength": 200}, "a key id"),
+                    query("model", {"type": "string", "maxLength": 1000}),
+                    query("cursor", {"type": "string", "maxLength": 1000}),
+                    query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_EVENTS_LIMIT}),
                 ],
             )
         },
         "/admin/cache": {
-            "get": _admin("Response cache stats, per scope", "CacheStats", params=CACHE_FILTERS),
-            "delete": _admin(
+            "get": admin("Response cache stats, per scope", "CacheStats", params=CACHE_FILTERS),
+            "delete": admin(
                 "Purge cached answers of a model and/or team (or all=true)",
                 "CachePurged",
-                params=[*CACHE_FILTERS, _query("all", {"type": "boolean"}, "purge every entry")],
+                params=[*CACHE_FILTERS, query("all", {"type": "boolean"}, "purge every entry")],
             ),
         },
         "/admin/policy": {
-            "get": _admin("The policy in force", "PolicyState"),
-            "put": _admin(
+            "get": admin("The policy in force", "PolicyState"),
+            "put": admin(
                 "Replace the policy (validated, written, applied)",
                 "PolicyApplied",
                 errors=(*ADMIN_ERRORS, 413),
@@ -260,20 +195,20 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
             | {"requestBody": {"required": True, "content": POLICY_BODY}},
         },
         "/admin/policy/validate": {
-            "post": _admin(
+            "post": admin(
                 "Validate a policy without applying it", "PolicyValid", errors=(*ADMIN_ERRORS, 413)
             )
             | {"requestBody": {"required": True, "content": POLICY_BODY}}
         },
         "/admin/route/explain": {
-            "post": _admin(
+            "post": admin(
                 "The candidates a request would be routed to, with reasons",
                 "RouteExplanation",
                 body="ExplainRequest",
             )
         },
         "/admin/health": {
-            "get": _admin(
+            "get": admin(
                 "Readiness checks with details (policy error, engine error)", "AdminHealth"
             )
         },
@@ -282,7 +217,7 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                 "summary": "Liveness",
                 "tags": ["ops"],
                 "responses": {
-                    "200": {"description": "alive", "content": _json_content(ref("Health"))}
+                    "200": {"description": "alive", "content": json_content(ref("Health"))}
                 },
             }
         },
@@ -291,8 +226,8 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                 "summary": "Readiness (states only): Redis reachable, policy loaded, not draining",
                 "tags": ["ops"],
                 "responses": {
-                    "200": {"description": "ready", "content": _json_content(ref("Readiness"))},
-                    "503": {"description": "not ready", "content": _json_content(ref("Readiness"))},
+                    "200": {"description": "ready", "content": json_content(ref("Readiness"))},
+                    "503": {"description": "not ready", "content": json_content(ref("Readiness"))},
                 },
             }
         },
@@ -306,7 +241,7 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                         "content": {"text/plain": {"schema": {"type": "string"}}},
                     }
                 }
-                | _errors(401),
+                | error_responses(401),
             }
         },
         "/openapi.json": {
@@ -316,7 +251,7 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                 "responses": {
                     "200": {
                         "description": "OpenAPI 3.1",
-                        "content": _json_content({"type": "object"}),
+                        "content": json_content({"type": "object"}),
                     }
                 },
             }

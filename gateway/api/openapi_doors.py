@@ -204,8 +204,21 @@ def _json(name: str) -> dict[str, Any]:
     return {JSON: {"schema": ref(name)}}
 
 
+def _upload(what: str, answer: dict[str, Any]) -> dict[str, Any]:
+    """A multipart upload passed through to the provider, its answer streamed back."""
+    return {
+        "post": _post(
+            f"{what} of an upload, streamed through",
+            "Upload",
+            answer,
+            body_type="multipart/form-data",
+        )
+    }
+
+
 def door_paths() -> dict[str, Any]:
     binary = {"schema": {"type": "string", "format": "binary"}}
+    text = {"text/plain": {"schema": STRING}}
     return {
         "/v1/messages": {
             "post": _post(
@@ -238,30 +251,9 @@ def door_paths() -> dict[str, Any]:
                 {"audio/*": binary, "application/octet-stream": binary},
             )
         },
-        "/v1/audio/transcriptions": {
-            "post": _post(
-                "Transcription of an upload, streamed through",
-                "Upload",
-                _json("OperationResult") | {"text/plain": {"schema": STRING}},
-                body_type="multipart/form-data",
-            )
-        },
-        "/v1/audio/translations": {
-            "post": _post(
-                "Translation of an upload, streamed through",
-                "Upload",
-                _json("OperationResult") | {"text/plain": {"schema": STRING}},
-                body_type="multipart/form-data",
-            )
-        },
-        "/v1/images/edits": {
-            "post": _post(
-                "Image edit of an upload, streamed through",
-                "Upload",
-                _json("OperationResult"),
-                body_type="multipart/form-data",
-            )
-        },
+        "/v1/audio/transcriptions": _upload("Transcription", _json("OperationResult") | text),
+        "/v1/audio/translations": _upload("Translation", _json("OperationResult") | text),
+        "/v1/images/edits": _upload("Image edit", _json("OperationResult")),
         "/v1/models/{model_id}": {
             "get": {
                 "summary": "One model or alias this key may use",

@@ -4,11 +4,11 @@ and the audit log (``admin``). Written from their validators (``access/team_mode
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from gateway.access.admins import ROLES
 from gateway.access.teams import TEAM_ID_PATTERN
+from gateway.api.openapi_operations import ADMIN_ERRORS, DAY, admin, csv_report, query, record_admin
 from gateway.api.openapi_schemas import (
     ALERT_THRESHOLDS,
     BOOLEAN,
@@ -17,9 +17,11 @@ from gateway.api.openapi_schemas import (
     NUMBER,
     STRING,
     Schema,
+    list_of,
     nullable,
     obj,
     ref,
+    with_secret,
 )
 from gateway.ledger.audit import MAX_AUDIT_LIMIT
 from gateway.money import MAX_BUDGET_USD
@@ -72,14 +74,7 @@ SCHEMAS: dict[str, Schema] = {
     "TeamWithUsage": {
         "allOf": [ref("Team"), obj({"usage": {"type": "object"}}, ["usage"])],
     },
-    "TeamList": obj(
-        {
-            "object": {"const": "list"},
-            "data": {"type": "array", "items": ref("Team")},
-            "has_more": BOOLEAN,
-        },
-        ["object", "data", "has_more"],
-    ),
+    "TeamList": list_of("Team", has_more=BOOLEAN),
     "TeamDeleted": obj(
         {"id": STRING, "object": {"const": "team"}, "deleted": {"const": True}},
         ["id", "object", "deleted"],
@@ -105,20 +100,8 @@ SCHEMAS: dict[str, Schema] = {
         },
         ["id", "object", "name", "role", "status", "created_at"],
     ),
-    "AdminTokenWithSecret": {
-        "allOf": [
-            ref("AdminToken"),
-            obj({"token": {"type": "string", "description": "shown once"}}, ["token"]),
-        ]
-    },
-    "AdminTokenList": obj(
-        {
-            "object": {"const": "list"},
-            "data": {"type": "array", "items": ref("AdminToken")},
-            "has_more": BOOLEAN,
-        },
-        ["object", "data", "has_more"],
-    ),
+    "AdminTokenWithSecret": with_secret("AdminToken", "token"),
+    "AdminTokenList": list_of("AdminToken", has_more=BOOLEAN),
     "AuditEntry": obj(
         {
             "object": {"const": "audit_entry"},
@@ -137,28 +120,12 @@ SCHEMAS: dict[str, Schema] = {
         },
         ["object", "event_id", "time_ms", "actor_kind", "actor_id", "action", "target"],
     ),
-    "AuditList": obj(
-        {
-            "object": {"const": "list"},
-            "data": {"type": "array", "items": ref("AuditEntry")},
-            "next_cursor": nullable(STRING),
-        },
-        ["object", "data", "next_cursor"],
-    ),
+    "AuditList": list_of("AuditEntry", next_cursor=nullable(STRING)),
 }
 
-Operation = dict[str, Any]
-AdminOperation = Callable[..., Operation]
 
-
-def governance_paths(
-    admin: AdminOperation,
-    query: Callable[..., dict[str, Any]],
-    errors: tuple[int, ...],
-    day: Schema,
-) -> dict[str, Any]:
-    """The paths, built with ``openapi.py``'s own helpers (``admin`` operations, ``query``
-    parameters, the admin error statuses, the day schema)."""
+def governance_paths() -> dict[str, Any]:
+    """The teams, admin tokens and audit log paths."""
     team_id = {"name": "team_id", "in": "path", "required": True, "schema": STRING}
     token_id = {"name": "token_id", "in": "path", "required": True, "schema": STRING}
     limit = {"type": "integer", "minimum": 1, "maximum": 1000}
@@ -169,7 +136,7 @@ def governance_paths(
                 "TeamCreated",
                 status="201",
                 body="TeamCreate",
-                errors=(*errors, 409),
+                errors=(*ADMIN_ERRORS, 409),
             ),
             "get": admin(
                 "List teams",
@@ -178,25 +145,13 @@ def governance_paths(
             ),
         },
         "/admin/teams/{team_id}": {
-            "get": admin(
-                "A team, and its usage of its limits now",
-                "TeamWithUsage",
-                params=[team_id],
-                errors=(*errors, 404),
+            "get": record_admin(
+                "A team, and its usage of its limits now", "TeamWithUsage", team_id
             ),
-            "patch": admin(
-                "Change a team's limits (null clears one)",
-                "Team",
-                body="TeamUpdate",
-                params=[team_id],
-                errors=(*errors, 404),
+            "patch": record_admin(
+                "Change a team's limits (null clears one)", "Team", team_id, body="TeamUpdate"
             ),
-            "delete": admin(
-                "Delete a team that has no keys",
-                "TeamDeleted",
-                params=[team_id],
-                errors=(*errors, 404, 409),
-            ),
+            "delete": record_admin("Delete a team that has no keys", "TeamDeleted", team_id, 409),
         },
         "/admin/tokens": {
             "post": admin(
@@ -215,33 +170,24 @@ def governance_paths(
             ),
         },
         "/admin/tokens/{token_id}": {
-            "get": admin(
-                "Show an admin token", "AdminToken", params=[token_id], errors=(*errors, 404)
-            )
+            "get": record_admin("Show an admin token", "AdminToken", token_id)
         },
         "/admin/tokens/{token_id}/revoke": {
-            "post": admin(
-                "Revoke an admin token", "AdminToken", params=[token_id], errors=(*errors, 404)
-            )
+            "post": record_admin("Revoke an admin token", "AdminToken", token_id)
         },
         "/admin/audit": {
-            "get": admin(
+            "get": csv_report(
                 "The audit log, newest first",
-                None,
-                params=[
+                "AuditList",
+                [
                     query("actor", {"type": "string", "maxLength": 200}, "token id or name"),
                     query("action", {"type": "string", "maxLength": 100}, "e.g. key.rotate"),
                     query("target", {"type": "string", "maxLength": 300}, "e.g. key:<id>"),
-                    query("from", day, "YYYY-MM-DD, UTC"),
-                    query("to", day, "YYYY-MM-DD, UTC, inclusive"),
+                    query("from", DAY, "YYYY-MM-DD, UTC"),
+                    query("to", DAY, "YYYY-MM-DD, UTC, inclusive"),
                     query("cursor", {"type": "string", "maxLength": 500}),
                     query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_AUDIT_LIMIT}),
-                    query("format", {"enum": ["json", "csv"]}),
                 ],
-                ok_content={
-                    "application/json": {"schema": ref("AuditList")},
-                    "text/csv": {"schema": {"type": "string"}},
-                },
             )
         },
     }

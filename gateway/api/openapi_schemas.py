@@ -35,10 +35,36 @@ def obj(properties: dict[str, Schema], required: list[str] | None = None, **extr
     return schema
 
 
+def list_of(item: str, **paging: Schema) -> Schema:
+    """A list answer: ``object: "list"``, ``data`` of ``item`` and the paging fields, all
+    required."""
+    return obj(
+        {"object": {"const": "list"}, "data": {"type": "array", "items": ref(item)}, **paging},
+        ["object", "data", *paging],
+    )
+
+
+def with_secret(record: str, secret: str) -> Schema:
+    """``record`` with its ``secret`` field, which only the answer that issues it carries."""
+    return {
+        "allOf": [
+            ref(record),
+            obj({secret: {"type": "string", "description": "shown once"}}, [secret]),
+        ]
+    }
+
+
 STRING = {"type": "string"}
 INTEGER = {"type": "integer"}
 NUMBER = {"type": "number"}
 BOOLEAN = {"type": "boolean"}
+
+
+def integers(*names: str) -> dict[str, Schema]:
+    """Properties that are all integers (counts of requests and tokens)."""
+    return dict.fromkeys(names, INTEGER)
+
+
 MODEL_NAME = {"type": "string", "minLength": 1, "description": "a model or alias of the policy"}
 
 
@@ -186,11 +212,9 @@ USAGE = obj(
 )
 USAGE_ROW = obj(
     {
-        "requests": INTEGER,
-        "prompt_tokens": INTEGER,
-        "completion_tokens": INTEGER,
-        "cached_tokens": INTEGER,
-        "total_tokens": INTEGER,
+        **integers(
+            "requests", "prompt_tokens", "completion_tokens", "cached_tokens", "total_tokens"
+        ),
         "cost": {"type": "number", "description": "USD, a rendering of cost_nanos"},
         "cost_nanos": {"type": "integer", "description": "nano-dollars (1e-9 USD), exact"},
         "errors": INTEGER,
@@ -362,12 +386,14 @@ SCHEMAS: dict[str, Schema] = {
             "from": {"type": "string", "format": "date"},
             "to": {"type": "string", "format": "date"},
             "total_cost": NUMBER,
-            "total_cost_nanos": INTEGER,
-            "total_tokens": INTEGER,
-            "prompt_tokens": INTEGER,
-            "completion_tokens": INTEGER,
-            "requests": INTEGER,
-            "errors": INTEGER,
+            **integers(
+                "total_cost_nanos",
+                "total_tokens",
+                "prompt_tokens",
+                "completion_tokens",
+                "requests",
+                "errors",
+            ),
             "by_model": {"type": "array", "items": ref("UsageRow")},
             "by_day": {"type": "array", "items": ref("UsageRow")},
             # with group_by=tag or group_by=user
@@ -432,21 +458,9 @@ SCHEMAS: dict[str, Schema] = {
         },
         ["id", "object", "status", "created_at"],
     ),
-    "KeyWithSecret": {
-        "allOf": [
-            ref("Key"),
-            obj({"key": {"type": "string", "description": "shown once"}}, ["key"]),
-        ]
-    },
-    "KeyList": obj(
-        {
-            "object": {"const": "list"},
-            "data": {"type": "array", "items": ref("Key")},
-            "has_more": BOOLEAN,
-            "first_id": nullable(STRING),
-            "last_id": nullable(STRING),
-        },
-        ["object", "data", "has_more", "first_id", "last_id"],
+    "KeyWithSecret": with_secret("Key", "key"),
+    "KeyList": list_of(
+        "Key", has_more=BOOLEAN, first_id=nullable(STRING), last_id=nullable(STRING)
     ),
     "PolicyState": obj(
         {

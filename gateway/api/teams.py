@@ -13,14 +13,13 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from gateway.access import team_admin
 from gateway.access.admins import Actor
 from gateway.access.team_models import TeamListQuery
 from gateway.access.teams import TeamRecord
 from gateway.api.audit import record_action
-from gateway.api.endpoint import Guard, endpoint
+from gateway.api.endpoint import admin_routes
 from gateway.api.http import json_response, read_json_object
 from gateway.api.payloads import parse_query
 from gateway.services import Services
@@ -100,13 +99,8 @@ async def delete_team(request: Request, services: Services, actor: Actor) -> Res
 
 OPERATOR = "operator"
 routes = [
-    Route("/admin/teams", endpoint(create_team, Guard.ADMIN, OPERATOR), methods=["POST"]),
-    Route("/admin/teams", endpoint(list_teams, Guard.ADMIN, OPERATOR), methods=["GET"]),
-    Route("/admin/teams/{team_id}", endpoint(get_team, Guard.ADMIN, OPERATOR), methods=["GET"]),
-    Route(
-        "/admin/teams/{team_id}", endpoint(update_team, Guard.ADMIN, OPERATOR), methods=["PATCH"]
-    ),
-    Route(
-        "/admin/teams/{team_id}", endpoint(delete_team, Guard.ADMIN, OPERATOR), methods=["DELETE"]
+    *admin_routes("/admin/teams", OPERATOR, POST=create_team, GET=list_teams),
+    *admin_routes(
+        "/admin/teams/{team_id}", OPERATOR, GET=get_team, PATCH=update_team, DELETE=delete_team
     ),
 ]

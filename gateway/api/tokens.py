@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from gateway.access import token_admin
 from gateway.access.admins import Actor
 from gateway.access.token_admin import TokenListQuery
 from gateway.api.audit import record_action
-from gateway.api.endpoint import Guard, endpoint
+from gateway.api.endpoint import admin_routes
 from gateway.api.http import json_response, read_json_object
 from gateway.api.payloads import parse_query
 from gateway.services import Services
@@ -59,12 +58,7 @@ async def revoke_token(request: Request, services: Services, actor: Actor) -> Re
 
 ADMIN = "admin"
 routes = [
-    Route("/admin/tokens", endpoint(create_token, Guard.ADMIN, ADMIN), methods=["POST"]),
-    Route("/admin/tokens", endpoint(list_tokens, Guard.ADMIN, ADMIN), methods=["GET"]),
-    Route("/admin/tokens/{token_id}", endpoint(get_token, Guard.ADMIN, ADMIN), methods=["GET"]),
-    Route(
-        "/admin/tokens/{token_id}/revoke",
-        endpoint(revoke_token, Guard.ADMIN, ADMIN),
-        methods=["POST"],
-    ),
+    *admin_routes("/admin/tokens", ADMIN, POST=create_token, GET=list_tokens),
+    *admin_routes("/admin/tokens/{token_id}", ADMIN, GET=get_token),
+    *admin_routes("/admin/tokens/{token_id}/revoke", ADMIN, POST=revoke_token),
 ]

@@ -24,10 +24,9 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from gateway.api.doors import Door
-from gateway.api.endpoint import Guard, endpoint
+from gateway.api.endpoint import door_route
 from gateway.api.http import read_body
 from gateway.api.multipart import Upload, boundary_of, read_head
 from gateway.api.pipeline import (
@@ -200,19 +199,7 @@ def _upload_attempt(
     return attempt
 
 
-def _door(door: Door) -> Any:
-    async def handler(request: Request, services: Services) -> Response:
-        return await handle_upload(request, services, door)
-
-    handler.__name__ = door.route.replace(".", "_")
-    handler.__doc__ = f"``POST /v1{door.path}`` (multipart/form-data)"
-    return handler
-
-
 routes = [
-    Route(
-        "/v1/audio/transcriptions", endpoint(_door(TRANSCRIPTIONS), Guard.NONE), methods=["POST"]
-    ),
-    Route("/v1/audio/translations", endpoint(_door(TRANSLATIONS), Guard.NONE), methods=["POST"]),
-    Route("/v1/images/edits", endpoint(_door(IMAGE_EDITS), Guard.NONE), methods=["POST"]),
+    door_route(door, handle_upload, " (multipart/form-data)")
+    for door in (TRANSCRIPTIONS, TRANSLATIONS, IMAGE_EDITS)
 ]

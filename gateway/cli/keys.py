@@ -12,21 +12,17 @@ from typing import Any
 
 from gateway.access import key_admin
 from gateway.access.key_models import KeyListQuery, parse_key_payload
+from gateway.access.keys import EDITABLE_FIELDS
 from gateway.cli.connect import admin_context
-from gateway.cli.output import fail, print_json
+from gateway.cli.output import answer, fail, print_json
 from gateway.errors import GatewayError
 from gateway.routing.policy import Policy, PolicyError, load_policy_file
 from gateway.settings import Settings
 
-LIMIT_FLAGS = (
-    "rpm",
-    "tpm",
-    "budget_usd",
-    "budget_period",
-    "max_parallel_requests",
-    "budget_mode",
-    "alert_thresholds",
-    "expires_at",
+# The key's scalar limits, each a flag taken as given; the identity fields and the list/dict
+# fields (parsed from comma text or KEY=VALUE) are handled one by one.
+LIMIT_FLAGS = tuple(
+    name for name in EDITABLE_FIELDS if name not in ("name", "team", "models", "tags", "metadata")
 )
 
 
@@ -148,11 +144,9 @@ async def keys_command(settings: Settings, args: argparse.Namespace) -> int:
         if command == "list":
             filters = {"limit": args.limit, "team": args.team, "status": args.status}
             page = await key_admin.list_keys(store, parse_key_payload(KeyListQuery, filters))
-            print_json([record.public_view() for record in page.records])
-            return 0
+            return answer([record.public_view() for record in page.records])
         if command == "show":
-            print_json((await key_admin.show_key(store, args.id)).public_view())
-            return 0
+            return answer((await key_admin.show_key(store, args.id)).public_view())
         before = await key_admin.show_key(store, args.id)
         if command == "update":
             changes = _fields_from_args(args)
@@ -164,18 +158,15 @@ async def keys_command(settings: Settings, args: argparse.Namespace) -> int:
                 "key.update", f"key:{args.id}", before.public_view(), updated.public_view()
             )
             await admin.moves.sweep_key(args.id)
-            print_json(updated.public_view())
-            return 0
+            return answer(updated.public_view())
         if command == "rotate":
             grace = {"grace_seconds": args.grace_seconds}
             rotated = await key_admin.rotate_key(store, args.id, grace, args.idempotency_key)
             view = rotated.record.public_view()
             await admin.record("key.rotate", f"key:{args.id}", before.public_view(), view)
-            print_json({**view, "key": rotated.key})
-            return 0
+            return answer({**view, "key": rotated.key})
         if command == "revoke":
             revoked = (await key_admin.revoke_key(store, args.id)).public_view()
             await admin.record("key.revoke", f"key:{args.id}", before.public_view(), revoked)
-            print_json(revoked)
-            return 0
+            return answer(revoked)
     return fail(f"unknown keys command {args.keys_command!r}")

@@ -12,6 +12,12 @@ def print_json(data: Any) -> None:
     print(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
 
 
+def answer(data: Any) -> int:
+    """Print ``data`` as the command's answer; the exit status (0) to return."""
+    print_json(data)
+    return 0
+
+
 def fail(message: str, code: int = 1) -> int:
     """Say what went wrong in one line; the exit status to return."""
     print(f"error: {message}", file=sys.stderr)

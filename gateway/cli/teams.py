@@ -17,7 +17,7 @@ from gateway.access.team_models import TeamListQuery
 from gateway.access.token_admin import TokenListQuery
 from gateway.cli.connect import admin_context
 from gateway.cli.keys import add_alert_flags
-from gateway.cli.output import fail, print_json
+from gateway.cli.output import answer, fail, print_json
 from gateway.settings import Settings
 
 TEAM_LIMITS = ("name", "rpm", "tpm", "max_parallel_requests", "budget_mode", "alert_thresholds")
@@ -91,20 +91,17 @@ async def teams_command(settings: Settings, args: argparse.Namespace) -> int:
             await admin.record("team.create", f"team:{team.id}", after=view)
             for key_id in adopted:
                 await admin.moves.sweep_key(key_id)
-            print_json(view)
-            return 0
+            return answer(view)
         if command == "list":
             teams, _ = await team_admin.list_teams(admin.teams, TeamListQuery(limit=1000))
-            print_json([team.public_view() for team in teams])
-            return 0
+            return answer([team.public_view() for team in teams])
         if command == "show":
             team = await team_admin.show_team(admin.teams, args.id)
             usage = await admin.limiter.team_status(
                 team.id, rpm=team.rpm, tpm=team.tpm, budgets_nanos=team.budgets_nanos,
                 max_parallel=team.max_parallel_requests,
             )  # fmt: skip
-            print_json({**team.public_view(), "usage": usage})
-            return 0
+            return answer({**team.public_view(), "usage": usage})
         if command == "update":
             changes = _team_fields(args)
             if not changes:
@@ -114,14 +111,12 @@ async def teams_command(settings: Settings, args: argparse.Namespace) -> int:
             await admin.record(
                 "team.update", f"team:{args.id}", before.public_view(), team.public_view()
             )
-            print_json(team.public_view())
-            return 0
+            return answer(team.public_view())
         if command == "delete":
             team = await team_admin.delete_team(admin.teams, admin.keys, args.id)
             await admin.limiter.forget_team(args.id)
             await admin.record("team.delete", f"team:{args.id}", before=team.public_view())
-            print_json({"id": args.id, "object": "team", "deleted": True})
-            return 0
+            return answer({"id": args.id, "object": "team", "deleted": True})
     return fail(f"unknown teams command {args.teams_command!r}")
 
 
@@ -137,14 +132,12 @@ async def tokens_command(settings: Settings, args: argparse.Namespace) -> int:
             return 0
         if command == "list":
             tokens, _ = await token_admin.list_tokens(admin.tokens, TokenListQuery(limit=1000))
-            print_json([token.public_view() for token in tokens])
-            return 0
+            return answer([token.public_view() for token in tokens])
         if command == "revoke":
             before = await token_admin.show_token(admin.tokens, args.id)
             record = await token_admin.revoke_token(admin.tokens, args.id)
             await admin.record(
                 "token.revoke", f"token:{args.id}", before.public_view(), record.public_view()
             )
-            print_json(record.public_view())
-            return 0
+            return answer(record.public_view())
     return fail(f"unknown tokens command {args.tokens_command!r}")
