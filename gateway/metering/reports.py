@@ -21,7 +21,7 @@ import csv
 import io
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -235,25 +235,21 @@ def event_view(event: LedgerEvent) -> dict[str, Any]:
 KeyLabels = Callable[[Sequence[str]], Awaitable[dict[str, KeyLabel]]]
 
 
+@dataclass(eq=False)
 class UsageReports:
     """Reports over one usage store; ``buffer`` (the Redis buffer feeding it) says how fresh
     they are, ``key_labels`` (``KeyStore.labels``) names the keys beside their ids.
     ``retention_days`` bounds a range (default: the store's)."""
 
-    def __init__(
-        self,
-        store: UsageStore,
-        buffer: UsageBuffer | None = None,
-        *,
-        key_labels: KeyLabels | None = None,
-        retention_days: int | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.store = store
-        self.buffer = buffer
-        self.key_labels = key_labels
-        self.retention_days = retention_days or store.retention_days
-        self.clock = clock
+    store: UsageStore
+    buffer: UsageBuffer | None = None
+    _: KW_ONLY
+    key_labels: KeyLabels | None = None
+    retention_days: int | None = None
+    clock: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        self.retention_days = self.retention_days or self.store.retention_days
 
     def today(self) -> date:
         return day_of(self.clock())
