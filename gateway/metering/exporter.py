@@ -23,8 +23,8 @@ import os
 import secrets
 import socket
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Any
 
 from gateway.ledger import LedgerEvent, UsageStore
 from gateway.ledger.record import RecordError
@@ -33,34 +33,41 @@ from gateway.metering.ledger import UsageEvent
 from gateway.metering.legacy import LegacyImport
 from gateway.metrics import Metrics
 from gateway.server.tasks import cancel_until_done
+from gateway.settings import Settings
 from gateway.store.connect import REDIS_FAILURES
-
-if TYPE_CHECKING:
-    from gateway.settings import Settings
 
 MAX_BACKOFF_S = 10.0
 # A consumer idle this long with nothing pending belongs to a replica that is gone.
 FORGET_CONSUMERS_AFTER_S = 3600.0
 
 
+# The fields an operator sets, by the gateway setting each is read from (gateway/settings.py
+# keeps their defaults and bounds); the other fields are fixed.
+CONFIGURED_BY = {
+    "batch": "usage_export_batch",
+    "interval_s": "usage_export_interval_s",
+    "claim_idle_s": "usage_export_claim_idle_s",
+    "maintain_interval_s": "usage_maintain_interval_s",
+}
+
+
+def _configured_default(name: str) -> Any:
+    return Settings.model_fields[CONFIGURED_BY[name]].default
+
+
 @dataclass(frozen=True)
 class ExportSettings:
-    batch: int = 1000
-    interval_s: float = 0.5
-    claim_idle_s: float = 30.0
-    maintain_interval_s: float = 3600.0
+    batch: int = _configured_default("batch")
+    interval_s: float = _configured_default("interval_s")
+    claim_idle_s: float = _configured_default("claim_idle_s")
+    maintain_interval_s: float = _configured_default("maintain_interval_s")
     stats_interval_s: float = 1.0
     legacy_interval_s: float = 60.0
     stop_timeout_s: float = 5.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ExportSettings:
-        return cls(
-            batch=settings.usage_export_batch,
-            interval_s=settings.usage_export_interval_s,
-            claim_idle_s=settings.usage_export_claim_idle_s,
-            maintain_interval_s=settings.usage_maintain_interval_s,
-        )
+        return cls(**{name: getattr(settings, setting) for name, setting in CONFIGURED_BY.items()})
 
 
 class ExportFailed(Exception):
@@ -78,30 +85,22 @@ def consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
+@dataclass(eq=False)
 class UsageExporter:
-    def __init__(
-        self,
-        buffer: UsageBuffer,
-        store: UsageStore,
-        settings: ExportSettings,
-        metrics: Metrics,
-        log: Any,
-        *,
-        legacy: LegacyImport | None = None,
-        consumer: str | None = None,
-    ) -> None:
-        self.buffer = buffer
-        self.store = store
-        self.settings = settings
-        self.metrics = metrics
-        self.log = log
-        self.legacy = legacy
-        self.consumer = consumer or consumer_name()
-        self._unsent: list[BufferEntry] = []  # read, but not yet in the store and acknowledged
-        # After a read whose reply may have been lost, this consumer's own pending entries are
-        # read back first (they are delivered to it, so no other read would return them).
-        self._own_first = False
-        self._tasks: list[asyncio.Task[None]] = []
+    buffer: UsageBuffer
+    store: UsageStore
+    settings: ExportSettings
+    metrics: Metrics
+    log: Any
+    _: KW_ONLY
+    legacy: LegacyImport | None = None
+    consumer: str = field(default_factory=consumer_name)
+    # Read, but not yet in the store and acknowledged.
+    _unsent: list[BufferEntry] = field(default_factory=list, init=False)
+    # After a read whose reply may have been lost, this consumer's own pending entries are
+    # read back first (they are delivered to it, so no other read would return them).
+    _own_first: bool = field(default=False, init=False)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
 
     # -- one round -------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal
 
 from gateway.access.auth import Principal
@@ -133,28 +133,20 @@ class LimiterSettings:
         return cls(settings.default_max_tokens, settings.limits_on_redis_failure)
 
 
+@dataclass(eq=False)
 class LimitsGate:
     """Reserves a request's worst case with the limiter, in one Redis round trip."""
 
-    def __init__(
-        self,
-        limiter: Limiter,
-        settings: LimiterSettings,
-        metrics: Metrics,
-        log: Any,
-        *,
-        moves: LimitMoves,
-        refresh: Callable[[str], Awaitable[KeyRecord | None]],
-    ) -> None:
-        """``refresh`` re-reads a key's record (and replaces the cached one)."""
-        self.limiter = limiter
-        self.moves = moves
-        self.refresh = refresh
-        self.settings = settings
-        self.metrics = metrics
-        self.log = log
-        # Last time a fail-open warning was logged (monotonic): an outage logs once a second.
-        self._last_fail_open_warning = 0.0
+    limiter: Limiter
+    settings: LimiterSettings
+    metrics: Metrics
+    log: Any
+    _: KW_ONLY
+    moves: LimitMoves
+    # Re-reads a key's record (and replaces the cached one).
+    refresh: Callable[[str], Awaitable[KeyRecord | None]]
+    # Last time a fail-open warning was logged (monotonic): an outage logs once a second.
+    _last_fail_open_warning: float = field(default=0.0, init=False)
 
     async def reserve(
         self,

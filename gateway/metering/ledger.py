@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -191,24 +191,18 @@ class RecordOutcome(enum.StrEnum):
     LOST = "lost"  # Redis and the spool both failed; the event is in the error log only
 
 
+@dataclass(eq=False)
 class UsageLedger:
     """Records usage events in the Redis buffer; falls back to a local spool when Redis is
     unreachable, and replays the spool into the buffer once it answers again."""
 
-    def __init__(
-        self,
-        buffer: UsageBuffer,
-        *,
-        spool: Spool,
-        replay_interval_s: float = 5.0,
-        replay_batch: int = 200,
-    ) -> None:
-        self.buffer = buffer
-        self.spool = spool
-        self.replay_interval_s = replay_interval_s
-        self.replay_batch = replay_batch
-        self._replay_task: asyncio.Task[None] | None = None
-        self._replay_lock = asyncio.Lock()
+    buffer: UsageBuffer
+    _: KW_ONLY
+    spool: Spool
+    replay_interval_s: float = 5.0
+    replay_batch: int = 200
+    _replay_task: asyncio.Task[None] | None = field(default=None, init=False)
+    _replay_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
 
     def queue_record(self, batch: ScriptBatch, event: UsageEvent) -> int:
         """Queue the record (one ``XADD`` to the event's buffer shard) on ``batch``; returns

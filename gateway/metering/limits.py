@@ -69,14 +69,16 @@ class LimiterUnavailable(ServiceUnavailable):
     default_code = "limiter_unavailable"
 
 
+@dataclass(eq=False)  # an exception keeps its identity hash
 class HomeChanged(Exception):
     """The key's limiter state is not where its record (as the caller has it) says: ``moving``
     while a move into that home is still being carried over, else the record is stale."""
 
-    def __init__(self, key_id: str, moving: bool) -> None:
-        super().__init__(f"key {key_id}: limiter home {'moving' if moving else 'moved'}")
-        self.key_id = key_id
-        self.moving = moving
+    key_id: str
+    moving: bool
+
+    def __str__(self) -> str:
+        return f"key {self.key_id}: limiter home {'moving' if self.moving else 'moved'}"
 
 
 @dataclass(frozen=True)

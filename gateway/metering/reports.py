@@ -21,7 +21,7 @@ import csv
 import io
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -61,45 +61,17 @@ class ReportError(ValueError):
         self.message = message
 
 
-# The counters a report row shows, named as in the store's totals.
-COUNTER_ATTRS = (
-    "requests",
-    "prompt_tokens",
-    "completion_tokens",
-    "cached_tokens",
-    "cost_nanos",
-    "errors",
-    "latency_ms",
-    "streamed",
-    "estimated",
-)
+class Totals(StoreTotals):
+    """The store's integer totals of one group, as a report shows them; sums stay ``Totals``."""
 
-
-@dataclass(slots=True)
-class Totals:
-    """Integer counters of one group, merged as cells are grouped."""
-
-    requests: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-    cost_nanos: int = 0
-    errors: int = 0
-    latency_ms: int = 0
-    streamed: int = 0
-    estimated: int = 0
+    __slots__ = ()
 
     @classmethod
     def of(cls, totals: StoreTotals) -> Totals:
-        return cls(**{attr: getattr(totals, attr) for attr in COUNTER_ATTRS})
+        return cls(*totals.values())
 
-    def merge(self, other: Totals) -> None:
-        for attr in COUNTER_ATTRS:
-            setattr(self, attr, getattr(self, attr) + getattr(other, attr))
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
+    def __add__(self, other: StoreTotals) -> Totals:
+        return Totals.of(StoreTotals.__add__(self, other))
 
     def as_row(self) -> dict[str, Any]:
         return {
@@ -143,18 +115,20 @@ class Cell:
         return getattr(self.group, by)
 
 
+def add_to(grouped: dict[str, Totals], value: str, totals: StoreTotals) -> None:
+    """Add ``totals`` to the group ``value`` of ``grouped``."""
+    grouped[value] = grouped.get(value, Totals()) + totals
+
+
 def group_cells(cells: Iterable[Cell], by: str) -> dict[str, Totals]:
     grouped: dict[str, Totals] = {}
     for cell in cells:
-        grouped.setdefault(cell.dimension(by), Totals()).merge(cell.totals)
+        add_to(grouped, cell.dimension(by), cell.totals)
     return grouped
 
 
 def total_of(cells: Iterable[Cell]) -> Totals:
-    total = Totals()
-    for cell in cells:
-        total.merge(cell.totals)
-    return total
+    return sum((cell.totals for cell in cells), Totals())
 
 
 def days_between(start: date, end: date) -> list[date]:
@@ -181,20 +155,8 @@ def _csv_safe(value: Any) -> Any:
 
 # Beside a key's id in reports: its name and team (now, not when the requests were made).
 KEY_LABEL_COLUMNS = ("key_name", "key_team")
-CSV_COLUMNS = (
-    "requests",
-    "prompt_tokens",
-    "completion_tokens",
-    "cached_tokens",
-    "total_tokens",
-    "cost",
-    "cost_nanos",
-    "errors",
-    "error_rate",
-    "avg_latency_ms",
-    "streamed",
-    "estimated",
-)
+# The counters, in the order of a report row.
+CSV_COLUMNS = tuple(Totals().as_row())
 
 
 def render_csv(rows: Sequence[dict[str, Any]], group_by: str) -> str:
@@ -273,25 +235,21 @@ def event_view(event: LedgerEvent) -> dict[str, Any]:
 KeyLabels = Callable[[Sequence[str]], Awaitable[dict[str, KeyLabel]]]
 
 
+@dataclass(eq=False)
 class UsageReports:
     """Reports over one usage store; ``buffer`` (the Redis buffer feeding it) says how fresh
     they are, ``key_labels`` (``KeyStore.labels``) names the keys beside their ids.
     ``retention_days`` bounds a range (default: the store's)."""
 
-    def __init__(
-        self,
-        store: UsageStore,
-        buffer: UsageBuffer | None = None,
-        *,
-        key_labels: KeyLabels | None = None,
-        retention_days: int | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.store = store
-        self.buffer = buffer
-        self.key_labels = key_labels
-        self.retention_days = retention_days or store.retention_days
-        self.clock = clock
+    store: UsageStore
+    buffer: UsageBuffer | None = None
+    _: KW_ONLY
+    key_labels: KeyLabels | None = None
+    retention_days: int | None = None
+    clock: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        self.retention_days = self.retention_days or self.store.retention_days
 
     def today(self) -> date:
         return day_of(self.clock())
@@ -369,13 +327,11 @@ class UsageReports:
         rows = await self._rollup(start, end, ("day", "model"), key_id)
         by_day: dict[str, Totals] = {}
         by_model: dict[str, Totals] = {}
-        total = Totals()
         for row in rows:
             day, model = row.group
-            totals = Totals.of(row.totals)
-            by_day.setdefault(day, Totals()).merge(totals)
-            by_model.setdefault(model, Totals()).merge(totals)
-            total.merge(totals)
+            add_to(by_day, day, row.totals)
+            add_to(by_model, model, row.totals)
+        total = sum(by_day.values(), Totals())
         return {
             "object": "usage",
             "key_id": key_id,
@@ -428,11 +384,10 @@ class UsageReports:
         else:
             ordered = sorted(grouped.items(), key=lambda item: (-item[1].cost_nanos, item[0]))
         if group_by in ATTRIBUTION_GROUP_BYS:
-            total = self._sum(await self._rollup(start, end, ("day",)))
+            daily = await self._rollup(start, end, ("day",))
+            total = sum((row.totals for row in daily), Totals())
         else:
-            total = Totals()
-            for totals in grouped.values():
-                total.merge(totals)
+            total = sum(grouped.values(), Totals())
         rows = [{group_by: value, **totals.as_row()} for value, totals in ordered]
         if group_by == "key":
             await self.label_keys(rows)
@@ -445,13 +400,6 @@ class UsageReports:
             "totals": total.as_row(),
             **await self.freshness(),
         }
-
-    @staticmethod
-    def _sum(rows: Iterable[RollupRow]) -> Totals:
-        total = Totals()
-        for row in rows:
-            total.merge(Totals.of(row.totals))
-        return total
 
     async def label_keys(self, rows: list[dict[str, Any]], id_field: str = "key") -> None:
         """Put each key's name and team (``key_name``, ``key_team``) beside its id in

@@ -70,6 +70,17 @@ local function window_usage(key, oldest_live)
   return total, newest, live
 end
 
+-- For a window of `buckets` sub-buckets of `bucket_ms` at `now`: a function giving the ms until
+-- the window's newest live sub-bucket (nil: none, 0) slides out, when its usage is back to zero.
+local function window_reset(buckets, bucket_ms, now)
+  return function(newest)
+    if newest == nil then
+      return 0
+    end
+    return (newest + buckets) * bucket_ms - now
+  end
+end
+
 -- Days since 1970-01-01 <-> proleptic Gregorian date (H. Hinnant's civil algorithms).
 local function civil_from_days(z)
   z = z + 719468

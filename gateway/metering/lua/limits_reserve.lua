@@ -59,12 +59,7 @@ end
 local now = now_ms()
 local cur = math.floor(now / bucket_ms)
 
-local function reset_ms(newest)
-  if newest == nil then
-    return 0
-  end
-  return (newest + buckets) * bucket_ms - now
-end
+local reset_ms = window_reset(buckets, bucket_ms, now)
 
 -- ms until `need` units have slid out of the window (oldest sub-buckets leave first)
 local function wait_for(live, need)

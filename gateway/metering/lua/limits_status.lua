@@ -9,12 +9,7 @@ local now = now_ms()
 local cur = math.floor(now / bucket_ms)
 local rpm_used, rpm_newest = window_usage(key_of(1, RPM), cur - buckets + 1)
 local tpm_used, tpm_newest = window_usage(key_of(1, TPM), cur - buckets + 1)
-local function reset_ms(newest)
-  if newest == nil then
-    return 0
-  end
-  return (newest + buckets) * bucket_ms - now
-end
+local reset_ms = window_reset(buckets, bucket_ms, now)
 local reply = {int(now), int(rpm_used), int(tpm_used), int(reset_ms(rpm_newest)),
   int(reset_ms(tpm_newest)), redis.call('ZCARD', key_of(1, LEASES)), in_flight(1, now)}
 for _, period in ipairs(PERIODS) do
