@@ -12,6 +12,7 @@ when a few sequences have long contexts.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import cache, cached_property
 
 import torch
 import triton
@@ -239,19 +240,25 @@ class _Tiling:
     block_dim: int  # head_dim padded to a power of two
     tile_kv: int  # KV positions per iteration
 
+    @cached_property
     def constexprs(self) -> dict[str, int]:
         return {name.upper(): value for name, value in asdict(self).items()}
 
 
 def _choose_tiling(query: torch.Tensor, num_kv_heads: int, max_query_len: int) -> _Tiling:
     group = query.shape[1] // num_kv_heads
-    group_p2 = triton.next_power_of_2(group)
-    block_dim = triton.next_power_of_2(query.shape[2])
     # tl.dot needs at least 16 rows; decode fills them with the group's heads (and padding).
-    rows_wanted = 16 if max_query_len * group_p2 <= 16 else 64
-    block_m = max(rows_wanted, group_p2)
+    few_rows = max_query_len * triton.next_power_of_2(group) <= 16
+    return _tiling(group, query.shape[2], query.element_size(), few_rows)
+
+
+@cache  # a launch per layer per step: the handful of shapes are worked out once
+def _tiling(group: int, head_dim: int, element_size: int, few_rows: bool) -> _Tiling:
+    group_p2 = triton.next_power_of_2(group)
+    block_dim = triton.next_power_of_2(head_dim)
+    block_m = max(16 if few_rows else 64, group_p2)
     # fp32 tiles are twice the bytes: halve them to stay within shared memory.
-    tile_kv = 64 if block_dim <= 128 and query.element_size() <= 2 else 32
+    tile_kv = 64 if block_dim <= 128 and element_size <= 2 else 32
     return _Tiling(group, group_p2, block_m // group_p2, block_m, block_dim, tile_kv)
 
 
@@ -356,7 +363,7 @@ def paged_attention_triton(
         block_size,
         head_dim,
         num_heads,
-        **tiling.constexprs(),
+        **tiling.constexprs,
         NUM_SPLITS=num_kv_splits,
         DOT_PRECISION=dot_precision,
     )
