@@ -3,9 +3,10 @@
 Starts Redis, the bundled fake upstream (gateway/tools/fake_upstream.py) and one gateway worker
 (uvicorn, uvloop + httptools, auth and limits on), pins the gateway to core 0 and everything
 else (Redis, upstream, load generator) to core 1, then drives load with wrk at each
-concurrency, straight at the upstream and through the gateway. It prints req/s and the p50/p99
-latency the gateway adds, plus streaming time to first byte. Each cell is the median of
-``--repeat`` runs.
+concurrency, straight at the upstream and through the gateway. It prints req/s, the p50/p99
+latency the gateway adds and the gateway's CPU time per request (user + system, from ``/proc``:
+the figure least moved by other load on a shared box), plus streaming time to first byte. Each
+cell is the median of ``--repeat`` runs.
 
 ``--modes`` picks the gateway paths measured, interleaved within each repeat (so drift on a
 shared box hits them alike): ``plain`` (tracing off, no cache: the default), ``traced`` (a
@@ -28,7 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
@@ -90,6 +91,19 @@ class Run:
     rps: float
     p50_ms: float
     p99_ms: float
+    requests: int = 0
+    # The gateway's CPU time (user + system) per request during the run: unlike req/s, it
+    # hardly moves with the machine's other load, so before/after compare on it closely.
+    cpu_us: float = float("nan")
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux ``/proc``; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _pin(core: int) -> list[str]:
@@ -123,11 +137,22 @@ def run_wrk(wrk: str, url: str, script: Path, connections: int, seconds: float) 
         "-s", str(script), url,
     ]  # fmt: skip
     output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    run, errors = parse_wrk(output)
+    if errors:
+        print(f"  warning ({url}, c={connections}): {errors}", file=sys.stderr)
+    return run
+
+
+def parse_wrk(output: str) -> tuple[Run, str]:
+    """wrk's report (``--latency``) as a ``Run``, and its error lines (empty when none)."""
     rps = p50 = p99 = float("nan")
+    requests = 0
     errors = ""
     for line in output.splitlines():
         parts = line.split()
-        if line.startswith("Requests/sec:"):
+        if " requests in " in line:
+            requests = int(parts[0])
+        elif line.startswith("Requests/sec:"):
             rps = float(parts[1])
         elif parts[:1] == ["50%"]:
             p50 = _ms(parts[1])
@@ -135,9 +160,7 @@ def run_wrk(wrk: str, url: str, script: Path, connections: int, seconds: float) 
             p99 = _ms(parts[1])
         elif "Non-2xx" in line or "Socket errors" in line:
             errors += line.strip() + " "
-    if errors:
-        print(f"  warning ({url}, c={connections}): {errors}", file=sys.stderr)
-    return Run(rps, p50, p99)
+    return Run(rps, p50, p99, requests), errors.strip()
 
 
 async def time_to_first_byte(url: str, key: str | None, count: int) -> list[float]:
@@ -216,6 +239,7 @@ class Rig:
     upstream_port: int
     policy: Path
     processes: list[subprocess.Popen[bytes]]
+    gateways: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)  # by URL
 
     @property
     def upstream(self) -> str:
@@ -225,6 +249,7 @@ class Rig:
         """``start_gateway`` on this rig's Redis and policy, stopped with the rig: its URL."""
         gateway, process = start_gateway(self.workdir, name, self.redis.url, self.policy, extra)
         self.processes.append(process)
+        self.gateways[gateway] = process
         return gateway
 
 
@@ -302,32 +327,35 @@ def main() -> None:
         miss_script = workdir / "cache-miss.lua"
         miss_script.write_text(WRK_MISS_SCRIPT.format(auth=auth))
         direct_url = upstream + "/chat/completions"
-        gateway_url = gateway + "/v1/chat/completions"
-        cells = [("direct", direct_url, direct_script)]
+        # Each cell: its name, the gateway (None: the upstream straight), its URL and script.
+        cells: list[tuple[str, str | None, str, Path]] = [
+            ("direct", None, direct_url, direct_script)
+        ]
         for mode in modes:
-            if mode == "plain":
-                cells.append((mode, gateway_url, gateway_script))
-            elif mode == "traced":
-                cells.append((mode, f"{traced_gateway}/v1/chat/completions", gateway_script))
-            elif mode == "cache-hit":
-                cells.append((mode, gateway_url, hit_script))
-            else:
-                cells.append((mode, gateway_url, miss_script))
-        for _, url, script in cells[1:]:  # warm-up: pools, caches; the cache-hit entry stored
+            served_by = traced_gateway if mode == "traced" else gateway
+            assert served_by is not None
+            script = {"cache-hit": hit_script, "cache-miss": miss_script}.get(mode, gateway_script)
+            cells.append((mode, served_by, served_by + "/v1/chat/completions", script))
+        for _, _, url, script in cells[1:]:  # warm-up: pools, caches; the cache-hit entry stored
             run_wrk(wrk, url, script, 16, 2)
         results: dict[tuple[str, int], list[Run]] = {}
         for _ in range(args.repeat):
             for level in levels:
-                for name, url, script in cells:
+                for name, served_by, url, script in cells:
+                    pid = rig.gateways[served_by].pid if served_by else None
+                    cpu_before = process_cpu_s(pid) if pid else float("nan")
                     run = run_wrk(wrk, url, script, level, args.duration)
+                    if pid and run.requests:
+                        cpu_s = process_cpu_s(pid) - cpu_before
+                        run = replace(run, cpu_us=cpu_s / run.requests * 1e6)
                     results.setdefault((name, level), []).append(run)
         ttfb: dict[str, list[float]] = {
             "direct": asyncio.run(time_to_first_byte(direct_url, None, args.ttfb_requests))
         }
-        for name, url, _ in cells[1:]:
+        for name, _, url, _ in cells[1:]:
             if name in ("plain", "traced"):
                 ttfb[name] = asyncio.run(time_to_first_byte(url, key, args.ttfb_requests))
-    _report(args, levels, [name for name, _, _ in cells], results, ttfb)
+    _report(args, levels, [cell[0] for cell in cells], results, ttfb)
 
 
 def _report(
@@ -345,7 +373,7 @@ def _report(
     print(cpu_note)
     header = (
         f"{'conc':>5} {'path':>11} {'req/s':>10} {'p50':>9} {'added p50':>10} "
-        f"{'p99':>9} {'added p99':>10}"
+        f"{'p99':>9} {'added p99':>10} {'gw cpu/req':>11}"
     )
     print(header)
     print("-" * len(header))
@@ -355,9 +383,10 @@ def _report(
             p50, p99 = median(name, level, "p50_ms"), median(name, level, "p99_ms")
             added50 = f"{p50 - d50:>8.3f}ms" if name != "direct" else f"{'':>10}"
             added99 = f"{p99 - d99:>8.3f}ms" if name != "direct" else f"{'':>10}"
+            cpu = f"{median(name, level, 'cpu_us'):>9.0f}us" if name != "direct" else ""
             print(
                 f"{level:>5} {name:>11} {median(name, level, 'rps'):>10,.0f} "
-                f"{p50:>7.3f}ms {added50} {p99:>7.3f}ms {added99}"
+                f"{p50:>7.3f}ms {added50} {p99:>7.3f}ms {added99} {cpu}"
             )
         if "cache-hit" in names and "cache-miss" in names:
             ratio = median("cache-miss", level, "p50_ms") / median("cache-hit", level, "p50_ms")
