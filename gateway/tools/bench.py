@@ -193,10 +193,16 @@ def wait_http(url: str, timeout: float = 30) -> None:
 
 
 def start_gateway(
-    workdir: Path, name: str, redis_url: str, policy: Path, extra: dict[str, str]
+    workdir: Path,
+    name: str,
+    redis_url: str,
+    policy: Path,
+    extra: dict[str, str],
+    tree: Path | None = None,
 ) -> tuple[str, subprocess.Popen[bytes]]:
     """``switchyard serve`` pinned to the gateway's core, its DATA_DIR ``workdir/name`` (its log
-    there too); returns its base URL and process."""
+    there too); returns its base URL and process. ``tree``: serve that checkout's code (another
+    revision, for a before/after) instead of this one's."""
     port = free_port()
     data_dir = workdir / name
     data_dir.mkdir()
@@ -208,11 +214,13 @@ def start_gateway(
         "SWITCHYARD_ADMIN_KEY": ADMIN_KEY,
         "SWITCHYARD_KEY_PEPPER": PEPPER,
         "SWITCHYARD_POLICY_FILE": str(policy),
+        **({"PYTHONPATH": str(tree)} if tree else {}),
         **extra,
     }
     log = (data_dir / "gateway.log").open("wb")
     process = subprocess.Popen(
         [*_pin(GATEWAY_CORE), sys.executable, "-m", "gateway", "serve"],
+        cwd=tree,
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -245,9 +253,15 @@ class Rig:
     def upstream(self) -> str:
         return f"http://127.0.0.1:{self.upstream_port}/v1"
 
-    def start_gateway(self, name: str, extra: dict[str, str]) -> str:
-        """``start_gateway`` on this rig's Redis and policy, stopped with the rig: its URL."""
-        gateway, process = start_gateway(self.workdir, name, self.redis.url, self.policy, extra)
+    def start_gateway(
+        self, name: str, extra: dict[str, str], *, tree: Path | None = None, redis_db: int = 0
+    ) -> str:
+        """``start_gateway`` on this rig's Redis (database ``redis_db``) and policy, stopped
+        with the rig: its URL."""
+        redis_url = self.redis.url.removesuffix("/0") + f"/{redis_db}"
+        gateway, process = start_gateway(
+            self.workdir, name, redis_url, self.policy, extra, tree=tree
+        )
         self.processes.append(process)
         self.gateways[gateway] = process
         return gateway
