@@ -254,13 +254,19 @@ class Rig:
         return f"http://127.0.0.1:{self.upstream_port}/v1"
 
     def start_gateway(
-        self, name: str, extra: dict[str, str], *, tree: Path | None = None, redis_db: int = 0
+        self,
+        name: str,
+        extra: dict[str, str],
+        *,
+        tree: Path | None = None,
+        redis_db: int = 0,
+        policy: Path | None = None,
     ) -> str:
-        """``start_gateway`` on this rig's Redis (database ``redis_db``) and policy, stopped
-        with the rig: its URL."""
+        """``start_gateway`` on this rig's Redis (database ``redis_db``) and policy (or
+        ``policy``), stopped with the rig: its URL."""
         redis_url = self.redis.url.removesuffix("/0") + f"/{redis_db}"
         gateway, process = start_gateway(
-            self.workdir, name, redis_url, self.policy, extra, tree=tree
+            self.workdir, name, redis_url, policy or self.policy, extra, tree=tree
         )
         self.processes.append(process)
         self.gateways[gateway] = process

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,6 +30,18 @@ from gateway.tools.bench import (
     run_wrk,
     wait_http,
 )
+
+# Only what every version of the policy file understands: a tree may predate newer keys.
+PLAIN_POLICY = """
+providers:
+  fake:
+    base_url: {base_url}
+    max_concurrency: 4096
+models:
+  bench-model:
+    provider: fake
+    price: {{input: 0.1, output: 0.2}}
+"""
 
 
 def main() -> None:
@@ -47,10 +60,18 @@ def main() -> None:
     results: dict[tuple[str, int], list[Run]] = {}
     with bench_rig("switchyard-bench-trees-", pinned=True) as rig:
         wait_http(rig.upstream + "/models")
+        policy = rig.workdir / "plain_rules.yaml"
+        policy.write_text(PLAIN_POLICY.format(base_url=rig.upstream))
         cells = []
         for db, (name, tree) in enumerate(zip(names, args.trees, strict=True)):
-            gateway = rig.start_gateway(f"tree{db}", {}, tree=tree.resolve(), redis_db=db)
-            wait_http(gateway + "/healthz")
+            gateway = rig.start_gateway(
+                f"tree{db}", {}, tree=tree.resolve(), redis_db=db, policy=policy
+            )
+            try:
+                wait_http(gateway + "/healthz")
+            except RuntimeError:
+                log = (rig.workdir / f"tree{db}" / "gateway.log").read_text(errors="replace")
+                sys.exit(f"the gateway of {name} did not start; its log ends:\n{log[-2000:]}")
             script = rig.workdir / f"tree{db}.lua"
             auth = f'wrk.headers["Authorization"] = "Bearer {create_bench_key(gateway)}"'
             script.write_text(WRK_SCRIPT.format(body=orjson.dumps(BODY).decode(), auth=auth))
