@@ -50,7 +50,9 @@ MODES = ("plain", "traced", "cache-hit", "cache-miss")
 PEPPER = "bench-pepper-" + "0" * 24  # both gateways read one key store
 CACHED_BODY = {**BODY, "model": "bench-cached", "temperature": 0}
 
-POLICY = """
+# The bench model alone, in keys every version of the policy file reads (bench_trees serves
+# older checkouts, which refuse newer keys such as ``cache``).
+PLAIN_POLICY = """
 providers:
   fake:
     base_url: {base_url}
@@ -59,11 +61,15 @@ models:
   bench-model:
     provider: fake
     price: {{input: 0.1, output: 0.2}}
-  bench-cached:
+"""
+POLICY = (
+    PLAIN_POLICY
+    + """  bench-cached:
     provider: fake
     price: {{input: 0.1, output: 0.2}}
     cache: {{ttl_s: 120, max_entries: 10000000}}
 """
+)
 
 WRK_SCRIPT = """
 wrk.method = "POST"

@@ -21,6 +21,7 @@ import orjson
 
 from gateway.tools.bench import (
     BODY,
+    PLAIN_POLICY,
     WRK_SCRIPT,
     Run,
     bench_rig,
@@ -30,18 +31,6 @@ from gateway.tools.bench import (
     run_wrk,
     wait_http,
 )
-
-# Only what every version of the policy file understands: a tree may predate newer keys.
-PLAIN_POLICY = """
-providers:
-  fake:
-    base_url: {base_url}
-    max_concurrency: 4096
-models:
-  bench-model:
-    provider: fake
-    price: {{input: 0.1, output: 0.2}}
-"""
 
 
 def main() -> None:
