@@ -16,6 +16,7 @@ contract both backends implement alike over their own ``SqlDialect``.
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -182,7 +183,7 @@ class StoreOptions(TypedDict, total=False):
     clock: Callable[[], float]
 
 
-class SqlStore:
+class SqlStore(ABC):
     """What both backends do alike: the retention clock, the checks before a write and the
     reads, over the SQL ``query`` builds. A backend sets ``kind`` and ``dialect`` and supplies
     ``_write`` (a checked, non-empty batch) and ``_fetch`` (the records of one SELECT)."""
@@ -212,11 +213,13 @@ class SqlStore:
             return 0
         return await self._write(kept)
 
+    @abstractmethod
     async def _write(self, events: list[LedgerEvent]) -> int:
-        raise NotImplementedError
+        """Insert a checked, non-empty batch; the number of events new to the store."""
 
+    @abstractmethod
     async def _fetch(self, sql: str, params: list[Any]) -> Sequence[Sequence[Any]]:
-        raise NotImplementedError
+        """The rows of one SELECT."""
 
     async def rollup(self, query: RollupQuery) -> list[RollupRow]:
         sql, params = rollup_sql(query, self.dialect.placeholder, self.dialect.day_value)
