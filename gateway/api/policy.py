@@ -5,6 +5,7 @@ the policy needs the ``admin`` role, reading, validating and explaining ``operat
 - ``PUT  /admin/policy``           YAML or JSON body: validate, write the file atomically, apply
 - ``POST /admin/policy/validate``  the same validation, a dry run
 - ``POST /admin/route/explain``    ``{"body": {...}, "headers": {...}, "key_id"?, "allowed_models"?}``
+                                    (``"operation"``: what the door asks, default ``chat``)
                                     → the ordered candidates with reasons, each one's health,
                                     ``would_serve`` (the first the dispatcher would try now) and
                                     its route header; for an engine fleet, the replica it would
@@ -28,6 +29,7 @@ from gateway.api.http import json_response, read_body, read_json_object
 from gateway.api.payloads import parse_payload
 from gateway.api.validation import validate_routed
 from gateway.errors import InvalidRequest, clip
+from gateway.routing.operations import Operation
 from gateway.routing.policy import PolicyError, parse_policy
 from gateway.routing.policy_store import policy_text_from_body
 from gateway.routing.router import RoutePlan
@@ -89,8 +91,10 @@ async def validate_policy(request: Request, services: Services, actor: Actor) ->
 
 async def explain_route(request: Request, services: Services, actor: Actor) -> Response:
     payload = await read_json_object(request, MAX_EXPLAIN_BYTES)
-    body, headers, key_id, allowed = _explain_inputs(payload)
-    plan = services.router.plan(body=body, headers=headers, key_id=key_id, allowed_models=allowed)
+    body, headers, key_id, allowed, operation = _explain_inputs(payload)
+    plan = services.router.plan(
+        body=body, headers=headers, key_id=key_id, allowed_models=allowed, operation=operation
+    )
     explained = plan.explain()
     health = services.dispatcher.preview(plan)
     explained["health"] = health
@@ -141,11 +145,13 @@ class ExplainRequest(BaseModel):
     headers: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     key_id: Annotated[StrictStr, Field(max_length=200)] = "explain"
     allowed_models: list[StrictStr] | None = None
+    # The operation of the door the body would be sent to (chat: the chat doors).
+    operation: Operation = "chat"
 
 
 def _explain_inputs(
     payload: dict[str, Any],
-) -> tuple[dict[str, Any], dict[str, str], str, frozenset[str] | None]:
+) -> tuple[dict[str, Any], dict[str, str], str, frozenset[str] | None, str]:
     request = parse_payload(ExplainRequest, payload)
     # The fields routing reads are checked as a /v1 request would check them; the body itself
     # is routed as sent.
@@ -157,6 +163,7 @@ def _explain_inputs(
         request.headers,
         request.key_id,
         frozenset(allowed) if allowed is not None else None,
+        request.operation,
     )
 
 

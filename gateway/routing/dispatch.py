@@ -10,6 +10,9 @@ upstream call up to the point where the first byte would go to the client, raisi
 - an upstream 401/403 (a 502 ``upstream_auth_failed`` by then: our key is wrong there), a 404
   (our model name is wrong there) and a missing API key are configuration errors of that
   candidate: no retry, next candidate;
+- only failures that say the provider is broken for every tenant count against its breaker
+  (``routing/fault.py``: no answer, 5xx, 408/429, 401); what a client can cause by what it
+  sends (other 4xx, 403, 404) does not;
 - any other 4xx is the client's fault: it is raised at once (no retry, no fallback), as is an
   error marked ``final`` (an upload already streamed to the candidate cannot be sent again);
 - a candidate whose breaker is open (or half-open with its probe out), or whose provider is at
@@ -51,6 +54,7 @@ from gateway.errors import UpstreamError
 from gateway.formats.errors import CONTEXT_LENGTH_EXCEEDED
 from gateway.redact import redact
 from gateway.routing.breaker import CircuitBreaker
+from gateway.routing.fault import counts_against_breaker
 from gateway.routing.policy import ProviderConfig
 from gateway.routing.router import Candidate, RoutePlan
 from gateway.routing.state import RoutingState
@@ -58,6 +62,8 @@ from gateway.settings import Settings
 
 T = TypeVar("T")
 
+# Configuration errors of a candidate: the next one is tried. They need not count against its
+# breaker (a 403 or 404 can follow from what the client sent: routing/fault.py).
 CONFIG_STATUSES = frozenset({401, 403, 404})
 
 
@@ -247,10 +253,6 @@ def is_client_error(error: UpstreamError) -> bool:
         and 400 <= error.status < 500
         and error.status not in CONFIG_STATUSES
     )
-
-
-def _counts_against_breaker(error: UpstreamError) -> bool:
-    return error.retryable or error.status in CONFIG_STATUSES or error.status >= 500
 
 
 class Dispatcher:
@@ -531,7 +533,7 @@ class Dispatcher:
         attempts: list[AttemptRecord],
         elapsed: float,
     ) -> None:
-        call.failed(counts=_counts_against_breaker(error))
+        call.failed(counts=counts_against_breaker(error))
         attempts.append(
             AttemptRecord(
                 candidate.model,

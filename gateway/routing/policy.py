@@ -28,6 +28,7 @@ from pydantic import (
 
 from gateway.cache.config import CachePolicy
 from gateway.money import MAX_PRICE_PER_MTOK, price_to_nanos_per_token
+from gateway.routing.operations import declared_operations, serves
 from gateway.routing.policy_yaml import DocumentTooComplex, load_yaml
 
 # The model value that asks for task routing instead of naming a model (an absent model too).
@@ -418,7 +419,11 @@ class ModelConfig(_Strict):
     upstream_model: str | None = None
     price: Price = Field(default_factory=Price)
     context_window: int | None = Field(default=None, gt=0)
-    capabilities: list[str] = Field(default_factory=list, description="tags: code, vision, fast…")
+    capabilities: list[str] = Field(
+        default_factory=list,
+        description="the operations it serves (chat, completions, embeddings, moderation, images, "
+        "speech, transcription; none named: every one) and tags: code, vision, fast…",
+    )
     description: str | None = None
     cache: CachePolicy | None = Field(default=None, description="cache its answers (cache.md)")
 
@@ -597,6 +602,15 @@ class Policy(_Strict):
         if missing:
             return f"lacks capabilities {', '.join(missing)}"
         return None
+
+    def operation_failure(self, model: str, operation: str) -> str | None:
+        """Why ``model`` may not be sent ``operation`` (its capabilities name other operations
+        only), or None when it may (``routing/operations.py``)."""
+        capabilities = self.models[model].capabilities
+        if serves(capabilities, operation):
+            return None
+        named = ", ".join(sorted(declared_operations(capabilities)))
+        return f"does not serve {operation} (its operations: {named})"
 
     def canary_for(self, model: str) -> Canary | None:
         for canary in self.canaries:
