@@ -6,6 +6,11 @@ failure (a fixed window, so every replica counts the same failures). Once it rea
 every admin credential from that address, right or wrong, is refused with 429 and a Retry-After
 of what is left of the window: guessing stops instead of merely slowing down.
 
+The address is the client's as ``gateway/server/proxies.py`` settles it: forwarded headers
+count only from ``SWITCHYARD_TRUSTED_PROXIES``, so a peer cannot charge its failures to an
+address it names, nor escape the count with a new one per guess; behind a listed proxy each
+client has its own count, and its failures never refuse a right credential from another.
+
 Every failure is logged with the address and how many it has made, never with what was tried.
 If Redis cannot answer, the attempt goes through unthrottled (logged): the admin API must stay
 usable during an outage, and the admin key is a long random token, not a password.
