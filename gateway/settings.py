@@ -8,6 +8,7 @@ configured.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from dataclasses import dataclass
@@ -106,6 +107,9 @@ class Settings(BaseSettings):
     # that address gets 429 until the window ends.
     auth_failure_limit: int = Field(default=10, ge=1, le=1_000_000)
     auth_failure_window_s: float = Field(default=300.0, ge=1, le=86400)
+    # Peers (IP addresses or CIDR networks, comma-separated) whose X-Forwarded-For and
+    # X-Forwarded-Proto are believed; empty: none, the client is the TCP peer.
+    trusted_proxies: str = ""
     # A request in flight counts against max_parallel_requests under a lease this long, renewed
     # by its gateway every third of it: a dead gateway's requests stop counting after at most
     # this long.
@@ -163,6 +167,11 @@ class Settings(BaseSettings):
     usage_export_claim_idle_s: float = Field(default=30.0, ge=0.1, le=86_400)
     usage_maintain_interval_s: float = Field(default=3600.0, ge=1, le=86_400)
 
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _trusted_proxies_form(cls, value: str) -> str:
+        return ",".join(trusted_proxy_list(value))
+
     @field_validator("alert_webhook_url")
     @classmethod
     def _webhook_url_form(cls, value: str) -> str:
@@ -181,6 +190,27 @@ class Settings(BaseSettings):
     @classmethod
     def _usage_store_url_form(cls, value: str) -> str:
         return check_store_url(value)  # its errors never repeat a password
+
+
+def trusted_proxy_list(value: str) -> list[str]:
+    """The addresses and networks of a ``TRUSTED_PROXIES`` value, normalized; a ValueError
+    for anything else (a host name or ``*`` would trust peers nobody listed)."""
+    found: list[str] = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        try:
+            found.append(
+                str(ipaddress.ip_network(item, strict=False))
+                if "/" in item
+                else str(ipaddress.ip_address(item))
+            )
+        except ValueError:
+            raise ValueError(
+                f"{item[:60]!r} is not an IP address or CIDR network (list the proxies that "
+                "connect to the gateway, comma-separated)"
+            ) from None
+    return found
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -2,6 +2,7 @@
 the policy needs the ``admin`` role, reading, validating and explaining ``operator``):
 
 - ``GET  /admin/policy``           version, loaded_at, source, last_error and the policy as JSON
+                                    (providers' header values masked below the admin role)
 - ``PUT  /admin/policy``           YAML or JSON body: validate, write the file atomically, apply
 - ``POST /admin/policy/validate``  the same validation, a dry run
 - ``POST /admin/route/explain``    ``{"body": {...}, "headers": {...}, "key_id"?, "allowed_models"?}``
@@ -49,7 +50,9 @@ def _invalid_policy(error: PolicyError) -> InvalidRequest:
 
 
 async def get_policy(request: Request, services: Services, actor: Actor) -> Response:
-    return json_response(services.policies.describe())
+    # Header values may be credentials: only the admin role, who may replace the policy
+    # anyway, sees them; an operator sees that they exist (and which variable names one).
+    return json_response(services.policies.describe(reveal_headers=actor.may("admin")))
 
 
 async def put_policy(request: Request, services: Services, actor: Actor) -> Response:

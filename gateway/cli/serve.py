@@ -61,6 +61,7 @@ def serve(settings: Settings, workers: int) -> int:
     from gateway.app import create_app
     from gateway.logs import configure_process_logging
     from gateway.server.http_guard import HttpGuardSettings, guarded_protocol
+    from gateway.server.proxies import proxy_options
 
     configure_process_logging(settings.log_level, settings.log_format)
     try:
@@ -102,6 +103,7 @@ def serve(settings: Settings, workers: int) -> int:
             "timeout_keep_alive": settings.keep_alive_timeout_s,
             # SIGTERM drains in the app first (shutdown_grace_s); this only bounds what is left.
             "timeout_graceful_shutdown": 2,
+            **proxy_options(settings),
         }
         with sock:
             if workers > 1:

@@ -332,19 +332,20 @@ class Dispatcher:
                 if unavailable.spill:
                     spilled.append(candidate)
                 continue
-            missing_key = self._missing_key(provider)
-            if missing_key:
+            missing = self._missing_env(provider)
+            if missing:
+                missing_key, holds = missing
                 attempts.append(
                     AttemptRecord(
                         candidate.model,
                         candidate.provider,
                         "skipped",
-                        f"missing API key: {missing_key} is not set",
+                        f"missing {holds}: {missing_key} is not set",
                         kind="config",
                     )
                 )
                 last_error = UpstreamError(
-                    f"provider {candidate.provider} has no API key ({missing_key} is not set)",
+                    f"provider {candidate.provider} has no {holds} ({missing_key} is not set)",
                     status=503,
                     retryable=False,
                     kind="config",
@@ -392,15 +393,15 @@ class Dispatcher:
             state = self.state.breakers.state_of(candidate.provider, candidate.model)
             limit = provider.max_concurrency if provider else None
             inflight = self.state.inflight.count(candidate.provider)
-            missing_key = self._missing_key(provider)
+            missing = self._missing_env(provider)
             unavailable = self._unavailable(candidate, provider)
             too_long = plan.too_long_for(candidate)
             if too_long is not None:
                 verdict = f"skipped: {too_long}"
             elif unavailable is not None:
                 verdict = f"skipped: {unavailable.detail}"
-            elif missing_key:
-                verdict = f"skipped: missing API key ({missing_key} is not set)"
+            elif missing:
+                verdict = f"skipped: missing {missing[1]} ({missing[0]} is not set)"
             elif state == "open":
                 verdict = "skipped: breaker open"
             elif not self.state.breakers.would_allow(candidate.provider, candidate.model):
@@ -436,10 +437,9 @@ class Dispatcher:
         except UpstreamError:  # a configuration gap: the attempt reports it as it fails
             return None
 
-    def _missing_key(self, provider: ProviderConfig | None) -> str | None:
-        if provider is None or not provider.api_key_env:
-            return None
-        return None if self._env.get(provider.api_key_env) else provider.api_key_env
+    def _missing_env(self, provider: ProviderConfig | None) -> tuple[str, str] | None:
+        """The variable (API key, header value) ``provider`` needs and does not have."""
+        return provider.missing_env(self._env) if provider is not None else None
 
     async def _serve(
         self,

@@ -11,6 +11,7 @@ import argparse
 import hashlib
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -30,6 +31,7 @@ from gateway.cache.config import CachePolicy
 from gateway.money import MAX_PRICE_PER_MTOK, price_to_nanos_per_token
 from gateway.routing.operations import declared_operations, serves
 from gateway.routing.policy_yaml import DocumentTooComplex, load_yaml
+from gateway.routing.provider_headers import HeaderValue, missing_header_env
 
 # The model value that asks for task routing instead of naming a model (an absent model too).
 AUTO_MODEL = "auto"
@@ -258,7 +260,11 @@ class ProviderConfig(_Strict):
     max_concurrency: int | None = Field(
         default=None, gt=0, description="in-flight requests; beyond it the provider is skipped"
     )
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, HeaderValue] = Field(
+        default_factory=dict,
+        description="sent with every call: a literal value, or {value_env: NAME} to read it "
+        "from an env var (for credentials: values are masked below the admin role)",
+    )
     forward_headers: list[str] = Field(
         default_factory=list,
         description="client headers passed on to this provider (anthropic-beta, "
@@ -333,6 +339,14 @@ class ProviderConfig(_Strict):
                     "never forwarded"
                 )
         return self
+
+    def missing_env(self, env: Mapping[str, str]) -> tuple[str, str] | None:
+        """The first variable this provider needs that ``env`` lacks, and what it holds:
+        ``(name, "API key")`` or ``(name, "header value")``; None when all are set."""
+        if self.api_key_env and not env.get(self.api_key_env):
+            return self.api_key_env, "API key"
+        missing = missing_header_env(self.headers, env)
+        return (missing, "header value") if missing else None
 
     @property
     def native_formats(self) -> tuple[ChatFormat, ...]:

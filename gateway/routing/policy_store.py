@@ -31,6 +31,7 @@ from gateway.routing.policy import (
     validate_policy_data,
 )
 from gateway.routing.policy_yaml import nesting_depth_exceeds
+from gateway.routing.provider_headers import masked_policy
 from gateway.server.tasks import cancel_until_done
 
 
@@ -224,9 +225,13 @@ class PolicyStore:
         if watcher is not None:
             await cancel_until_done([watcher])
 
-    def describe(self) -> dict[str, Any]:
-        """The state shown by ``GET /admin/policy``."""
+    def describe(self, *, reveal_headers: bool = False) -> dict[str, Any]:
+        """The state shown by ``GET /admin/policy``; providers' header values masked unless
+        ``reveal_headers`` (the admin role)."""
         loaded = self._current
+        policy = loaded.policy.model_dump(mode="json", by_alias=True) if loaded else None
+        if policy is not None and not reveal_headers:
+            policy = masked_policy(policy)
         return {
             "version": loaded.version if loaded else None,
             "loaded_at": loaded.loaded_at if loaded else None,
@@ -237,5 +242,5 @@ class PolicyStore:
                 if self.last_error
                 else None
             ),
-            "policy": loaded.policy.model_dump(mode="json", by_alias=True) if loaded else None,
+            "policy": policy,
         }
