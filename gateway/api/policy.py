@@ -1,7 +1,8 @@
 """Admin endpoints for the routing policy and route explanations (``Guard.ADMIN``; replacing
 the policy needs the ``admin`` role, reading, validating and explaining ``operator``):
 
-- ``GET  /admin/policy``           version, loaded_at, source, last_error and the policy as JSON
+- ``GET  /admin/policy``           version, loaded_at, source, last_error and the policy as JSON;
+                                    ``?format=yaml`` (admin role): the YAML text in force
 - ``PUT  /admin/policy``           YAML or JSON body: validate, write the file atomically, apply
 - ``POST /admin/policy/validate``  the same validation, a dry run
 - ``POST /admin/route/explain``    ``{"body": {...}, "headers": {...}, "key_id"?, "allowed_models"?}``
@@ -27,7 +28,7 @@ from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import json_response, read_body, read_json_object
 from gateway.api.payloads import parse_payload
 from gateway.api.validation import validate_routed
-from gateway.errors import InvalidRequest, clip
+from gateway.errors import InvalidRequest, PermissionDenied, clip
 from gateway.routing.policy import PolicyError
 from gateway.routing.policy_store import policy_body
 from gateway.routing.router import RoutePlan
@@ -49,7 +50,23 @@ def _invalid_policy(error: PolicyError) -> InvalidRequest:
 
 
 async def get_policy(request: Request, services: Services, actor: Actor) -> Response:
-    return json_response(services.policies.describe())
+    shape = request.query_params.get("format", "json")
+    if shape == "json":
+        return json_response(services.policies.describe())
+    if shape != "yaml":
+        raise InvalidRequest("format: expected json or yaml", param="format")
+    # The file as written may hold what the JSON view masks: the admin role only.
+    if not actor.may("admin"):
+        raise PermissionDenied(
+            f"format=yaml needs the admin role; this credential has the {actor.role} role.",
+            code="insufficient_role",
+        )
+    loaded = services.policies.current
+    return Response(
+        loaded.text,
+        media_type="application/yaml",
+        headers={"X-Policy-Version": loaded.version},
+    )
 
 
 async def put_policy(request: Request, services: Services, actor: Actor) -> Response:

@@ -14,7 +14,7 @@ import os
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ class LoadedPolicy:
     version: str
     loaded_at: float
     source: str
+    text: str = field(default="", repr=False)  # as read or written: GET /admin/policy?format=yaml
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,7 @@ class PolicyStore:
         except PolicyError as exc:
             self.last_error = exc
             raise
-        self._current = LoadedPolicy(policy, policy_version(text), time.time(), source)
+        self._current = LoadedPolicy(policy, policy_version(text), time.time(), source, text)
         self.last_error = None
         return self._current
 
