@@ -213,10 +213,11 @@ async def keys_command(settings: Settings, args: argparse.Namespace) -> int:
             return answer(updated.public_view())
         if command == "rotate":
             grace = {"grace_seconds": args.grace_seconds}
-            rotated = await key_admin.rotate_key(store, args.id, grace, args.idempotency_key)
-            view = rotated.record.public_view()
-            await admin.record("key.rotate", f"key:{args.id}", before.public_view(), view)
-            return answer({**view, "key": rotated.key})
+            rotation = await key_admin.rotate_key_once(store, args.id, grace, args.idempotency_key)
+            view = rotation.created.record.public_view()
+            if not rotation.replayed:
+                await admin.record("key.rotate", f"key:{args.id}", before.public_view(), view)
+            return answer({**view, "key": rotation.created.key})
         if command == "revoke":
             revoked = (await key_admin.revoke_key(store, args.id)).public_view()
             await admin.record("key.revoke", f"key:{args.id}", before.public_view(), revoked)
