@@ -13,6 +13,7 @@ written as plain YAML instead, so the file never says something other than what 
 from __future__ import annotations
 
 import io
+import itertools
 from typing import Any
 
 import yaml
@@ -27,12 +28,41 @@ _MAX_PRUNE_TRIALS = 300
 _Path = tuple[Any, ...]
 
 
-def _round_trip() -> YAML:
+def _round_trip(text: str) -> YAML:
     loader = YAML(typ="rt")
     loader.preserve_quotes = True
     loader.width = 100
-    loader.indent(mapping=2, sequence=4, offset=2)
+    mapping, sequence, offset = guess_indent(text)
+    loader.indent(mapping=mapping, sequence=sequence, offset=offset)
     return loader
+
+
+def guess_indent(text: str) -> tuple[int, int, int]:
+    """The file's own indentation, as ruamel's ``indent(mapping, sequence, offset)``: the step
+    of its first nested mapping, and where its first block list puts the dash against the
+    list's key (``key:\n  - a`` or ``key:\n- a``). ruamel applies one style to the whole
+    document, so the file's is the one to keep."""
+    lines = [
+        line
+        for line in text.splitlines()
+        if line.strip() and not line.lstrip().startswith("#") and line.strip() != "---"
+    ]
+    mapping, sequence, offset = 2, 4, 2
+    found_mapping = found_sequence = False
+    for previous, line in itertools.pairwise(lines):
+        parent = len(previous) - len(previous.lstrip())
+        indent = len(line) - len(line.lstrip())
+        opens = previous.rstrip().endswith(":")
+        if not opens:
+            continue
+        if line.lstrip().startswith("- ") and not found_sequence:
+            offset = max(indent - parent, 0)
+            sequence, found_sequence = offset + 2, True
+        elif indent > parent and not found_mapping and not previous.lstrip().startswith("- "):
+            mapping, found_mapping = indent - parent, True
+        if found_mapping and found_sequence:
+            break
+    return mapping, sequence, offset
 
 
 def plain_yaml(data: dict[str, Any]) -> str:
@@ -46,7 +76,7 @@ def merge_policy_yaml(base_text: str | None, data: dict[str, Any]) -> str:
     target = validate_policy_data(data)
     if not base_text:
         return plain_yaml(data)
-    loader = _round_trip()
+    loader = _round_trip(base_text)
     try:
         document = loader.load(base_text)
     except Exception:  # a file ruamel cannot read round-trip is rewritten plainly
