@@ -130,7 +130,7 @@ Confirmed = Literal["rotate", "revoke"]
 
 
 async def _confirm_page(
-    post_or_request: Request,
+    request: Request,
     services: Services,
     session: DashboardSession,
     action: Confirmed,
@@ -139,7 +139,7 @@ async def _confirm_page(
 ) -> Response:
     """The page that asks before a rotation or revocation acts (with a grace field for a
     rotation, and the idempotency token its form is sent with)."""
-    key_id = post_or_request.path_params["key_id"]
+    key_id = request.path_params["key_id"]
     try:
         record = await key_admin.show_key(services.keys, key_id)
     except GatewayError as exc:
@@ -226,9 +226,6 @@ def _operator_form(
     return handler
 
 
-_KEYS_PAGE = "/admin/ui/keys"
-
-
 @_operator_form
 async def create_key(post: _Post) -> Response:
     services = post.services
@@ -273,7 +270,7 @@ async def revoke_key(post: _Post) -> Response:
     await _change_key(
         post, "key.revoke", lambda key_id: key_admin.revoke_key(post.services.keys, key_id)
     )
-    return RedirectResponse(_KEYS_PAGE, status_code=303)
+    return RedirectResponse(KEYS_PAGE.href, status_code=303)
 
 
 async def _change_key(
@@ -306,7 +303,7 @@ async def create_team(post: _Post) -> Response:
     await post.audit("team.create", f"team:{team.id}", None, view)
     for key_id in adopted:
         services.auth.invalidate(key_id)
-    return RedirectResponse(_KEYS_PAGE, status_code=303)
+    return RedirectResponse(KEYS_PAGE.href, status_code=303)
 
 
 @_operator_form
@@ -315,7 +312,7 @@ async def delete_team(post: _Post) -> Response:
     team = await team_admin.delete_team(post.services.teams, post.services.keys, team_id)
     await post.services.limiter.forget_team(team_id)
     await post.audit("team.delete", f"team:{team_id}", team.public_view(), None)
-    return RedirectResponse(_KEYS_PAGE, status_code=303)
+    return RedirectResponse(KEYS_PAGE.href, status_code=303)
 
 
 async def audit_page(request: Request, services: Services) -> Response:

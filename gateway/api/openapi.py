@@ -191,7 +191,8 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                 None,
                 params=[query("format", {"enum": ["json", "yaml"]})],
                 ok_content=json_content(ref("PolicyState"))
-                | {"application/yaml": {"schema": {"type": "string"}}},
+                # The file's text: a YAML mapping (what a YAML reader of the answer finds).
+                | {"application/yaml": {"schema": {"type": "object"}}},
             ),
             "put": admin(
                 "Replace the policy (validated, written, applied)",
