@@ -38,6 +38,10 @@ AUTO_MODEL = "auto"
 # Bounds of a policy document (a real one nests 5 levels and has a few thousand nodes).
 MAX_POLICY_DEPTH = 32
 MAX_POLICY_NODES = 100_000
+# A policy is a few kilobytes (the shipped one is about 10 KB): these bounds refuse a document
+# built to keep a parser busy (issue 26: 900 KB of aliases took 3.3 s) before it is parsed.
+MAX_POLICY_BYTES = 256 * 1024
+MAX_POLICY_ALIASES = 1000
 
 Strategy = Literal["ordered", "cheapest", "lowest_latency", "weighted"]
 
@@ -659,10 +663,20 @@ def validate_policy_data(data: Any) -> Policy:
 def parse_policy(text: str) -> Policy:
     """Parse YAML (or JSON, a subset of YAML) into a validated Policy, or raise PolicyError.
 
-    At most ``MAX_POLICY_DEPTH`` levels of nesting and ``MAX_POLICY_NODES`` nodes with every
-    alias expanded: a deeply nested document or an alias bomb is an invalid policy."""
+    At most ``MAX_POLICY_BYTES`` of UTF-8, ``MAX_POLICY_DEPTH`` levels of nesting,
+    ``MAX_POLICY_ALIASES`` aliases and ``MAX_POLICY_NODES`` nodes with every alias expanded: a
+    huge, deeply nested or alias-bomb document is an invalid policy. CPU-bound for large
+    input: callers on an event loop run it in a worker thread."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_POLICY_BYTES:
+        raise PolicyError("", f"the policy is {size} bytes; at most {MAX_POLICY_BYTES} are read")
     try:
-        data = load_yaml(text, max_depth=MAX_POLICY_DEPTH, max_nodes=MAX_POLICY_NODES)
+        data = load_yaml(
+            text,
+            max_depth=MAX_POLICY_DEPTH,
+            max_nodes=MAX_POLICY_NODES,
+            max_aliases=MAX_POLICY_ALIASES,
+        )
     except DocumentTooComplex as exc:
         raise PolicyError("", f"the policy is {exc}") from None
     except yaml.YAMLError as exc:

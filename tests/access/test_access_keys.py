@@ -173,7 +173,10 @@ def test_rotation_is_idempotent_by_header(gateway: RunningGateway) -> None:
         first = admin.post(url, json={"grace_seconds": 0}, headers={"Idempotency-Key": "r-1"})
         again = admin.post(url, json={"grace_seconds": 0}, headers={"Idempotency-Key": "r-1"})
         other = admin.post(url, headers={"Idempotency-Key": "r-2"})
+        audited = admin.get("/admin/audit", params={"target": f"key:{key_id}"}).json()["data"]
     assert first.status_code == again.status_code == other.status_code == 200
+    # The replay answered again and changed nothing: one audit entry per rotation done.
+    assert [entry["action"] for entry in audited].count("key.rotate") == 2
     assert first.json()["key"] == again.json()["key"] != other.json()["key"]
     assert _chat(gateway, other.json()["key"]).status_code == 200
     assert _chat(gateway, first.json()["key"]).status_code == 401
