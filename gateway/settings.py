@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gateway.data_dir import private_dir
 from gateway.ledger.store import check_store_url
+from gateway.routing.default_policy import policy_fallback
 from gateway.store.connect import check_redis_url
 
 ENV_PREFIX = "SWITCHYARD_"
@@ -39,6 +40,7 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./var")
     admin_key: SecretStr | None = None
     key_pepper: SecretStr | None = None
+    # Unset and missing: the shipped default policy is served (gateway/routing/default_policy.py).
     policy_file: Path = Path("./routing_rules.yaml")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "console"] = "json"
@@ -149,6 +151,17 @@ class Settings(BaseSettings):
     @property
     def redis_dir(self) -> Path:
         return self.data_dir / "redis"
+
+    @property
+    def policy_fallback(self) -> Path | None:
+        """The shipped default policy, served when POLICY_FILE is unset and missing."""
+        explicit = "policy_file" in self.model_fields_set
+        return policy_fallback(self.policy_file, explicit=explicit)
+
+    @property
+    def policy_source(self) -> Path:
+        """The policy file read at start: POLICY_FILE, or the shipped default in its stead."""
+        return self.policy_fallback or self.policy_file
 
     # Usage events' SQL store: empty = embedded SQLite at DATA_DIR/usage/usage.sqlite3,
     # sqlite:///<path> = another file, postgresql://... = one PostgreSQL shared by replicas.

@@ -122,7 +122,7 @@ def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def _policy_or_none(settings: Settings) -> Policy | None:
     try:
-        return load_policy_file(settings.policy_file)
+        return load_policy_file(settings.policy_source)
     except PolicyError:
         return None
 
