@@ -1,6 +1,7 @@
 """The ``switchyard`` command (also ``python -m gateway``), one module per command:
 
 - ``serve`` (``cli/serve.py``): run the gateway;
+- ``init`` (``cli/init.py``): write an editable copy of the shipped default policy;
 - ``keys create|list|show|update|rotate|revoke`` (``cli/keys.py``): the admin API's key
   operations, straight on the gateway's Redis (``cli/connect.py``). Output is JSON;
 - ``teams create|list|show|update|delete``, ``tokens create|list|revoke`` (``cli/teams.py``):
@@ -18,6 +19,7 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
+from gateway.cli.init import add_init_parser, init_command
 from gateway.cli.keys import add_keys_parser, keys_command
 from gateway.cli.output import fail
 from gateway.cli.policy import add_policy_parser, policy_command
@@ -34,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="switchyard", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(commands)
+    add_init_parser(commands)
     add_keys_parser(commands)
     add_teams_parser(commands)
     add_tokens_parser(commands)
@@ -53,6 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return serve_command(settings, args)
+        if args.command == "init":
+            return init_command(settings, args)
         if args.command == "usage":
             return asyncio.run(usage_command(settings, args))
         if args.command == "teams":

@@ -64,9 +64,9 @@ def serve(settings: Settings, workers: int) -> int:
 
     configure_process_logging(settings.log_level, settings.log_format)
     try:
-        load_policy_file(settings.policy_file)
+        load_policy_file(settings.policy_source)
     except PolicyError as exc:
-        return fail(f"policy {settings.policy_file}: {exc}")
+        return fail(f"policy {settings.policy_source}: {exc}")
     if workers > 1 and settings.embedded_redis:
         return fail("--workers > 1 needs SWITCHYARD_REDIS_URL (one shared Redis)")
     lock = DataDirLock(settings.data_dir)
@@ -88,6 +88,12 @@ def serve(settings: Settings, workers: int) -> int:
             sock = _listen(settings.host, settings.port)
         except OSError as exc:
             return fail(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror}")
+        if settings.policy_fallback is not None:
+            print(
+                f"Policy: no {settings.policy_file} here, serving the shipped default"
+                f" ({settings.policy_fallback}); `switchyard init` writes an editable copy",
+                flush=True,
+            )
         redis_note = settings.redis_url or f"embedded, data in {settings.redis_dir}"
         print(
             f"Switchyard on http://{settings.host}:{settings.port} (Redis: {redis_note})",
