@@ -3,12 +3,15 @@
 Each check fails fast with one line on stderr, in order: the policy file, the DATA_DIR lock (a
 second gateway on it names the first's pid), the secrets, the port; only then does the app
 (embedded Redis included) start. The admin key is printed only when it was just generated.
+With no policy file (and no ``SWITCHYARD_POLICY_FILE``) the shipped default is served, said in
+one line. SIGINT and SIGTERM end it with exit status 0, once it has drained.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import socket
 from typing import Any
 
@@ -51,6 +54,17 @@ class _RefusedStartFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         refused = self._app.state.startup_error is not None
         return not (refused and str(record.msg).startswith("Traceback"))
+
+
+def _take_stop_signals_quietly() -> None:
+    """SIGINT (Ctrl-C) and SIGTERM stop the gateway cleanly, exit status 0.
+
+    uvicorn handles them while it runs (the drain), then restores the handlers it found and
+    raises the signal again: with Python's defaults that is a KeyboardInterrupt traceback, or a
+    death by SIGTERM that `make run` reports as ``*** [run] Terminated``. These handlers, the
+    ones it finds and restores, take that second delivery and do nothing."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: None)
 
 
 def serve(settings: Settings, workers: int) -> int:
@@ -122,6 +136,7 @@ def serve(settings: Settings, workers: int) -> int:
             )
             server = uvicorn.Server(uvicorn.Config(app, **options))
             logging.getLogger("uvicorn.error").addFilter(_RefusedStartFilter(app))
+            _take_stop_signals_quietly()
             try:
                 server.run(sockets=[sock])
             except SystemExit:
