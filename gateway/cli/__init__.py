@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 
@@ -26,7 +27,7 @@ from gateway.cli.policy import add_policy_parser, policy_command
 from gateway.cli.serve import add_serve_parser, serve_command
 from gateway.cli.teams import add_teams_parser, add_tokens_parser, teams_command, tokens_command
 from gateway.cli.usage import add_usage_parser, usage_command
-from gateway.data_dir import DataDirBusy
+from gateway.data_dir import PRIVATE_UMASK, DataDirBusy
 from gateway.errors import GatewayError
 from gateway.settings import SettingsError, load_settings
 from gateway.store.connect import REDIS_FAILURES
@@ -49,6 +50,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "policy":  # needs no settings
         return policy_command(args)
+    if args.command == "init":
+        return _run(args)
+    # The other commands write under DATA_DIR: privately (data_dir.py). Restored after, for
+    # callers in a longer-lived process (the tests).
+    previous = os.umask(PRIVATE_UMASK)
+    try:
+        return _run(args)
+    finally:
+        os.umask(previous)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         settings = load_settings()
     except SettingsError as exc:

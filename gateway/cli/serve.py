@@ -16,7 +16,7 @@ import socket
 from typing import Any
 
 from gateway.cli.output import fail
-from gateway.data_dir import DataDirBusy, DataDirLock
+from gateway.data_dir import DataDirBusy, DataDirLock, private_files
 from gateway.routing.policy import PolicyError, load_policy_file
 from gateway.settings import Settings, ensure_secrets
 
@@ -90,6 +90,7 @@ def serve(settings: Settings, workers: int) -> int:
     except DataDirBusy as exc:
         return fail(str(exc))
     with lock:
+        private_files(settings.data_dir)  # files written before DATA_DIR was kept private
         secrets = ensure_secrets(settings)
         if settings.admin_key is not None:
             print("Admin key: (from SWITCHYARD_ADMIN_KEY)", flush=True)
