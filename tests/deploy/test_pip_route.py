@@ -88,7 +88,7 @@ def test_wheel_in_a_fresh_venv_serves_the_shipped_policy_with_no_policy_file(tmp
         for k, v in os.environ.items()
         if not k.startswith("SWITCHYARD_") and not k.endswith("_API_KEY") and k != "PYTHONPATH"
     }
-    env.update(SWITCHYARD_PORT=str(port), SWITCHYARD_LOG_LEVEL="warning")
+    env.update(SWITCHYARD_PORT=str(port))  # the default log level: the conversion is said
     log_path = tmp_path / "serve.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
