@@ -19,7 +19,6 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gateway.data_dir import private_dir
 from gateway.ledger.store import check_store_url
-from gateway.routing.default_policy import policy_fallback
 from gateway.store.connect import check_redis_url
 
 ENV_PREFIX = "SWITCHYARD_"
@@ -27,6 +26,12 @@ ENV_PREFIX = "SWITCHYARD_"
 
 class SettingsError(ValueError):
     """A configuration value that stops start-up; the message names the variable."""
+
+
+# The default policy shipped in the package (the repository root's routing_rules.yaml is a link
+# to it): `switchyard serve` in a directory without a policy file serves it, `switchyard init`
+# writes a copy. A path, not an import: settings stand below the routing part.
+SHIPPED_POLICY = Path(__file__).parent / "routing" / "routing_rules.yaml"
 
 
 class Settings(BaseSettings):
@@ -40,7 +45,7 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./var")
     admin_key: SecretStr | None = None
     key_pepper: SecretStr | None = None
-    # Unset and missing: the shipped default policy is served (gateway/routing/default_policy.py).
+    # Unset and missing: the shipped default policy is served (SHIPPED_POLICY).
     policy_file: Path = Path("./routing_rules.yaml")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "console"] = "json"
@@ -154,9 +159,11 @@ class Settings(BaseSettings):
 
     @property
     def policy_fallback(self) -> Path | None:
-        """The shipped default policy, served when POLICY_FILE is unset and missing."""
-        explicit = "policy_file" in self.model_fields_set
-        return policy_fallback(self.policy_file, explicit=explicit)
+        """The shipped default policy, served when POLICY_FILE is unset and missing (a file
+        named explicitly must exist: a deployment naming a missing file is a mistake)."""
+        if "policy_file" in self.model_fields_set or self.policy_file.exists():
+            return None
+        return SHIPPED_POLICY
 
     @property
     def policy_source(self) -> Path:

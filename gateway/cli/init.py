@@ -14,8 +14,7 @@ import tempfile
 from typing import Any
 
 from gateway.cli.output import fail
-from gateway.routing.default_policy import shipped_policy_text
-from gateway.settings import Settings
+from gateway.settings import SHIPPED_POLICY, Settings
 
 
 def add_init_parser(commands: Any) -> None:
@@ -32,7 +31,7 @@ def init_command(settings: Settings, args: argparse.Namespace) -> int:
         directory.mkdir(parents=True, exist_ok=True)
         fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=directory)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(shipped_policy_text())
+            handle.write(SHIPPED_POLICY.read_text(encoding="utf-8"))
         os.chmod(temp_name, 0o644)  # a policy holds no secrets (keys come from the environment)
         os.replace(temp_name, target)
     except OSError as exc:

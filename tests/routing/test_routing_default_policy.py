@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
-from gateway.routing.default_policy import SHIPPED_POLICY
 from gateway.routing.policy_store import PolicyStore
-from gateway.settings import load_settings
+from gateway.settings import SHIPPED_POLICY, load_settings
 
 REPO = Path(__file__).resolve().parents[2]
 
