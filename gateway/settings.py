@@ -29,6 +29,12 @@ class SettingsError(ValueError):
     """A configuration value that stops start-up; the message names the variable."""
 
 
+# The default policy shipped in the package (the repository root's routing_rules.yaml is a link
+# to it): `switchyard serve` in a directory without a policy file serves it, `switchyard init`
+# writes a copy. A path, not an import: settings stand below the routing part.
+SHIPPED_POLICY = Path(__file__).parent / "routing" / "routing_rules.yaml"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, env_file=".env", extra="ignore", validate_default=True
@@ -40,6 +46,7 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./var")
     admin_key: SecretStr | None = None
     key_pepper: SecretStr | None = None
+    # Unset and missing: the shipped default policy is served (SHIPPED_POLICY).
     policy_file: Path = Path("./routing_rules.yaml")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "console"] = "json"
@@ -153,6 +160,19 @@ class Settings(BaseSettings):
     @property
     def redis_dir(self) -> Path:
         return self.data_dir / "redis"
+
+    @property
+    def policy_fallback(self) -> Path | None:
+        """The shipped default policy, served when POLICY_FILE is unset and missing (a file
+        named explicitly must exist: a deployment naming a missing file is a mistake)."""
+        if "policy_file" in self.model_fields_set or self.policy_file.exists():
+            return None
+        return SHIPPED_POLICY
+
+    @property
+    def policy_source(self) -> Path:
+        """The policy file read at start: POLICY_FILE, or the shipped default in its stead."""
+        return self.policy_fallback or self.policy_file
 
     # Usage events' SQL store: empty = embedded SQLite at DATA_DIR/usage/usage.sqlite3,
     # sqlite:///<path> = another file, postgresql://... = one PostgreSQL shared by replicas.

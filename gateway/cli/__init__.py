@@ -1,6 +1,7 @@
 """The ``switchyard`` command (also ``python -m gateway``), one module per command:
 
 - ``serve`` (``cli/serve.py``): run the gateway;
+- ``init`` (``cli/init.py``): write an editable copy of the shipped default policy;
 - ``keys create|list|show|update|rotate|revoke`` (``cli/keys.py``): the admin API's key
   operations, straight on the gateway's Redis (``cli/connect.py``). Output is JSON (``keys
   list``: a table, or JSON with ``--format json``);
@@ -23,13 +24,14 @@ import os
 import sys
 from collections.abc import Sequence
 
+from gateway.cli.init import add_init_parser, init_command
 from gateway.cli.keys import add_keys_parser, keys_command
 from gateway.cli.output import fail
 from gateway.cli.policy import add_policy_parser, policy_command, policy_needs_settings
 from gateway.cli.serve import add_serve_parser, serve_command
 from gateway.cli.teams import add_teams_parser, add_tokens_parser, teams_command, tokens_command
 from gateway.cli.usage import add_usage_parser, usage_command
-from gateway.data_dir import DataDirBusy
+from gateway.data_dir import PRIVATE_UMASK, DataDirBusy
 from gateway.errors import GatewayError
 from gateway.settings import SettingsError, load_settings
 from gateway.store.connect import REDIS_FAILURES
@@ -45,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="switchyard", description=DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(commands)
+    add_init_parser(commands)
     add_keys_parser(commands)
     add_teams_parser(commands)
     add_tokens_parser(commands)
@@ -55,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        status = _run(build_parser().parse_args(argv))
+        status = _dispatch(build_parser().parse_args(argv))
         sys.stdout.flush()  # inside the guard: a pipe closed early fails here, not at exit
     except BrokenPipeError:
         # Redis and HTTP clients wrap their socket errors: a bare EPIPE is stdout's reader gone.
@@ -64,9 +67,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     return status
 
 
-def _run(args: argparse.Namespace) -> int:
+def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "policy" and not policy_needs_settings(args):
         return policy_command(args)
+    if args.command in ("init", "policy"):  # they write no DATA_DIR files
+        return _run(args)
+    # The other commands write under DATA_DIR: privately (data_dir.py). Restored after, for
+    # callers in a longer-lived process (the tests).
+    previous = os.umask(PRIVATE_UMASK)
+    try:
+        return _run(args)
+    finally:
+        os.umask(previous)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         settings = load_settings()
     except SettingsError as exc:
@@ -76,6 +91,8 @@ def _run(args: argparse.Namespace) -> int:
             return serve_command(settings, args)
         if args.command == "policy":
             return policy_command(args, settings)
+        if args.command == "init":
+            return init_command(settings, args)
         if args.command == "usage":
             return asyncio.run(usage_command(settings, args))
         if args.command == "teams":

@@ -170,7 +170,7 @@ def _day(timestamp: float | None) -> str:
 
 def _policy_or_none(settings: Settings) -> Policy | None:
     try:
-        return load_policy_file(settings.policy_file)
+        return load_policy_file(settings.policy_source)
     except PolicyError:
         return None
 

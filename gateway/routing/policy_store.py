@@ -98,8 +98,14 @@ def policy_body(body: bytes, content_type: str | None) -> PolicyBody:
 class PolicyStore:
     """The app builds one; request handlers read ``current`` (an immutable snapshot)."""
 
-    def __init__(self, path: Path | str, *, poll_interval_s: float = 0.5) -> None:
+    def __init__(
+        self, path: Path | str, *, poll_interval_s: float = 0.5, fallback: Path | None = None
+    ) -> None:
         self.path = Path(path)
+        # Served while ``path`` is missing (the shipped default); the file, once it appears
+        # (``switchyard init``, a PUT), takes over.
+        self.fallback = fallback
+        self.serving_fallback = False
         self.poll_interval_s = poll_interval_s
         self.last_error: PolicyError | None = None
         self._current: LoadedPolicy | None = None
@@ -129,6 +135,11 @@ class PolicyStore:
 
     def load(self) -> LoadedPolicy:
         """Load the file; on error keep the policy in force and raise."""
+        if self.fallback is not None and not self.path.exists():
+            text = self.fallback.read_text()
+            loaded = self.apply_text(text, source=f"{self.fallback} (shipped default)")
+            self.serving_fallback = True
+            return loaded
         try:
             signature = self._signature()
             text = self.path.read_text()
@@ -147,6 +158,7 @@ class PolicyStore:
             raise
         self._current = LoadedPolicy(policy, policy_version(text), time.time(), source, text)
         self.last_error = None
+        self.serving_fallback = False
         return self._current
 
     def write(self, text: str, *, source: str = "admin api") -> LoadedPolicy:
@@ -212,6 +224,8 @@ class PolicyStore:
         try:
             signature = self._signature()
         except OSError as exc:
+            if self.serving_fallback and isinstance(exc, FileNotFoundError):
+                return False  # no file yet: the shipped default stays
             self._note_error(PolicyError("", f"cannot stat {self.path}: {exc.strerror}"))
             return False
         if signature == self._seen:
