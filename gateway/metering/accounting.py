@@ -17,7 +17,6 @@ attempt's usage is recorded.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -142,8 +141,10 @@ class Accountant:
         task.add_done_callback(self._background.discard)
 
     async def _release(self, reservation: Reservation) -> None:
-        with contextlib.suppress(LimiterUnavailable):  # the lease expiry gives it back later
+        try:
             await self.limiter.release(reservation)
+        except LimiterUnavailable:  # the settle spool gives it back once Redis answers
+            await self.settler.release_later(reservation)
 
     def _count(self, event: UsageEvent) -> None:
         """Token and cost counters carry exactly what the ledger records (cost in whole
