@@ -9,8 +9,8 @@ estimated tokens), so reports count errors too.
 Usage source: the provider's own ``usage`` when it sent one (for streams, the last usage seen,
 so providers that report running usage per chunk give exact partial counts). Otherwise it is
 ``estimated``: a stream charges the estimated prompt plus one token per content chunk that
-upstream produced (how OpenAI-compatible servers stream), a JSON answer the reservation's
-estimate. Failed attempts that another candidate retried cost nothing: only the served
+upstream produced (how OpenAI-compatible servers stream), a JSON answer the typical estimate
+(the reservation held an upper bound). Failed attempts that another candidate retried cost nothing: only the served
 attempt's usage is recorded.
 """
 
