@@ -25,7 +25,7 @@ from gateway.money import usd_to_nanos
 from gateway.store.embedded import EmbeddedRedis
 
 IN_FLIGHT = 8
-MAX_TOKENS = 10  # m-drip streams a token every 0.4 s: 4 s a request
+MAX_TOKENS = 20  # m-drip streams a token every 0.4 s: 8 s a request, ample to kill Redis
 
 
 async def test_settles_failed_by_a_redis_kill_are_replayed_once_it_is_back(
