@@ -246,6 +246,12 @@ class Metrics:
             "Usage events in the local spool waiting for Redis (read at scrape time).",
             registry=self.registry,
         )
+        self.settle_spool_depth = Gauge(
+            "switchyard_settle_spool_depth",
+            "Limiter settles and releases in the local spool waiting for Redis (read at scrape "
+            "time).",
+            registry=self.registry,
+        )
 
         # The exporter's view of the Redis buffer (the same for every replica of one store) and
         # what this replica moved into the usage store.
@@ -313,9 +319,10 @@ class Metrics:
         )
         gauge.set_function(lambda: 1.0 if healthy() else 0.0)
 
-    def watch_spool(self, depth: Callable[[], int]) -> None:
-        """Read the usage spool's depth at scrape time."""
+    def watch_spool(self, depth: Callable[[], int], settles: Callable[[], int]) -> None:
+        """Read the usage and settle spools' depths at scrape time."""
         self.spool_depth.set_function(depth)
+        self.settle_spool_depth.set_function(settles)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

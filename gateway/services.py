@@ -145,7 +145,9 @@ def build_services(
     ledger = UsageLedger(buffer, spool=Spool(settings.data_dir / "spool"))
     alert_settings = AlertSettings.from_settings(settings)
     outbox = AlertOutbox(redis) if alert_settings.enabled else None
-    settler = SettleBatcher(redis, limiter, ledger, log, alerts=outbox)
+    settler = SettleBatcher(
+        redis, limiter, ledger, log, alerts=outbox, spool=Spool(settings.data_dir / "settle-spool")
+    )
     state = RoutingState.from_settings(settings)
     metrics = Metrics(routing=state)
     exporter = UsageExporter(
@@ -156,7 +158,7 @@ def build_services(
         log,
         legacy=LegacyImport(redis, usage_store, log),
     )
-    metrics.watch_spool(ledger.spool_depth)
+    metrics.watch_spool(ledger.spool_depth, settler.spool_depth)
     # The in-process engine (only if the policy has a local provider), loaded when started.
     local_engine = LocalEngineHost(settings.data_dir, metrics, log)
     upstream = UpstreamSettings.from_settings(settings)
@@ -266,6 +268,7 @@ def _parts(services: Services, pepper: bytes) -> list[Part]:
         Part("releases", stop=services.accountant.wait_background),
         Part("usage export", start=services.exporter.start, stop=services.exporter.stop),
         Part("usage ledger", start=services.ledger.start, stop=services.ledger.stop),
+        Part("settle spool", start=services.settler.start, stop=services.settler.stop),
         Part("settle batch", stop=services.settler.drain),
         Part("response cache", stop=services.cache.drain),
         Part("tracing", start=_now(lambda: _log_tracing(services)), stop=services.tracing.aclose),

@@ -12,7 +12,7 @@ usual. Providers that do not offer the operation (Anthropic, the local engine) a
 over.
 
 Metering: the usage the provider reports (``usage`` with ``input_tokens``/``output_tokens``:
-gpt-image-1, gpt-4o-transcribe); otherwise the reservation's estimate, recorded as
+gpt-image-1, gpt-4o-transcribe); otherwise the typical estimate, recorded as
 ``estimated`` (text fields at four characters a token; speech: its input text alone).
 """
 

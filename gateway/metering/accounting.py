@@ -9,15 +9,14 @@ estimated tokens), so reports count errors too.
 Usage source: the provider's own ``usage`` when it sent one (for streams, the last usage seen,
 so providers that report running usage per chunk give exact partial counts). Otherwise it is
 ``estimated``: a stream charges the estimated prompt plus one token per content chunk that
-upstream produced (how OpenAI-compatible servers stream), a JSON answer the reservation's
-estimate. Failed attempts that another candidate retried cost nothing: only the served
+upstream produced (how OpenAI-compatible servers stream), a JSON answer the typical estimate
+(the reservation held an upper bound). Failed attempts that another candidate retried cost nothing: only the served
 attempt's usage is recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -142,8 +141,10 @@ class Accountant:
         task.add_done_callback(self._background.discard)
 
     async def _release(self, reservation: Reservation) -> None:
-        with contextlib.suppress(LimiterUnavailable):  # the lease expiry gives it back later
+        try:
             await self.limiter.release(reservation)
+        except LimiterUnavailable:  # the settle spool gives it back once Redis answers
+            await self.settler.release_later(reservation)
 
     def _count(self, event: UsageEvent) -> None:
         """Token and cost counters carry exactly what the ledger records (cost in whole

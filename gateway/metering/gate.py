@@ -1,8 +1,10 @@
 """Reserve a key's limits before the upstream call and settle them after, with the Redis policy.
 
-The reservation is the request's worst case: the prompt estimate plus ``max_tokens`` for each
-of its ``max(n, best_of)`` choices (none for embeddings), priced at the most expensive
-candidate of the plan, since any fallback may serve it. Money is integer nano-dollars.
+The reservation is the request's worst case: the prompt's upper bound (``prompt_token_bound``:
+UTF-8 bytes plus framing, never fewer than a provider bills) plus ``max_tokens`` for each of
+its ``max(n, best_of)`` choices (none for embeddings), priced at the most expensive candidate of
+the plan, since any fallback may serve it. Money is integer nano-dollars. The typical estimate
+(``estimate_prompt_tokens``) is what a request without provider usage is recorded at.
 
 A key of a team is always reserved (its team's limits are read by the script itself, in the
 team's slot). A reserve that finds the key's limits state elsewhere than its cached record says
@@ -31,7 +33,11 @@ from gateway.formats.relay import usage_of
 from gateway.metering.limits import HomeChanged, KeyLimits, Limiter, LimiterUnavailable, Reservation
 from gateway.metering.moves import LimitMoves
 from gateway.metrics import Metrics
-from gateway.routing.estimate import estimate_prompt_tokens, expected_output_tokens
+from gateway.routing.estimate import (
+    estimate_prompt_tokens,
+    expected_output_tokens,
+    prompt_token_bound,
+)
 from gateway.routing.policy import Policy
 from gateway.routing.router import RoutePlan
 from gateway.settings import Settings
@@ -114,7 +120,16 @@ def worst_case_cost(policy: Policy, plan: RoutePlan, usage: Usage) -> int:
 
 
 def estimate_usage(body: Mapping[str, Any], route: str, default_max_tokens: int) -> Usage:
-    prompt = estimate_prompt_tokens(body)
+    """The typical usage (about four characters a token): recorded when no provider counts."""
+    return _usage(estimate_prompt_tokens(body), body, route, default_max_tokens)
+
+
+def usage_bound(body: Mapping[str, Any], route: str, default_max_tokens: int) -> Usage:
+    """The most a provider may bill for the request: what the limiter reserves."""
+    return _usage(prompt_token_bound(body), body, route, default_max_tokens)
+
+
+def _usage(prompt: int, body: Mapping[str, Any], route: str, default_max_tokens: int) -> Usage:
     if route in PROMPT_ONLY_ROUTES:
         return Usage(prompt, 0)
     return Usage(prompt, expected_output_tokens(body, default_max_tokens))
@@ -158,7 +173,7 @@ class LimitsGate:
         route: str = "chat.completions",
     ) -> tuple[Reservation | None, Usage]:
         """One Redis round trip; returns the reservation (None when unlimited) and the
-        estimate."""
+        typical estimate. The reservation holds the usage bound."""
         estimate = estimate_usage(body, route, self.settings.default_max_tokens)
         record = principal.record
         limits = key_limits(record)
@@ -168,10 +183,11 @@ class LimitsGate:
         if principal.degraded:  # Redis was already unreachable at authentication
             self._fail_open(principal, "redis unreachable at authentication")
             return None, estimate
+        bound = usage_bound(body, route, self.settings.default_max_tokens)
         priced = in_team or (limits is not None and limits.budget_nanos is not None)
-        cost = worst_case_cost(policy, plan, estimate) if priced else 0
+        cost = worst_case_cost(policy, plan, bound) if priced else 0
         try:
-            reservation = await self._reserve(record, cost, estimate.total, reservation_id)
+            reservation = await self._reserve(record, cost, bound.total, reservation_id)
         except LimiterUnavailable:
             if self.settings.on_redis_failure != "open":
                 raise

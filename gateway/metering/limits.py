@@ -340,6 +340,12 @@ class Limiter:
         keys, args = self._settle_call(reservation, "settle", tokens, cost_nanos)
         return batch.call(self._settle_lua, keys, args)
 
+    def queue_release(self, batch: ScriptBatch, reservation: Reservation) -> int:
+        """Queue a release on a ``ScriptBatch`` (a spooled one, replayed); returns its reply's
+        position."""
+        keys, args = self._settle_call(reservation, "release", 0, 0)
+        return batch.call(self._settle_lua, keys, args)
+
     def add_settle(
         self,
         pipe: redis.asyncio.client.Pipeline,

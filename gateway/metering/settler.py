@@ -4,9 +4,11 @@ Everything submitted in one event-loop turn goes out together, so each request c
 one shared round trip. ``submit`` returns a future that resolves once the batch is durable
 (recorded in Redis, or fsync'ed to the local spool): the request path awaits it before the
 last byte of its response, so a gateway killed with SIGKILL loses only requests still in
-flight, never an answered one. If Redis fails, the usage events go to the spool (replayed
-later, idempotent by request id) and unsettled reservations keep their estimate until their
-lease lapses: nothing is lost because Redis was down.
+flight, never an answered one. If Redis fails, the usage events go to the usage spool and the
+settles to the settle spool (``gateway/metering/settle_spool.py``), each replayed once Redis
+answers, idempotent by request id: nothing is lost because Redis was down, and budgets and
+reservations end where the usage store says. Releases that fail (a request no provider took,
+during an outage) are spooled the same way.
 
 A settle that crosses a budget's alert threshold says so in its reply; once the batch's futures
 are resolved (the requests are not kept waiting for it), the crossings are logged
@@ -27,6 +29,9 @@ from redis.asyncio import Redis
 from gateway.alerts.outbox import Alert, AlertOutbox
 from gateway.metering.ledger import UsageEvent, UsageLedger
 from gateway.metering.limits import BudgetCrossing, Limiter, Reservation, settle_crossings
+from gateway.metering.settle_spool import SettleLineError, SpooledSettle
+from gateway.metering.spool import Segment, Spool
+from gateway.server.tasks import cancel_until_done
 from gateway.store.direct import DirectRedis
 from gateway.store.scripts import ScriptBatch
 
@@ -47,9 +52,20 @@ class SettleBatcher:
         ledger: UsageLedger,
         log: Any,
         alerts: AlertOutbox | None = None,
+        *,
+        spool: Spool,
+        replay_interval_s: float = 5.0,
+        replay_batch: int = 200,
     ) -> None:
-        """``alerts``: where crossed budget thresholds go (None: they are only logged)."""
+        """``alerts``: where crossed budget thresholds go (None: they are only logged);
+        ``spool``: where settles and releases wait while Redis does not take them, replayed
+        every ``replay_interval_s``."""
         self.redis = redis
+        self.spool = spool
+        self.replay_interval_s = replay_interval_s
+        self.replay_batch = replay_batch
+        self._replay_task: asyncio.Task[None] | None = None
+        self._replay_lock = asyncio.Lock()
         self.alerts = alerts
         self._direct = DirectRedis(redis)  # one round trip per batch, without pool machinery
         self.limiter = limiter
@@ -139,10 +155,108 @@ class SettleBatcher:
             # Whatever broke the write (redis-py can also fail with a non-Redis error when a
             # cluster connection is torn down mid-send), the events must reach the spool.
             self.log.warning("settle_failed", count=len(batch), error=type(exc).__name__)
-            # The records may or may not have landed: a replayed copy is stored once.
-            await self.ledger.spool_events(events, reason=exc)
+            # The records and settles may or may not have landed: a replayed copy of either
+            # counts once.
+            held = [
+                SpooledSettle("settle", item.reservation, item.tokens, item.cost_nanos)
+                for item in batch
+                if item.reservation is not None
+            ]
+            await asyncio.gather(self.ledger.spool_events(events, reason=exc), self.retry(held))
             return []
         return [c for at, held in settles for c in settle_crossings(held, replies[at])]
+
+    # -- the settle spool ------------------------------------------------------------------
+
+    async def retry(self, settles: list[SpooledSettle]) -> None:
+        """Keep settles or releases that Redis did not take on disk (one fsync) for the replay.
+        If even the disk fails they are logged: their holds then lapse with their lease."""
+        if not settles:
+            return
+        try:
+            await self.spool.append_many([settle.to_json() for settle in settles])
+        except OSError as exc:
+            for settle in settles:
+                self.log.error("settle_lost", settle=settle.to_json().decode(), reason=str(exc))
+            return
+        self.log.warning(
+            "settle_spooled",
+            count=len(settles),
+            request_ids=[s.reservation.request_id for s in settles[:20]],
+        )
+
+    async def release_later(self, reservation: Reservation) -> None:
+        """A release that Redis did not take (the request never reached a provider)."""
+        await self.retry([SpooledSettle("release", reservation)])
+
+    def spool_depth(self) -> int:
+        """Settles and releases waiting on disk (for metrics)."""
+        return self.spool.depth()
+
+    async def replay_spool(self) -> int:
+        """Apply the spooled settles and releases in order; returns how many were sent.
+
+        A segment is removed once all its lines were applied; a replay cut short starts it
+        again, which is safe (every line is idempotent by request id). Raises the Redis error
+        when Redis is still away."""
+        async with self._replay_lock:
+            sent = 0
+            crossings: list[BudgetCrossing] = []
+            async with self.spool.replaying() as segments:
+                for segment in segments:
+                    settles = self._parse_segment(segment)
+                    for start in range(0, len(settles), self.replay_batch):
+                        chunk = settles[start : start + self.replay_batch]
+                        commands = ScriptBatch()
+                        at = [self._queue(commands, settle) for settle in chunk]
+                        replies = await commands.execute(self._direct)
+                        for position, settle in zip(at, chunk, strict=True):
+                            crossings += settle_crossings(settle.reservation, replies[position])
+                        sent += len(chunk)
+                    segment.done()
+            if sent:
+                self.log.info("settle_spool_replayed", sent=sent)
+            if crossings:
+                await self._raise_alerts(crossings)
+            return sent
+
+    def _queue(self, commands: ScriptBatch, settle: SpooledSettle) -> int:
+        if settle.mode == "release":
+            return self.limiter.queue_release(commands, settle.reservation)
+        return self.limiter.queue_settle(
+            commands, settle.reservation, tokens=settle.tokens, cost_nanos=settle.cost_nanos
+        )
+
+    def _parse_segment(self, segment: Segment) -> list[SpooledSettle]:
+        settles = []
+        for line in segment.lines():
+            try:
+                settles.append(SpooledSettle.from_json(line))
+            except SettleLineError as exc:  # a torn last line: keep it for a human
+                self.spool.reject(line)
+                self.log.error(
+                    "settle_spool_line_rejected", path=str(segment.path), reason=str(exc)
+                )
+        return settles
+
+    async def start(self) -> None:
+        """Start the task that replays the settle spool every ``replay_interval_s``."""
+        if self._replay_task is None:
+            self._replay_task = asyncio.create_task(self._replay_forever(), name="settle-replay")
+
+    async def stop(self) -> None:
+        task, self._replay_task = self._replay_task, None
+        if task is not None:
+            await cancel_until_done([task])
+
+    async def _replay_forever(self) -> None:
+        while True:
+            if self.spool.depth():
+                try:
+                    await self.replay_spool()
+                except Exception as exc:  # Redis still away (or torn down mid-send): next round
+                    self.log.info("settle_replay_deferred", reason=type(exc).__name__)
+            await asyncio.sleep(self.replay_interval_s)
 
     async def drain(self, timeout: float = 5.0) -> None:
         self._start_flush()

@@ -1,12 +1,13 @@
-"""Token estimates from a request body, before any provider has counted: the prompt (about
-four characters a token) and the most completion tokens the request may produce.
+"""Token estimates from a request body, before any provider has counted: the prompt, typical
+(about four characters a token) and bounded (at most what any provider may bill), and the most
+completion tokens the request may produce.
 
 Every client format is read: Chat Completions (``messages``, ``prompt``, ``input``),
 Anthropic Messages (``system``, content blocks with tool inputs and results) and the
 Responses API (``instructions``, ``input`` items). Routing ranks candidates by cost and skips
-those whose ``context_window`` the prompt cannot fit with them, and the limiter reserves the
-worst case with them; the settle replaces both by the provider's own figures when it sends
-them.
+those whose ``context_window`` the prompt cannot fit with the *typical* figure (a bound would
+skip candidates the prompt fits); the limiter reserves the *bound*, so that no request can
+spend past a limit (docs/limits.md). The settle replaces both by the provider's own figures.
 """
 
 from __future__ import annotations
@@ -48,6 +49,84 @@ def estimate_prompt_tokens(body: Mapping[str, Any]) -> int:
         if value is not None:
             chars += _json_length(value)
     return max(1, chars // 4)
+
+
+# What a chat template or a provider adds of its own, in tokens: per message (role header,
+# separators, end of turn), once per request (begin of text, reply priming, a default system
+# prompt some templates insert) and once when tools are declared (the system prompt providers
+# wrap tool definitions in: Anthropic documents about 350 tokens).
+MESSAGE_FRAMING_TOKENS = 16
+REQUEST_FRAMING_TOKENS = 64
+TOOLS_FRAMING_TOKENS = 512
+# An image part: providers resize images and bill them by size, not by payload bytes; the
+# largest per-image figures they publish (OpenAI's patch-priced models, about 3,800 tokens at
+# their cap; Anthropic about 1,600) stay below this.
+IMAGE_PART_TOKENS = 4096
+_IMAGE_PARTS = frozenset({"image_url", "input_image", "image"})
+_TOOL_FIELDS = ("tools", "functions")
+
+
+def prompt_token_bound(body: Mapping[str, Any]) -> int:
+    """At least as many tokens as any provider may bill for the request's prompt.
+
+    Byte-level BPE tokenizers (OpenAI's, Llama 3's, Qwen's, the local engine's) and
+    SentencePiece with byte fallback never produce more tokens than the UTF-8 bytes of the
+    text, so every prompt field counts its UTF-8 bytes (its JSON's, for structured fields:
+    keys and punctuation make that an over-count), a token id one token, and the framing
+    allowances above are added. An image part counts ``IMAGE_PART_TOKENS`` instead of its
+    payload; other media (audio, files) count their payload's bytes. Used for the limiter's
+    reservation only: the settle replaces it by what the provider billed.
+    """
+    tokens = REQUEST_FRAMING_TOKENS
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        tokens += len(messages) * MESSAGE_FRAMING_TOKENS + _bytes_bound(messages)
+    for key in ("prompt", "input", "system", "instructions"):
+        value = body.get(key)
+        if value is None:
+            continue
+        ids = _token_ids(value)
+        if ids is not None:
+            tokens += ids
+            continue
+        tokens += _bytes_bound(value)
+        if isinstance(value, list):  # input items or system blocks: each framed like a message
+            tokens += len(value) * MESSAGE_FRAMING_TOKENS
+    if any(body.get(key) for key in _TOOL_FIELDS):
+        tokens += TOOLS_FRAMING_TOKENS
+    for key in PROMPT_SIDE_FIELDS:
+        value = body.get(key)
+        if value is not None:
+            tokens += _json_length(value)
+    return tokens
+
+
+def _token_ids(value: Any) -> int | None:
+    """How many token ids a ``prompt`` / ``input`` given as ids (or a batch of id lists) holds;
+    None when it is text."""
+    if not isinstance(value, list) or not value:
+        return None
+    if all(type(item) is int for item in value):
+        return len(value)
+    if all(isinstance(item, list) and all(type(i) is int for i in item) for item in value):
+        return sum(len(item) for item in value)
+    return None
+
+
+def _bytes_bound(value: Any) -> int:
+    """UTF-8 bytes of a JSON value as text (its strings, keys and numbers), with image parts
+    at their allowance."""
+    if isinstance(value, str):
+        return len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))
+    if isinstance(value, list):
+        return sum(_bytes_bound(item) for item in value)
+    if isinstance(value, dict):
+        if value.get("type") in _IMAGE_PARTS:
+            return IMAGE_PART_TOKENS
+        return sum(_bytes_bound(key) + _bytes_bound(item) for key, item in value.items())
+    if value is None or isinstance(value, bool):
+        return 5  # null, true, false
+    return len(str(value))
 
 
 def _text_length(value: Any) -> int:

@@ -96,14 +96,15 @@ def test_each_threshold_is_delivered_once_signed_despite_failed_tries(
         )
         served = [chat(gateways[i % 2].url, soft_key).status_code for i in range(7)]
         assert served == [200] * 7
-        # A hard $0.06 a day on a team: the 4th request is refused; 50 and 100 % alert.
+        # A hard $0.17 a day on a team: after 3 requests ($0.06) the 4th one's hold (its bound,
+        # $0.129) no longer fits the $0.11 left, so it is refused; 10 and 30 % alert.
         with gateways[1].admin() as admin:
             made = admin.post(
                 "/admin/teams",
                 json={
                     "id": "alerting",
-                    "budgets_usd": {"day": 0.06},
-                    "alert_thresholds": [50, 100],
+                    "budgets_usd": {"day": 0.17},
+                    "alert_thresholds": [10, 30],
                 },
             )
         assert made.status_code == 201, made.text
@@ -137,8 +138,8 @@ def test_each_threshold_is_delivered_once_signed_despite_failed_tries(
         ("key", 50): (3 * COST_NANOS, 5 * COST_NANOS),
         ("key", 80): (4 * COST_NANOS, 5 * COST_NANOS),
         ("key", 100): (5 * COST_NANOS, 5 * COST_NANOS),
-        ("team", 50): (2 * COST_NANOS, 3 * COST_NANOS),
-        ("team", 100): (3 * COST_NANOS, 3 * COST_NANOS),
+        ("team", 10): (1 * COST_NANOS, 170_000_000),
+        ("team", 30): (3 * COST_NANOS, 170_000_000),
     }
     assert {b["scope_id"] for b in bodies if b["scope"] == "team"} == {"alerting"}
     assert {b["scope_id"] for b in bodies if b["scope"] == "key"} == {soft_id}

@@ -10,7 +10,11 @@ import httpx
 import pytest
 from gateway_runner import GatewayProcess
 from replica_load import (
+    CHAT,
+    COST_NANOS_PER_REQUEST,
     COST_PER_REQUEST,
+    HOLD_NANOS_PER_REQUEST,
+    HOLD_TOKENS_PER_REQUEST,
     TOKENS_PER_REQUEST,
     chat,
     chat_until,
@@ -20,6 +24,8 @@ from replica_load import (
     replicas_on,
 )
 
+from gateway.money import usd_to_nanos
+from gateway.routing.estimate import prompt_token_bound
 from gateway.store.embedded import EmbeddedRedis
 
 pytestmark = pytest.mark.slow
@@ -36,17 +42,30 @@ async def test_rpm_is_exact_across_three_replicas(replicas: list[GatewayProcess]
     assert served.headers["x-ratelimit-limit-requests"] == "100"
 
 
-async def test_tpm_is_exact_across_three_replicas(replicas: list[GatewayProcess]) -> None:
-    key = new_key(replicas[0], name="tpm", tpm=100 * TOKENS_PER_REQUEST)
+def test_a_chat_is_held_at_its_bound() -> None:
+    assert prompt_token_bound(CHAT) + CHAT["max_tokens"] == HOLD_TOKENS_PER_REQUEST
+    assert HOLD_NANOS_PER_REQUEST == 119 * 1_000_000 + 5 * 2_000_000
+
+
+async def test_tpm_never_passes_across_three_replicas(replicas: list[GatewayProcess]) -> None:
+    tpm = 100 * TOKENS_PER_REQUEST
+    key = new_key(replicas[0], name="tpm", tpm=tpm)
     responses = await fire([g.url for g in replicas], key, 300)
-    assert outcomes(responses) == {"200": 100, "429 rate_limit_exceeded": 200}
+    served = outcomes(responses).get("200", 0)
+    assert outcomes(responses) == {"200": served, "429 rate_limit_exceeded": 300 - served}
+    # Held at their bound until each settles: never more than fit, at least what holds allow.
+    assert tpm // HOLD_TOKENS_PER_REQUEST <= served <= tpm // TOKENS_PER_REQUEST
     assert "x-ratelimit-remaining-tokens" in responses[0].headers
 
 
 async def test_budget_stops_at_the_budget(replicas: list[GatewayProcess]) -> None:
-    key = new_key(replicas[0], name="budget", budget_usd=50 * COST_PER_REQUEST, budget_period="day")
+    budget_usd = 50 * COST_PER_REQUEST
+    key = new_key(replicas[0], name="budget", budget_usd=budget_usd, budget_period="day")
     responses = await fire([g.url for g in replicas], key, 80)
-    assert outcomes(responses) == {"200": 50, "429 insufficient_quota": 30}
+    served = outcomes(responses).get("200", 0)
+    assert outcomes(responses) == {"200": served, "429 insufficient_quota": 80 - served}
+    budget = usd_to_nanos(budget_usd)
+    assert budget // HOLD_NANOS_PER_REQUEST <= served <= budget // COST_NANOS_PER_REQUEST
 
 
 @pytest.mark.parametrize("mode", ["closed", "open"])

@@ -25,11 +25,11 @@ from usage_workload import (
     wait_for_events,
 )
 
-from gateway.routing.estimate import estimate_prompt_tokens
+from gateway.routing.estimate import estimate_prompt_tokens, prompt_token_bound
 
-# 12 words of 2 letters: 35 characters, which the gateway estimates as (35 + 16) // 4 = 12
-# prompt tokens, and the provider counts as 12 (a token a word). With max_tokens 9 the
-# reservation's estimate is exactly the usage the provider reports.
+# 12 words of 2 letters: 35 characters, which the gateway's typical estimate makes (35 + 16)
+# // 4 = 12 prompt tokens, and the provider counts as 12 (a token a word); the reservation
+# holds their upper bound (130: UTF-8 bytes plus framing) and settles to the 12 + 9 used.
 MESSAGES = [{"role": "user", "content": " ".join(["ab"] * 12)}]
 MAX_TOKENS = 9
 BUDGET_NANOS = 1_000_000  # $0.001
@@ -80,12 +80,18 @@ async def test_budget_admits_exactly_the_requests_the_rule_allows(
     per_request = _nanos_of_exact_request()
     assert per_request == 7_200  # 12 x $0.15/M + 9 x $0.60/M = $0.0000072
     assert estimate_prompt_tokens({"messages": MESSAGES}) == 12
-    # docs/limits.md: admitted while spent + held + estimate <= budget. The estimate equals the
-    # real cost here, so exactly floor(budget / cost) requests fit, however they interleave.
-    fits = BUDGET_NANOS // per_request
-    assert fits == 138  # per-request rounding to micro-dollars (7 µ$) used to admit 142
+    # The reservation holds the prompt's upper bound: 64 + 16 framing + 50 bytes of the
+    # message's JSON text ("role" "user" "content" and its 35 characters) = 130 tokens.
+    assert prompt_token_bound({"messages": MESSAGES}) == 130
+    hold = 130 * 150 + MAX_TOKENS * 600
+    assert hold == 24_900
+    # docs/limits.md: admitted while spent + held + hold <= budget. One at a time, each settles
+    # to its real cost before the next reserves, so exactly the requests for which the spend
+    # so far plus one hold fits are admitted: 1 + floor((budget - hold) / cost).
+    fits = 1 + (BUDGET_NANOS - hold) // per_request
+    assert fits == 136  # per-request rounding to micro-dollars (7 µ$) used to admit 142
     _, key = gateway.create_key(name="budget", budget_usd=0.001, budget_period="total")
-    outcomes = await _send_chats(gateway, key, 160, "budget-")
+    outcomes = await _send_chats(gateway, key, 160, "budget-", concurrency=1)
     admitted = [o for o in outcomes if o[0] == 200]
     refused = [o for o in outcomes if o[0] != 200]
     assert len(admitted) == fits
@@ -94,9 +100,21 @@ async def test_budget_admits_exactly_the_requests_the_rule_allows(
     usage = _own_usage(gateway, key)
     # A refusal is recorded too (status 429, no tokens, no cost).
     assert (usage["requests"], usage["errors"]) == (160, 160 - fits)
-    assert usage["total_cost_nanos"] == fits * per_request == 993_600
-    # What is left ($0.0000064) is less than one request: the next is refused too.
+    assert usage["total_cost_nanos"] == fits * per_request == 979_200
+    # What is left ($0.0000208) is less than one hold: the next is refused too.
     assert await _send_chats(gateway, key, 1, "after-") == [(429, "insufficient_quota")]
+
+
+async def test_concurrent_requests_never_spend_past_the_budget(
+    gateway: GatewayProcess, provider: CountingProvider
+) -> None:
+    _, key = gateway.create_key(name="burst", budget_usd=0.001, budget_period="total")
+    outcomes = await _send_chats(gateway, key, 160, "burst-", concurrency=16)
+    served = outcomes.count((200, None))
+    assert set(outcomes) - {(200, None)} == {(429, "insufficient_quota")}
+    # Holds of requests in flight make room for fewer at once, never for more.
+    assert BUDGET_NANOS // 24_900 <= served <= BUDGET_NANOS // _nanos_of_exact_request()
+    assert _own_usage(gateway, key)["total_cost_nanos"] == served * 7_200 <= BUDGET_NANOS
 
 
 async def test_180_requests_report_exactly_their_cost_everywhere(
@@ -147,9 +165,9 @@ async def test_180_requests_report_exactly_their_cost_everywhere(
 async def test_a_sub_micro_dollar_embedding_is_charged_exactly(
     gateway: GatewayProcess, provider: CountingProvider
 ) -> None:
-    # tpm 30: an embedding reserves its prompt only (25 words -> estimate 18), not the
-    # completion default a chat request would.
-    _, key = gateway.create_key(name="embed", tpm=30, budget_usd=0.001)
+    # tpm 200: an embedding reserves its prompt only (74 bytes + 64 framing = 138), not the
+    # completion default (256) a chat request would.
+    _, key = gateway.create_key(name="embed", tpm=200, budget_usd=0.001)
     client = openai.AsyncOpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
     raw = await client.embeddings.with_raw_response.create(
         model="m-embed", input=" ".join(["ab"] * 25), user="embed-1"

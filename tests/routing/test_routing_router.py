@@ -9,7 +9,12 @@ import pytest
 
 from gateway.errors import InvalidRequest, NotFound, PermissionDenied
 from gateway.routing.canary import canary_bucket, in_canary
-from gateway.routing.estimate import estimate_prompt_tokens, expected_output_tokens
+from gateway.routing.estimate import (
+    IMAGE_PART_TOKENS,
+    estimate_prompt_tokens,
+    expected_output_tokens,
+    prompt_token_bound,
+)
 from gateway.routing.policy_store import PolicyStore
 from gateway.routing.router import Router
 from gateway.routing.state import RoutingState
@@ -268,6 +273,34 @@ def test_prompt_estimate_counts_everything_the_model_reads() -> None:
     with_calls = {"messages": [{"role": "assistant", "content": None, "tool_calls": [call]}]}
     assert estimate_prompt_tokens(with_calls) > 1000
     assert estimate_prompt_tokens({"input": [[1, 2, 3, 4]]}) == 4  # token ids: one each
+
+
+def test_prompt_bound_counts_utf8_bytes_and_framing() -> None:
+    def chat(content: object) -> dict:
+        return {"messages": [{"role": "user", "content": content}]}
+
+    # 64 per request + 16 per message + the bytes of "role" "user" "content" and the text.
+    assert prompt_token_bound(chat("x" * 84)) == 64 + 16 + 15 + 84
+    # A character of CJK is 3 UTF-8 bytes (about one token): the bound covers it, the typical
+    # four-characters-a-token estimate does not.
+    cjk = chat("漢" * 4000)
+    assert prompt_token_bound(cjk) == 64 + 16 + 15 + 12_000
+    assert estimate_prompt_tokens(cjk) < 4000 < prompt_token_bound(cjk)
+    assert prompt_token_bound(chat("é" * 10)) == 64 + 16 + 15 + 20
+    # Token ids count one each; a batch of id lists too.
+    assert prompt_token_bound({"input": [[1, 2, 3, 4], [5]]}) == 64 + 5
+    assert prompt_token_bound({"prompt": [70000, 1, 2]}) == 64 + 3
+    # An image part counts its allowance, not its base64 payload; its text still counts.
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 90_000}}
+    parts = chat([{"type": "text", "text": "describe"}, image])
+    assert prompt_token_bound(parts) == 64 + 16 + 15 + (4 + 4 + 4 + 8) + IMAGE_PART_TOKENS
+    # Tools add their framing and their JSON; system blocks and Responses items are framed.
+    tools = [{"type": "function", "function": {"name": "f", "description": "d" * 4000}}]
+    assert prompt_token_bound({**chat("hi"), "tools": tools}) > 4000 + 512
+    assert prompt_token_bound({"input": [{"role": "user", "content": "hi"}]}) == 64 + 16 + 15 + 2
+    # Every field of a message counts, tool calls included.
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "漢" * 100}}
+    assert prompt_token_bound({"messages": [{"role": "assistant", "tool_calls": [call]}]}) > 300
 
 
 def test_completion_estimate_counts_every_choice() -> None:

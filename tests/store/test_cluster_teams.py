@@ -13,6 +13,7 @@ from gateway_runner import GatewayProcess
 from redis_helpers import LoopbackCluster
 from replica_load import (
     COST_NANOS_PER_REQUEST,
+    HOLD_NANOS_PER_REQUEST,
     create_team,
     fire,
     key_id_of,
@@ -54,7 +55,8 @@ async def test_two_keys_of_a_team_share_its_rpm_exactly(
 async def test_a_key_moved_between_teams_keeps_its_budget_on_the_cluster(
     gateways: list[GatewayProcess], cluster: LoopbackCluster
 ) -> None:
-    key_id, key = key_to_move(gateways[0], "cluster-red", "cluster-blue", 0.6, "day")  # 30 requests
+    # $2.00: 100 requests of $0.02, and room for the holds ($0.129 each) of a burst of 12.
+    key_id, key = key_to_move(gateways[0], "cluster-red", "cluster-blue", 2.0, "day")
     # The two teams' slots are on different masters: the move crosses nodes.
     assert (
         cluster.owner_of("sy:{team:cluster-red}").port
@@ -66,18 +68,21 @@ async def test_a_key_moved_between_teams_keeps_its_budget_on_the_cluster(
         moved = admin.patch(f"/admin/keys/{key_id}", json={"team": "cluster-blue"})
         assert moved.status_code == 200 and moved.json()["team"] == "cluster-blue"
     # Every gateway, its cached record stale or not, goes on from the key's 12 requests.
-    rest = await fire([g.url for g in gateways], key, 40)
-    assert outcomes(rest) == {"200": 18, "429 insufficient_quota": 22}
+    rest = await fire([g.url for g in gateways], key, 100)
+    served = outcomes(rest).get("200", 0)
+    assert outcomes(rest) == {"200": served, "429 insufficient_quota": 100 - served}
+    assert served >= (2_000_000_000 - 12 * COST_NANOS_PER_REQUEST) // HOLD_NANOS_PER_REQUEST
+    assert 12 + served <= 100
     await asyncio.sleep(1.5)  # the background sweep has run on every gateway since
     with gateways[2].admin() as admin:
         red = admin.get("/admin/teams/cluster-red").json()["usage"]
         blue = admin.get("/admin/teams/cluster-blue").json()["usage"]
-    assert red["requests"]["used"] == 12 and blue["requests"]["used"] == 18
+    assert red["requests"]["used"] == 12 and blue["requests"]["used"] == served
     blue_state = f"sy:{{team:cluster-blue}}:key:{key_id}:budget:day"
     with cluster.owner_of(blue_state).client() as node:
         spent = int(node.hget(blue_state, "spent"))
         reserved = int(node.hget(blue_state, "reserved"))
-    assert (spent, reserved) == (30 * COST_NANOS_PER_REQUEST, 0)
+    assert (spent, reserved) == ((12 + served) * COST_NANOS_PER_REQUEST, 0)
     red_state = f"sy:{{team:cluster-red}}:key:{key_id}:budget:day"
     with cluster.owner_of(red_state).client() as node:
         assert node.exists(red_state) == 0  # the red slot holds nothing of the key now

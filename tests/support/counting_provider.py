@@ -8,7 +8,9 @@ The upstream model name picks the behaviour (words joined by ``-``):
 - ``drip``: ``DRIP_S`` seconds between stream chunks (clients disconnect mid-stream);
 - ``cont``: running usage in every stream chunk (as vLLM's ``continuous_usage_stats``);
 - ``mute``: no usage at all in streams (the gateway must estimate);
-- ``cache``: half the prompt is reported as cached.
+- ``cache``: half the prompt is reported as cached;
+- ``chars``: the prompt is billed at one token per character of the message contents (as a
+  tokenizer bills CJK text, about a token a character), not per word.
 
 ``/v1/embeddings`` books one prompt token per word of ``input``.
 
@@ -42,6 +44,15 @@ class Served:
     cached: int = 0
     reported: bool = True  # False: the stream ended before usage was reported
     failed: bool = False
+
+
+def count_prompt_chars(body: dict[str, Any]) -> int:
+    """The ``chars`` tokenizer: one token per character of the string message contents."""
+    return sum(
+        len(message["content"])
+        for message in body.get("messages") or []
+        if isinstance(message.get("content"), str)
+    )
 
 
 def count_prompt_tokens(body: dict[str, Any]) -> int:
@@ -94,7 +105,7 @@ class CountingProvider(LoopbackServer):
             with self.lock:
                 self.failures[tag] = self.failures.get(tag, 0) + 1
             return web.json_response({"error": {"message": "flaky upstream"}}, status=500)
-        prompt = count_prompt_tokens(body)
+        prompt = count_prompt_chars(body) if "chars" in traits else count_prompt_tokens(body)
         cached = prompt // 2 if "cache" in traits else 0
         completion = body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else 4
         if not body.get("stream"):

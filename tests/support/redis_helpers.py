@@ -255,7 +255,10 @@ def settle_parts(
     buffer = UsageBuffer(client)
     buffer.bind(store_id)
     ledger = UsageLedger(buffer, spool=Spool(spool_dir))
-    return limiter, ledger, SettleBatcher(client, limiter, ledger, structlog.get_logger())
+    settler = SettleBatcher(
+        client, limiter, ledger, structlog.get_logger(), spool=Spool(spool_dir / "settles")
+    )
+    return limiter, ledger, settler
 
 
 async def settle_round(

@@ -16,12 +16,16 @@ from gateway_runner import AdminClient, GatewayProcess, running_gateways
 
 from gateway.money import usd_to_nanos
 
-# 24 characters: the gateway's prompt estimate is then exactly the fake upstream's 10 tokens,
-# so the reservation (10 + max_tokens 5) equals what is settled and counts are exact.
+# 24 characters: the gateway's typical prompt estimate is exactly the fake upstream's 10 tokens.
 MESSAGES = [{"role": "user", "content": "x" * 24}]
 TOKENS_PER_REQUEST = 15
 COST_PER_REQUEST = 0.02  # fake-model: 10 × $1000/M + 5 × $2000/M
 COST_NANOS_PER_REQUEST = usd_to_nanos(COST_PER_REQUEST)
+# What the limiter holds for one CHAT until it settles: the prompt's upper bound (64 + 16
+# framing + 39 bytes of the message's JSON text = 119 tokens) + max_tokens 5. A burst is
+# admitted against holds, so it gets between limit // hold and limit // usage requests.
+HOLD_TOKENS_PER_REQUEST = 124
+HOLD_NANOS_PER_REQUEST = usd_to_nanos(0.129)  # 119 × $1000/M + 5 × $2000/M
 CHAT = {"model": "fake-model", "messages": MESSAGES, "max_tokens": 5}
 
 
