@@ -36,6 +36,7 @@ import httpx
 import orjson
 
 from gateway.store.embedded import EmbeddedRedis, free_port
+from gateway.tools.machine import cpu_model
 
 GATEWAY_CORE = 0
 LOAD_CORE = 1
@@ -396,7 +397,7 @@ def _report(
 
     cpu_note = f"gateway pinned to core {GATEWAY_CORE}; upstream, Redis, wrk on core {LOAD_CORE}"
     print(f"\nSwitchyard gateway overhead (median of {args.repeat} × {args.duration:g}s wrk runs)")
-    print(cpu_note)
+    print(f"CPU: {cpu_model()}; {cpu_note}")
     header = (
         f"{'conc':>5} {'path':>11} {'req/s':>10} {'p50':>9} {'added p50':>10} "
         f"{'p99':>9} {'added p99':>10} {'gw cpu/req':>11}"

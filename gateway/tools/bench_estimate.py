@@ -1,6 +1,6 @@
 """What the prompt token estimates cost per request, on request bodies of typical shapes.
 
-``python -m gateway.routing.bench [--repeat N]``: for each body, the microseconds of
+``python -m gateway.tools.bench_estimate [--repeat N]``: for each body, the microseconds of
 ``estimate_prompt_tokens`` (the typical estimate routing reads) and ``prompt_token_bound`` (the
 reservation's upper bound), CPU time, best of seven rounds, and both figures.
 """
@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.routing.estimate import estimate_prompt_tokens, prompt_token_bound
+from gateway.tools.machine import cpu_model
 
 
 def bodies() -> dict[str, dict[str, Any]]:
@@ -81,10 +82,11 @@ def per_call_us(function: Callable[[dict[str, Any]], int], body: dict[str, Any],
     return best * 1e6
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=2000, help="calls per round")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    print(f"CPU: {cpu_model()}; CPU time per call, best of 7 rounds of {args.repeat}")
     print(f"{'body':44} {'typical µs':>10} {'bound µs':>9} {'typical':>8} {'bound':>8}")
     for name, body in bodies().items():
         typical = per_call_us(estimate_prompt_tokens, body, args.repeat)
