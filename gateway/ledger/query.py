@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, fields
 from datetime import date
 from typing import Any
 
-from gateway.ledger.event import MAX_ID_LENGTH, LedgerError, LedgerEvent, check_tag, day_of_ms
+from gateway.ledger.event import LedgerError, LedgerEvent, check_tag, day_of_ms
+from gateway.ledger.record import label_problem
 from gateway.ledger.tables import COUNTERS, ROLLUP_TABLES
 
 GROUP_BYS = ("key", "team", "model", "provider", "task", "day", "tag", "user")
@@ -110,8 +111,9 @@ class RollupRow:
 
 
 def _check_filter_value(param: str, value: object) -> None:
-    if not isinstance(value, str) or len(value) > MAX_ID_LENGTH or not value.isprintable():
-        raise LedgerQueryError(param, f"must be a string of at most {MAX_ID_LENGTH} characters")
+    problem = label_problem(value)
+    if problem is not None:
+        raise LedgerQueryError(param, problem)
     if param == "tag" and value:  # "" selects untagged requests
         try:
             check_tag(value)
