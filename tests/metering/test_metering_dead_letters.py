@@ -99,6 +99,9 @@ async def test_an_event_the_ledger_refuses_is_kept_listed_and_replayed_once_corr
     letters = DeadLetters(store)
     page = await letters.page()
     assert page["total"] == 2
+    first = await letters.page(limit=1)
+    second = await letters.page(limit=1, cursor=first["next_cursor"])
+    assert [*first["data"], *second["data"]] == page["data"] and second["next_cursor"] is None
     tabbed = next(item for item in page["data"] if item["event_id"] == "tabbed")
     assert (tabbed["field"], tabbed["key_id"]) == ("team", bad.key_id)
     assert "control characters" in tabbed["reason"] and tabbed["event"]["team"] == "tab\there"
