@@ -258,8 +258,8 @@ class Metrics:
         self.exported = Counter(
             "switchyard_usage_exported_total",
             "Usage events the exporter took from the Redis buffer, by outcome: inserted (new in "
-            "the store), duplicate (the store had it: a re-delivery), rejected (unreadable; "
-            "logged in full).",
+            "the store), duplicate (the store had it: a re-delivery), rejected (the store could "
+            "not keep it: kept as a dead letter, see switchyard_usage_dead_letters).",
             ["outcome"],
             registry=self.registry,
         )
@@ -288,6 +288,12 @@ class Metrics:
         self.export_pending = Gauge(
             "switchyard_usage_export_pending",
             "Buffered usage events read by an exporter and not yet acknowledged.",
+            registry=self.registry,
+        )
+        self.usage_dead_letters = Gauge(
+            "switchyard_usage_dead_letters",
+            "Usage events the store could not keep, waiting in its dead letters for an admin "
+            "to replay them (GET /admin/usage/dead-letters); counted every 15 s.",
             registry=self.registry,
         )
 

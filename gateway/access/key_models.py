@@ -28,12 +28,27 @@ from pydantic import (
 
 from gateway.errors import InvalidRequest, invalid_input
 from gateway.ledger.event import clean_tags
+from gateway.ledger.record import MAX_LABEL_LENGTH, label_problem
 from gateway.money import MAX_BUDGET_USD, usd_to_nanos
 from gateway.routing.policy import Policy
 
 MAX_METADATA_BYTES = 4096
 MAX_GRACE_S = 30 * 24 * 3600
-Name = Annotated[StrictStr, Field(min_length=1, max_length=200)]
+
+
+def ledger_label(value: str) -> str:
+    """A name that may end up in the usage ledger, under the ledger's own label rule."""
+    problem = label_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+# A key's name and team, a team's or admin token's name, an allow-listed model: the ledger's
+# label rule, so nothing accepted here can make the usage store refuse an event later.
+Name = Annotated[
+    StrictStr, Field(min_length=1, max_length=MAX_LABEL_LENGTH), AfterValidator(ledger_label)
+]
 Rpm = Annotated[StrictInt, Field(ge=0, le=10_000_000)]
 Tpm = Annotated[StrictInt, Field(ge=0, le=10_000_000_000)]
 Parallel = Annotated[StrictInt, Field(ge=0, le=1_000_000)]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import date
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -23,6 +22,8 @@ from gateway.api.payloads import parse_query
 from gateway.audit.trail import entry_view
 from gateway.errors import InvalidRequest
 from gateway.ledger.audit import MAX_AUDIT_LIMIT, AuditQuery, AuditQueryError, days_range_ms
+from gateway.ledger.days import parse_days
+from gateway.ledger.query import LedgerQueryError
 from gateway.server.exchange import request_id_of
 from gateway.services import Services
 
@@ -77,21 +78,12 @@ class AuditListQuery(BaseModel):
     format: Literal["json", "csv"] = "json"
 
 
-def _day(value: str | None, param: str) -> date | None:
-    if not value:
-        return None
-    try:
-        return date.fromisoformat(value)
-    except ValueError:
-        raise InvalidRequest(f"{param}: not a calendar date", param=param) from None
-
-
 def audit_query(query: AuditListQuery) -> AuditQuery:
     """The list query as the store's (an empty filter is no filter)."""
-    start, end = _day(query.from_, "from"), _day(query.to, "to")
-    if start and end and start > end:
-        raise InvalidRequest("from: must not be after to", param="from")
-    start_ms, end_ms = days_range_ms(start, end)
+    try:
+        start_ms, end_ms = days_range_ms(*parse_days(query.from_, query.to))
+    except LedgerQueryError as exc:
+        raise InvalidRequest(str(exc), param=exc.param) from None
     try:
         return AuditQuery(
             actor=query.actor or None,

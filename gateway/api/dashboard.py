@@ -13,7 +13,6 @@ Every form carries a CSRF token (``dashboard_forms.py``). A Redis outage is a 50
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from starlette.requests import Request
@@ -35,7 +34,7 @@ from gateway.api.dashboard_view import USAGE_PAGE, build_view, error_page, secur
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import client_address
 from gateway.errors import RateLimited
-from gateway.metering.reports import ReportError, parse_day
+from gateway.metering.reports import ReportError, report_range
 from gateway.services import Services
 
 DEFAULT_DAYS = 14
@@ -49,9 +48,11 @@ async def page(request: Request, services: Services) -> Response:
     if isinstance(session, Response):
         return session
     try:
-        end = parse_day(request.query_params.get("to"), "to", reports.today())
-        start = parse_day(
-            request.query_params.get("from"), "from", end - timedelta(days=DEFAULT_DAYS - 1)
+        start, end = report_range(
+            request.query_params.get("from"),
+            request.query_params.get("to"),
+            today=reports.today(),
+            default_days=DEFAULT_DAYS,
         )
         reports.check_range(start, end)
     except ReportError as exc:

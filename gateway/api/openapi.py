@@ -13,6 +13,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.api.http import json_response
+from gateway.api.openapi_dead_letters import SCHEMAS as DEAD_LETTER_SCHEMAS
+from gateway.api.openapi_dead_letters import dead_letter_paths
 from gateway.api.openapi_doors import DOOR_SCHEMAS, door_paths
 from gateway.api.openapi_governance import SCHEMAS as GOVERNANCE_SCHEMAS
 from gateway.api.openapi_governance import governance_paths
@@ -177,6 +179,7 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                 ],
             )
         },
+        **dead_letter_paths(),
         "/admin/cache": {
             "get": admin("Response cache stats, per scope", "CacheStats", params=CACHE_FILTERS),
             "delete": admin(
@@ -275,7 +278,7 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
         },
         "paths": paths,
         "components": {
-            "schemas": SCHEMAS | DOOR_SCHEMAS | GOVERNANCE_SCHEMAS,
+            "schemas": SCHEMAS | DOOR_SCHEMAS | GOVERNANCE_SCHEMAS | DEAD_LETTER_SCHEMAS,
             "securitySchemes": {
                 "apiKey": {"type": "http", "scheme": "bearer", "description": "sk-sy-... key"},
                 "anthropicKey": {

@@ -14,6 +14,7 @@ from gateway.api.openapi_schemas import (
     BOOLEAN,
     BUDGET_MODE,
     INTEGER,
+    LABEL,
     NUMBER,
     STRING,
     Schema,
@@ -29,7 +30,7 @@ from gateway.money import MAX_BUDGET_USD
 PERIODS = ("day", "week", "month", "total")
 USD = {"type": "number", "minimum": 0, "maximum": MAX_BUDGET_USD}
 TEAM_FIELDS: dict[str, Schema] = {
-    "name": nullable({"type": "string", "minLength": 1, "maxLength": 200}),
+    "name": nullable(LABEL),
     "rpm": nullable({"type": "integer", "minimum": 0, "maximum": 10_000_000}),
     "tpm": nullable({"type": "integer", "minimum": 0, "maximum": 10_000_000_000}),
     "max_parallel_requests": nullable({"type": "integer", "minimum": 0, "maximum": 1_000_000}),
@@ -81,7 +82,7 @@ SCHEMAS: dict[str, Schema] = {
     ),
     "TokenCreate": obj(
         {
-            "name": {"type": "string", "minLength": 1, "maxLength": 200},
+            "name": LABEL,
             "role": {"enum": list(ROLES)},
         },
         ["name", "role"],

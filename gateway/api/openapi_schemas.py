@@ -13,6 +13,7 @@ from gateway.access.key_models import MAX_GRACE_S
 from gateway.api.request_models import ROLES
 from gateway.cache.stats import COUNTERS as CACHE_COUNTERS
 from gateway.ledger.event import MAX_TAG_LENGTH, MAX_TAGS
+from gateway.ledger.record import MAX_LABEL_LENGTH
 from gateway.metering.reports import GROUP_BYS, MAX_EVENTS_LIMIT
 from gateway.money import MAX_BUDGET_USD
 from gateway.routing.operations import OPERATIONS
@@ -59,6 +60,16 @@ STRING = {"type": "string"}
 INTEGER = {"type": "integer"}
 NUMBER = {"type": "number"}
 BOOLEAN = {"type": "boolean"}
+# A name that may reach the usage ledger (gateway/ledger/record.py label_problem): no control
+# characters; the pattern names the ASCII and Latin-1 ones, the server refuses every
+# non-printable character.
+LABEL = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_LABEL_LENGTH,
+    "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*$",
+    "description": "printable characters only (no tab, newline or other control character)",
+}
 
 
 def integers(*names: str) -> dict[str, Schema]:
@@ -242,15 +253,9 @@ ROUTE_ROW = obj(
     ["model", "provider", "reason"],
 )
 KEY_FIELDS: dict[str, Schema] = {
-    "name": nullable({"type": "string", "minLength": 1, "maxLength": 200}),
-    "team": nullable({"type": "string", "minLength": 1, "maxLength": 200}),
-    "models": nullable(
-        {
-            "type": "array",
-            "maxItems": 1000,
-            "items": {"type": "string", "minLength": 1, "maxLength": 200},
-        }
-    ),
+    "name": nullable(LABEL),
+    "team": nullable(LABEL),
+    "models": nullable({"type": "array", "maxItems": 1000, "items": LABEL}),
     "rpm": _int_range(0, 10_000_000),
     "tpm": _int_range(0, 10_000_000_000),
     "budget_usd": nullable(

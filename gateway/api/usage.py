@@ -11,7 +11,6 @@ the parameter; a store that cannot be read, a 503.
 
 from __future__ import annotations
 
-from datetime import date, timedelta
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,8 +28,8 @@ from gateway.metering.reports import (
     GROUP_BYS,
     MAX_EVENTS_LIMIT,
     ReportError,
-    parse_day,
     render_csv,
+    report_range,
     validate_key_filter,
 )
 from gateway.services import Services
@@ -65,14 +64,6 @@ class UsageEventsQuery(BaseModel):
     limit: Annotated[int, Field(ge=1, le=MAX_EVENTS_LIMIT)] = 50
 
 
-def default_start(end: date) -> date:
-    """The first day of the default range ending at ``end`` (clamped at the calendar's start)."""
-    try:
-        return end - timedelta(days=DEFAULT_RANGE_DAYS - 1)
-    except OverflowError:
-        return date.min
-
-
 def _invalid(exc: ReportError) -> InvalidRequest:
     return InvalidRequest(exc.message, param=exc.param)
 
@@ -99,8 +90,9 @@ async def admin_usage(request: Request, services: Services, actor: Actor) -> Res
     query = parse_query(AdminUsageQuery, request)
     group_by = query.group_by
     try:
-        end = parse_day(query.to, "to", reports.today())
-        start = parse_day(query.from_, "from", default_start(end))
+        start, end = report_range(
+            query.from_, query.to, today=reports.today(), default_days=DEFAULT_RANGE_DAYS
+        )
         report = await reports.admin_usage(start, end, group_by)
     except ReportError as exc:
         raise _invalid(exc) from None

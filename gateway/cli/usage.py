@@ -14,7 +14,6 @@ import argparse
 import contextlib
 import sys
 from collections.abc import AsyncIterator
-from datetime import timedelta
 from typing import Any
 
 import orjson
@@ -24,7 +23,13 @@ from gateway.cli.connect import key_store
 from gateway.cli.output import columns
 from gateway.ledger import StoreConfigError, open_store
 from gateway.metering.buffer import UsageBuffer
-from gateway.metering.reports import GROUP_BYS, ReportError, UsageReports, parse_day, render_csv
+from gateway.metering.reports import (
+    GROUP_BYS,
+    ReportError,
+    UsageReports,
+    render_csv,
+    report_range,
+)
 from gateway.money import format_usd_exact
 from gateway.settings import Settings, SettingsError
 from gateway.store.connect import REDIS_FAILURES
@@ -95,8 +100,9 @@ async def _keys_of(settings: Settings) -> AsyncIterator[KeyStore | None]:
 
 async def run_usage_command(reports: UsageReports, args: argparse.Namespace) -> int:
     try:
-        end = parse_day(args.date_to, "to", reports.today())
-        start = parse_day(args.date_from, "from", end - timedelta(days=DEFAULT_RANGE_DAYS - 1))
+        start, end = report_range(
+            args.date_from, args.date_to, today=reports.today(), default_days=DEFAULT_RANGE_DAYS
+        )
         report = await reports.admin_usage(start, end, args.group_by)
     except ReportError as exc:
         print(f"error: --{exc.param.replace('_', '-')}: {exc.message}", file=sys.stderr)

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import asyncpg
 
 from gateway.ledger.event import EPOCH_DAY
+from gateway.ledger.query import LedgerQueryError, decode_position
 from gateway.ledger.store import (
     retention_cutoff,
 )
@@ -156,12 +157,11 @@ def encode_cursor(entry: AuditEntry) -> str:
 
 
 def decode_cursor(cursor: str) -> tuple[int, str]:
+    """The position of a page's ``next_cursor`` (checked as the events' cursors are)."""
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        time_ms, event_id = raw.split("|", 1)
-        return int(time_ms), event_id
-    except (ValueError, UnicodeDecodeError):
-        raise AuditQueryError("cursor", "is not one this server returned") from None
+        return decode_position(cursor)
+    except LedgerQueryError as exc:
+        raise AuditQueryError(exc.param, exc.message) from None
 
 
 def query_sql(query: AuditQuery, mark: Callable[[int], str]) -> tuple[str, list[Any]]:

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
 from gateway.ledger.record import (
-    MAX_ID_LENGTH,
     JsonRecord,
     RecordError,
     check_id,
+    check_label,
     check_outcome,
 )
 
@@ -48,16 +48,19 @@ def day_of_ms(time_ms: int) -> date:
     return datetime.fromtimestamp(time_ms / 1000, UTC).date()
 
 
-def _check_text(field: str, value: object) -> None:
-    if not isinstance(value, str) or len(value) > MAX_ID_LENGTH:
-        raise LedgerError(field, f"must be a string of at most {MAX_ID_LENGTH} characters")
-    if not value.isprintable():
-        raise LedgerError(field, "contains control characters")
-
-
 def _check_int(field: str, value: object, upper: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= upper:
         raise LedgerError(field, f"must be an integer from 0 to {upper}")
+
+
+def tag_problem(tag: object) -> str | None:
+    """Why ``tag`` cannot be a tag (1 to MAX_TAG_LENGTH characters of letters, digits and
+    ``- _ . : / = @``), or None: the one tag rule, for the ledger and every entry point."""
+    if not isinstance(tag, str) or not 1 <= len(tag) <= MAX_TAG_LENGTH:
+        return f"each tag must be a string of 1 to {MAX_TAG_LENGTH} characters"
+    if not TAG_CHARS.issuperset(tag):
+        return f"tag {tag[:MAX_TAG_LENGTH]!r} may hold only letters, digits and - _ . : / = @"
+    return None
 
 
 def clean_tags(values: Sequence[object], field: str) -> tuple[str, ...]:
@@ -65,16 +68,11 @@ def clean_tags(values: Sequence[object], field: str) -> tuple[str, ...]:
     ``field``."""
     tags: list[str] = []
     for value in values:
-        if not isinstance(value, str):
-            raise ValueError(f"{field}: each tag must be a string")
-        tag = value.strip()
-        if not 1 <= len(tag) <= MAX_TAG_LENGTH:
-            raise ValueError(f"{field}: each tag must be 1 to {MAX_TAG_LENGTH} characters")
-        if not TAG_CHARS.issuperset(tag):
-            raise ValueError(
-                f"{field}: tag {tag[:MAX_TAG_LENGTH]!r} may hold only letters, digits"
-                " and - _ . : / = @"
-            )
+        tag = value.strip() if isinstance(value, str) else value
+        problem = tag_problem(tag)
+        if problem is not None:
+            raise ValueError(f"{field}: {problem}")
+        assert isinstance(tag, str)
         if tag not in tags:
             tags.append(tag)
     if len(tags) > MAX_TAGS:
@@ -83,11 +81,10 @@ def clean_tags(values: Sequence[object], field: str) -> tuple[str, ...]:
 
 
 def check_tag(tag: object) -> None:
-    """A tag: 1 to MAX_TAG_LENGTH characters of letters, digits and ``- _ . : / = @``."""
-    if not isinstance(tag, str) or not 1 <= len(tag) <= MAX_TAG_LENGTH:
-        raise LedgerError("tags", f"each tag must be a string of 1 to {MAX_TAG_LENGTH} characters")
-    if not TAG_CHARS.issuperset(tag):
-        raise LedgerError("tags", f"tag {tag!r} may hold only letters, digits and - _ . : / = @")
+    """A stored tag (``tag_problem``); ``LedgerError`` naming ``tags``."""
+    problem = tag_problem(tag)
+    if problem is not None:
+        raise LedgerError("tags", problem)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +124,7 @@ class LedgerEvent(JsonRecord):
             raise LedgerError("time_ms", "out of range (epoch milliseconds expected)")
         check_id(LedgerError, "key_id", self.key_id)
         for name in ("model", "provider", "team", "task", "route", "policy_version", "end_user"):
-            _check_text(name, getattr(self, name))
+            check_label(LedgerError, name, getattr(self, name))
         for name in ("prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens"):
             _check_int(name, getattr(self, name), MAX_TOKENS)
         if self.cached_tokens > self.prompt_tokens:

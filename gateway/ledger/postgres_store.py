@@ -89,6 +89,9 @@ class PostgresStore(SqlStore):
 
     kind = "postgresql"
     dialect = SqlDialect(_placeholder, _same_day, _iso, _event_of)
+    # Classes 22 (data exception: a value out of range, a character the encoding lacks) and
+    # 23 (integrity: a constraint or a trigger's check) refuse the data; the rest may pass.
+    refusals = (asyncpg.DataError, asyncpg.IntegrityConstraintViolationError)
 
     def __init__(self, url: str, *, pool_size: int = 4, **options: Unpack[StoreOptions]) -> None:
         super().__init__(**options)
@@ -206,6 +209,14 @@ class PostgresStore(SqlStore):
     async def _fetch(self, sql: str, params: list[Any]) -> list[asyncpg.Record]:
         return await self.pool.fetch(sql, *params)
 
+    async def _write_rows(self, sql: str, rows: list[tuple[Any, ...]]) -> int:
+        changed = 0
+        async with self.pool.acquire() as conn, conn.transaction():
+            for row in rows:
+                status = await conn.execute(sql, *row)
+                changed += int(status.rsplit(" ", 1)[-1])
+        return changed
+
     # -- retention -----------------------------------------------------------------------
 
     async def maintain(self) -> RetentionResult:
@@ -228,6 +239,8 @@ class PostgresStore(SqlStore):
             for table in ROLLUP_TABLES.values():
                 status = await conn.execute(f"DELETE FROM {table} WHERE day < $1", cutoff)
                 deleted += int(status.rsplit(" ", 1)[-1])
+            # Dead letters are kept as long as usage is, then go with their day.
+            await conn.execute("DELETE FROM usage_dead_letters WHERE day < $1", cutoff)
         self._partitions.difference_update(expired)
         if expired or deleted:
             log.info(

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, fields
 from datetime import date
 from typing import Any
 
-from gateway.ledger.event import MAX_ID_LENGTH, LedgerError, LedgerEvent, check_tag, day_of_ms
+from gateway.ledger.event import MAX_TIME_MS, LedgerError, LedgerEvent, check_tag, day_of_ms
+from gateway.ledger.record import check_id, label_problem
 from gateway.ledger.tables import COUNTERS, ROLLUP_TABLES
 
 GROUP_BYS = ("key", "team", "model", "provider", "task", "day", "tag", "user")
@@ -110,8 +111,9 @@ class RollupRow:
 
 
 def _check_filter_value(param: str, value: object) -> None:
-    if not isinstance(value, str) or len(value) > MAX_ID_LENGTH or not value.isprintable():
-        raise LedgerQueryError(param, f"must be a string of at most {MAX_ID_LENGTH} characters")
+    problem = label_problem(value)
+    if problem is not None:
+        raise LedgerQueryError(param, problem)
     if param == "tag" and value:  # "" selects untagged requests
         try:
             check_tag(value)
@@ -245,15 +247,24 @@ class EventCursor:
 
     @classmethod
     def decode(cls, text: str) -> EventCursor:
-        try:
-            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
-            time_text, event_id = raw.split("|", 1)
-            time_ms = int(time_text)
-        except (ValueError, UnicodeDecodeError):
-            raise LedgerQueryError("cursor", "is not one this server returned") from None
-        if not event_id or time_ms < 0:
-            raise LedgerQueryError("cursor", "is not one this server returned")
-        return cls(time_ms, event_id)
+        return cls(*decode_position(text))
+
+
+def decode_position(text: str) -> tuple[int, str]:
+    """A page cursor's (time_ms, event_id), for the events and the audit log alike. Anything
+    but a position this server could have written (a time no stored row can have, an id the
+    ledger would refuse) is a ``LedgerQueryError`` naming ``cursor``: a 400, never a query
+    the database cannot run."""
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+        time_text, event_id = raw.split("|", 1)
+        time_ms = int(time_text) if time_text.isascii() and time_text.isdigit() else -1
+        check_id(LedgerError, "cursor", event_id)
+    except (ValueError, UnicodeDecodeError):  # RecordError is a ValueError
+        raise LedgerQueryError("cursor", "is not one this server returned") from None
+    if not 0 <= time_ms < MAX_TIME_MS:
+        raise LedgerQueryError("cursor", "is not one this server returned")
+    return time_ms, event_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ import orjson
 
 USAGE_SOURCES = ("provider", "estimated", "cache")
 MAX_ID_LENGTH = 200
+MAX_LABEL_LENGTH = MAX_ID_LENGTH
 
 
 class RecordError(ValueError):
@@ -36,6 +37,30 @@ def check_id(error: type[RecordError], field: str, value: object) -> None:
     # not printable), so whole-string tests in C do what a loop over characters would.
     if not value.isprintable() or " " in value or "{" in value or "}" in value:
         raise error(field, "contains braces, whitespace or control characters")
+
+
+def label_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a label of a usage event (a team, task, route, model, provider,
+    end user, or a name that ends up beside one), or None if it can. The one rule for every
+    label: the ledger refuses an event that breaks it, and every place a label enters (admin
+    API, CLI, dashboard, a /v1 request) refuses it first with a 400 naming the field, so no
+    answered request's usage is refused by the store later."""
+    if not isinstance(value, str):
+        return "must be a string"
+    if len(value) > MAX_LABEL_LENGTH:
+        return f"must be at most {MAX_LABEL_LENGTH} characters"
+    # Printable: no control, format or separator characters; the one whitespace allowed is
+    # the space.
+    if not value.isprintable():
+        return "must not contain control characters (tabs, newlines, other non-printables)"
+    return None
+
+
+def check_label(error: type[RecordError], field: str, value: object) -> None:
+    """Raise ``error`` naming ``field`` if ``value`` breaks the label rule (``label_problem``)."""
+    problem = label_problem(value)
+    if problem is not None:
+        raise error(field, problem)
 
 
 def check_outcome(

@@ -34,6 +34,7 @@ import orjson
 import structlog
 
 from gateway.ledger.audit import SQLITE_MIGRATION as AUDIT_MIGRATION
+from gateway.ledger.dead_letters import SQLITE_MIGRATION as DEAD_LETTER_MIGRATION
 from gateway.ledger.event import EPOCH_DAY, LedgerEvent
 from gateway.ledger.query import event_counts
 from gateway.ledger.store import (
@@ -75,6 +76,7 @@ CREATE TABLE usage_store_identity (
 ) STRICT;
 INSERT INTO usage_store_identity (singleton, store_id) VALUES (1, lower(hex(randomblob(8))));
 """,
+    DEAD_LETTER_MIGRATION,  # 4: events the store could not keep (gateway/ledger/dead_letters.py)
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 CREATE_VERSION_TABLE = (
@@ -222,6 +224,8 @@ class SqliteStore(SqlStore):
 
     kind = "sqlite"
     dialect = SqlDialect(_placeholder, day_value, day_text, _event_of)
+    # A constraint or a value SQLite cannot hold (an integer past 64 bits: OverflowError).
+    refusals = (sqlite3.IntegrityError, sqlite3.DataError, OverflowError)
 
     def __init__(
         self, path: Path, *, synchronous: str = "FULL", **options: Unpack[StoreOptions]
@@ -328,6 +332,21 @@ class SqliteStore(SqlStore):
     async def _fetch(self, sql: str, params: list[Any]) -> list[Any]:
         return await self._reader.run(lambda conn: conn.execute(sql, params).fetchall())
 
+    async def _write_rows(self, sql: str, rows: list[tuple[Any, ...]]) -> int:
+        def write(conn: sqlite3.Connection) -> int:
+            changed = 0
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for row in rows:
+                    changed += conn.execute(sql, row).rowcount
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return changed
+
+        return await self._writer.run(write)
+
     # -- retention -----------------------------------------------------------------------
 
     async def maintain(self) -> RetentionResult:
@@ -358,6 +377,8 @@ class SqliteStore(SqlStore):
         try:
             for table in ROLLUP_TABLES.values():
                 rollup_rows += conn.execute(f"DELETE FROM {table} WHERE day < ?", (limit,)).rowcount
+            # Dead letters are kept as long as usage is, then go with their day.
+            conn.execute("DELETE FROM usage_dead_letters WHERE day < ?", (limit,))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")

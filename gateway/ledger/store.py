@@ -26,6 +26,15 @@ from urllib.parse import urlsplit
 
 import structlog
 
+from gateway.ledger.dead_letters import (
+    DeadLetter,
+    DeadLetterPage,
+    DeadLetterQuery,
+    insert_sql,
+    row_of,
+    select_sql,
+)
+from gateway.ledger.dead_letters import page_of as letters_page
 from gateway.ledger.event import EPOCH_DAY, LedgerError, LedgerEvent
 from gateway.ledger.query import (
     EventPage,
@@ -87,6 +96,23 @@ class UsageStore(Protocol):
         ...
 
     async def schema_version(self) -> int: ...
+
+    def refuses(self, exc: BaseException) -> bool:
+        """Whether ``exc`` from ``insert`` means the store refused the data (an event of the
+        batch it will never take) rather than that it is unavailable (try again later)."""
+        ...
+
+    async def keep_dead_letters(self, letters: Sequence[DeadLetter]) -> int:
+        """Keep letters not kept yet (by ``letter_id``), durably; returns how many were new."""
+        ...
+
+    async def dead_letters(self, query: DeadLetterQuery) -> DeadLetterPage: ...
+
+    async def count_dead_letters(self) -> int: ...
+
+    async def drop_dead_letters(self, letter_ids: Sequence[str]) -> int:
+        """Forget letters whose events are stored now; returns how many went."""
+        ...
 
 
 def utc_today(clock: Callable[[], float]) -> date:
@@ -190,6 +216,9 @@ class SqlStore(ABC):
 
     kind: str
     dialect: SqlDialect
+    # What the backend's driver raises when the store refuses the data itself (a constraint,
+    # a value out of a column's range), as opposed to the store being unreachable.
+    refusals: tuple[type[BaseException], ...] = ()
 
     def __init__(
         self,
@@ -220,6 +249,30 @@ class SqlStore(ABC):
     @abstractmethod
     async def _fetch(self, sql: str, params: list[Any]) -> Sequence[Sequence[Any]]:
         """The rows of one SELECT."""
+
+    @abstractmethod
+    async def _write_rows(self, sql: str, rows: list[tuple[Any, ...]]) -> int:
+        """Run ``sql`` once per row, all in one transaction; the rows it changed."""
+
+    def refuses(self, exc: BaseException) -> bool:
+        return isinstance(exc, self.refusals)
+
+    async def keep_dead_letters(self, letters: Sequence[DeadLetter]) -> int:
+        rows = [row_of(letter, self.dialect.day_value(letter.day)) for letter in letters]
+        return await self._write_rows(insert_sql(self.dialect.placeholder), rows) if rows else 0
+
+    async def dead_letters(self, query: DeadLetterQuery) -> DeadLetterPage:
+        sql, params = select_sql(query, self.dialect.placeholder)
+        return letters_page(list(await self._fetch(sql, params)), query.limit)
+
+    async def count_dead_letters(self) -> int:
+        rows = await self._fetch("SELECT count(*) FROM usage_dead_letters", [])
+        return int(rows[0][0])
+
+    async def drop_dead_letters(self, letter_ids: Sequence[str]) -> int:
+        sql = f"DELETE FROM usage_dead_letters WHERE letter_id = {self.dialect.placeholder(1)}"
+        rows = [(letter_id,) for letter_id in letter_ids]
+        return await self._write_rows(sql, rows) if rows else 0
 
     async def rollup(self, query: RollupQuery) -> list[RollupRow]:
         sql, params = rollup_sql(query, self.dialect.placeholder, self.dialect.day_value)

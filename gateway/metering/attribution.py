@@ -24,7 +24,7 @@ from typing import Any
 
 from gateway.errors import InvalidRequest
 from gateway.ledger.event import clean_tags
-from gateway.ledger.record import MAX_ID_LENGTH
+from gateway.ledger.record import label_problem
 
 USER_HEADER = "x-switchyard-user"
 TAGS_HEADER = "x-switchyard-tags"
@@ -94,10 +94,8 @@ def _end_user(body: dict[str, Any], headers: Mapping[str, str]) -> str:
 
 
 def _checked_user(value: Any, field: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidRequest(f"{field}: must be a string", param=field)
-    if len(value) > MAX_ID_LENGTH:
-        raise InvalidRequest(f"{field}: at most {MAX_ID_LENGTH} characters", param=field)
-    if not value.isprintable():
-        raise InvalidRequest(f"{field}: must not contain control characters", param=field)
+    """The end user under the ledger's label rule (``label_problem``), else a 400."""
+    problem = label_problem(value)
+    if problem is not None:
+        raise InvalidRequest(f"{field}: {problem}", param=field)
     return value

@@ -3,7 +3,9 @@
 Every replica runs one, beside the requests and never on their path. A round reads up to
 ``batch`` events from the buffer's shards as a member of the store's consumer group, inserts
 them into the store in one transaction (idempotent by event id), then acknowledges and deletes
-them from Redis. Delivery is at least once: a replica killed between the insert and the
+them from Redis. An entry it cannot store (unreadable, refused by the ledger's checks, or an
+event the database refuses; ``gateway.metering.dead_letters``) is kept as a dead letter in the
+store first, then acknowledged: never deleted unstored, and never blocking the entries after it. Delivery is at least once: a replica killed between the insert and the
 acknowledgement leaves its entries pending, another replica (or itself, restarted) claims them
 with ``XAUTOCLAIM`` once idle for ``claim_idle_s`` and inserts them again, which the store
 turns into no-ops. A round whose insert or acknowledgement failed keeps its entries and retries
@@ -26,10 +28,10 @@ import time
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
-from gateway.ledger import LedgerEvent, UsageStore
-from gateway.ledger.record import RecordError
+from gateway.ledger import UsageStore
+from gateway.ledger.dead_letters import DeadLetter
 from gateway.metering.buffer import BufferEntry, UsageBuffer
-from gateway.metering.ledger import UsageEvent
+from gateway.metering.dead_letters import Pair, decode_entry, store_apart
 from gateway.metering.legacy import LegacyImport
 from gateway.metrics import Metrics
 from gateway.server.tasks import cancel_until_done
@@ -62,6 +64,8 @@ class ExportSettings:
     claim_idle_s: float = _configured_default("claim_idle_s")
     maintain_interval_s: float = _configured_default("maintain_interval_s")
     stats_interval_s: float = 1.0
+    # How often the dead letters in the store are counted for the metric (and after any new).
+    dead_letter_interval_s: float = 15.0
     legacy_interval_s: float = 60.0
     stop_timeout_s: float = 5.0
 
@@ -101,6 +105,7 @@ class UsageExporter:
     # read back first (they are delivered to it, so no other read would return them).
     _own_first: bool = field(default=False, init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
+    _count_letters_at: float = field(default=0.0, init=False)
 
     # -- one round -------------------------------------------------------------------------
 
@@ -114,23 +119,30 @@ class UsageExporter:
             if not entries:
                 return 0
             self._unsent = entries
-        events, rejected = self._decode(entries)
-        inserted = 0
-        if events:
+        pairs, letters = self._decode(entries)
+        inserted, refused = 0, list[DeadLetter]()
+        if pairs:
             started = time.perf_counter()
             try:
-                inserted = await self.store.insert(events)
+                inserted, refused = await store_apart(self.store, pairs)
             except Exception as exc:  # any driver's error: the entries stay, retried later
                 raise ExportFailed("store", exc) from exc
             self.metrics.export_batch.observe(time.perf_counter() - started)
+            letters += refused
+        if letters:
+            try:  # kept before the entries leave Redis: nothing is deleted unstored
+                await self.store.keep_dead_letters(letters)
+            except Exception as exc:
+                raise ExportFailed("store", exc) from exc
         try:
             await self.buffer.acknowledge(entries)
         except Exception as exc:
             raise ExportFailed("redis", exc) from exc
         self._unsent = []
+        self._report_letters(letters)
         self.metrics.exported.labels("inserted").inc(inserted)
-        self.metrics.exported.labels("duplicate").inc(len(events) - inserted)
-        self.metrics.exported.labels("rejected").inc(rejected)
+        self.metrics.exported.labels("duplicate").inc(len(pairs) - len(refused) - inserted)
+        self.metrics.exported.labels("rejected").inc(len(letters))
         return len(entries)
 
     async def _take(self, claim: bool) -> list[BufferEntry]:
@@ -154,25 +166,36 @@ class UsageExporter:
             self._own_first = True
             raise ExportFailed("redis", exc) from exc
 
-    def _decode(self, entries: list[BufferEntry]) -> tuple[list[LedgerEvent], int]:
-        """The events to insert, and how many entries were unreadable (logged in full, then
-        acknowledged with the rest: kept, they would be claimed again forever)."""
-        events: list[LedgerEvent] = []
-        rejected = 0
+    def _decode(self, entries: list[BufferEntry]) -> tuple[list[Pair], list[DeadLetter]]:
+        """The events to insert with their payloads, and the dead letters of the entries that
+        are not events the store can take."""
+        pairs: list[Pair] = []
+        letters: list[DeadLetter] = []
         for entry in entries:
             if entry.payload is None:
                 continue  # deleted while pending: nothing left but to acknowledge it
-            try:
-                events.append(UsageEvent.from_json(entry.payload).to_ledger())
-            except RecordError as exc:
-                rejected += 1
-                self.log.error(
-                    "usage_export_rejected",
-                    entry=entry.entry_id.decode(),
-                    usage_event=entry.payload.decode("utf-8", "replace"),
-                    reason=str(exc),
-                )
-        return events, rejected
+            decoded = decode_entry(entry.payload)
+            if isinstance(decoded, DeadLetter):
+                letters.append(decoded)
+            else:
+                pairs.append((decoded, entry.payload))
+        return pairs, letters
+
+    def _report_letters(self, letters: list[DeadLetter]) -> None:
+        """An error line per new dead letter (an operator must replay it); the metric is
+        counted again at the next stats refresh."""
+        if not letters:
+            return
+        self._count_letters_at = 0.0
+        for letter in letters:
+            self.log.error(
+                "usage_export_rejected",
+                dead_letter=letter.letter_id,
+                event_id=letter.event_id,
+                key_id=letter.key_id,
+                field=letter.field,
+                reason=letter.reason,
+            )
 
     async def drain(self) -> int:
         """Export until the buffer has nothing more for this consumer; returns entries handled."""
@@ -254,6 +277,20 @@ class UsageExporter:
         self.metrics.export_backlog.set(stats.backlog)
         self.metrics.export_pending.set(stats.pending)
         self.metrics.export_lag.set(stats.lag_s(int(time.time() * 1000)))
+        await self.count_dead_letters()
+
+    async def count_dead_letters(self, *, now: float | None = None) -> None:
+        """The store's dead letters into the gauge, at most every ``dead_letter_interval_s``
+        (and at the first refresh after a new one)."""
+        now = time.monotonic() if now is None else now
+        if now < self._count_letters_at:
+            return
+        self._count_letters_at = now + self.settings.dead_letter_interval_s
+        try:
+            self.metrics.usage_dead_letters.set(await self.store.count_dead_letters())
+        except Exception as exc:
+            self._count_letters_at = 0.0
+            self.log.info("usage_dead_letters_uncounted", error=type(exc).__name__)
 
     async def _maintain(self) -> None:
         """The store's partitions and retention, and the group's dead consumers; a failure is

@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.ledger import LedgerEvent, UsageStore
-from gateway.ledger.record import RecordError
-from gateway.metering.ledger import UsageEvent
+from gateway.ledger import UsageStore
+from gateway.ledger.dead_letters import DeadLetter
+from gateway.metering.dead_letters import Pair, decode_entry, store_apart
 from gateway.store.connect import RedisClient
 from gateway.store.scripts import LuaScript, ScriptBatch
 
@@ -74,7 +74,7 @@ def key_id_of(stream: str) -> str:
 @dataclass
 class SweepResult:
     """What one sweep did: events inserted (new to the store), events skipped (already there,
-    or past retention), entries rejected (unreadable: logged), old keys unlinked."""
+    or past retention), entries rejected (kept as dead letters, logged), old keys unlinked."""
 
     inserted: int = 0
     skipped: int = 0
@@ -140,26 +140,33 @@ class LegacyImport:
             if not entries:
                 await self._trim(stream, [], [])
                 return
-            events: list[LedgerEvent] = []
+            pairs: list[Pair] = []
+            letters: list[DeadLetter] = []
             markers: list[str] = []
-            for entry_id, fields in entries:
+            for _, fields in entries:
                 raw = (fields or {}).get(b"e", b"")
-                try:
-                    usage = UsageEvent.from_json(raw)
-                    events.append(usage.to_ledger())
-                    markers.append(marker_key(key_id, usage.request_id))
-                except RecordError as exc:
-                    result.rejected += 1
-                    self.log.error(
-                        "usage_legacy_event_rejected",
-                        stream=stream,
-                        entry=_text(entry_id),
-                        usage_event=raw.decode("utf-8", "replace"),
-                        reason=str(exc),
-                    )
-            inserted = await self.store.insert(events) if events else 0
+                decoded = decode_entry(raw)
+                if isinstance(decoded, DeadLetter):
+                    letters.append(decoded)
+                else:
+                    pairs.append((decoded, raw))
+                    markers.append(marker_key(key_id, decoded.event_id))
+            inserted, refused = await store_apart(self.store, pairs) if pairs else (0, [])
+            letters += refused
+            if letters:  # kept before the old entries go (gateway.metering.dead_letters)
+                await self.store.keep_dead_letters(letters)
+            for letter in letters:
+                self.log.error(
+                    "usage_legacy_event_rejected",
+                    stream=stream,
+                    dead_letter=letter.letter_id,
+                    event_id=letter.event_id,
+                    field=letter.field,
+                    reason=letter.reason,
+                )
+            result.rejected += len(letters)
             result.inserted += inserted
-            result.skipped += len(events) - inserted
+            result.skipped += len(pairs) - len(refused) - inserted
             left = await self._trim(stream, [entry_id for entry_id, _ in entries], markers)
             if not left:
                 return

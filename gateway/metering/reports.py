@@ -26,7 +26,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any, TypeVar
 
 from gateway.access.keys import KeyLabel
-from gateway.errors import ServiceUnavailable, echo
+from gateway.errors import ServiceUnavailable
 from gateway.ledger import (
     EventQuery,
     LedgerEvent,
@@ -37,6 +37,7 @@ from gateway.ledger import (
     UsageStore,
 )
 from gateway.ledger import Totals as StoreTotals
+from gateway.ledger.days import report_days
 from gateway.metering.buffer import UsageBuffer
 from gateway.metering.ledger import day_of
 from gateway.money import format_usd_exact, nanos_to_usd
@@ -135,15 +136,15 @@ def days_between(start: date, end: date) -> list[date]:
     return [start + timedelta(days=offset) for offset in range((end - start).days + 1)]
 
 
-def parse_day(value: str | None, param: str, default: date) -> date:
-    if value is None or value == "":
-        return default
+def report_range(
+    start: str | None, end: str | None, *, today: date, default_days: int
+) -> tuple[date, date]:
+    """The ``from``/``to`` of a report (``gateway.ledger.days``, the one day parser of every
+    admin entry point) with its defaults; a refusal is a ``ReportError`` naming the param."""
     try:
-        return date.fromisoformat(value)
-    except ValueError:
-        raise ReportError(
-            param, f"{param} must be a date as YYYY-MM-DD, got {echo(value)}"
-        ) from None
+        return report_days(start, end, today=today, default_days=default_days)
+    except LedgerQueryError as exc:
+        raise _report_error(exc) from None
 
 
 def _csv_safe(value: Any) -> Any:
@@ -469,8 +470,8 @@ __all__ = [
     "days_between",
     "event_view",
     "group_cells",
-    "parse_day",
     "render_csv",
+    "report_range",
     "total_of",
     "validate_key_filter",
 ]

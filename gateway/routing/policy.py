@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from gateway.cache.config import CachePolicy
+from gateway.ledger.record import label_problem
 from gateway.money import MAX_PRICE_PER_MTOK, price_to_nanos_per_token
 from gateway.routing.operations import declared_operations, serves
 from gateway.routing.policy_yaml import DocumentTooComplex, load_yaml
@@ -521,6 +522,17 @@ class Policy(_Strict):
             if source in seen_sources:
                 raise PolicyError(f"{path}.from", f"{source!r} already has a canary")
             seen_sources.add(source)
+        return self
+
+    @model_validator(mode="after")
+    def _ledger_labels(self) -> Policy:
+        """Provider, model, alias and task names are recorded with every usage event: each
+        must pass the ledger's label rule, or every request through it would lose its usage."""
+        for section in ("providers", "models", "aliases", "tasks"):
+            for name in getattr(self, section):
+                problem = label_problem(name)
+                if problem is not None:
+                    raise PolicyError(f"{section}.{name!r}", f"the name {problem}")
         return self
 
     def _check_local_providers(self) -> None:

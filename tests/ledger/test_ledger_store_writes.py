@@ -125,7 +125,7 @@ async def test_reopening_keeps_data_and_schema_version(open_ledger) -> None:
     # Several stores opening at once (replicas starting together) migrate exactly once.
     others = await asyncio.gather(*(open_ledger() for _ in range(3)))
     for store in (first, *others):
-        assert await store.schema_version() == SCHEMA_VERSION  # usage, audit log, identity
+        assert await store.schema_version() == SCHEMA_VERSION  # all four versions
     # One identity per store, made once: every replica of it reads the same.
     assert len(first.store_id) == 16 and int(first.store_id, 16) >= 0
     assert {store.store_id for store in others} == {first.store_id}
