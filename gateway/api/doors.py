@@ -50,6 +50,8 @@ class Door:
     streamable: bool = False
     # False: the upstream charges nothing for it (token counting), so neither does the gateway.
     metered: bool = True
+    # True: it generates text, so the model's sampling defaults (policy ``defaults:``) apply.
+    samples: bool = False
 
 
 def client_error(exc: FormatError) -> InvalidRequest:
@@ -81,6 +83,7 @@ CHAT = Door(
     _checked_by(validate_chat),
     translatable=True,
     streamable=True,
+    samples=True,
 )
 MESSAGES = Door(
     "messages",
@@ -89,6 +92,7 @@ MESSAGES = Door(
     _parsed_by(anthropic_messages.parse_request),
     translatable=True,
     streamable=True,
+    samples=True,
 )
 RESPONSES = Door(
     "responses",
@@ -97,6 +101,7 @@ RESPONSES = Door(
     _parsed_by(openai_responses.parse_request),
     translatable=True,
     streamable=True,
+    samples=True,
 )
 COUNT_TOKENS = Door(
     "messages.count_tokens",
@@ -111,6 +116,7 @@ COMPLETIONS = Door(
     "openai_chat",
     _checked_by(validate_completion),
     streamable=True,
+    samples=True,
 )
 EMBEDDINGS = Door("embeddings", "/embeddings", "openai_chat", _checked_by(validate_embedding))
 IMAGES = Door(
