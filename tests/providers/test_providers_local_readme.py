@@ -149,9 +149,7 @@ def test_the_readme_sdk_examples_answer_sensibly(gateway) -> None:
 
     base, key = gateway
     claude = anthropic.Anthropic(base_url=base, api_key=key, max_retries=0, timeout=600)
-    for message in ten(
-        lambda: claude.messages.create(model="cheap", max_tokens=256, messages=hi)
-    ):
+    for message in ten(lambda: claude.messages.create(model="cheap", max_tokens=256, messages=hi)):
         assert sensible(message.content[0].text) and message.stop_reason == "end_turn"
     for response in ten(lambda: client.responses.create(model="cheap", input="Hi")):
         assert sensible(response.output_text), response.output_text
