@@ -70,3 +70,19 @@ def test_bad_values_fail_at_load_naming_the_field(tmp_path: Path) -> None:
     (tmp_path / "generation_config.json").write_text("{not json")
     with pytest.raises(ConfigError, match=r"generation_config\.json"):
         sampling_defaults("auto", tmp_path)
+
+
+def test_the_offline_api_uses_the_checkpoints_defaults(tmp_path: Path) -> None:
+    from engine.core.llm_engine import LLM
+    from engine.tools.tiny_checkpoint import write_tiny_checkpoint
+
+    folder = write_tiny_checkpoint(tmp_path / "tiny", arch="qwen3")
+    config_file = folder / "generation_config.json"
+    config = json.loads(config_file.read_text())
+    config_file.write_text(json.dumps({**config, "temperature": 0.0, "max_new_tokens": 3}))
+    llm = LLM(folder, progress=False, device="cpu", kv_cache_bytes=16 * 1024 * 1024)
+    params = llm.default_sampling_params()
+    assert (params.temperature, params.max_tokens) == (0.0, 3)
+    assert llm.engine.sampling_defaults == {"temperature": 0.0, "max_tokens": 3}
+    (out,) = llm.generate(["Hello there"])
+    assert 1 <= len(out.token_ids) <= 3
