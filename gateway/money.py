@@ -97,3 +97,12 @@ def format_usd_short(nanos: int) -> str:
     """``$0.0009936``, ``$5``: exact, trailing zeros dropped (for messages)."""
     text = format_usd_exact(nanos).rstrip("0").rstrip(".")
     return f"${text}"
+
+
+def format_usd_money(nanos: int) -> str:
+    """``$50.00``, ``$0.125``: at least the cents, and every further digit the integer has
+    (exact: a sub-cent price is never rounded away)."""
+    sign = "-" if nanos < 0 else ""
+    whole, frac = format_usd_exact(abs(nanos)).split(".")
+    frac = frac.rstrip("0").ljust(2, "0")
+    return f"{sign}${whole}.{frac}"

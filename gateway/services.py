@@ -130,7 +130,7 @@ def build_services(
     redis = connect_redis(
         embedded.url if embedded else settings.redis_url, settings.redis_timeout_s
     )
-    policies = PolicyStore(settings.policy_file)
+    policies = PolicyStore(settings.policy_file, fallback=settings.policy_fallback)
     keys = KeyStore(redis, secrets.key_pepper)
     limiter = Limiter(redis, in_flight_lease_s=settings.inflight_lease_s)
     auth = Authenticator(keys, AuthSettings.from_settings(settings))
@@ -340,10 +340,10 @@ async def _open_usage_store(services: Services) -> None:
 
 
 async def _load_policy(services: Services) -> None:
-    settings, log = services.settings, services.log
+    log = services.log
     try:
         loaded = services.policies.load()
-        log.info("policy_loaded", version=loaded.version, file=str(settings.policy_file))
+        log.info("policy_loaded", version=loaded.version, file=loaded.source)
     except PolicyError as exc:  # the gateway starts; /readyz says the policy is not loaded
         log.error("policy_load_failed", path=exc.path, error=exc.message)
 

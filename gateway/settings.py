@@ -8,6 +8,7 @@ configured.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from dataclasses import dataclass
@@ -28,6 +29,12 @@ class SettingsError(ValueError):
     """A configuration value that stops start-up; the message names the variable."""
 
 
+# The default policy shipped in the package (the repository root's routing_rules.yaml is a link
+# to it): `switchyard serve` in a directory without a policy file serves it, `switchyard init`
+# writes a copy. A path, not an import: settings stand below the routing part.
+SHIPPED_POLICY = Path(__file__).parent / "routing" / "routing_rules.yaml"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, env_file=".env", extra="ignore", validate_default=True
@@ -39,6 +46,7 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./var")
     admin_key: SecretStr | None = None
     key_pepper: SecretStr | None = None
+    # Unset and missing: the shipped default policy is served (SHIPPED_POLICY).
     policy_file: Path = Path("./routing_rules.yaml")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "console"] = "json"
@@ -106,6 +114,9 @@ class Settings(BaseSettings):
     # that address gets 429 until the window ends.
     auth_failure_limit: int = Field(default=10, ge=1, le=1_000_000)
     auth_failure_window_s: float = Field(default=300.0, ge=1, le=86400)
+    # Peers (IP addresses or CIDR networks, comma-separated) whose X-Forwarded-For and
+    # X-Forwarded-Proto are believed; empty: none, the client is the TCP peer.
+    trusted_proxies: str = ""
     # A request in flight counts against max_parallel_requests under a lease this long, renewed
     # by its gateway every third of it: a dead gateway's requests stop counting after at most
     # this long.
@@ -150,6 +161,19 @@ class Settings(BaseSettings):
     def redis_dir(self) -> Path:
         return self.data_dir / "redis"
 
+    @property
+    def policy_fallback(self) -> Path | None:
+        """The shipped default policy, served when POLICY_FILE is unset and missing (a file
+        named explicitly must exist: a deployment naming a missing file is a mistake)."""
+        if "policy_file" in self.model_fields_set or self.policy_file.exists():
+            return None
+        return SHIPPED_POLICY
+
+    @property
+    def policy_source(self) -> Path:
+        """The policy file read at start: POLICY_FILE, or the shipped default in its stead."""
+        return self.policy_fallback or self.policy_file
+
     # Usage events' SQL store: empty = embedded SQLite at DATA_DIR/usage/usage.sqlite3,
     # sqlite:///<path> = another file, postgresql://... = one PostgreSQL shared by replicas.
     usage_store_url: str = ""
@@ -162,6 +186,11 @@ class Settings(BaseSettings):
     usage_export_interval_s: float = Field(default=0.5, ge=0.01, le=60)
     usage_export_claim_idle_s: float = Field(default=30.0, ge=0.1, le=86_400)
     usage_maintain_interval_s: float = Field(default=3600.0, ge=1, le=86_400)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _trusted_proxies_form(cls, value: str) -> str:
+        return ",".join(trusted_proxy_list(value))
 
     @field_validator("alert_webhook_url")
     @classmethod
@@ -181,6 +210,27 @@ class Settings(BaseSettings):
     @classmethod
     def _usage_store_url_form(cls, value: str) -> str:
         return check_store_url(value)  # its errors never repeat a password
+
+
+def trusted_proxy_list(value: str) -> list[str]:
+    """The addresses and networks of a ``TRUSTED_PROXIES`` value, normalized; a ValueError
+    for anything else (a host name or ``*`` would trust peers nobody listed)."""
+    found: list[str] = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        try:
+            found.append(
+                str(ipaddress.ip_network(item, strict=False))
+                if "/" in item
+                else str(ipaddress.ip_address(item))
+            )
+        except ValueError:
+            raise ValueError(
+                f"{item[:60]!r} is not an IP address or CIDR network (list the proxies that "
+                "connect to the gateway, comma-separated)"
+            ) from None
+    return found
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -47,23 +48,79 @@ def _is_current(target: Path, stamp: dict[str, Any]) -> bool:
     return written == stamp and (target / WEIGHTS_LINK).exists() and (target / TABLE_FILE).is_file()
 
 
-def prepare_gguf(path: str | Path, cache_dir: str | Path) -> Path:
-    """The HF-format directory for the GGUF file `path` (see the module docstring)."""
+def view_dir(path: str | Path, cache_dir: str | Path) -> Path:
+    """Where `prepare_gguf` puts the view of the GGUF file `path`."""
+    return Path(cache_dir).expanduser() / Path(path).name.removesuffix(".gguf")
+
+
+def is_prepared(path: str | Path, cache_dir: str | Path) -> bool:
+    """True when `prepare_gguf(path, cache_dir)` would find its view current (no work)."""
+    source = Path(path).expanduser().resolve()
+    return source.is_file() and _is_current(view_dir(source, cache_dir), _stamp(source))
+
+
+class _StepBar:
+    """A tqdm bar over the conversion's steps whose clock keeps ticking during a long one
+    (reading the metadata is one call of several seconds)."""
+
+    def __init__(self, name: str, steps: int) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=steps, desc=f"Converting {name}", unit="step")
+        self._done = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, daemon=True)
+        self._ticker.start()
+
+    def _tick(self) -> None:
+        while not self._done.wait(1.0):
+            self._bar.refresh()
+
+    def step(self, what: str) -> None:
+        self._bar.set_postfix_str(what, refresh=False)
+        self._bar.update(1)
+
+    def close(self) -> None:
+        self._done.set()
+        self._ticker.join()
+        self._bar.close()
+
+
+def prepare_gguf(path: str | Path, cache_dir: str | Path, *, progress: bool = False) -> Path:
+    """The HF-format directory for the GGUF file `path` (see the module docstring); with
+    `progress`, a bar over the conversion's steps when there is one to do."""
     source = Path(path).expanduser().resolve()
     if not source.is_file():
         raise LoaderError(f"GGUF file {str(source)!r} does not exist")
     stem = source.name.removesuffix(".gguf")
-    target = Path(cache_dir).expanduser() / stem
+    target = view_dir(source, cache_dir)
     stamp = _stamp(source)
     if _is_current(target, stamp):
         return target
-    checkpoint = GGUFCheckpoint(source)
-    files = {
-        "config.json": json.dumps(checkpoint.hf_config(), indent=2),
-        **tokenizer_files(checkpoint.metadata),
-        TABLE_FILE: json.dumps(checkpoint.tensor_table()),
-        STAMP_FILE: json.dumps(stamp, indent=2),
-    }
+    bar = _StepBar(source.name, 4) if progress else None
+    try:
+        checkpoint = GGUFCheckpoint(source)  # the slow part: the metadata, vocabulary above all
+        if bar is not None:
+            bar.step("metadata read")
+        files = {"config.json": json.dumps(checkpoint.hf_config(), indent=2)}
+        files.update(tokenizer_files(checkpoint.metadata))
+        if bar is not None:
+            bar.step("tokenizer")
+        files[TABLE_FILE] = json.dumps(checkpoint.tensor_table())
+        files[STAMP_FILE] = json.dumps(stamp, indent=2)
+        if bar is not None:
+            bar.step("tensor table")
+        _write_view(source, target, stem, stamp, files)
+        if bar is not None:
+            bar.step("written")
+    finally:
+        if bar is not None:
+            bar.close()
+    return target
+
+
+def _write_view(
+    source: Path, target: Path, stem: str, stamp: dict[str, Any], files: dict[str, str]
+) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{stem}-", dir=target.parent))
     try:
@@ -78,7 +135,6 @@ def prepare_gguf(path: str | Path, cache_dir: str | Path) -> Path:
             raise LoaderError(f"cannot write the GGUF view of {source} in {target}: {exc}") from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return target
 
 
 def view_weights(path: Path) -> GGUFWeights | None:

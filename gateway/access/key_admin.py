@@ -15,6 +15,7 @@ is created and adopts the key.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.access.key_models import (
@@ -102,11 +103,27 @@ async def update_key(
     return found(await keys.update(key_id, changes, home=home), "key", key_id)
 
 
+@dataclass(frozen=True)
+class Rotation:
+    """A rotation's answer; ``replayed`` when an ``Idempotency-Key`` already used answered it
+    again: nothing changed, so there is nothing new to audit."""
+
+    created: CreatedKey
+    replayed: bool
+
+
 async def rotate_key(
     keys: KeyStore, key_id: str, data: dict[str, Any], idempotency_key: str | None
 ) -> CreatedKey:
     """A new secret; the old one keeps working for ``grace_seconds``. The same
     ``idempotency_key`` returns the same new key again instead of rotating twice."""
+    return (await rotate_key_once(keys, key_id, data, idempotency_key)).created
+
+
+async def rotate_key_once(
+    keys: KeyStore, key_id: str, data: dict[str, Any], idempotency_key: str | None
+) -> Rotation:
+    """``rotate_key``, saying whether the answer is a replay (audit only the first)."""
     checked_key_id(key_id)
     payload = parse_key_payload(RotateRequest, data)
     if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY_CHARS:
@@ -121,7 +138,7 @@ async def rotate_key(
         raise Conflict("a revoked key cannot be rotated", code="key_revoked")
     if outcome.status == "conflict" or outcome.created is None:
         raise Conflict("this Idempotency-Key was used for another rotation", code="idempotency")
-    return outcome.created
+    return Rotation(outcome.created, replayed=outcome.status == "replay")
 
 
 async def revoke_key(keys: KeyStore, key_id: str) -> KeyRecord:

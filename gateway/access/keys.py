@@ -5,6 +5,12 @@ public id, in a hash named ``sy:{key:<id>}``; the braces are a hash tag, so the 
 rotation idempotency records share one slot and the Lua scripts work on a Redis Cluster.
 Every change is published on ``sy:keys:changed`` so other replicas drop their cached copy.
 
+A rotation with an ``Idempotency-Key`` draws a fresh random nonce and derives its secret as
+HMAC(pepper, key id, nonce, idempotency key); the nonce lives only in the idempotency record
+(``sy:{key:<id>}:rotate:<sha256 of the key>``, 24 h), so a replay while the record lives gets
+the same secret back, and once it expires nothing (no stored value, no guessable key) can
+compute that secret again: every rotation installs a secret no earlier state can reproduce.
+
 A key's limiter state lives in its *home* (``gateway/access/teams.py``): its own slot, or its
 team's. Changing the key's team to a team that exists moves its home in the same script that
 writes the record: the home epoch goes up and ``<old home>|<epoch>`` joins the key's pending
@@ -118,10 +124,11 @@ def parse_key(token: str) -> tuple[str, str] | None:
     return parse_prefixed_secret(token, KEY_PREFIX, ID_LENGTH, SECRET_LENGTH)
 
 
-def _derived_secret(pepper: bytes, key_id: str, salt: str, idempotency_key: str) -> str:
-    """The rotation secret for an Idempotency-Key: a replay recomputes it, nothing is stored."""
+def rotation_secret(pepper: bytes, key_id: str, nonce: str, idempotency_key: str) -> str:
+    """The secret of an idempotent rotation: a replay recomputes it from the nonce kept in the
+    idempotency record; the secret itself is stored nowhere."""
     digest = hmac.new(
-        pepper, f"rotate|{key_id}|{salt}|{idempotency_key}".encode(), hashlib.sha512
+        pepper, f"rotate|{key_id}|{nonce}|{idempotency_key}".encode(), hashlib.sha512
     ).digest()
     return "".join(_ALPHABET[byte % len(_ALPHABET)] for byte in digest[:SECRET_LENGTH])
 
@@ -159,6 +166,8 @@ EDITABLE_FIELDS = (
 class KeyRecord:
     id: str
     secret_hash: str
+    # Drawn at creation; only a replay of an idempotency record written before rotation
+    # nonces still reads it (such a record lives 24 h).
     rotation_salt: str
     created_at: float
     updated_at: float
@@ -288,17 +297,30 @@ class KeyPage:
     has_more: bool
 
 
+# KEYS: the record, the idempotency record. ARGV: 1 the new secret's hash, 2 now, 3 the end of
+# the old secret's grace, 4 the idempotency TTL, 5 '1' with an Idempotency-Key, 6 its nonce.
+# A replay returns the first rotation's hash and nonce and changes nothing. An idempotency
+# record written before nonces (a plain string: the hash only) derived its secret from the
+# key's rotation_salt; it is answered with an empty nonce until it expires.
 _ROTATE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
 if redis.call('HGET', KEYS[1], 'status') == 'revoked' then return {'revoked'} end
 if ARGV[5] == '1' then
-  local prior = redis.call('GET', KEYS[2])
-  if prior then return {'replay', prior} end
+  local kind = redis.call('TYPE', KEYS[2])['ok']
+  if kind == 'hash' then
+    local prior = redis.call('HMGET', KEYS[2], 'secret_hash', 'nonce')
+    return {'replay', prior[1], prior[2]}
+  elseif kind == 'string' then
+    return {'replay', redis.call('GET', KEYS[2]), ''}
+  end
 end
 local current = redis.call('HGET', KEYS[1], 'secret_hash')
 redis.call('HSET', KEYS[1], 'secret_hash', ARGV[1], 'previous_hash', current,
   'previous_valid_until', ARGV[3], 'rotated_at', ARGV[2], 'updated_at', ARGV[2])
-if ARGV[5] == '1' then redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[4]) end
+if ARGV[5] == '1' then
+  redis.call('HSET', KEYS[2], 'secret_hash', ARGV[1], 'nonce', ARGV[6])
+  redis.call('EXPIRE', KEYS[2], ARGV[4])
+end
 return {'ok'}
 """
 
@@ -438,8 +460,11 @@ class KeyStore:
         record = await self.get(key_id)
         if record is None:
             return RotateOutcome("missing")
+        # A fresh nonce for every rotation: an Idempotency-Key used again after its record
+        # expired is a new rotation, never the secret it once gave.
+        nonce = secrets.token_hex(16)
         if idempotency_key:
-            secret = _derived_secret(self.pepper, key_id, record.rotation_salt, idempotency_key)
+            secret = rotation_secret(self.pepper, key_id, nonce, idempotency_key)
             idem_digest = hashlib.sha256(idempotency_key.encode()).hexdigest()
             idem_key = f"{record_key(key_id)}:rotate:{idem_digest}"
         else:
@@ -455,12 +480,19 @@ class KeyStore:
                 repr(now + grace_seconds),
                 IDEMPOTENCY_TTL_S,
                 "1" if idempotency_key else "0",
+                nonce,
             ],
         )
         status = result[0].decode()
-        if status == "replay" and not hmac.compare_digest(result[1].decode(), new_hash):
-            # The stored outcome belongs to another secret (the salt changed): refuse to guess.
-            return RotateOutcome("conflict")
+        if status == "replay":
+            assert idempotency_key
+            prior_hash = (result[1] or b"").decode()
+            # An empty nonce: a record from before nonces, whose secret used the salt.
+            prior_nonce = (result[2] or b"").decode() or record.rotation_salt
+            secret = rotation_secret(self.pepper, key_id, prior_nonce, idempotency_key)
+            if not hmac.compare_digest(prior_hash, hash_secret(self.pepper, secret)):
+                # The record does not give back its secret (another pepper?): refuse to guess.
+                return RotateOutcome("conflict")
         if status not in ("ok", "replay"):
             return RotateOutcome(status)
         if status == "ok":

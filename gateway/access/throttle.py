@@ -1,10 +1,15 @@
 """Failed admin credentials, counted per client address in Redis; past the limit, 429.
 
 Each failure (a wrong admin bearer on ``/admin/*``, a wrong key in the dashboard's login form)
-adds one to ``sy:authfail:<address>``, a counter that lives ``window_s`` from the address's first
+adds one to ``sy:authfail:<address>`` (an IPv6 client's /64), a counter that lives ``window_s`` from the address's first
 failure (a fixed window, so every replica counts the same failures). Once it reaches ``limit``,
 every admin credential from that address, right or wrong, is refused with 429 and a Retry-After
 of what is left of the window: guessing stops instead of merely slowing down.
+
+The address is the client's as ``gateway/server/proxies.py`` settles it: forwarded headers
+count only from ``SWITCHYARD_TRUSTED_PROXIES``, so a peer cannot charge its failures to an
+address it names, nor escape the count with a new one per guess; behind a listed proxy each
+client has its own count, and its failures never refuse a right credential from another.
 
 Every failure is logged with the address and how many it has made, never with what was tried.
 If Redis cannot answer, the attempt goes through unthrottled (logged): the admin API must stay
@@ -13,6 +18,7 @@ usable during an outage, and the admin key is a long random token, not a passwor
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import time
 from dataclasses import dataclass
@@ -66,7 +72,7 @@ class AuthThrottle:
         self._last_outage_log = 0.0
 
     def _key(self, address: str) -> str:
-        return self._prefix + address[:_MAX_ADDRESS_CHARS]
+        return self._prefix + counted_address(address)
 
     async def check(self, address: str) -> None:
         """Raise ``RateLimited`` (429, Retry-After) while ``address`` is over the limit."""
@@ -118,6 +124,21 @@ class AuthThrottle:
         if now - self._last_outage_log >= 1.0:  # an outage logs once a second, not per request
             self._last_outage_log = now
             self._log.warning("admin_auth_throttle_unavailable", error=type(exc).__name__)
+
+
+def counted_address(address: str) -> str:
+    """What failures are counted by: an IPv4 address, or the /64 of an IPv6 one (a single host
+    is routinely given a whole /64, and would otherwise have a fresh address for each guess).
+    Anything else (a unix socket's name) counts as itself."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address[:_MAX_ADDRESS_CHARS]
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
 
 
 def _seconds(ttl_ms: int) -> int:

@@ -101,12 +101,14 @@ async def rotate_key(request: Request, services: Services, actor: Actor) -> Resp
     data = await read_json_object(request, MAX_KEY_BODY_BYTES) if raw.strip() else {}
     idempotency_key = request.headers.get("idempotency-key")
     before = await services.keys.get(key_id)
-    created = await key_admin.rotate_key(services.keys, key_id, data, idempotency_key)
+    rotation = await key_admin.rotate_key_once(services.keys, key_id, data, idempotency_key)
+    created = rotation.created
     services.auth.invalidate(key_id)
-    await record_action(
-        services, request, actor, "key.rotate", f"key:{key_id}",
-        before=_view(before) if before else None, after=_view(created.record),
-    )  # fmt: skip
+    if not rotation.replayed:  # a replay changed nothing: the first answer is audited already
+        await record_action(
+            services, request, actor, "key.rotate", f"key:{key_id}",
+            before=_view(before) if before else None, after=_view(created.record),
+        )  # fmt: skip
     return json_response({**_view(created.record), "key": created.key})
 
 

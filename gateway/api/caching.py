@@ -3,7 +3,8 @@ before, and keep its answer.
 
 After routing, ``cache_plan`` decides from the policy's ``cache:`` block (the task's, else the
 first candidate's model's), the request's determinism and the client's headers whether the
-cache takes part; ``reserve_and_look_up`` then runs the limits' reservation and the lookup
+cache takes part, and keys the entry on the body and on the client's headers that a
+candidate's provider forwards; ``reserve_and_look_up`` then runs the limits' reservation and the lookup
 side by side, so a cached request still waits for one Redis round trip before its answer (a
 hit counts against the key's limits like any request). A hit is answered here, byte for byte
 what the first client got, and booked as usage from the cache (0 cost, no upstream tokens
@@ -50,6 +51,7 @@ from gateway.errors import InvalidRequest
 from gateway.formats.openai_chat.relay import ChatRelay
 from gateway.formats.relay import StreamRelay
 from gateway.metering.gate import Usage
+from gateway.providers.forwarding import listed_headers
 from gateway.routing.router import Candidate, RoutePlan
 
 # Doors whose answers are text the model computed from the body alone (not uploads, audio or
@@ -112,8 +114,21 @@ def cache_plan(
         cache.note(scope, "bypass", config)
         return None
     mode: Mode = "sse" if door.streamable and raw.get("stream") is True else "json"
-    key = request_key(door.route, raw, mode, first)
+    key = request_key(door.route, raw, mode, first, _forwarded(call, plan))
     return CachedRequest(scope, key, config, directive, mode)
+
+
+def _forwarded(call: V1Call, plan: RoutePlan) -> dict[str, str]:
+    """The client's headers that any candidate's provider passes on (``forward_headers``):
+    they may change the answer, so they are part of the key, whichever candidate serves."""
+    policy = plan.policy
+    assert policy is not None
+    allow: set[str] = set()
+    for candidate in plan.candidates:
+        provider = policy.providers.get(candidate.provider)
+        if provider is not None:
+            allow.update(name.lower() for name in provider.forward_headers)
+    return listed_headers(call.request.headers, sorted(allow))
 
 
 async def reserve_and_look_up(

@@ -31,7 +31,7 @@ from gateway.api.dashboard_forms import (
     posted,
     read_form,
 )
-from gateway.api.dashboard_view import build_view, error_page, secured
+from gateway.api.dashboard_view import USAGE_PAGE, build_view, error_page, secured
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import client_address
 from gateway.errors import RateLimited
@@ -55,7 +55,7 @@ async def page(request: Request, services: Services) -> Response:
         )
         reports.check_range(start, end)
     except ReportError as exc:
-        return error_page(renderer, exc.message, 400, exc.param)
+        return error_page(renderer, exc.message, 400, exc.param, USAGE_PAGE)
     keys = await services.keys.list(limit=MAX_KEYS_SHOWN)
     key_list: list[dict[str, Any]] = [record.public_view() for record in keys.records]
     view = build_view(

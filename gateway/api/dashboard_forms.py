@@ -20,7 +20,7 @@ from starlette.responses import Response
 
 from gateway.access.admins import Role
 from gateway.access.sessions import DashboardSession
-from gateway.api.dashboard_view import error_page, login_page
+from gateway.api.dashboard_view import ANY_PAGE, PageLink, error_page, login_page
 from gateway.services import Services
 
 COOKIE_NAME = "sy_admin_session"
@@ -37,16 +37,19 @@ class FormRefused(Exception):
         self.response = response
 
 
-async def read_form(request: Request, services: Services) -> dict[str, str]:
+async def read_form(
+    request: Request, services: Services, back: PageLink = ANY_PAGE
+) -> dict[str, str]:
     """The posted form's fields (the first value of each), at most ``MAX_FORM_BYTES``."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip()
     if content_type != "application/x-www-form-urlencoded":
-        raise FormRefused(error_page(services.pages, "The form must be posted as a form.", 400))
+        message = "The form must be posted as a form."
+        raise FormRefused(error_page(services.pages, message, 400, back=back))
     body = b""
     async for chunk in request.stream():
         body += chunk
         if len(body) > MAX_FORM_BYTES:
-            raise FormRefused(error_page(services.pages, "The form is too large.", 413))
+            raise FormRefused(error_page(services.pages, "The form is too large.", 413, back=back))
     fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
     return {name: values[0].strip() for name, values in fields.items()}
 
@@ -70,19 +73,19 @@ async def page_session(
 
 
 async def posted(
-    request: Request, services: Services, role: Role
+    request: Request, services: Services, role: Role, back: PageLink = ANY_PAGE
 ) -> tuple[DashboardSession, dict[str, str]] | Response:
     """A POST behind a session: the session and the form, once the role and the form's CSRF
-    token are right; else the page that refuses it."""
+    token are right; else the page that refuses it (titled as ``back``, linking back)."""
     session = await page_session(request, services, role)
     if isinstance(session, Response):
         return session
     try:
-        form = await read_form(request, services)
+        form = await read_form(request, services, back)
     except FormRefused as refused:
         return refused.response
     if not session.csrf_matches(form.get("csrf")):
-        return error_page(services.pages, CSRF_REFUSED, 403, "csrf")
+        return error_page(services.pages, CSRF_REFUSED, 403, "csrf", back)
     return session, form
 
 

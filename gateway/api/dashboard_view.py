@@ -25,7 +25,7 @@ from gateway.metering.reports import (
     group_cells,
     total_of,
 )
-from gateway.money import NANOS_PER_USD
+from gateway.money import NANOS_PER_USD, format_usd_money, stored_usd_to_nanos
 
 TOP_KEYS = 10
 KEY_SERIES = 8  # keys drawn individually in the spend-by-key chart; the rest is "other"
@@ -106,7 +106,8 @@ def stacked_day_chart(
     series = list(values)
     colors = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(series)}
     day_totals = [sum(values[s].get(d.isoformat(), 0) for s in series) for d in days]
-    peak = max(day_totals, default=0) or 1
+    ticks = axis_ticks(max(day_totals, default=0))
+    peak = ticks[-1]  # the axis' top: bars are drawn against the tick values
     slot = plot_w / max(len(days), 1)
     bars: list[Bar] = []
     for index, day in enumerate(days):
@@ -139,11 +140,24 @@ def stacked_day_chart(
         for i, d in enumerate(days)
         if i % label_every == 0
     ]
-    y_ticks = [(round(top + plot_h * (1 - f), 2), fmt(round(peak * f))) for f in (0, 0.5, 1)]
+    y_ticks = [(round(top + plot_h * (1 - tick / peak), 2), fmt(tick)) for tick in ticks]
     return Chart(
         chart_id, title, unit, width, height, bars, x_labels, y_ticks,
         [(colors[name], names.get(name, name)) for name in series],
     )  # fmt: skip
+
+
+def axis_ticks(peak: int) -> list[int]:
+    """Three distinct whole ticks from 0 whose step is 1, 2 or 5 times a power of ten and
+    whose top reaches ``peak``: 0 / 1 / 2 for a peak of 1 (never "0.00%" twice), 0 / 500 /
+    1,000 for 730. Whole units: a chart's values are integers (n$, tokens, basis points)."""
+    step = 1
+    while 2 * step < peak:
+        for factor in (2, 5 / 2, 2):  # 1 -> 2 -> 5 -> 10 ...
+            step = int(step * factor)
+            if 2 * step >= peak:
+                break
+    return [0, step, 2 * step]
 
 
 def ranked_chart(
@@ -318,6 +332,8 @@ class DashboardRenderer:
             undefined=jinja2.StrictUndefined,
         )
         self.env.filters["usd"] = format_usd
+        # A key's budget is stored as USD: ``$50.00``, never ``$50.0``.
+        self.env.filters["usd_amount"] = lambda usd: format_usd_money(stored_usd_to_nanos(usd))
         self.env.filters["count"] = format_count
 
     def render(self, template: str, **context: Any) -> str:
@@ -336,11 +352,38 @@ def secured(response: Response) -> Response:
     return response
 
 
+@dataclass(frozen=True)
+class PageLink:
+    """The page a refusal came from: its title, and the way back to it."""
+
+    href: str
+    label: str
+    title: str
+
+
+ANY_PAGE = PageLink("/admin/ui", "Back to the usage page", "Switchyard")
+USAGE_PAGE = PageLink("/admin/ui", "Back to the last 14 days", "Switchyard usage")
+KEYS_PAGE = PageLink("/admin/ui/keys", "Back to keys and teams", "Switchyard keys and teams")
+AUDIT_PAGE = PageLink("/admin/ui/audit", "Back to the audit log", "Switchyard audit log")
+
+
 def error_page(
-    renderer: DashboardRenderer, message: str, status: int, param: str | None = None
+    renderer: DashboardRenderer,
+    message: str,
+    status: int,
+    param: str | None = None,
+    back: PageLink = ANY_PAGE,
 ) -> Response:
-    """The dashboard's error page (a bad range, a store that is down) with ``status``."""
-    html = renderer.render("error.html", message=message, param=param or "")
+    """The dashboard's error page (a bad range, a store that is down) with ``status``, titled
+    as the page it came from and linking back to it."""
+    html = renderer.render(
+        "error.html",
+        message=message,
+        param=param or "",
+        title=back.title,
+        back_href=back.href,
+        back_label=back.label,
+    )
     return secured(HTMLResponse(html, status_code=status))
 
 

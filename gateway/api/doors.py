@@ -12,7 +12,7 @@ also where the body goes when the provider speaks the door's format.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.api.validation import (
@@ -27,6 +27,7 @@ from gateway.errors import InvalidRequest
 from gateway.formats import anthropic_messages, openai_responses
 from gateway.formats.errors import FormatError
 from gateway.formats.internal import ChatRequest, FormatName
+from gateway.routing import operations
 
 # Where a chat request goes at a provider that speaks each format.
 CHAT_PATHS: dict[FormatName, str] = {
@@ -46,6 +47,9 @@ class Door:
     path: str
     format: FormatName
     check: Check
+    # What it asks of the model (routing/operations.py): a model that does not serve it is
+    # refused at the door, never sent upstream.
+    operation: str = field(kw_only=True)
     translatable: bool = False
     streamable: bool = False
     # False: the upstream charges nothing for it (token counting), so neither does the gateway.
@@ -81,6 +85,7 @@ CHAT = Door(
     "/chat/completions",
     "openai_chat",
     _checked_by(validate_chat),
+    operation=operations.CHAT,
     translatable=True,
     streamable=True,
     samples=True,
@@ -90,6 +95,7 @@ MESSAGES = Door(
     "/messages",
     "anthropic_messages",
     _parsed_by(anthropic_messages.parse_request),
+    operation=operations.CHAT,
     translatable=True,
     streamable=True,
     samples=True,
@@ -99,6 +105,7 @@ RESPONSES = Door(
     "/responses",
     "openai_responses",
     _parsed_by(openai_responses.parse_request),
+    operation=operations.CHAT,
     translatable=True,
     streamable=True,
     samples=True,
@@ -108,6 +115,7 @@ COUNT_TOKENS = Door(
     "/messages/count_tokens",
     "anthropic_messages",
     _parsed_by(lambda body: anthropic_messages.parse_request({"max_tokens": 1, **body})),
+    operation=operations.CHAT,
     metered=False,
 )
 COMPLETIONS = Door(
@@ -115,12 +123,35 @@ COMPLETIONS = Door(
     "/completions",
     "openai_chat",
     _checked_by(validate_completion),
+    operation=operations.COMPLETIONS,
     streamable=True,
     samples=True,
 )
-EMBEDDINGS = Door("embeddings", "/embeddings", "openai_chat", _checked_by(validate_embedding))
-IMAGES = Door(
-    "images.generations", "/images/generations", "openai_chat", _checked_by(validate_image)
+EMBEDDINGS = Door(
+    "embeddings",
+    "/embeddings",
+    "openai_chat",
+    _checked_by(validate_embedding),
+    operation=operations.EMBEDDINGS,
 )
-MODERATIONS = Door("moderations", "/moderations", "openai_chat", _checked_by(validate_moderation))
-SPEECH = Door("audio.speech", "/audio/speech", "openai_chat", _checked_by(validate_speech))
+IMAGES = Door(
+    "images.generations",
+    "/images/generations",
+    "openai_chat",
+    _checked_by(validate_image),
+    operation=operations.IMAGES,
+)
+MODERATIONS = Door(
+    "moderations",
+    "/moderations",
+    "openai_chat",
+    _checked_by(validate_moderation),
+    operation=operations.MODERATION,
+)
+SPEECH = Door(
+    "audio.speech",
+    "/audio/speech",
+    "openai_chat",
+    _checked_by(validate_speech),
+    operation=operations.SPEECH,
+)

@@ -196,7 +196,14 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
             ),
         },
         "/admin/policy": {
-            "get": admin("The policy in force", "PolicyState"),
+            "get": admin(
+                "The policy in force (format=yaml, admin role: the YAML text in force)",
+                None,
+                params=[query("format", {"enum": ["json", "yaml"]})],
+                ok_content=json_content(ref("PolicyState"))
+                # The file's text: a YAML mapping (what a YAML reader of the answer finds).
+                | {"application/yaml": {"schema": {"type": "object"}}},
+            ),
             "put": admin(
                 "Replace the policy (validated, written, applied)",
                 "PolicyApplied",

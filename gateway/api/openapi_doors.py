@@ -30,7 +30,7 @@ ERROR_REASONS = {
     400: "invalid request (the message names the field)",
     401: "missing or unknown credentials",
     403: "the key may not do this",
-    404: "no such model",
+    404: "no such model, or one that does not serve this operation (model_not_supported)",
     413: "body too large",
     429: "rate limit or budget exceeded",
     502: "upstream failed",

@@ -15,6 +15,7 @@ from gateway.cache.stats import COUNTERS as CACHE_COUNTERS
 from gateway.ledger.event import MAX_TAG_LENGTH, MAX_TAGS
 from gateway.metering.reports import GROUP_BYS, MAX_EVENTS_LIMIT
 from gateway.money import MAX_BUDGET_USD
+from gateway.routing.operations import OPERATIONS
 
 Schema = dict[str, Any]
 
@@ -496,6 +497,11 @@ SCHEMAS: dict[str, Schema] = {
             "headers": {"type": "object", "additionalProperties": STRING},
             "key_id": {"type": "string", "maxLength": 200},
             "allowed_models": nullable({"type": "array", "items": STRING}),
+            "operation": {
+                "enum": sorted(OPERATIONS),
+                "description": "the operation of the door the body would be sent to (default "
+                "chat): a pinned model that does not serve it is a 404 model_not_supported",
+            },
         },
         additionalProperties=False,
     ),

@@ -100,11 +100,11 @@ async def admin_health(request: Request, services: Services, actor: Actor) -> Re
 
 
 def _another_can_serve(services: Services, policy: Policy) -> bool:
-    """True when some provider of the policy can take a request now and has the API key it
-    needs (the engine, not ready, cannot)."""
+    """True when some provider of the policy can take a request now and has the API key (and
+    header values) it needs (the engine, not ready, cannot)."""
     return any(
         services.providers.get(name, config).unavailable() is None
-        and (not config.api_key_env or os.environ.get(config.api_key_env))
+        and config.missing_env(os.environ) is None
         for name, config in policy.providers.items()
     )
 

@@ -140,7 +140,7 @@ async def _pipeline(call: V1Call, door: Door) -> Response:
     exchange = Exchange(door, raw, door.check(raw))
     call.trace.request(door.route, raw)
     directive = cache_directive(call)
-    plan = plan_route(call, raw, principal)
+    plan = plan_route(call, raw, principal, door)
     cached = cache_plan(call, door, raw, principal, plan, directive)
     if cached is None:
         await reserve(call, raw, principal, plan)
@@ -173,9 +173,9 @@ def attribute(call: V1Call, raw: dict[str, Any], principal: Principal) -> None:
     call.attribution = take_attribution(raw, call.request.headers, principal.record.tags)
 
 
-def plan_route(call: V1Call, raw: dict[str, Any], principal: Principal) -> RoutePlan:
-    """The ordered candidates; the request's books open here (from now on it leaves a usage
-    event, failed or not)."""
+def plan_route(call: V1Call, raw: dict[str, Any], principal: Principal, door: Door) -> RoutePlan:
+    """The ordered candidates, each one a model that serves the door's operation; the
+    request's books open here (from now on it leaves a usage event, failed or not)."""
     policies = call.services.policies
     if not policies.loaded:
         raise ServiceUnavailable("no routing policy is loaded", code="policy_not_loaded")
@@ -184,6 +184,7 @@ def plan_route(call: V1Call, raw: dict[str, Any], principal: Principal) -> Route
         headers=call.request.headers,
         key_id=principal.key_id,
         allowed_models=allowed_models(principal, policies.current.policy),
+        operation=door.operation,
     )
     outcome = call.outcome
     outcome.task, outcome.strategy = plan.task, plan.strategy

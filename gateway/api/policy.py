@@ -2,9 +2,12 @@
 the policy needs the ``admin`` role, reading, validating and explaining ``operator``):
 
 - ``GET  /admin/policy``           version, loaded_at, source, last_error and the policy as JSON
+                                    (providers' header values masked below the admin role);
+                                    ``?format=yaml`` (admin role): the YAML text in force
 - ``PUT  /admin/policy``           YAML or JSON body: validate, write the file atomically, apply
 - ``POST /admin/policy/validate``  the same validation, a dry run
 - ``POST /admin/route/explain``    ``{"body": {...}, "headers": {...}, "key_id"?, "allowed_models"?}``
+                                    (``"operation"``: what the door asks, default ``chat``)
                                     → the ordered candidates with reasons, each one's health,
                                     ``would_serve`` (the first the dispatcher would try now) and
                                     its route header; for an engine fleet, the replica it would
@@ -28,13 +31,16 @@ from gateway.api.http import json_response, read_body, read_json_object
 from gateway.api.payloads import parse_payload
 from gateway.api.request_headers import check_headers
 from gateway.api.validation import validate_routed
-from gateway.errors import InvalidRequest, clip
-from gateway.routing.policy import PolicyError, parse_policy
-from gateway.routing.policy_store import policy_text_from_body
+from gateway.errors import InvalidRequest, PermissionDenied, clip
+from gateway.routing.operations import Operation
+from gateway.routing.policy import PolicyError
+from gateway.routing.policy_store import policy_body
 from gateway.routing.router import RoutePlan
 from gateway.services import Services
 
-MAX_POLICY_BYTES = 1 << 20
+# Read limit of the body (413 past it); the policy's own bound (policy.MAX_POLICY_BYTES, a 400
+# naming it) is smaller.
+MAX_POLICY_BODY_BYTES = 1 << 20
 MAX_EXPLAIN_BYTES = 1 << 20
 
 
@@ -48,16 +54,36 @@ def _invalid_policy(error: PolicyError) -> InvalidRequest:
 
 
 async def get_policy(request: Request, services: Services, actor: Actor) -> Response:
-    return json_response(services.policies.describe())
+    shape = request.query_params.get("format", "json")
+    if shape == "json":
+        # Header values may be credentials: only the admin role, who may replace the policy
+        # anyway, sees them; an operator sees that they exist (and which variable names one).
+        return json_response(services.policies.describe(reveal_headers=actor.may("admin")))
+    if shape != "yaml":
+        raise InvalidRequest("format: expected json or yaml", param="format")
+    # The file as written may hold what the JSON view masks: the admin role only.
+    if not actor.may("admin"):
+        raise PermissionDenied(
+            f"format=yaml needs the admin role; this credential has the {actor.role} role.",
+            code="insufficient_role",
+        )
+    loaded = services.policies.current
+    return Response(
+        loaded.text,
+        media_type="application/yaml",
+        headers={"X-Policy-Version": loaded.version},
+    )
 
 
 async def put_policy(request: Request, services: Services, actor: Actor) -> Response:
     store = services.policies
     before = store.current.version if store.loaded else None
     try:
-        raw = await read_body(request, MAX_POLICY_BYTES)
-        text = policy_text_from_body(raw, request.headers.get("content-type"))
-        loaded = await asyncio.to_thread(store.write, text)
+        raw = await read_body(request, MAX_POLICY_BODY_BYTES)
+        content_type = request.headers.get("content-type")
+        # Parsing is CPU work (a large document takes seconds): never on the event loop.
+        body = await asyncio.to_thread(policy_body, raw, content_type)
+        loaded = await asyncio.to_thread(store.write_body, body)
     except PolicyError as error:
         raise _invalid_policy(error) from None
     # The versions only: a policy may name provider settings an audit reader need not see.
@@ -73,9 +99,10 @@ async def put_policy(request: Request, services: Services, actor: Actor) -> Resp
 async def validate_policy(request: Request, services: Services, actor: Actor) -> Response:
     store = services.policies
     try:
-        raw = await read_body(request, MAX_POLICY_BYTES)
-        text = policy_text_from_body(raw, request.headers.get("content-type"))
-        policy = parse_policy(text)
+        raw = await read_body(request, MAX_POLICY_BODY_BYTES)
+        content_type = request.headers.get("content-type")
+        body = await asyncio.to_thread(policy_body, raw, content_type)
+        policy = await asyncio.to_thread(body.parse)
     except PolicyError as error:
         raise _invalid_policy(error) from None
     return json_response(
@@ -90,8 +117,10 @@ async def validate_policy(request: Request, services: Services, actor: Actor) ->
 
 async def explain_route(request: Request, services: Services, actor: Actor) -> Response:
     payload = await read_json_object(request, MAX_EXPLAIN_BYTES)
-    body, headers, key_id, allowed = _explain_inputs(payload)
-    plan = services.router.plan(body=body, headers=headers, key_id=key_id, allowed_models=allowed)
+    body, headers, key_id, allowed, operation = _explain_inputs(payload)
+    plan = services.router.plan(
+        body=body, headers=headers, key_id=key_id, allowed_models=allowed, operation=operation
+    )
     explained = plan.explain()
     health = services.dispatcher.preview(plan)
     explained["health"] = health
@@ -142,11 +171,13 @@ class ExplainRequest(BaseModel):
     headers: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     key_id: Annotated[StrictStr, Field(max_length=200)] = "explain"
     allowed_models: list[StrictStr] | None = None
+    # The operation of the door the body would be sent to (chat: the chat doors).
+    operation: Operation = "chat"
 
 
 def _explain_inputs(
     payload: dict[str, Any],
-) -> tuple[dict[str, Any], dict[str, str], str, frozenset[str] | None]:
+) -> tuple[dict[str, Any], dict[str, str], str, frozenset[str] | None, str]:
     request = parse_payload(ExplainRequest, payload)
     # The fields routing reads are checked as a /v1 request would check them; the body itself
     # is routed as sent.
@@ -159,6 +190,7 @@ def _explain_inputs(
         request.headers,
         request.key_id,
         frozenset(allowed) if allowed is not None else None,
+        request.operation,
     )
 
 

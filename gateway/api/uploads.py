@@ -46,6 +46,7 @@ from gateway.errors import InvalidRequest, PayloadTooLarge, UpstreamError
 from gateway.formats.openai_chat.relay import chat_usage
 from gateway.metering.gate import Usage
 from gateway.providers.base import RawReply, unsupported
+from gateway.routing import operations
 from gateway.routing.router import Candidate
 from gateway.services import Services
 
@@ -54,9 +55,23 @@ def _unchecked(body: dict[str, Any]) -> None:
     return None
 
 
-TRANSCRIPTIONS = Door("audio.transcriptions", "/audio/transcriptions", "openai_chat", _unchecked)
-TRANSLATIONS = Door("audio.translations", "/audio/translations", "openai_chat", _unchecked)
-IMAGE_EDITS = Door("images.edits", "/images/edits", "openai_chat", _unchecked)
+TRANSCRIPTIONS = Door(
+    "audio.transcriptions",
+    "/audio/transcriptions",
+    "openai_chat",
+    _unchecked,
+    operation=operations.TRANSCRIPTION,
+)
+TRANSLATIONS = Door(
+    "audio.translations",
+    "/audio/translations",
+    "openai_chat",
+    _unchecked,
+    operation=operations.TRANSCRIPTION,
+)
+IMAGE_EDITS = Door(
+    "images.edits", "/images/edits", "openai_chat", _unchecked, operation=operations.IMAGES
+)
 
 
 def speaks_openai(candidate: Candidate, upstream: Upstream, door: Door) -> None:
@@ -86,7 +101,7 @@ async def handle_speech(request: Request, services: Services, door: Door) -> Res
         raw = parse_json_object(body)
         attribute(call, raw, principal)
         door.check(raw)
-        plan = plan_route(call, raw, principal)
+        plan = plan_route(call, raw, principal, door)
         await reserve(call, raw, principal, plan)
 
         async def attempt(candidate: Candidate) -> Served:
@@ -123,7 +138,7 @@ async def handle_upload(request: Request, services: Services, door: Door) -> Res
         head, rest = await read_head(call.request.stream(), boundary, cap)
         raw = _fields(head.fields, head.has_file)
         attribute(call, raw, principal)  # the form's ``user`` field, or the headers
-        plan = plan_route(call, raw, principal)
+        plan = plan_route(call, raw, principal, door)
         await reserve(call, raw, principal, plan)
         upload = Upload(head, rest, cap=cap, declared_length=declared)
         result = await call.services.dispatcher.run(plan, _upload_attempt(call, door, upload))

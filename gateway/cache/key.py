@@ -2,8 +2,10 @@
 
 The key is the SHA-256 of the canonical request: the route (``chat.completions``...), the
 answer's mode (``json`` or ``sse``), the model after routing (canonical name, provider and the
-upstream model name, so a policy edit that remaps a model never serves the old model's answers)
-and the body. Every body field is part of it except ``IGNORED_FIELDS``, a short list of fields
+upstream model name, so a policy edit that remaps a model never serves the old model's answers),
+the body, and the client's headers that a provider passes on (``forward_headers``: an
+``anthropic-beta`` or ``OpenAI-Organization`` can change the answer; none sent, none in the
+key). Every body field is part of it except ``IGNORED_FIELDS``, a short list of fields
 that cannot change the answer; a field the gateway has never heard of is therefore included,
 so a new sampling option can never make two different requests collide. Canonical JSON is
 orjson with sorted keys and no whitespace; a top-level number that is a whole float (``0.0``)
@@ -105,8 +107,15 @@ class RoutedModel:
     upstream_model: str
 
 
-def canonical_request(route: str, body: Mapping[str, Any], mode: Mode, routed: Routed) -> bytes:
-    """The bytes the key hashes (for tests and for debugging a miss)."""
+def canonical_request(
+    route: str,
+    body: Mapping[str, Any],
+    mode: Mode,
+    routed: Routed,
+    headers: Mapping[str, str] | None = None,
+) -> bytes:
+    """The bytes the key hashes (for tests and for debugging a miss). ``headers``: the
+    forwarded ones, lower-case names (a request that forwards none keys as it always did)."""
     kept = {
         name: _canonical_value(value) for name, value in body.items() if name not in IGNORED_FIELDS
     }
@@ -118,12 +127,21 @@ def canonical_request(route: str, body: Mapping[str, Any], mode: Mode, routed: R
         "upstream_model": routed.upstream_model,
         "body": kept,
     }
+    if headers:
+        document["headers"] = dict(headers)
     return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
 
 
-def request_key(route: str, body: Mapping[str, Any], mode: Mode, routed: Routed) -> str:
+def request_key(
+    route: str,
+    body: Mapping[str, Any],
+    mode: Mode,
+    routed: Routed,
+    headers: Mapping[str, str] | None = None,
+) -> str:
     """The entry's hash (64 hex digits) within its scope."""
-    return hashlib.sha256(KEY_VERSION + canonical_request(route, body, mode, routed)).hexdigest()
+    canonical = canonical_request(route, body, mode, routed, headers)
+    return hashlib.sha256(KEY_VERSION + canonical).hexdigest()
 
 
 def _is_number(value: Any) -> bool:

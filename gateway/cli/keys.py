@@ -1,6 +1,7 @@
 """``switchyard keys create|list|show|update|rotate|revoke``: the admin API's key operations
-(``gateway.access.key_admin``, the same checks) straight on the gateway's Redis. Output is JSON;
-a refused field is named on stderr with exit status 1. Every change is in the audit log, by
+(``gateway.access.key_admin``, the same checks) straight on the gateway's Redis. Output is JSON
+(``keys list`` prints a table unless ``--format json``); a refused field is named on stderr with
+exit status 1. Every change is in the audit log, by
 ``cli:<OS user>``; a key that changes teams has its limiter counters carried over at once.
 """
 
@@ -8,14 +9,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 from gateway.access import key_admin
 from gateway.access.key_models import KeyListQuery, parse_key_payload
 from gateway.access.keys import EDITABLE_FIELDS
 from gateway.cli.connect import admin_context
-from gateway.cli.output import answer, fail, print_json
+from gateway.cli.output import answer, columns, fail, print_json
 from gateway.errors import GatewayError
+from gateway.money import format_usd_money, stored_usd_to_nanos
 from gateway.routing.policy import Policy, PolicyError, load_policy_file
 from gateway.settings import Settings
 
@@ -44,6 +47,7 @@ def add_keys_parser(commands: Any) -> None:
     list_parser.add_argument("--team")
     list_parser.add_argument("--status", choices=["active", "revoked", "expired"])
     list_parser.add_argument("--limit", type=int, default=100)
+    list_parser.add_argument("--format", dest="output", choices=("table", "json"), default="table")
     key_commands.add_parser("show", help="show one key").add_argument("id")
     update_parser = key_commands.add_parser("update", help="change a key's fields")
     update_parser.add_argument("id")
@@ -120,9 +124,53 @@ def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return fields
 
 
+KEY_COLUMNS = ("id", "name", "team", "status", "models", "rpm", "tpm", "budget", "created")
+_NAMED_KEY_COLUMNS = 5  # id .. models, left-aligned; the limits right-aligned
+
+
+def render_keys(views: list[dict[str, Any]]) -> str:
+    """``keys list`` as the usage report's kind of table: one key a line, ``-`` for unset."""
+    rows = [
+        [
+            view["id"],
+            view["name"] or "-",
+            view["team"] or "-",
+            view["status"],
+            ",".join(view["models"]) if view["models"] is not None else "(all)",
+            _or_dash(view["rpm"]),
+            _or_dash(view["tpm"]),
+            _budget(view),
+            _day(view["created_at"]),
+        ]
+        for view in views
+    ]
+    if not rows:
+        return "no keys"
+    lines = columns(KEY_COLUMNS, rows, left=_NAMED_KEY_COLUMNS)
+    return "\n".join([*lines, f"{len(rows)} keys"])
+
+
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _budget(view: dict[str, Any]) -> str:
+    if view["budget_usd"] is None:
+        return "-"
+    amount = format_usd_money(stored_usd_to_nanos(view["budget_usd"]))
+    period = view["budget_period"] or "month"  # the limiter's default (metering.gate)
+    return amount if period == "total" else f"{amount}/{period}"
+
+
+def _day(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "-"
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d")
+
+
 def _policy_or_none(settings: Settings) -> Policy | None:
     try:
-        return load_policy_file(settings.policy_file)
+        return load_policy_file(settings.policy_source)
     except PolicyError:
         return None
 
@@ -144,7 +192,11 @@ async def keys_command(settings: Settings, args: argparse.Namespace) -> int:
         if command == "list":
             filters = {"limit": args.limit, "team": args.team, "status": args.status}
             page = await key_admin.list_keys(store, parse_key_payload(KeyListQuery, filters))
-            return answer([record.public_view() for record in page.records])
+            views = [record.public_view() for record in page.records]
+            if args.output == "json":
+                return answer(views)
+            print(render_keys(views))
+            return 0
         if command == "show":
             return answer((await key_admin.show_key(store, args.id)).public_view())
         before = await key_admin.show_key(store, args.id)
@@ -161,10 +213,11 @@ async def keys_command(settings: Settings, args: argparse.Namespace) -> int:
             return answer(updated.public_view())
         if command == "rotate":
             grace = {"grace_seconds": args.grace_seconds}
-            rotated = await key_admin.rotate_key(store, args.id, grace, args.idempotency_key)
-            view = rotated.record.public_view()
-            await admin.record("key.rotate", f"key:{args.id}", before.public_view(), view)
-            return answer({**view, "key": rotated.key})
+            rotation = await key_admin.rotate_key_once(store, args.id, grace, args.idempotency_key)
+            view = rotation.created.record.public_view()
+            if not rotation.replayed:
+                await admin.record("key.rotate", f"key:{args.id}", before.public_view(), view)
+            return answer({**view, "key": rotation.created.key})
         if command == "revoke":
             revoked = (await key_admin.revoke_key(store, args.id)).public_view()
             await admin.record("key.revoke", f"key:{args.id}", before.public_view(), revoked)

@@ -3,17 +3,20 @@
 Each check fails fast with one line on stderr, in order: the policy file, the DATA_DIR lock (a
 second gateway on it names the first's pid), the secrets, the port; only then does the app
 (embedded Redis included) start. The admin key is printed only when it was just generated.
+With no policy file (and no ``SWITCHYARD_POLICY_FILE``) the shipped default is served, said in
+one line. SIGINT and SIGTERM end it with exit status 0, once it has drained.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import socket
 from typing import Any
 
 from gateway.cli.output import fail
-from gateway.data_dir import DataDirBusy, DataDirLock
+from gateway.data_dir import DataDirBusy, DataDirLock, private_files
 from gateway.routing.policy import PolicyError, load_policy_file
 from gateway.settings import Settings, ensure_secrets
 
@@ -53,6 +56,17 @@ class _RefusedStartFilter(logging.Filter):
         return not (refused and str(record.msg).startswith("Traceback"))
 
 
+def _take_stop_signals_quietly() -> None:
+    """SIGINT (Ctrl-C) and SIGTERM stop the gateway cleanly, exit status 0.
+
+    uvicorn handles them while it runs (the drain), then restores the handlers it found and
+    raises the signal again: with Python's defaults that is a KeyboardInterrupt traceback, or a
+    death by SIGTERM that `make run` reports as ``*** [run] Terminated``. These handlers, the
+    ones it finds and restores, take that second delivery and do nothing."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: None)
+
+
 def serve(settings: Settings, workers: int) -> int:
     """Run the gateway, after the checks the module docstring lists; the exit status."""
     import uvicorn
@@ -61,12 +75,13 @@ def serve(settings: Settings, workers: int) -> int:
     from gateway.app import create_app
     from gateway.logs import configure_process_logging
     from gateway.server.http_guard import HttpGuardSettings, guarded_protocol
+    from gateway.server.proxies import proxy_options
 
     configure_process_logging(settings.log_level, settings.log_format)
     try:
-        load_policy_file(settings.policy_file)
+        load_policy_file(settings.policy_source)
     except PolicyError as exc:
-        return fail(f"policy {settings.policy_file}: {exc}")
+        return fail(f"policy {settings.policy_source}: {exc}")
     if workers > 1 and settings.embedded_redis:
         return fail("--workers > 1 needs SWITCHYARD_REDIS_URL (one shared Redis)")
     lock = DataDirLock(settings.data_dir)
@@ -76,6 +91,7 @@ def serve(settings: Settings, workers: int) -> int:
     except DataDirBusy as exc:
         return fail(str(exc))
     with lock:
+        private_files(settings.data_dir)  # files written before DATA_DIR was kept private
         secrets = ensure_secrets(settings)
         if settings.admin_key is not None:
             print("Admin key: (from SWITCHYARD_ADMIN_KEY)", flush=True)
@@ -88,6 +104,12 @@ def serve(settings: Settings, workers: int) -> int:
             sock = _listen(settings.host, settings.port)
         except OSError as exc:
             return fail(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror}")
+        if settings.policy_fallback is not None:
+            print(
+                f"Policy: no {settings.policy_file} here, serving the shipped default"
+                f" ({settings.policy_fallback}); `switchyard init` writes an editable copy",
+                flush=True,
+            )
         redis_note = settings.redis_url or f"embedded, data in {settings.redis_dir}"
         print(
             f"Switchyard on http://{settings.host}:{settings.port} (Redis: {redis_note})",
@@ -102,6 +124,7 @@ def serve(settings: Settings, workers: int) -> int:
             "timeout_keep_alive": settings.keep_alive_timeout_s,
             # SIGTERM drains in the app first (shutdown_grace_s); this only bounds what is left.
             "timeout_graceful_shutdown": 2,
+            **proxy_options(settings),
         }
         with sock:
             if workers > 1:
@@ -116,6 +139,7 @@ def serve(settings: Settings, workers: int) -> int:
             )
             server = uvicorn.Server(uvicorn.Config(app, **options))
             logging.getLogger("uvicorn.error").addFilter(_RefusedStartFilter(app))
+            _take_stop_signals_quietly()
             try:
                 server.run(sockets=[sock])
             except SystemExit:

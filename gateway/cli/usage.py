@@ -21,6 +21,7 @@ import orjson
 
 from gateway.access.keys import KeyStore
 from gateway.cli.connect import key_store
+from gateway.cli.output import columns
 from gateway.ledger import StoreConfigError, open_store
 from gateway.metering.buffer import UsageBuffer
 from gateway.metering.reports import GROUP_BYS, ReportError, UsageReports, parse_day, render_csv
@@ -145,15 +146,7 @@ def render_table(report: dict[str, Any]) -> str:
         *([""] * (named - 1)),
         *(_cell(n, report["totals"]) for n, _ in TABLE_COLUMNS),
     ]
-    widths = [max(len(line[i]) for line in (header, *rows, total)) for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:
-        left = (cell.ljust(width) for cell, width in zip(cells[:named], widths, strict=False))
-        right = (
-            cell.rjust(width) for cell, width in zip(cells[named:], widths[named:], strict=True)
-        )
-        return "  ".join((*left, *right)).rstrip()
-
-    rule = "  ".join("-" * width for width in widths)
+    lines = columns(header, [*rows, total], left=named)
+    rule = lines[1]
     title = f"usage {report['from']} .. {report['to']} by {group_by}"
-    return "\n".join([title, line(header), rule, *(line(r) for r in rows), rule, line(total)])
+    return "\n".join([title, *lines[:-1], rule, lines[-1]])

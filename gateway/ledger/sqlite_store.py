@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -209,6 +210,13 @@ class _Worker:
         self._executor.shutdown(wait=True)
 
 
+def _create_private(path: Path) -> None:
+    """The store's folder (when made here: 0700) and file (0600) before SQLite opens it: SQLite
+    gives its -wal and -shm files the database file's mode, so usage stays private."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+
+
 class SqliteStore(SqlStore):
     """``UsageStore`` in one SQLite file."""
 
@@ -238,7 +246,7 @@ class SqliteStore(SqlStore):
 
     async def open(self) -> None:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _create_private(self.path)
             await self._writer.connect(functools.partial(self._connect, read_only=False))
             await self._writer.run(lambda conn: until_unlocked(lambda: self._migrate(conn)))
             await self._reader.connect(functools.partial(self._connect, read_only=True))

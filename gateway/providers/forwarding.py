@@ -25,11 +25,26 @@ def forwarded_headers(
     """The headers to send upstream from ``client`` (a case-insensitive mapping, as
     Starlette's ``Headers``), with lower-case names."""
     out = {REQUEST_ID: request_id}
-    for name in (*TRACE_CONTEXT, *allow):
-        lowered = name.lower()
-        if never_forwarded(lowered) or lowered == REQUEST_ID:
-            continue
-        value = client.get(lowered)
+    out.update(_present(client, TRACE_CONTEXT))
+    out.update(listed_headers(client, allow))
+    return out
+
+
+def listed_headers(client: Mapping[str, str], allow: Iterable[str]) -> dict[str, str]:
+    """The allow-listed headers ``client`` sent, as they go upstream (lower-case names): what
+    can change a provider's answer, so the response cache keys on them. The request id and
+    trace context, which only name the request, are not among them."""
+    wanted = (name.lower() for name in allow)
+    return _present(
+        client,
+        (n for n in wanted if not never_forwarded(n) and n not in (REQUEST_ID, *TRACE_CONTEXT)),
+    )
+
+
+def _present(client: Mapping[str, str], names: Iterable[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name in names:
+        value = client.get(name)
         if value is not None:
-            out[lowered] = value
+            out[name] = value
     return out

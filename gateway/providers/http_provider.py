@@ -6,8 +6,9 @@ same session, headers, caps and error mapping: an engine fleet (``fleet_provider
 request to the replica it picked through one ``OpenAICompatProvider``.
 
 Headers of a call: the client's forwarded ones (already filtered by the caller), then the
-policy's ``headers`` for this provider, then its credentials: the provider's own win. Every key
-is lower-case, so no header is ever sent twice under two spellings.
+policy's ``headers`` for this provider (``value_env`` ones read from the environment here, as
+the API key is), then its credentials: the provider's own win. Every key is lower-case, so no
+header is ever sent twice under two spellings.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from gateway.providers.base import (
 from gateway.providers.http_upstream import HttpUpstream, SseStream, UpstreamSettings
 from gateway.redact import secret_values
 from gateway.routing.policy import ProviderConfig
+from gateway.routing.provider_headers import header_values
 
 JSON = "application/json"
 
@@ -47,9 +49,10 @@ class HttpProvider:
         self.formats: tuple[str, ...] = config.native_formats
         self.base_url = config.url
         api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
+        extra_headers = header_values(config.headers, os.environ)
         self.own_headers = {
             "content-type": JSON,
-            **{key.lower(): value for key, value in config.headers.items()},
+            **{key.lower(): value for key, value in extra_headers.items()},
             **self.auth_headers(api_key),
         }
         self.http = HttpUpstream(
@@ -59,7 +62,7 @@ class HttpProvider:
             read_timeout_s=config.timeout_s,
             pool_size=config.max_concurrency,
             # Scrubbed out of any upstream text that is relayed (its key, its header values).
-            secrets=secret_values(config.api_key_env, config.headers, os.environ),
+            secrets=secret_values(config.api_key_env, extra_headers, os.environ),
             read_error=self.read_error,
         )
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
@@ -159,9 +160,34 @@ class LocalEngineHost:
         config = engine_config(self.settings, models_dir)
         self.model_dir = Path(config.model).expanduser()
         self.random_weights = has_random_weights(self.model_dir)
+        self._convert_once(config.model, models_dir)
         engine = AsyncEngine(config, progress=True)
         engine.start()
         return engine
+
+    def _convert_once(self, model: str, models_dir: Path) -> None:
+        """A GGUF file's one-time conversion (seconds: its vocabulary is read), said before it
+        starts and timed, with the converter's progress bar; the engine then finds it made."""
+        from engine.gguf.convert import is_prepared, prepare_gguf, view_dir
+
+        path = Path(model).expanduser()
+        if path.suffix != ".gguf" or not path.is_file() or is_prepared(path, models_dir):
+            return
+        name = "SmolLM2" if self.settings is not None and self.settings.model is None else path.name
+        target = view_dir(path, models_dir)
+        self.log.info(
+            "local_model_converting",
+            message=f"converting {name} once to {target} ...",
+            source=str(path),
+        )
+        started = time.monotonic()
+        prepare_gguf(path, models_dir, progress=True)
+        seconds = round(time.monotonic() - started, 1)
+        self.log.info(
+            "local_model_converted",
+            message=f"converted {name} in {seconds} s; later starts reuse {target}",
+            seconds=seconds,
+        )
 
     async def stop(self) -> None:
         engine, self.engine = self.engine, None

@@ -10,6 +10,9 @@ upstream call up to the point where the first byte would go to the client, raisi
 - an upstream 401/403 (a 502 ``upstream_auth_failed`` by then: our key is wrong there), a 404
   (our model name is wrong there) and a missing API key are configuration errors of that
   candidate: no retry, next candidate;
+- only failures that say the provider is broken for every tenant count against its breaker
+  (``routing/fault.py``: no answer, 5xx, 408/429, 401); what a client can cause by what it
+  sends (other 4xx, 403, 404) does not;
 - any other 4xx is the client's fault: it is raised at once (no retry, no fallback), as is an
   error marked ``final`` (an upload already streamed to the candidate cannot be sent again);
 - a candidate whose breaker is open (or half-open with its probe out), or whose provider is at
@@ -51,6 +54,7 @@ from gateway.errors import UpstreamError
 from gateway.formats.errors import CONTEXT_LENGTH_EXCEEDED
 from gateway.redact import redact
 from gateway.routing.breaker import CircuitBreaker
+from gateway.routing.fault import counts_against_breaker
 from gateway.routing.policy import ProviderConfig
 from gateway.routing.router import Candidate, RoutePlan
 from gateway.routing.state import RoutingState
@@ -58,6 +62,8 @@ from gateway.settings import Settings
 
 T = TypeVar("T")
 
+# Configuration errors of a candidate: the next one is tried. They need not count against its
+# breaker (a 403 or 404 can follow from what the client sent: routing/fault.py).
 CONFIG_STATUSES = frozenset({401, 403, 404})
 
 
@@ -249,10 +255,6 @@ def is_client_error(error: UpstreamError) -> bool:
     )
 
 
-def _counts_against_breaker(error: UpstreamError) -> bool:
-    return error.retryable or error.status in CONFIG_STATUSES or error.status >= 500
-
-
 class Dispatcher:
     def __init__(
         self,
@@ -330,19 +332,20 @@ class Dispatcher:
                 if unavailable.spill:
                     spilled.append(candidate)
                 continue
-            missing_key = self._missing_key(provider)
-            if missing_key:
+            missing = self._missing_env(provider)
+            if missing:
+                missing_key, holds = missing
                 attempts.append(
                     AttemptRecord(
                         candidate.model,
                         candidate.provider,
                         "skipped",
-                        f"missing API key: {missing_key} is not set",
+                        f"missing {holds}: {missing_key} is not set",
                         kind="config",
                     )
                 )
                 last_error = UpstreamError(
-                    f"provider {candidate.provider} has no API key ({missing_key} is not set)",
+                    f"provider {candidate.provider} has no {holds} ({missing_key} is not set)",
                     status=503,
                     retryable=False,
                     kind="config",
@@ -390,15 +393,15 @@ class Dispatcher:
             state = self.state.breakers.state_of(candidate.provider, candidate.model)
             limit = provider.max_concurrency if provider else None
             inflight = self.state.inflight.count(candidate.provider)
-            missing_key = self._missing_key(provider)
+            missing = self._missing_env(provider)
             unavailable = self._unavailable(candidate, provider)
             too_long = plan.too_long_for(candidate)
             if too_long is not None:
                 verdict = f"skipped: {too_long}"
             elif unavailable is not None:
                 verdict = f"skipped: {unavailable.detail}"
-            elif missing_key:
-                verdict = f"skipped: missing API key ({missing_key} is not set)"
+            elif missing:
+                verdict = f"skipped: missing {missing[1]} ({missing[0]} is not set)"
             elif state == "open":
                 verdict = "skipped: breaker open"
             elif not self.state.breakers.would_allow(candidate.provider, candidate.model):
@@ -451,10 +454,9 @@ class Dispatcher:
         except UpstreamError:  # a configuration gap: the attempt reports it as it fails
             return None
 
-    def _missing_key(self, provider: ProviderConfig | None) -> str | None:
-        if provider is None or not provider.api_key_env:
-            return None
-        return None if self._env.get(provider.api_key_env) else provider.api_key_env
+    def _missing_env(self, provider: ProviderConfig | None) -> tuple[str, str] | None:
+        """The variable (API key, header value) ``provider`` needs and does not have."""
+        return provider.missing_env(self._env) if provider is not None else None
 
     async def _serve(
         self,
@@ -548,7 +550,7 @@ class Dispatcher:
         attempts: list[AttemptRecord],
         elapsed: float,
     ) -> None:
-        call.failed(counts=_counts_against_breaker(error))
+        call.failed(counts=counts_against_breaker(error))
         attempts.append(
             AttemptRecord(
                 candidate.model,

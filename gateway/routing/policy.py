@@ -11,6 +11,7 @@ import argparse
 import hashlib
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -28,13 +29,19 @@ from pydantic import (
 
 from gateway.cache.config import CachePolicy
 from gateway.money import MAX_PRICE_PER_MTOK, price_to_nanos_per_token
+from gateway.routing.operations import declared_operations, serves
 from gateway.routing.policy_yaml import DocumentTooComplex, load_yaml
+from gateway.routing.provider_headers import HeaderValue, missing_header_env
 
 # The model value that asks for task routing instead of naming a model (an absent model too).
 AUTO_MODEL = "auto"
 # Bounds of a policy document (a real one nests 5 levels and has a few thousand nodes).
 MAX_POLICY_DEPTH = 32
 MAX_POLICY_NODES = 100_000
+# A policy is a few kilobytes (the shipped one is about 10 KB): these bounds refuse a document
+# built to keep a parser busy (issue 26: 900 KB of aliases took 3.3 s) before it is parsed.
+MAX_POLICY_BYTES = 256 * 1024
+MAX_POLICY_ALIASES = 1000
 
 Strategy = Literal["ordered", "cheapest", "lowest_latency", "weighted"]
 
@@ -272,7 +279,11 @@ class ProviderConfig(_Strict):
     max_concurrency: int | None = Field(
         default=None, gt=0, description="in-flight requests; beyond it the provider is skipped"
     )
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, HeaderValue] = Field(
+        default_factory=dict,
+        description="sent with every call: a literal value, or {value_env: NAME} to read it "
+        "from an env var (for credentials: values are masked below the admin role)",
+    )
     forward_headers: list[str] = Field(
         default_factory=list,
         description="client headers passed on to this provider (anthropic-beta, "
@@ -347,6 +358,14 @@ class ProviderConfig(_Strict):
                     "never forwarded"
                 )
         return self
+
+    def missing_env(self, env: Mapping[str, str]) -> tuple[str, str] | None:
+        """The first variable this provider needs that ``env`` lacks, and what it holds:
+        ``(name, "API key")`` or ``(name, "header value")``; None when all are set."""
+        if self.api_key_env and not env.get(self.api_key_env):
+            return self.api_key_env, "API key"
+        missing = missing_header_env(self.headers, env)
+        return (missing, "header value") if missing else None
 
     @property
     def native_formats(self) -> tuple[ChatFormat, ...]:
@@ -442,7 +461,11 @@ class ModelConfig(_Strict):
     upstream_model: str | None = None
     price: Price = Field(default_factory=Price)
     context_window: int | None = Field(default=None, gt=0)
-    capabilities: list[str] = Field(default_factory=list, description="tags: code, vision, fast…")
+    capabilities: list[str] = Field(
+        default_factory=list,
+        description="the operations it serves (chat, completions, embeddings, moderation, images, "
+        "speech, transcription; none named: every one) and tags: code, vision, fast…",
+    )
     description: str | None = None
     cache: CachePolicy | None = Field(default=None, description="cache its answers (cache.md)")
     defaults: ModelDefaults | None = Field(
@@ -625,6 +648,15 @@ class Policy(_Strict):
             return f"lacks capabilities {', '.join(missing)}"
         return None
 
+    def operation_failure(self, model: str, operation: str) -> str | None:
+        """Why ``model`` may not be sent ``operation`` (its capabilities name other operations
+        only), or None when it may (``routing/operations.py``)."""
+        capabilities = self.models[model].capabilities
+        if serves(capabilities, operation):
+            return None
+        named = ", ".join(sorted(declared_operations(capabilities)))
+        return f"does not serve {operation} (its operations: {named})"
+
     def canary_for(self, model: str) -> Canary | None:
         for canary in self.canaries:
             if self.resolve_model(canary.source) == model:
@@ -658,10 +690,20 @@ def validate_policy_data(data: Any) -> Policy:
 def parse_policy(text: str) -> Policy:
     """Parse YAML (or JSON, a subset of YAML) into a validated Policy, or raise PolicyError.
 
-    At most ``MAX_POLICY_DEPTH`` levels of nesting and ``MAX_POLICY_NODES`` nodes with every
-    alias expanded: a deeply nested document or an alias bomb is an invalid policy."""
+    At most ``MAX_POLICY_BYTES`` of UTF-8, ``MAX_POLICY_DEPTH`` levels of nesting,
+    ``MAX_POLICY_ALIASES`` aliases and ``MAX_POLICY_NODES`` nodes with every alias expanded: a
+    huge, deeply nested or alias-bomb document is an invalid policy. CPU-bound for large
+    input: callers on an event loop run it in a worker thread."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_POLICY_BYTES:
+        raise PolicyError("", f"the policy is {size} bytes; at most {MAX_POLICY_BYTES} are read")
     try:
-        data = load_yaml(text, max_depth=MAX_POLICY_DEPTH, max_nodes=MAX_POLICY_NODES)
+        data = load_yaml(
+            text,
+            max_depth=MAX_POLICY_DEPTH,
+            max_nodes=MAX_POLICY_NODES,
+            max_aliases=MAX_POLICY_ALIASES,
+        )
     except DocumentTooComplex as exc:
         raise PolicyError("", f"the policy is {exc}") from None
     except yaml.YAMLError as exc:

@@ -14,15 +14,15 @@ import os
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 import structlog
-import yaml
 
 from gateway.routing.policy import (
+    MAX_POLICY_BYTES,
     MAX_POLICY_DEPTH,
     Policy,
     PolicyError,
@@ -30,7 +30,9 @@ from gateway.routing.policy import (
     policy_version,
     validate_policy_data,
 )
+from gateway.routing.policy_merge import merge_policy_yaml
 from gateway.routing.policy_yaml import nesting_depth_exceeds
+from gateway.routing.provider_headers import masked_policy
 from gateway.server.tasks import cancel_until_done
 
 
@@ -40,6 +42,7 @@ class LoadedPolicy:
     version: str
     loaded_at: float
     source: str
+    text: str = field(default="", repr=False)  # as read or written: GET /admin/policy?format=yaml
 
 
 @dataclass(frozen=True)
@@ -51,12 +54,29 @@ class _FileSignature:
 _TOO_DEEP = f"the policy is nested more than {MAX_POLICY_DEPTH} levels deep"
 
 
-def policy_text_from_body(body: bytes, content_type: str | None) -> str:
-    """Turn a PUT/validate body (YAML or JSON) into the YAML text that will be stored.
+@dataclass(frozen=True)
+class PolicyBody:
+    """A PUT/validate body: YAML text kept verbatim (comments and all), or JSON data that is
+    merged into the file in force when it is stored (``policy_merge``)."""
 
-    YAML is kept verbatim (comments survive); JSON is re-emitted as YAML in key order. Both
-    are held to the policy's nesting bound (``MAX_POLICY_DEPTH``) before anything walks them.
-    """
+    text: str | None = None
+    data: dict[str, Any] | None = None
+
+    def parse(self) -> Policy:
+        """The policy it says, or PolicyError. CPU-bound: call it from a thread."""
+        if self.data is not None:
+            return validate_policy_data(self.data)
+        return parse_policy(self.text or "")
+
+
+def policy_body(body: bytes, content_type: str | None) -> PolicyBody:
+    """Read a PUT/validate body (YAML or JSON) within the policy's bounds (size, nesting).
+
+    CPU-bound for large bodies: call it from a thread, not on the event loop."""
+    if len(body) > MAX_POLICY_BYTES:
+        raise PolicyError(
+            "", f"the policy is {len(body)} bytes; at most {MAX_POLICY_BYTES} are read"
+        )
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -71,15 +91,21 @@ def policy_text_from_body(body: bytes, content_type: str | None) -> str:
         if isinstance(data, dict | list) and nesting_depth_exceeds(data, MAX_POLICY_DEPTH):
             raise PolicyError("", _TOO_DEEP)
         validate_policy_data(data)
-        return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
-    return text
+        return PolicyBody(data=data)
+    return PolicyBody(text=text)
 
 
 class PolicyStore:
     """The app builds one; request handlers read ``current`` (an immutable snapshot)."""
 
-    def __init__(self, path: Path | str, *, poll_interval_s: float = 0.5) -> None:
+    def __init__(
+        self, path: Path | str, *, poll_interval_s: float = 0.5, fallback: Path | None = None
+    ) -> None:
         self.path = Path(path)
+        # Served while ``path`` is missing (the shipped default); the file, once it appears
+        # (``switchyard init``, a PUT), takes over.
+        self.fallback = fallback
+        self.serving_fallback = False
         self.poll_interval_s = poll_interval_s
         self.last_error: PolicyError | None = None
         self._current: LoadedPolicy | None = None
@@ -109,6 +135,11 @@ class PolicyStore:
 
     def load(self) -> LoadedPolicy:
         """Load the file; on error keep the policy in force and raise."""
+        if self.fallback is not None and not self.path.exists():
+            text = self.fallback.read_text()
+            loaded = self.apply_text(text, source=f"{self.fallback} (shipped default)")
+            self.serving_fallback = True
+            return loaded
         try:
             signature = self._signature()
             text = self.path.read_text()
@@ -125,8 +156,9 @@ class PolicyStore:
         except PolicyError as exc:
             self.last_error = exc
             raise
-        self._current = LoadedPolicy(policy, policy_version(text), time.time(), source)
+        self._current = LoadedPolicy(policy, policy_version(text), time.time(), source, text)
         self.last_error = None
+        self.serving_fallback = False
         return self._current
 
     def write(self, text: str, *, source: str = "admin api") -> LoadedPolicy:
@@ -136,6 +168,23 @@ class PolicyStore:
         """
         parse_policy(text)  # raises PolicyError; the policy in force and last_error stay
         with self._write_lock:
+            self._atomic_write(text)
+            self._seen = self._signature()
+            self._seen_hash = policy_version(text)
+            return self.apply_text(text, source=source)
+
+    def write_body(self, body: PolicyBody, *, source: str = "admin api") -> LoadedPolicy:
+        """Store a PUT body: YAML as sent; JSON merged into the file in force, so that its
+        comments and layout stay and only what the JSON changes changes. Call it from a thread."""
+        if body.data is None:
+            return self.write(body.text or "", source=source)
+        with self._write_lock:
+            try:
+                base = self.path.read_text()
+            except OSError:
+                base = None
+            text = merge_policy_yaml(base, body.data)
+            parse_policy(text)
             self._atomic_write(text)
             self._seen = self._signature()
             self._seen_hash = policy_version(text)
@@ -175,6 +224,8 @@ class PolicyStore:
         try:
             signature = self._signature()
         except OSError as exc:
+            if self.serving_fallback and isinstance(exc, FileNotFoundError):
+                return False  # no file yet: the shipped default stays
             self._note_error(PolicyError("", f"cannot stat {self.path}: {exc.strerror}"))
             return False
         if signature == self._seen:
@@ -224,9 +275,13 @@ class PolicyStore:
         if watcher is not None:
             await cancel_until_done([watcher])
 
-    def describe(self) -> dict[str, Any]:
-        """The state shown by ``GET /admin/policy``."""
+    def describe(self, *, reveal_headers: bool = False) -> dict[str, Any]:
+        """The state shown by ``GET /admin/policy``; providers' header values masked unless
+        ``reveal_headers`` (the admin role)."""
         loaded = self._current
+        policy = loaded.policy.model_dump(mode="json", by_alias=True) if loaded else None
+        if policy is not None and not reveal_headers:
+            policy = masked_policy(policy)
         return {
             "version": loaded.version if loaded else None,
             "loaded_at": loaded.loaded_at if loaded else None,
@@ -237,5 +292,5 @@ class PolicyStore:
                 if self.last_error
                 else None
             ),
-            "policy": loaded.policy.model_dump(mode="json", by_alias=True) if loaded else None,
+            "policy": policy,
         }

@@ -6,7 +6,9 @@ aliases repeat each other nine times over nine levels) is a few hundred bytes th
 hundreds of millions of nodes for whatever walks the result. ``load_yaml`` refuses both before
 building any Python object: the composer counts its depth, and the composed node graph is sized
 as if every alias were expanded (shared nodes counted once per use, memoised, so sizing a bomb
-costs no more than its text). Nothing here recurses deeper than ``max_depth``.
+costs no more than its text). Nothing here recurses deeper than ``max_depth``. A document
+that names more than ``max_aliases`` aliases is refused while it is being composed, so a
+megabyte of ``*a`` costs a few thousand events, not seconds of parsing.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, SequenceNode
 
 
@@ -34,18 +37,25 @@ def nesting_depth_exceeds(data: Any, limit: int) -> bool:
 
 
 class _DepthCountingLoader(yaml.SafeLoader):
-    """PyYAML's safe loader whose composer stops past ``max_depth`` collections."""
+    """PyYAML's safe loader whose composer stops past ``max_depth`` collections or past
+    ``max_aliases`` aliases."""
 
-    def __init__(self, text: str, max_depth: int) -> None:
+    def __init__(self, text: str, max_depth: int, max_aliases: int | None = None) -> None:
         super().__init__(text)
         self.max_depth = max_depth
+        self.max_aliases = max_aliases
         self.depth = 0
+        self.aliases = 0
 
     def compose_node(self, parent: Node | None, index: Any) -> Node:
         self.depth += 1
         try:
             if self.depth > self.max_depth:
                 raise DocumentTooComplex(f"nested more than {self.max_depth} levels deep")
+            if self.max_aliases is not None and self.check_event(AliasEvent):  # type: ignore[no-untyped-call]
+                self.aliases += 1
+                if self.aliases > self.max_aliases:
+                    raise DocumentTooComplex(f"using more than {self.max_aliases} aliases")
             return super().compose_node(parent, index)  # type: ignore[no-untyped-call]
         finally:
             self.depth -= 1
@@ -83,9 +93,9 @@ def expanded_size(root: Node, limit: int) -> int:
     return size(root)
 
 
-def load_yaml(text: str, *, max_depth: int, max_nodes: int) -> Any:
+def load_yaml(text: str, *, max_depth: int, max_nodes: int, max_aliases: int | None = None) -> Any:
     """``yaml.safe_load`` within bounds; DocumentTooComplex past them, yaml.YAMLError as usual."""
-    loader = _DepthCountingLoader(text, max_depth)
+    loader = _DepthCountingLoader(text, max_depth, max_aliases)
     try:
         node = loader.get_single_node()
         if node is None:

@@ -5,8 +5,10 @@ Model selection:
   header, else ``metadata.task_type`` in the body, else the policy's ``default_task``.
 - any other ``model`` is pinned after alias resolution; its fallbacks follow it.
 Canaries then swap a model for its canary target for the users in the canary bucket (the source
-model stays right behind it as a fallback), and the key's allow-list drops what the key may not
-use. Dropped candidates stay in ``RoutePlan.skipped`` with the reason, for explain.
+model stays right behind it as a fallback), the models that do not serve the door's operation
+are dropped (a pinned one is a 404 ``model_not_supported``), and the key's allow-list drops what
+the key may not use. Dropped candidates stay in ``RoutePlan.skipped`` with the reason, for
+explain.
 """
 
 from __future__ import annotations
@@ -125,7 +127,11 @@ class Router:
         headers: Mapping[str, str],
         key_id: str,
         allowed_models: frozenset[str] | None,
+        operation: str | None = None,
     ) -> RoutePlan:
+        """``operation``: what the front door asks of the model (``routing/operations.py``);
+        a model that does not serve it is refused when pinned and dropped otherwise. None: not
+        checked."""
         loaded = self.policies.current
         policy = loaded.policy
         requested = body.get("model")
@@ -139,6 +145,8 @@ class Router:
             strategy = "pinned"
             models = self._pinned(policy, requested)
             pinned: str | None = models[0][0]
+            if operation is not None:
+                self._check_pinned_serves(policy, requested, pinned, operation)
         else:
             task_name = explicit_task or policy.default_task
             pinned = None
@@ -155,6 +163,16 @@ class Router:
             skipped = [self._candidate(policy, m, f"skipped: {why}") for m, why in dropped]
         models = self._with_fallbacks(policy, models)
         models = self._apply_canaries(policy, models, body, key_id)
+        if operation is not None:
+            models, unfit = self._serving(policy, models, operation)
+            skipped.extend(unfit)
+            notes.extend(f"{c.model} {c.reason}" for c in unfit)
+            if not models:
+                raise InvalidRequest(
+                    f"no model of the task `{task_name}` serves {operation}",
+                    param="model",
+                    code="model_not_supported",
+                )
         kept, denied = self._allowed(policy, models, allowed_models)
         skipped.extend(denied)
         pinned_denied = pinned is not None and any(c.model == pinned for c in denied)
@@ -209,6 +227,34 @@ class Router:
             )
         reason = "pinned" if requested == model else f"pinned via alias {requested}"
         return [(model, reason)]
+
+    @staticmethod
+    def _check_pinned_serves(policy: Policy, requested: str, model: str, operation: str) -> None:
+        """A pinned model that does not serve the door's operation is refused here, as OpenAI
+        refuses a model on an endpoint it does not serve (404), never sent upstream."""
+        failure = policy.operation_failure(model, operation)
+        if failure is not None:
+            shown = requested if len(requested) <= ECHO_CHARS else echo(requested)
+            raise NotFound(
+                f"The model `{shown}` {failure}: this endpoint needs a model that serves "
+                f"{operation}.",
+                param="model",
+                code="model_not_supported",
+            )
+
+    def _serving(
+        self, policy: Policy, models: list[tuple[str, str]], operation: str
+    ) -> tuple[list[tuple[str, str]], list[Candidate]]:
+        """The candidates that serve ``operation``; the others, skipped with the reason."""
+        kept: list[tuple[str, str]] = []
+        unfit: list[Candidate] = []
+        for model, reason in models:
+            failure = policy.operation_failure(model, operation)
+            if failure is None:
+                kept.append((model, reason))
+            else:
+                unfit.append(self._candidate(policy, model, f"skipped: {failure}"))
+        return kept, unfit
 
     def _task_candidates(
         self,

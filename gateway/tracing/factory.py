@@ -22,6 +22,6 @@ def build_tracing(
     except ImportError:
         return NoTracing(
             "OTEL_EXPORTER_OTLP_ENDPOINT is set but the otel extra is not installed "
-            "(pip install 'switchyard[otel]')"
+            "(in the checkout: pip install '.[otel]')"
         )
     return OtelTracing(config)

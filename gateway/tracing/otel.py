@@ -41,6 +41,7 @@ from gateway.tracing.spans import EnginePhases
 from gateway.tracing.summary import ResponseSummary
 
 SERVICE = "switchyard"
+DISTRIBUTION = "switchyard-gateway"  # the PyPI name (pyproject.toml): "switchyard" is taken
 
 
 def _resource() -> Resource:
@@ -52,7 +53,7 @@ def _resource() -> Resource:
 
 def _version() -> str:
     try:
-        return metadata.version("switchyard")
+        return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return "unknown"
 

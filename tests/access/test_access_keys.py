@@ -12,7 +12,14 @@ import pytest
 import redis
 from gateway_runner import ADMIN_KEY, PEPPER, GatewayThread, RunningGateway, make_settings
 
-from gateway.access.keys import PEPPER_FINGERPRINT_KEY, parse_key, pepper_fingerprint, record_key
+from gateway.access.keys import (
+    PEPPER_FINGERPRINT_KEY,
+    format_key,
+    parse_key,
+    pepper_fingerprint,
+    record_key,
+    rotation_secret,
+)
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -166,10 +173,63 @@ def test_rotation_is_idempotent_by_header(gateway: RunningGateway) -> None:
         first = admin.post(url, json={"grace_seconds": 0}, headers={"Idempotency-Key": "r-1"})
         again = admin.post(url, json={"grace_seconds": 0}, headers={"Idempotency-Key": "r-1"})
         other = admin.post(url, headers={"Idempotency-Key": "r-2"})
+        audited = admin.get("/admin/audit", params={"target": f"key:{key_id}"}).json()["data"]
     assert first.status_code == again.status_code == other.status_code == 200
+    # The replay answered again and changed nothing: one audit entry per rotation done.
+    assert [entry["action"] for entry in audited].count("key.rotate") == 2
     assert first.json()["key"] == again.json()["key"] != other.json()["key"]
     assert _chat(gateway, other.json()["key"]).status_code == 200
     assert _chat(gateway, first.json()["key"]).status_code == 401
+
+
+def test_reused_idempotency_key_after_expiry_never_revives_a_secret(
+    gateway: RunningGateway, redis_url: str
+) -> None:
+    """S1 (Idempotency-Key rot-42) -> S2 -> rot-42 again once its record expired: a new S3,
+    and S1 stays refused. Inside the window, a replay gets the same answer and rotates nothing."""
+    key_id, _ = gateway.create_key(name="revival")
+    url = f"/admin/keys/{key_id}/rotate"
+    with gateway.admin() as admin:
+        first = admin.post(url, json={"grace_seconds": 0}, headers={"Idempotency-Key": "rot-42"})
+        replay = admin.post(url, json={"grace_seconds": 0}, headers={"Idempotency-Key": "rot-42"})
+        assert first.status_code == replay.status_code == 200
+        s1 = first.json()["key"]
+        assert replay.json()["key"] == s1
+        assert replay.json()["rotated_at"] == first.json()["rotated_at"]  # no second rotation
+        assert _chat(gateway, s1).status_code == 200
+        s2 = admin.post(url, json={"grace_seconds": 0}).json()["key"]
+        assert _chat(gateway, s1).status_code == 401
+        # The 24 h idempotency record expires (deleted here, as its TTL would).
+        with redis.Redis.from_url(redis_url) as raw:
+            records = list(raw.scan_iter(match=f"{record_key(key_id)}:rotate:*"))
+            assert records and raw.delete(*records) == len(records)
+        third = admin.post(url, json={"grace_seconds": 0}, headers={"Idempotency-Key": "rot-42"})
+    assert third.status_code == 200
+    s3 = third.json()["key"]
+    assert s3 not in (s1, s2)
+    assert _chat(gateway, s1).status_code == 401
+    assert _chat(gateway, s2).status_code == 401
+    assert _chat(gateway, s3).status_code == 200
+
+
+def test_a_replay_of_a_rotation_made_before_nonces_still_gets_its_secret(
+    gateway: RunningGateway, redis_url: str
+) -> None:
+    """An idempotency record written by an older gateway (the new hash alone, its secret
+    derived from the key's rotation_salt) is replayed with that secret while it lives."""
+    key_id, _ = gateway.create_key(name="upgraded")
+    idem_key = f"{record_key(key_id)}:rotate:" + hashlib.sha256(b"rot-7").hexdigest()
+    with redis.Redis.from_url(redis_url) as raw:
+        salt = raw.hget(record_key(key_id), "rotation_salt").decode()  # type: ignore[union-attr]
+        old_secret = rotation_secret(PEPPER.encode(), key_id, salt, "rot-7")
+        old_hash = hmac.new(PEPPER.encode(), old_secret.encode(), hashlib.sha256).hexdigest()
+        raw.hset(record_key(key_id), "secret_hash", old_hash)  # what that rotation installed
+        raw.set(idem_key, old_hash, ex=60)
+    with gateway.admin() as admin:
+        replay = admin.post(f"/admin/keys/{key_id}/rotate", headers={"Idempotency-Key": "rot-7"})
+    assert replay.status_code == 200
+    assert replay.json()["key"] == format_key(key_id, old_secret)
+    assert _chat(gateway, replay.json()["key"]).status_code == 200
 
 
 def test_rotating_a_revoked_key_is_409(gateway: RunningGateway) -> None:

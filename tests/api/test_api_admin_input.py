@@ -4,8 +4,10 @@ half-applied, nothing is a 500; and the dashboard answers a stopped Redis with a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,7 +51,7 @@ POLICY_BOMBS = {
     "deep YAML flow": ("application/yaml", "[" * 5000 + "]" * 5000),
     "deep YAML block": (
         "application/yaml",
-        "models:\n" + "".join("  " * depth + "k:\n" for depth in range(1, 800)),
+        "models:\n" + "".join("  " * depth + "k:\n" for depth in range(1, 400)),
     ),
     "deep JSON": ("application/json", "[" * 5000 + "]" * 5000),
     "JSON past the policy depth": ("application/json", '{"models": ' + "[" * 40 + "]" * 40 + "}"),
@@ -184,3 +186,87 @@ def test_dashboard_says_503_while_redis_is_stopped(tmp_path, fake_policy, own_re
             assert browser.get("/admin/ui").status_code == 200
     finally:
         runner.stop()
+
+
+def _aliases(count: int) -> str:
+    return "a: &a x\nb: [" + ", ".join(["*a"] * count) + "]\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (_aliases(225_000), "at most 262144"),  # 900 KB, as in issue 26
+        (_aliases(5_000), "more than 1000 aliases"),
+    ],
+    ids=["900 KB of aliases", "5000 aliases"],
+)
+def test_an_alias_flood_is_refused_naming_the_bound(
+    own_gateway: RunningGateway, text: str, says: str
+) -> None:
+    before_version = own_gateway.services.policies.current.version
+    with own_gateway.admin() as admin:
+        for method, url in (("POST", "/admin/policy/validate"), ("PUT", "/admin/policy")):
+            response = admin.request(
+                method, url, content=text.encode(), headers={"content-type": "application/yaml"}
+            )
+            assert response.status_code == 400, (url, response.text)
+            error = _error(response)
+            assert error["code"] == "invalid_policy" and says in error["message"]
+    assert own_gateway.services.policies.current.version == before_version
+
+
+def test_a_policy_parse_does_not_hold_up_chat(own_gateway: RunningGateway, monkeypatch) -> None:
+    """The parse of a validated policy is held until a chat request on the same gateway has
+    been answered: that can only happen when the parse runs off the event loop."""
+    import gateway.routing.policy as policy_module
+
+    original = policy_module.load_yaml
+    entered, chat_done = threading.Event(), threading.Event()
+    seen: list[tuple[bool, bool]] = []
+
+    def held_parse(*args, **kwargs):
+        entered.set()
+        answered = chat_done.wait(60)  # a deadline only so that a failing run ends
+        seen.append((answered, asyncio_loop_running()))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(policy_module, "load_yaml", held_parse)
+    _, key = own_gateway.create_key(name="chat-beside-parse")
+    text = own_gateway.settings.policy_file.read_text()
+    results: dict[str, int] = {}
+
+    def validate() -> None:
+        with own_gateway.admin() as admin:
+            response = admin.post(
+                "/admin/policy/validate",
+                content=text.encode(),
+                headers={"content-type": "application/yaml"},
+                timeout=120,
+            )
+        results["validate"] = response.status_code
+
+    worker = threading.Thread(target=validate)
+    worker.start()
+    try:
+        assert entered.wait(60), "the validate request never reached the parser"
+        chat = httpx.post(
+            own_gateway.v1 + "/chat/completions",
+            json={"model": "fake", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=120,
+        )
+        assert chat.status_code == 200, chat.text
+        chat_done.set()
+    finally:
+        chat_done.set()
+        worker.join(120)
+    assert results == {"validate": 200}
+    assert seen == [(True, False)]  # chat answered mid-parse; the parse had no event loop
+
+
+def asyncio_loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

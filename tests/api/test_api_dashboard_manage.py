@@ -72,26 +72,29 @@ async def test_an_operator_manages_keys_and_teams_from_the_page(
             page_text = await tools.evaluate("document.body.innerText")
             assert first not in page_text  # shown once, never again
             row = f"tr[data-key-id='{key_id}']"
+            confirm = "document.querySelector('form[data-form=rotate]')"
+            await tools.click(f"{row} a[data-action=rotate]", confirm)
             await tools.submit(
-                f"{row} form[data-form=rotate]", {}, "document.querySelector('[data-secret]')"
+                "form[data-form=rotate]", {}, "document.querySelector('[data-secret]')"
             )
             second = await _secret_on_page(tools)
             assert second != first and _models(base, second) == 200
             assert _models(base, first) == 401  # no grace from the page: the old one is gone
 
             # A tampered CSRF token: refused, the key stays active.
-            await tools.open(base + "/admin/ui/keys", f'document.querySelector("{row}")')
+            revoke = base + f"/admin/ui/keys/{key_id}/revoke"
+            await tools.open(revoke, "document.querySelector('form[data-form=revoke]')")
             await tools.submit(
-                f"{row} form[data-form=revoke]",
+                "form[data-form=revoke]",
                 {"csrf": "tampered"},
                 "document.querySelector('[role=alert]')",
             )
             refusal = await tools.evaluate("document.querySelector('[role=alert]').textContent")
             assert "CSRF" in refusal and _models(base, second) == 200
 
-            await tools.open(base + "/admin/ui/keys", f'document.querySelector("{row}")')
+            await tools.open(revoke, "document.querySelector('form[data-form=revoke]')")
             await tools.submit(
-                f"{row} form[data-form=revoke]",
+                "form[data-form=revoke]",
                 {},
                 f'document.querySelector("{row}") && '
                 f"document.querySelector(\"{row}\").dataset.status === 'revoked'",

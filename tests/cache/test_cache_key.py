@@ -167,3 +167,11 @@ def test_only_deterministic_requests_qualify(
     assert (reason is None) == deterministic
     if reason is not None:
         assert reason
+
+
+def test_forwarded_headers_are_part_of_the_key_and_none_keys_as_before() -> None:
+    plain = request_key("chat.completions", BODY, "json", ROUTED)
+    assert request_key("chat.completions", BODY, "json", ROUTED, {}) == plain
+    beta = request_key("chat.completions", BODY, "json", ROUTED, {"anthropic-beta": "context-1m"})
+    other = request_key("chat.completions", BODY, "json", ROUTED, {"anthropic-beta": "other"})
+    assert len({plain, beta, other}) == 3

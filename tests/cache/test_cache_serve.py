@@ -18,6 +18,7 @@ POLICY = """
 providers:
   alpha:
     base_url: {base_url}
+    forward_headers: [anthropic-beta, OpenAI-Organization]
 models:
   cached:
     provider: alpha
@@ -159,6 +160,25 @@ def test_two_teams_never_share_an_entry(served: Any, upstream: FakeProvider) -> 
     stored(served, 4)
     assert ask(sdk(served, support), "shared").headers["x-switchyard-cache"] == "hit"
     assert upstream.hit_count() == 4
+
+
+def test_requests_that_differ_in_a_forwarded_header_never_share_an_entry(
+    served: Any, upstream: FakeProvider
+) -> None:
+    _, key = served.create_key(name="forwarded", team="search")
+    client = sdk(served, key)
+    assert ask(client).headers["x-switchyard-cache"] == "miss"
+    stored(served, 1)
+    beta = {"anthropic-beta": "context-1m"}
+    assert ask(client, extra_headers=beta).headers["x-switchyard-cache"] == "miss"
+    stored(served, 2)
+    assert ask(client, extra_headers=beta).headers["x-switchyard-cache"] == "hit"
+    organization = {"OpenAI-Organization": "org-other"}
+    assert ask(client, extra_headers=organization).headers["x-switchyard-cache"] == "miss"
+    # A header the provider does not forward cannot change the answer: the first entry.
+    unforwarded = {"x-unrelated": "1", "x-request-id": "req-other"}
+    assert ask(client, extra_headers=unforwarded).headers["x-switchyard-cache"] == "hit"
+    assert upstream.hit_count() == 3
 
 
 def test_bypass_goes_upstream(served: Any, upstream: FakeProvider) -> None:

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
+import shutil
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import httpx
 import orjson
 import pytest
-from gateway_runner import PEPPER, RunningGateway
+from gateway_runner import ADMIN_KEY, PEPPER, GatewayThread, RunningGateway, make_settings
 
-from gateway.cli import main
+from gateway.cli import build_parser, main
 from gateway.ledger.audit import AuditQuery
 from gateway.ledger.backends import open_audit_store
 from gateway.settings import Settings, SettingsError, ensure_secrets, load_settings
@@ -95,7 +100,8 @@ def test_keys_cli_lifecycle_shares_the_store_with_the_gateway(
     assert created["rpm"] == 60 and created["metadata"] == {"owner": "ops"}
     assert _chat(gateway, key) == 200
     assert _cli_json(capsys, "keys", "show", key_id)["team"] == "ops"
-    assert key_id in {k["id"] for k in _cli_json(capsys, "keys", "list", "--team", "ops")}
+    listed = _cli_json(capsys, "keys", "list", "--team", "ops", "--format", "json")
+    assert key_id in {k["id"] for k in listed}
     updated = _cli_json(capsys, "keys", "update", key_id, "--tpm", "5000", "--clear", "rpm")
     assert updated["tpm"] == 5000 and updated["rpm"] is None
     rotated = _cli_json(capsys, "keys", "rotate", key_id, "--idempotency-key", "cli-1")
@@ -175,3 +181,125 @@ def _chat(gateway: RunningGateway, secret: str) -> int:
         json={"model": "fake", "messages": [{"role": "user", "content": "hi"}]},
         headers={"Authorization": f"Bearer {secret}"},
     ).status_code
+
+
+def _helps(parser, path=()):
+    """Every parser's --help text, the subcommands' too."""
+    yield path, parser.format_help()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _helps(sub, (*path, name))
+
+
+def test_help_is_plain_text() -> None:
+    helps = dict(_helps(build_parser()))
+    assert ("policy", "apply") in helps and ("keys", "list") in helps
+    for path, text in helps.items():
+        assert "``" not in text and ":class:" not in text, (path, text)
+    assert helps[()].splitlines()[2].startswith("Switchyard, a self-hosted LLM gateway")
+
+
+def test_keys_list_is_a_table_unless_json(capsys, cli_env: None, gateway: RunningGateway) -> None:
+    created = _cli_json(
+        capsys, "keys", "create", "--name", "table-key", "--team", "tabled", "--rpm", "60",
+        "--budget-usd", "50", "--budget-period", "month",
+    )  # fmt: skip
+    assert main(["keys", "list", "--team", "tabled"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == [
+        "id", "name", "team", "status", "models", "rpm", "tpm", "budget", "created",
+    ]  # fmt: skip
+    assert set(lines[1]) == {"-", " "}
+    row = lines[2].split()
+    assert row[:6] == [created["id"], "table-key", "tabled", "active", "(all)", "60"]
+    assert row[6:8] == ["-", "$50.00/month"] and lines[-1] == "1 keys"
+    listed = _cli_json(capsys, "keys", "list", "--team", "tabled", "--format", "json")
+    assert [k["id"] for k in listed] == [created["id"]]
+
+
+def _cli_env(tmp_path: Path, redis_url: str, policy: Path) -> dict[str, str]:
+    root = Path(__file__).resolve().parents[2]
+    return {
+        **os.environ,
+        "PYTHONPATH": str(root),
+        "SWITCHYARD_REDIS_URL": redis_url,
+        "SWITCHYARD_DATA_DIR": str(tmp_path),
+        "SWITCHYARD_KEY_PEPPER": PEPPER,
+        "SWITCHYARD_POLICY_FILE": str(policy),
+    }
+
+
+@pytest.mark.parametrize(
+    "argv", [("usage", "report", "--format", "json"), ("keys", "list")], ids=["usage", "keys"]
+)
+def test_a_closed_stdout_ends_the_command_quietly(
+    tmp_path, redis_url: str, fake_policy: Path, gateway: RunningGateway, argv
+) -> None:
+    """``switchyard usage report --format json | head -1``: the reader goes before the
+    command writes. Unix tools then end quietly with status 0 (not "cannot reach Redis")."""
+    gateway.create_key(name="so-keys-list-prints-a-row")
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the command starts
+    try:
+        finished = subprocess.run(
+            [sys.executable, "-m", "gateway", *argv],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            env=_cli_env(tmp_path, redis_url, fake_policy),
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    stderr = finished.stderr.decode()
+    assert finished.returncode == 0, stderr
+    assert "Broken pipe" not in stderr and "error" not in stderr.lower(), stderr
+
+
+@pytest.fixture
+def policy_gateway(tmp_path, fake_policy: Path, redis_url: str):
+    """A gateway on its own copy of the policy file, which the policy commands change."""
+    copy = tmp_path / "routing_rules.yaml"
+    shutil.copy(fake_policy, copy)
+    with GatewayThread(make_settings(tmp_path / "gw", copy, redis_url)) as running:
+        yield running
+
+
+def test_policy_get_diff_apply_go_through_the_admin_api(
+    capsys, monkeypatch, tmp_path, policy_gateway: RunningGateway
+) -> None:
+    monkeypatch.setenv("SWITCHYARD_DATA_DIR", str(tmp_path / "cli"))
+    monkeypatch.setenv("SWITCHYARD_ADMIN_KEY", ADMIN_KEY)
+    url = ("--url", policy_gateway.base_url)
+    live_file = policy_gateway.settings.policy_file
+    in_force = live_file.read_text()
+    assert main(["policy", "get", *url]) == 0
+    assert capsys.readouterr().out == in_force
+
+    proposed = tmp_path / "proposed.yaml"
+    proposed.write_text("# tried from the CLI\n" + in_force)
+    assert main(["policy", "diff", str(proposed), *url]) == 0
+    out = capsys.readouterr().out
+    assert "--- policy in force" in out and "+# tried from the CLI" in out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(in_force + "default_task: nowhere\n")
+    for command in ("diff", "apply"):
+        assert main(["policy", command, str(bad), *url]) == 1
+        err = capsys.readouterr().err
+        assert "400 (default_task)" in err, err
+    assert live_file.read_text() == in_force  # nothing applied
+
+    version = policy_gateway.services.policies.current.version
+    assert main(["policy", "apply", str(proposed), *url]) == 0
+    assert capsys.readouterr().out.startswith(f"applied: {proposed}: version ")
+    assert live_file.read_text() == proposed.read_text()
+    assert policy_gateway.services.policies.current.version != version
+    assert main(["policy", "diff", str(proposed), *url]) == 0
+    assert "no changes" in capsys.readouterr().out
+    with policy_gateway.admin() as admin:
+        audit = admin.get("/admin/audit", params={"action": "policy.put"}).json()
+    assert [entry["action"] for entry in audit["data"]] == ["policy.put"]
+
+    assert main(["policy", "get", "--url", policy_gateway.base_url, "--admin-key", "x" * 20]) == 1
+    assert "the gateway refused it: 403" in capsys.readouterr().err

@@ -196,13 +196,14 @@ def test_builder_stage_files_build_a_wheel_without_torch(tmp_path: Path) -> None
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    (wheel,) = wheels.glob("switchyard-*.whl")
+    (wheel,) = wheels.glob("switchyard_gateway-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         metadata_name = next(n for n in names if n.endswith(".dist-info/METADATA"))
         metadata = email.message_from_bytes(archive.read(metadata_name))
         entry_points = archive.read(metadata_name.replace("METADATA", "entry_points.txt"))
     assert "gateway/__init__.py" in names and "engine/__init__.py" in names
+    assert "gateway/routing/routing_rules.yaml" in names  # the default policy, served without one
     assert b"switchyard = gateway.cli:main" in entry_points
     requirements = metadata.get_all("Requires-Dist") or []
     torch_requirements = [r for r in requirements if r.split(";")[0].strip().startswith("torch")]

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from gateway.routing.policy import Policy, parse_policy
+from gateway.settings import load_settings
 
 from .manifests import (
     GPU_OVERLAYS,
@@ -105,6 +106,18 @@ def test_switchyard_pods_probe_drain_and_run_unprivileged(rendered: Renders, ove
         assert "replicas" not in workload["spec"], f"{name}: replicas set next to an autoscaler"
         image, _, tag = main["image"].rpartition(":")
         assert image == name.replace("-gateway", "") and tag not in ("", "latest")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_gateways_believe_forwarded_headers_only_from_listed_proxies(
+    rendered: Renders, overlay: str
+) -> None:
+    """Behind the ingress every client would share its address (one client's failed admin
+    credentials locking out the rest) unless the gateway knows which peers are proxies."""
+    env = env_values(container(one(rendered[overlay], "Deployment", GATEWAY)))
+    trusted = env["SWITCHYARD_TRUSTED_PROXIES"]
+    assert trusted and "*" not in trusted
+    assert load_settings(_env_file=None, trusted_proxies=trusted).trusted_proxies == trusted
 
 
 @pytest.mark.parametrize("overlay", ("base", *OVERLAYS))

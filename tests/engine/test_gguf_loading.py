@@ -20,7 +20,7 @@ from gguf.quants import quantize as gguf_quantize  # noqa: E402
 
 from engine.core.llm_engine import LLM  # noqa: E402
 from engine.errors import LoaderError, TokenizerError  # noqa: E402
-from engine.gguf.convert import STAMP_FILE, prepare_gguf  # noqa: E402
+from engine.gguf.convert import STAMP_FILE, is_prepared, prepare_gguf, view_dir  # noqa: E402
 from engine.gguf.dequant import BLOCK_LAYOUT, NATIVE_TYPES, dequantize  # noqa: E402
 from engine.gguf.tokenizer import build_tokenizer_json  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
@@ -145,6 +145,20 @@ def test_the_view_is_made_once_and_remade_when_the_file_changes(tmp_path: Path) 
     source.unlink()
     with pytest.raises(LoaderError, match="no longer exists"):
         LLM(view, progress=False, device="cpu")
+
+
+def test_a_conversion_with_progress_shows_its_steps_and_is_not_redone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = write_tiny_gguf(tmp_path / "m.gguf", arch="llama", types=("Q8_0",))
+    cache = tmp_path / "cache"
+    assert not is_prepared(source, cache)
+    view = prepare_gguf(source, cache, progress=True)
+    assert view == view_dir(source, cache) and is_prepared(source, cache)
+    bar = capsys.readouterr().err
+    assert "Converting m.gguf" in bar and "4/4" in bar and "written" in bar
+    prepare_gguf(source, cache, progress=True)
+    assert capsys.readouterr().err == ""  # nothing to do, nothing said
 
 
 def test_what_the_engine_would_compute_wrongly_is_refused(tmp_path: Path) -> None:

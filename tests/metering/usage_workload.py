@@ -126,6 +126,7 @@ class Call:
     status: int | None = None
     error: str | None = None
     chunks_seen: int = 0
+    ended_at: float | None = None  # time.monotonic() when the client was done with it
 
 
 @dataclass
@@ -156,6 +157,13 @@ class Workload:
 
 
 async def run_call(client: openai.AsyncOpenAI, call: Call) -> None:
+    try:
+        await _request(client, call)
+    finally:
+        call.ended_at = time.monotonic()
+
+
+async def _request(client: openai.AsyncOpenAI, call: Call) -> None:
     messages = [{"role": "user", "content": " ".join(["word"] * call.words)}]
     try:
         if call.kind == "json":

@@ -129,3 +129,38 @@ async def test_explain_errors_use_the_envelope(admin) -> None:
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "body"
     empty = await admin.post("/admin/route/explain", content=b"")
     assert empty.status_code == 400
+
+
+async def test_a_json_put_keeps_the_files_comments(admin) -> None:
+    """GET's policy with one field changed, PUT back as JSON: the file's comments stay and
+    only that line changes (issue 27: the file was rewritten as machine YAML)."""
+    original = "# the team's routing policy\n" + admin.path.read_text().replace(
+        "default_task:", "# which task a request without X-Task-Type gets\ndefault_task:", 1
+    )
+    put = await admin.put(
+        "/admin/policy", content=original, headers={"content-type": "application/yaml"}
+    )
+    assert put.status_code == 200, put.text
+    policy = (await admin.get("/admin/policy")).json()["policy"]
+    policy["models"]["big"]["price"]["output"] = 9.0
+    response = await admin.put("/admin/policy", json=policy)
+    assert response.status_code == 200, response.text
+    after = admin.path.read_text()
+    assert after.startswith("# the team's routing policy\n")
+    assert "# which task a request without X-Task-Type gets\n" in after
+    changed = set(original.splitlines()) ^ set(after.splitlines())
+    assert len(changed) == 2 and any("9.0" in line for line in changed), changed
+    assert admin.store.policy.models["big"].price.output == 9.0
+    yaml_view = await admin.get("/admin/policy", params={"format": "yaml"})
+    assert yaml_view.status_code == 200 and yaml_view.text == after
+    assert yaml_view.headers["x-policy-version"] == admin.store.current.version
+
+
+async def test_the_yaml_text_needs_the_admin_role(admin) -> None:
+    made = await admin.post("/admin/tokens", json={"name": "ops-yaml", "role": "operator"})
+    operator = {"Authorization": f"Bearer {made.json()['token']}"}
+    assert (await admin.get("/admin/policy", headers=operator)).status_code == 200
+    refused = await admin.get("/admin/policy", params={"format": "yaml"}, headers=operator)
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "insufficient_role"
+    bad = await admin.get("/admin/policy", params={"format": "toml"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "format"

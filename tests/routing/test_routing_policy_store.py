@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import difflib
 import json
 import os
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 import yaml
 
 from gateway.routing.policy import PolicyError
-from gateway.routing.policy_store import PolicyStore, policy_text_from_body
+from gateway.routing.policy_store import PolicyBody, PolicyStore, policy_body
 from gateway.routing.router import Router
 
 
@@ -104,14 +107,64 @@ def test_write_is_validated_then_atomic(policy_data, policy_file) -> None:
     assert store.poll_once() is False  # our own write is not reloaded a second time
 
 
-def test_json_bodies_become_yaml(policy_data) -> None:
+def test_json_bodies_are_read_within_bounds(policy_data) -> None:
     data = policy_data()
-    text = policy_text_from_body(json.dumps(data).encode(), "application/json")
-    assert yaml.safe_load(text) == data
+    assert policy_body(json.dumps(data).encode(), "application/json") == PolicyBody(data=data)
+    assert policy_body(b"models: {}\n", "application/yaml") == PolicyBody(text="models: {}\n")
     with pytest.raises(PolicyError, match="invalid JSON"):
-        policy_text_from_body(b"{nope", "application/json")
+        policy_body(b"{nope", "application/json")
     with pytest.raises(PolicyError, match="UTF-8"):
-        policy_text_from_body(b"\xff\xfe", "application/yaml")
+        policy_body(b"\xff\xfe", "application/yaml")
+    with pytest.raises(PolicyError, match="at most 262144"):
+        policy_body(b"#" * 300_000, "application/yaml")
+
+
+SHIPPED_POLICY = Path(__file__).resolve().parents[2] / "routing_rules.yaml"
+
+
+def test_a_json_edit_keeps_the_files_comments_and_layout(tmp_path) -> None:
+    """GET's policy (every default spelled out) with one field changed, PUT back as JSON:
+    the file changes on that one line; comments, key order and flow style stay."""
+    path = tmp_path / "routing_rules.yaml"
+    shutil.copy(SHIPPED_POLICY, path)
+    before = path.read_text()
+    store = PolicyStore(path)
+    store.load()
+    edited = store.describe()["policy"]
+    assert edited["models"]["gpt-4o"]["context_window"] == 128000
+    edited["models"]["gpt-4o"]["context_window"] = 64000
+    loaded = store.write_body(PolicyBody(data=edited))
+    after = path.read_text()
+    changed = [
+        line
+        for line in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+    assert changed == ["-    context_window: 128000", "+    context_window: 64000"], changed
+    assert before.count("#") == after.count("#")  # every comment kept
+    assert "formats: null" not in after and "deployments: {}" not in after
+    # The written file re-parses to the edited policy, and that is what is in force.
+    assert PolicyStore(path).load().policy == loaded.policy
+    assert loaded.policy.model_dump(mode="json", by_alias=True) == edited
+
+
+def test_a_json_edit_that_adds_and_removes_keys_changes_only_those(policy_data, tmp_path) -> None:
+    path = tmp_path / "routing_rules.yaml"
+    data = policy_data()
+    path.write_text("# the team's policy\n" + yaml.safe_dump(data, sort_keys=False))
+    store = PolicyStore(path)
+    store.load()
+    edited = json.loads(json.dumps(data))
+    edited["default_task"] = "save"  # changed
+    first_model = next(iter(edited["models"]))
+    edited["models"][first_model]["context_window"] = 4096  # added
+    loaded = store.write_body(PolicyBody(data=edited))
+    after = path.read_text()
+    assert after.startswith("# the team's policy\n")
+    assert list(yaml.safe_load(after)) == list(data)  # key order kept
+    assert "context_window: 4096" in after and "default_task: save" in after
+    assert loaded.policy.default_task == "save"
+    assert PolicyStore(path).load().policy == loaded.policy
 
 
 def test_removed_file_keeps_the_policy_until_it_returns(policy_data, policy_file) -> None:
@@ -139,6 +192,8 @@ def test_a_hostile_file_edit_is_refused_and_the_policy_stays(policy_data, policy
     for text, says in (
         ("[" * 3000 + "]" * 3000, "nested more than"),
         ("\n".join(laughs), "expands to more than"),
+        ("a: &a x\nb: [" + ", ".join(["*a"] * 2000) + "]\n", "more than 1000 aliases"),
+        ("a: &a x\nb: [" + ", ".join(["*a"] * 225_000) + "]\n", "at most 262144"),
     ):
         path.write_text(text)
         assert store.poll_once() is False

@@ -134,6 +134,76 @@ def test_constraints_drop_candidates_with_reasons(make_router) -> None:
     assert "wordy" in skipped
 
 
+def _with_operations(policy_data, **capabilities: list[str]):
+    """The base policy with these models' capabilities replaced."""
+    data = policy_data()
+    for model, declared in capabilities.items():
+        data["models"][model]["capabilities"] = declared
+    return data["models"]
+
+
+def test_a_pinned_model_that_does_not_serve_the_operation_is_refused(
+    make_router, policy_data
+) -> None:
+    router = make_router(models=_with_operations(policy_data, big=["chat", "tools"]))
+    with pytest.raises(NotFound) as caught:
+        router.plan(
+            body={"model": "best"}, headers={}, key_id="k", allowed_models=None,
+            operation="moderation",
+        )  # fmt: skip
+    assert caught.value.status == 404 and caught.value.code == "model_not_supported"
+    assert caught.value.param == "model"
+    assert "`best` does not serve moderation (its operations: chat)" in caught.value.message
+    served = router.plan(
+        body={"model": "best"}, headers={}, key_id="k", allowed_models=None, operation="chat"
+    )
+    assert models(served) == ["big", "small", "other"]
+
+
+def test_models_naming_no_operation_serve_every_one(make_router) -> None:
+    # Tags only (big: code, vision) or nothing at all (other): as before operations existed.
+    router = make_router()
+    for model in ("big", "other"):
+        route = router.plan(
+            body={"model": model}, headers={}, key_id="k", allowed_models=None,
+            operation="embeddings",
+        )  # fmt: skip
+        assert models(route)[0] == model
+
+
+def test_routed_candidates_and_fallbacks_that_do_not_serve_it_are_skipped(
+    make_router, policy_data
+) -> None:
+    router = make_router(
+        models=_with_operations(policy_data, big=["chat", "code"], small=["embeddings", "code"])
+    )
+    route = router.plan(
+        body={}, headers={"x-task-type": "save"}, key_id="k", allowed_models=None,
+        operation="embeddings",
+    )  # fmt: skip
+    assert "big" not in models(route) and "small" in models(route)
+    skipped = {c.model: c.reason for c in route.skipped}
+    assert skipped["big"] == "skipped: does not serve embeddings (its operations: chat)"
+    assert "big skipped: does not serve embeddings (its operations: chat)" in route.notes
+    # A pinned model's fallback that does not serve it is skipped the same way.
+    pinned = router.plan(
+        body={"model": "big"}, headers={}, key_id="k", allowed_models=None, operation="chat"
+    )
+    assert models(pinned) == ["big", "other"]  # big -> small -> other, small embeds only
+    assert [(c.model, c.reason) for c in pinned.skipped] == [
+        ("small", "skipped: does not serve chat (its operations: embeddings)")
+    ]
+    # A task none of whose models serves the operation: a 400 naming the task.
+    only_chat = make_router(
+        models=_with_operations(
+            policy_data, big=["chat"], small=["chat", "code"], other=["chat"], tiny=["chat"]
+        )
+    )
+    with pytest.raises(InvalidRequest) as caught:
+        only_chat.plan(body={}, headers={}, key_id="k", allowed_models=None, operation="images")
+    assert caught.value.code == "model_not_supported" and "task `chat`" in caught.value.message
+
+
 def test_allow_list_filters_and_explains(make_router) -> None:
     router = make_router()
     route = plan(router, {}, allowed=frozenset({"other", "cheap"}))

@@ -75,6 +75,18 @@ class DevTools:
             f" && !!({ready})"
         )
 
+    async def click(self, selector: str, ready: str) -> None:
+        """Follow the link (or press the button) matching ``selector`` as a person would, and
+        wait for the next page to satisfy ``ready``."""
+        await self.evaluate(
+            f"(() => {{ window.__before = document.body; "
+            f"document.querySelector({json.dumps(selector)}).click(); return true; }})()"
+        )
+        await self.wait_for(
+            f"document.body !== window.__before && document.readyState === 'complete'"
+            f" && !!({ready})"
+        )
+
     async def log_in(self, base_url: str, key: str, ready: str = CHARTS_DRAWN) -> None:
         """Open the dashboard of the gateway at ``base_url``, log in with ``key`` through its
         form as a person would, and wait for the dashboard to satisfy ``ready``."""

@@ -26,6 +26,7 @@ import uvicorn
 
 from gateway.app import create_app
 from gateway.server.http_guard import HttpGuardSettings, guarded_protocol
+from gateway.server.proxies import proxy_options
 from gateway.settings import Settings
 from gateway.store.embedded import free_port
 from gateway.tools.serve_process import launch_serve, serve_env
@@ -232,6 +233,7 @@ class GatewayThread:
             log_level="warning",
             access_log=False,
             lifespan="on",
+            **proxy_options(self.settings),
             **options,
         )
         self.server = uvicorn.Server(config)
