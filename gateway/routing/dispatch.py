@@ -427,9 +427,9 @@ class Dispatcher:
         """Why ``provider`` cannot serve at all now (its key unset, its engine not loaded...);
         None when it can. Busy (past ``spill_when``) or a breaker open is not a reason: those
         pass."""
-        missing_key = self._missing_key(config)
-        if missing_key:
-            return f"{missing_key} is not set"
+        missing = self._missing_env(config)
+        if missing:
+            return f"{missing[0]} is not set"
         if self._providers is None:
             return None
         try:
