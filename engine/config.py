@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -34,6 +35,10 @@ class EngineConfig:
     tensor_parallel_size: int = 1  # ranks (worker processes) the model is sharded over
     # prepare step N+1 while step N runs; None: on for a single CUDA rank, off elsewhere
     async_scheduling: bool | None = None
+    # vLLM's: "auto" takes the checkpoint's generation_config.json sampling defaults, "vllm"
+    # ignores them, a directory reads its file; the override goes over either
+    generation_config: str = "auto"
+    override_generation_config: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -84,6 +89,11 @@ class EngineConfig:
         ):
             raise ConfigError(
                 f"tensor_parallel_size must be an integer >= 1, not {self.tensor_parallel_size!r}"
+            )
+
+        if not isinstance(self.generation_config, str) or not self.generation_config:
+            raise ConfigError(
+                f"generation_config must be auto, vllm or a directory, not {self.generation_config!r}"
             )
 
         if self.async_scheduling and self.tensor_parallel_size > 1:

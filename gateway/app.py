@@ -41,6 +41,7 @@ from gateway.api import (
 )
 from gateway.api.dashboard_view import DashboardRenderer
 from gateway.api.http import error_response
+from gateway.api.request_headers import HeaderGuardMiddleware
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, echo
 from gateway.logs import LazyFlushStream, build_logger
 from gateway.server.exchange import ExchangeMiddleware, record_wire_rejection, request_id_of
@@ -128,7 +129,12 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
         lifespan=lifespan,
         # The exchange middleware is outermost: it sees every status sent, and it is the
         # catch-all that turns an unexpected exception into the 500 envelope.
-        middleware=[Middleware(ExchangeMiddleware), Middleware(DrainMiddleware, drain=drain)],
+        # Unknown x-switchyard-* request headers are refused before anything reads the request.
+        middleware=[
+            Middleware(ExchangeMiddleware),
+            Middleware(DrainMiddleware, drain=drain),
+            Middleware(HeaderGuardMiddleware),
+        ],
         exception_handlers={
             HTTPException: _render_http_exception,
             ClientDisconnect: _client_gone,

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from engine.config import EngineConfig
 from engine.core.block_manager import BlockManager
 from engine.core.distributed import TensorParallelExecutor
@@ -27,6 +29,7 @@ from engine.core.scheduler import Scheduler, SchedulerOutput
 from engine.core.sequence import Request, Sequence, SequenceStatus
 from engine.core.stats import EngineStats, StepRecord
 from engine.errors import ConfigError, InvalidPromptError
+from engine.generation_config import sampling_defaults
 from engine.loader import resolve_model_path
 from engine.sampling import SamplingParams, TokenLogprobs
 from engine.tokenizer import Tokenizer
@@ -85,6 +88,10 @@ class LLMEngine:
         self.config = config
         path = resolve_model_path(config.model, config.download_dir)
         self.tokenizer = Tokenizer(config.tokenizer or path)
+        # what a request that sets no temperature, top_p, ... or max_tokens gets
+        self.sampling_defaults = sampling_defaults(
+            config.generation_config, path, config.override_generation_config
+        )
         self.runner: ModelRunner | TensorParallelExecutor
         if runner is not None:
             self.runner = runner
@@ -113,6 +120,11 @@ class LLMEngine:
         self._states: dict[str, RequestState] = {}  # the synchronous API's client views
         self._seq_ids = itertools.count()
         self._in_flight: _InFlight | None = None
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model runs (rank 0's device under tensor parallelism)."""
+        return self.runner.device
 
     def _resolve_async_scheduling(self) -> bool:
         wanted = self.config.async_scheduling
@@ -402,6 +414,10 @@ class LLM:
     def tokenizer(self) -> Tokenizer:
         return self.engine.tokenizer
 
+    def default_sampling_params(self) -> SamplingParams:
+        """What ``generate`` uses without params: the checkpoint's recommended sampling."""
+        return SamplingParams(**self.engine.sampling_defaults)
+
     def shutdown(self) -> None:
         """Stop the tensor-parallel workers, if any (they also end with this process)."""
         self.engine.shutdown()
@@ -414,7 +430,7 @@ class LLM:
         if isinstance(prompts, str):
             prompts = [prompts]
         if params is None or isinstance(params, SamplingParams):
-            params = [params or SamplingParams()] * len(prompts)
+            params = [params or self.default_sampling_params()] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"got {len(params)} sampling params for {len(prompts)} prompts")
         for prompt, p in zip(prompts, params, strict=True):

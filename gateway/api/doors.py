@@ -54,6 +54,8 @@ class Door:
     streamable: bool = False
     # False: the upstream charges nothing for it (token counting), so neither does the gateway.
     metered: bool = True
+    # True: it generates text, so the model's sampling defaults (policy ``defaults:``) apply.
+    samples: bool = False
 
 
 def client_error(exc: FormatError) -> InvalidRequest:
@@ -86,6 +88,7 @@ CHAT = Door(
     operation=operations.CHAT,
     translatable=True,
     streamable=True,
+    samples=True,
 )
 MESSAGES = Door(
     "messages",
@@ -95,6 +98,7 @@ MESSAGES = Door(
     operation=operations.CHAT,
     translatable=True,
     streamable=True,
+    samples=True,
 )
 RESPONSES = Door(
     "responses",
@@ -104,6 +108,7 @@ RESPONSES = Door(
     operation=operations.CHAT,
     translatable=True,
     streamable=True,
+    samples=True,
 )
 COUNT_TOKENS = Door(
     "messages.count_tokens",
@@ -120,6 +125,7 @@ COMPLETIONS = Door(
     _checked_by(validate_completion),
     operation=operations.COMPLETIONS,
     streamable=True,
+    samples=True,
 )
 EMBEDDINGS = Door(
     "embeddings",

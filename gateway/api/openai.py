@@ -19,9 +19,10 @@ from gateway.access.auth import client_credential
 from gateway.api.doors import CHAT, COMPLETIONS, EMBEDDINGS, IMAGES, MODERATIONS, SPEECH
 from gateway.api.endpoint import Guard, door_route, endpoint
 from gateway.api.http import error_response, json_response
+from gateway.api.model_availability import availability
 from gateway.api.pipeline import allowed_models, handle
 from gateway.api.uploads import handle_speech
-from gateway.errors import GatewayError, NotFound, ServiceUnavailable, echo
+from gateway.errors import GatewayError, InvalidRequest, NotFound, ServiceUnavailable, echo
 from gateway.routing.policy import Policy
 from gateway.services import Services
 
@@ -31,13 +32,18 @@ async def speech(request: Request, services: Services) -> Response:
     return await handle_speech(request, services, SPEECH)
 
 
-def _entry(name: str, policy: Policy, services: Services) -> dict[str, Any]:
-    """One model of ``GET /v1/models`` (a random-weight checkpoint says so plainly)."""
+def _entry(
+    name: str, policy: Policy, services: Services, allowed: frozenset[str] | None
+) -> dict[str, Any]:
+    """One model of ``GET /v1/models`` (a random-weight checkpoint says so plainly), with
+    whether it can be served here now (``available``, extra fields SDKs ignore)."""
     if name in policy.aliases:
-        owner = policy.models[policy.aliases[name]].provider
-        return {"id": name, "object": "model", "created": 0, "owned_by": owner}
+        target = policy.aliases[name]
+        owner = policy.models[target].provider
+        entry = {"id": name, "object": "model", "created": 0, "owned_by": owner}
+        return {**entry, **availability(target, policy, services.dispatcher, allowed)}
     config = policy.models[name]
-    entry: dict[str, Any] = {
+    entry = {
         "id": name,
         "object": "model",
         "created": 0,
@@ -49,11 +55,26 @@ def _entry(name: str, policy: Policy, services: Services) -> dict[str, Any]:
         entry["description"] = note or config.description
     if config.context_window is not None:
         entry["context_window"] = config.context_window
-    return entry
+    return {**entry, **availability(name, policy, services.dispatcher, allowed)}
 
 
-async def _visible(request: Request, services: Services) -> tuple[Policy, list[str]]:
-    """The policy and the model names (then aliases) the caller's key may use."""
+def _wanted(request: Request) -> bool | None:
+    """``?available=true|false``: only the servable (or unservable) models; None: all."""
+    value = request.query_params.get("available")
+    if value is None:
+        return None
+    if value.lower() not in ("true", "false"):
+        raise InvalidRequest(
+            f"available must be true or false, not {echo(value)}", param="available"
+        )
+    return value.lower() == "true"
+
+
+async def _visible(
+    request: Request, services: Services
+) -> tuple[Policy, list[str], frozenset[str] | None]:
+    """The policy, the model names (then aliases) the caller's key may use, and its
+    allow-list (None: every model)."""
     principal = await services.auth.authenticate(client_credential(request.headers))
     if not services.policies.loaded:
         raise ServiceUnavailable("no routing policy is loaded", code="policy_not_loaded")
@@ -63,14 +84,18 @@ async def _visible(request: Request, services: Services) -> tuple[Policy, list[s
     names += [
         alias for alias, target in policy.aliases.items() if allowed is None or target in allowed
     ]
-    return policy, names
+    return policy, names, allowed
 
 
 async def list_models(request: Request, services: Services) -> Response:
-    """``GET /v1/models``: the policy's models and aliases that the caller's key may use."""
+    """``GET /v1/models``: the policy's models and aliases that the caller's key may use;
+    ``?available=true``: only those that can be served here now."""
     try:
-        policy, names = await _visible(request, services)
-        data = [_entry(name, policy, services) for name in names]
+        wanted = _wanted(request)
+        policy, names, allowed = await _visible(request, services)
+        data = [_entry(name, policy, services, allowed) for name in names]
+        if wanted is not None:
+            data = [entry for entry in data if entry["available"] is wanted]
         return json_response({"object": "list", "data": data})
     except GatewayError as exc:
         return error_response(exc)
@@ -81,14 +106,14 @@ async def get_model(request: Request, services: Services) -> Response:
     OpenAI answers for a model that does not exist or that the key cannot see)."""
     model_id = request.path_params["model_id"]
     try:
-        policy, names = await _visible(request, services)
+        policy, names, allowed = await _visible(request, services)
         if model_id not in names:
             raise NotFound(
                 f"The model {echo(model_id)} does not exist or you do not have access to it.",
                 param="model",
                 code="model_not_found",
             )
-        return json_response(_entry(model_id, policy, services))
+        return json_response(_entry(model_id, policy, services, allowed))
     except GatewayError as exc:
         return error_response(exc)
 

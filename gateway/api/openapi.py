@@ -92,10 +92,20 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
                 "summary": "Models and aliases this key may use",
                 "tags": ["v1"],
                 "security": [{"apiKey": []}],
+                "parameters": [
+                    {
+                        "name": "available",
+                        "in": "query",
+                        "required": False,
+                        "description": "true: only the models that can be served now; false: "
+                        "only the others",
+                        "schema": {"type": "string", "enum": ["true", "false"]},
+                    }
+                ],
                 "responses": {
                     "200": {"description": "the models", "content": json_content(ref("ModelList"))}
                 }
-                | error_responses(401, 503),
+                | error_responses(400, 401, 503),
             }
         },
         **door_paths(),

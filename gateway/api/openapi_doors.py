@@ -166,8 +166,11 @@ DOOR_SCHEMAS: dict[str, Schema] = {
             "owned_by": STRING,
             "description": STRING,
             "context_window": INTEGER,
+            "available": {"type": "boolean", "description": "its provider can serve it now"},
+            "unavailable_reason": {**STRING, "description": "why not (a key not set...)"},
+            "answered_by": {**STRING, "description": "the fallback that would answer instead"},
         },
-        ["id", "object", "created", "owned_by"],
+        ["id", "object", "created", "owned_by", "available"],
     ),
     "OperationResult": {"type": "object", "description": "the provider's answer, as it sent it"},
 }

@@ -310,12 +310,15 @@ def _prepare_try(
     """One upstream try's provider, wire format, path and body, and its trace span."""
     upstream = Upstream(call, candidate)
     target = exchange.target(candidate.provider, upstream.provider.formats)
+    assert call.books is not None and call.books.policy is not None
+    model = call.books.policy.models.get(candidate.model)
     path, body = exchange.upstream_body(
         target,
         candidate.upstream_model,
         stream=stream,
         provider=candidate.provider,
         config=upstream.config,
+        defaults=model.defaults if model is not None else None,
     )
     return upstream, target, path, body, upstream.traced(call, candidate)
 

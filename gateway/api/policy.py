@@ -29,6 +29,7 @@ from gateway.api.audit import record_action
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import json_response, read_body, read_json_object
 from gateway.api.payloads import parse_payload
+from gateway.api.request_headers import check_headers
 from gateway.api.validation import validate_routed
 from gateway.errors import InvalidRequest, PermissionDenied, clip
 from gateway.routing.operations import Operation
@@ -182,6 +183,7 @@ def _explain_inputs(
     # is routed as sent.
     body = payload.get("body", {})
     validate_routed(body, prefix="body")
+    check_headers(request.headers, where="headers.")  # a typo would be explained away
     allowed = request.allowed_models
     return (
         body,

@@ -28,9 +28,10 @@ from gateway.formats.errors import FormatError, Untranslatable
 from gateway.formats.internal import ChatRequest, FormatName
 from gateway.formats.openai_chat.relay import ChatRelay
 from gateway.formats.relay import StreamRelay, stream_relay, usage_of
+from gateway.formats.sampling_defaults import apply_defaults, unset_defaults
 from gateway.metering.gate import Usage
 from gateway.providers.base import UpstreamResponse, unsupported
-from gateway.routing.policy import AUTO_MODEL, ProviderConfig
+from gateway.routing.policy import AUTO_MODEL, ModelDefaults, ProviderConfig
 
 
 @dataclass(frozen=True)
@@ -113,8 +114,27 @@ class Exchange:
         stream: bool,
         provider: str,
         config: ProviderConfig,
+        defaults: ModelDefaults | None = None,
     ) -> tuple[str, dict[str, Any]]:
-        """The path and body for a provider speaking ``target``."""
+        """The path and body for a provider speaking ``target``; the model's ``defaults``
+        filled in where the client's body sets none."""
+        path, body = self._upstream_body(
+            target, model, stream=stream, provider=provider, config=config
+        )
+        if defaults is not None and self.door.samples:
+            values = unset_defaults(self.door.format, self.raw, defaults.model_dump())
+            body = apply_defaults(target, body, values, legacy=self.door.route == "completions")
+        return path, body
+
+    def _upstream_body(
+        self,
+        target: FormatName,
+        model: str,
+        *,
+        stream: bool,
+        provider: str,
+        config: ProviderConfig,
+    ) -> tuple[str, dict[str, Any]]:
         door = self.door
         if target == door.format:
             body = {**self.raw, "model": model}

@@ -46,6 +46,22 @@ if TYPE_CHECKING:
     from gateway.metrics import Metrics
 
 _KINDS = {"/chat/completions": "chat", "/completions": "completion"}
+# max_tokens of a request that sets none, when neither the policy nor the checkpoint says:
+# on the CPU a small model makes ~10-20 tokens a second, so an answer ends within ~20 s.
+CPU_DEFAULT_MAX_TOKENS = 256
+CUDA_DEFAULT_MAX_TOKENS = 1024
+
+
+def default_max_tokens(settings: LocalEngineSettings, checkpoint: int | None, device: str) -> int:
+    """The policy's ``default_max_tokens``, else the checkpoint's ``max_new_tokens``, else by
+    device."""
+    if settings.default_max_tokens is not None:
+        return settings.default_max_tokens
+    if checkpoint is not None:
+        return checkpoint
+    return CUDA_DEFAULT_MAX_TOKENS if device == "cuda" else CPU_DEFAULT_MAX_TOKENS
+
+
 _END = object()  # a producer finished
 
 
@@ -64,6 +80,12 @@ class LocalProvider:
         self.settings = settings
         self.metrics = metrics
         self.tokenizer = engine.engine.tokenizer
+        # The checkpoint's recommended sampling (generation_config.json, or the bundled
+        # model's card), for requests that set none of it.
+        self.sampling_defaults = dict(engine.engine.sampling_defaults)
+        self.default_max_tokens = default_max_tokens(
+            settings, self.sampling_defaults.pop("max_tokens", None), engine.engine.device.type
+        )
 
     async def close(self) -> None:
         """Nothing pooled to close: the engine host owns the engine."""
@@ -85,7 +107,8 @@ class LocalProvider:
             body,
             self.tokenizer,
             self.engine.engine.max_model_len,
-            self.settings.default_max_tokens,
+            self.default_max_tokens,
+            self.sampling_defaults,
         )
         from engine.errors import InvalidPromptError, RequestTooLargeError, SamplingParamsError
 

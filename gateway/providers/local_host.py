@@ -80,15 +80,23 @@ def has_random_weights(model_dir: Path) -> bool:
     return "random-weights" in head
 
 
-def engine_config(settings: LocalEngineSettings, model_path: str, models_dir: Path) -> Any:
+def engine_config(settings: LocalEngineSettings, models_dir: Path) -> Any:
     """The ``EngineConfig`` for these settings; fields the engine lacks are left out. GGUF views
-    and hub downloads go under ``models_dir``."""
+    and hub downloads go under ``models_dir``. With no ``model``: the bundled SmolLM2, with its
+    model card's sampling under any ``override_generation_config`` of the settings."""
     from engine.config import EngineConfig
 
     known = {f.name for f in dataclasses.fields(EngineConfig)}
     values = settings.model_dump(exclude={"model", "default_max_tokens"}, exclude_none=True)
     values = {name: value for name, value in values.items() if name in known}
-    return EngineConfig(model=model_path, download_dir=str(models_dir), **values)
+    model = settings.model
+    if model is None:
+        from engine.gguf.bundled import BUNDLED_SAMPLING
+
+        model = str(default_model())
+        override = settings.override_generation_config or {}
+        values["override_generation_config"] = {**BUNDLED_SAMPLING, **override}
+    return EngineConfig(model=model, download_dir=str(models_dir), **values)
 
 
 class LocalEngineHost:
@@ -147,13 +155,12 @@ class LocalEngineHost:
         from engine.core.async_engine import AsyncEngine
 
         assert self.settings is not None
-        model = self.settings.model or str(default_model())
-        self.model_dir = Path(model).expanduser()
-        self.random_weights = has_random_weights(self.model_dir)
         models_dir = self.data_dir / "models"
         private_dir(models_dir)
-        self._convert_once(model, models_dir)
-        config = engine_config(self.settings, model, models_dir)
+        config = engine_config(self.settings, models_dir)
+        self.model_dir = Path(config.model).expanduser()
+        self.random_weights = has_random_weights(self.model_dir)
+        self._convert_once(config.model, models_dir)
         engine = AsyncEngine(config, progress=True)
         engine.start()
         return engine

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -219,8 +220,11 @@ def parse_request(
     tokenizer: Any,
     max_model_len: int,
     default_max_tokens: int | None,
+    sampling_defaults: Mapping[str, Any] | None = None,
 ) -> LocalRequest:
-    """Validate ``body`` for the engine; raise a 400 ``UpstreamError`` naming the bad param."""
+    """Validate ``body`` for the engine; raise a 400 ``UpstreamError`` naming the bad param.
+    ``sampling_defaults`` (SamplingParams fields: the checkpoint's recommendation) fill what
+    the body leaves out; ``default_max_tokens`` is clipped to the context left."""
     from engine.errors import SamplingParamsError
     from engine.sampling import SamplingParams
 
@@ -249,10 +253,10 @@ def parse_request(
     if seed is not None and not _is_int(seed):
         raise client_error(provider, "seed must be an integer", "seed")
     stop = body.get("stop")
+    defaults = {"temperature": 1.0, "top_p": 1.0, **(sampling_defaults or {})}
     values: dict[str, Any] = {
+        **defaults,
         "n": body.get("n") or 1,
-        "temperature": 1.0 if body.get("temperature") is None else body["temperature"],
-        "top_p": 1.0 if body.get("top_p") is None else body["top_p"],
         "seed": seed,
         "stop": [stop] if isinstance(stop, str) else list(stop or []),
         "max_tokens": max_tokens,
@@ -260,7 +264,7 @@ def parse_request(
         "presence_penalty": body.get("presence_penalty") or 0.0,
         "frequency_penalty": body.get("frequency_penalty") or 0.0,
     }
-    for name in _EXTENSIONS:
+    for name in ("temperature", "top_p", *_EXTENSIONS):
         if body.get(name) is not None:
             values[name] = body[name]
     try:

@@ -423,6 +423,23 @@ class Dispatcher:
             )
         return rows
 
+    def not_servable(self, provider: str, config: ProviderConfig) -> str | None:
+        """Why ``provider`` cannot serve at all now (its key unset, its engine not loaded...);
+        None when it can. Busy (past ``spill_when``) or a breaker open is not a reason: those
+        pass."""
+        missing = self._missing_env(config)
+        if missing:
+            return f"{missing[0]} is not set"
+        if self._providers is None:
+            return None
+        try:
+            unavailable = self._providers.get(provider, config).unavailable()
+        except UpstreamError as error:
+            return error.message
+        if unavailable is not None and not unavailable.spill:
+            return unavailable.detail
+        return None
+
     @staticmethod
     def _provider(plan: RoutePlan, candidate: Candidate) -> ProviderConfig | None:
         return plan.policy.providers.get(candidate.provider) if plan.policy else None

@@ -103,7 +103,22 @@ class LocalEngineSettings(_Strict):
     attention_backend: Literal["auto", "torch", "triton"] = "auto"
     seed: int = 0
     default_max_tokens: int | None = Field(
-        default=None, ge=1, description="max_tokens of requests that set none (else: context left)"
+        default=None,
+        ge=1,
+        description="max_tokens of requests that set none; unset: the checkpoint's "
+        "max_new_tokens, else 256 on the CPU and 1024 on CUDA (never past the context left)",
+    )
+    generation_config: str = Field(
+        default="auto",
+        min_length=1,
+        description="vLLM's: auto = sampling defaults (temperature, top_p, top_k, min_p, "
+        "repetition_penalty, max_new_tokens) from the checkpoint's generation_config.json; "
+        "vllm = none; or a directory holding one",
+    )
+    override_generation_config: dict[str, float | int] | None = Field(
+        default=None,
+        description="sampling defaults over the checkpoint's; unset with no engine.model: "
+        "greedy for the bundled SmolLM2 (docs/local-engine.md)",
     )
 
     @model_validator(mode="after")
@@ -433,6 +448,15 @@ class Price(_Strict):
         return max(self.input, self.output)
 
 
+class ModelDefaults(_Strict):
+    """Sampling values the gateway sends upstream for a request that sets none of them, in
+    the request's format (``max_tokens`` is ``max_output_tokens`` on the Responses API)."""
+
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+
+
 class ModelConfig(_Strict):
     provider: str
     upstream_model: str | None = None
@@ -445,6 +469,9 @@ class ModelConfig(_Strict):
     )
     description: str | None = None
     cache: CachePolicy | None = Field(default=None, description="cache its answers (cache.md)")
+    defaults: ModelDefaults | None = Field(
+        default=None, description="sampling for requests that set none (routing.md)"
+    )
 
 
 class TaskConfig(_Strict):
