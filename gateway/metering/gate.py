@@ -129,6 +129,18 @@ def usage_bound(body: Mapping[str, Any], route: str, default_max_tokens: int) ->
     return _usage(prompt_token_bound(body), body, route, default_max_tokens)
 
 
+def completion_default(policy: Policy, plan: RoutePlan, settings: LimiterSettings) -> int:
+    """The completion a request that sets no ``max_tokens`` may reach at any candidate: a
+    model's policy ``defaults.max_tokens`` is sent upstream for it, and may exceed the
+    gateway-wide default."""
+    most = settings.default_max_tokens
+    for candidate in plan.candidates:
+        config = policy.models.get(candidate.model)
+        if config is not None and config.defaults is not None and config.defaults.max_tokens:
+            most = max(most, config.defaults.max_tokens)
+    return most
+
+
 def _usage(prompt: int, body: Mapping[str, Any], route: str, default_max_tokens: int) -> Usage:
     if route in PROMPT_ONLY_ROUTES:
         return Usage(prompt, 0)
@@ -183,7 +195,7 @@ class LimitsGate:
         if principal.degraded:  # Redis was already unreachable at authentication
             self._fail_open(principal, "redis unreachable at authentication")
             return None, estimate
-        bound = usage_bound(body, route, self.settings.default_max_tokens)
+        bound = usage_bound(body, route, completion_default(policy, plan, self.settings))
         priced = in_team or (limits is not None and limits.budget_nanos is not None)
         cost = worst_case_cost(policy, plan, bound) if priced else 0
         try:
