@@ -40,7 +40,11 @@ class TokenMask:
         additive = F.embedding(data, table).view(count, -1)
         covered = min(additive.shape[1], vocab)
         if covered == vocab:
-            logits.index_add_(0, rows, additive[:, :vocab])
+            additive = additive[:, :vocab]
+            if count == logits.shape[0]:  # every row is constrained (rows are 0..count-1)
+                logits.add_(additive)
+            else:
+                logits.index_add_(0, rows, additive)
             return
         wide = torch.full((count, vocab), float("-inf"), device=logits.device)
         wide[:, :covered] = additive[:, :covered]

@@ -4,7 +4,12 @@ xgrammar was chosen by measurement on the SmolLM2 tokenizer (``python -m
 engine.tools.grammar_bench``, docs/benchmarks.md): its per-token mask is several times cheaper
 than llguidance's and outlines-core's at batch 1 and 16, which is what every constrained
 token pays; llguidance compiles a schema faster, but a compile is paid once per schema and
-cached here. The tokenizer's side (``xgrammar.TokenizerInfo``, seconds for a 49k vocabulary)
+cached here.
+
+JSON output (``json_object``, ``json_schema``) never takes a token holding a control byte
+(U+0000-U+001F): xgrammar's string rule lets them through, but JSON forbids them raw in a
+string, and the compact separators leave no whitespace outside strings to need them. The
+tokenizer's side (``xgrammar.TokenizerInfo``, seconds for a 49k vocabulary)
 is built on the first compile, in the caller's thread, never at engine start.
 
 ``compile`` is thread-safe and may block for tens of milliseconds on a new spec: the gateway
@@ -21,6 +26,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import torch
+
 from engine.errors import GrammarError
 from engine.structured.matcher import GrammarMatcher
 from engine.structured.spec import StructuredOutput
@@ -35,6 +43,10 @@ DEFAULT_CACHE_SIZE = 256
 class CompiledGrammar:
     spec: StructuredOutput
     compiled: Any  # xgrammar.CompiledGrammar
+
+    @property
+    def is_json(self) -> bool:
+        return self.spec.kind in ("json_object", "json_schema")
 
 
 class GrammarCompiler:
@@ -54,6 +66,7 @@ class GrammarCompiler:
         self._lock = threading.Lock()
         self._compiler_lock = threading.Lock()
         self._compiler: Any = None
+        self._json_ban: torch.Tensor | None = None  # see the module's docstring
         self.num_compiled = 0  # compiles done (cache misses), for tests and stats
 
     def cached(self, spec: StructuredOutput) -> CompiledGrammar | None:
@@ -79,14 +92,19 @@ class GrammarCompiler:
     def matcher(self, compiled: CompiledGrammar) -> GrammarMatcher:
         import xgrammar as xgr
 
-        return GrammarMatcher(xgr.GrammarMatcher(compiled.compiled))
+        ban = self._json_ban if compiled.is_json else None
+        return GrammarMatcher(xgr.GrammarMatcher(compiled.compiled), ban)
 
     # --- xgrammar ------------------------------------------------------------------------
 
     def _xgrammar(self) -> Any:
+        import xgrammar as xgr
+
         with self._compiler_lock:
             if self._compiler is None:
-                self._compiler = _new_compiler(self.tokenizer, self.vocab_size, self.stop_token_ids)
+                info = _tokenizer_info(self.tokenizer, self.vocab_size, self.stop_token_ids)
+                self._json_ban = _control_byte_ban(info, self.vocab_size, self.stop_token_ids)
+                self._compiler = xgr.GrammarCompiler(info, max_threads=1)
             return self._compiler
 
     def _compile(self, spec: StructuredOutput) -> Any:
@@ -117,7 +135,18 @@ def _choice_grammar(choices: list[str]) -> str:
     return f"root ::= {alternatives}"
 
 
-def _new_compiler(tokenizer: Tokenizer, vocab_size: int, stop_token_ids: list[int]) -> Any:
+def _control_byte_ban(info: Any, vocab_size: int, stop_token_ids: list[int]) -> torch.Tensor:
+    """``[words]`` int32, every bit set but those of the tokens holding a byte < 0x20."""
+    bits = np.ones(-(-vocab_size // 32) * 32, dtype=bool)
+    for token_id, text in enumerate(info.decoded_vocab[:vocab_size]):
+        if any(byte < 0x20 for byte in text):
+            bits[token_id] = False
+    bits[stop_token_ids] = True
+    packed = np.packbits(bits, bitorder="little").view(np.int32)
+    return torch.from_numpy(packed.copy())
+
+
+def _tokenizer_info(tokenizer: Tokenizer, vocab_size: int, stop_token_ids: list[int]) -> Any:
     import xgrammar as xgr
 
     backend = tokenizer.backend
@@ -129,11 +158,10 @@ def _new_compiler(tokenizer: Tokenizer, vocab_size: int, stop_token_ids: list[in
     # how the vocabulary encodes bytes (byte-level BPE, SentencePiece byte fallback, raw),
     # read from tokenizer.json as xgrammar's own from_huggingface reads it
     metadata = xgr.TokenizerInfo._detect_metadata_from_hf(backend.to_str())
-    info = xgr.TokenizerInfo(
+    return xgr.TokenizerInfo(
         encoded[:vocab_size] if size > vocab_size else encoded,
         vocab_type=metadata["vocab_type"],
         vocab_size=vocab_size,
         stop_token_ids=stop_token_ids,
         add_prefix_space=metadata["add_prefix_space"],
     )
-    return xgr.GrammarCompiler(info, max_threads=1)

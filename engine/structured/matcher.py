@@ -15,10 +15,11 @@ import torch
 
 
 class GrammarMatcher:
-    __slots__ = ("_matcher",)
+    __slots__ = ("_ban", "_matcher")
 
-    def __init__(self, matcher: Any) -> None:
+    def __init__(self, matcher: Any, ban: torch.Tensor | None = None) -> None:
         self._matcher = matcher  # xgrammar.GrammarMatcher
+        self._ban = ban  # [words] int32: tokens this output never takes (bits cleared)
 
     def accept(self, token_id: int) -> bool:
         """Advance by the sampled token; False if the grammar does not allow it."""
@@ -31,6 +32,8 @@ class GrammarMatcher:
 
     def fill(self, bitmask: torch.Tensor, index: int) -> None:
         self._matcher.fill_next_token_bitmask(bitmask, index)
+        if self._ban is not None:
+            bitmask[index].bitwise_and_(self._ban)
 
 
 def fill_bitmask(matchers: list[GrammarMatcher], bitmask: np.ndarray) -> None:
