@@ -173,3 +173,4 @@ def test_a_schema_that_cannot_compile_is_a_400_streamed_too(client):
             )
         )
     assert caught.value.body["param"] == "guided_regex"
+    assert "cannot be compiled" in caught.value.message
