@@ -72,6 +72,23 @@ def test_responses_text_format_json_schema_returns_the_object(client):
     assert Pet.model_validate_json(response.output_text) == response.output_parsed
 
 
+def test_anthropic_output_config_format_reaches_the_engine(local_gateway, api_key):
+    """The Anthropic door's structured outputs (``output_config.format`` json_schema), through
+    the gateway's translation to the engine's Chat Completions."""
+    import anthropic
+
+    sdk = anthropic.Anthropic(base_url=local_gateway.base_url, api_key=api_key, max_retries=0)
+    schema = Pet.model_json_schema()
+    message = sdk.messages.create(
+        model="tiny",
+        max_tokens=120,
+        messages=MESSAGES,
+        extra_body={"output_config": {"format": {"type": "json_schema", "schema": schema}}},
+    )
+    assert message.stop_reason == "end_turn"
+    assert isinstance(Pet.model_validate_json(message.content[0].text), Pet)
+
+
 def test_json_object_and_vllm_extensions_are_honoured(client, tokenizer):
     args = dict(model="tiny", messages=MESSAGES, max_tokens=60, temperature=1.0, seed=3)
 
