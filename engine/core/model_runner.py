@@ -25,6 +25,7 @@ from engine.core.input_batch import StepInputs
 from engine.core.memory_profile import (
     graph_pool_estimate,
     kv_pool_bytes,
+    profile_grammar,
     profile_step_inputs,
 )
 from engine.core.sampling_rows import SamplingRows
@@ -318,6 +319,7 @@ class ModelRunner:
             self.max_model_len,
             self.block_size,
         )
+        profile_grammar(inputs, self.args.vocab_size)
         self._bind_kv_cache(num_blocks)
         try:
             self.launch(inputs).result()

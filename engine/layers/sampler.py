@@ -2,9 +2,10 @@
 
 A structured output's token mask (`layers/token_mask.py`) comes first, for the constrained
 rows only; the logprobs are taken after it (the constrained distribution), then OpenAI's
-logit_bias is added. The repetition penalty (HF's and vLLM's meaning: a seen token's logit is divided by the
-penalty when positive, multiplied when negative; seen = in the prompt or the output) comes
-first, then the presence and frequency penalties (OpenAI's, over the output only).
+logit_bias is added. Of the penalties, the repetition penalty (HF's and vLLM's meaning: a
+seen token's logit is divided by the penalty when positive, multiplied when negative; seen =
+in the prompt or the output) comes first, then the presence and frequency penalties
+(OpenAI's, over the output only).
 
 Random draws use the exponential-race trick (argmax of p / Exp(1) noise is a sample from p),
 with a row's own generator when the request has a seed, so a seeded request samples the same

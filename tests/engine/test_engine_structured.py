@@ -15,6 +15,7 @@ import random
 import re
 
 import jsonschema
+import numpy as np
 import pytest
 import torch
 from engine_helpers import MAX_NEW_TOKENS, assert_all_blocks_free, make_llm
@@ -224,3 +225,23 @@ def test_token_mask_matches_the_bit_definition_and_leaves_other_rows(all_rows):
                 expected[row, token] = float("-inf")
     TokenMask().apply(logits, rows, bitmask)
     assert torch.equal(logits, expected)
+
+
+def test_a_vocabulary_padded_past_the_tokenizer_never_allows_the_padding(llm):
+    """Logits wider than the tokenizer (Qwen's 151,936 rows for 151,669 tokens): the mask
+    covers the model's width and the padding ids are never allowed, even by EOS rules."""
+    from engine.structured.compiler import GrammarCompiler
+    from engine.structured.matcher import fill_bitmask
+
+    tokenizer = llm.tokenizer
+    real = tokenizer.vocab_size
+    padded = real + 45
+    grammars = GrammarCompiler(tokenizer, padded, sorted(llm.engine.eos_token_ids))
+    for spec in (StructuredOutput.regex("[ab]"), StructuredOutput.json_object()):
+        matcher = grammars.matcher(grammars.compile(spec))
+        bitmask = np.zeros((1, -(-padded // 32)), dtype=np.int32)
+        fill_bitmask([matcher], bitmask)
+        bits = np.unpackbits(bitmask.view(np.uint8), bitorder="little")[:padded]
+        allowed = set(np.flatnonzero(bits).tolist())
+        assert allowed and max(allowed) < real
+    assert {tokenizer.decode([t]) for t in allowed} >= {"{"}  # json_object opens an object
