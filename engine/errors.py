@@ -41,6 +41,10 @@ class RequestTooLargeError(ValueError):
     """The request can never be scheduled; the message names the limit it exceeds."""
 
 
+class GrammarError(ValueError):
+    """A structured output constraint (schema, regex, grammar) that cannot be compiled."""
+
+
 class EngineNotRunningError(RuntimeError):
     """generate() was called before start() or after shutdown()."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.errors import SamplingParamsError
+from engine.structured.spec import StructuredOutput
 
 
 @dataclass
@@ -25,6 +26,10 @@ class SamplingParams:
     repetition_penalty: float = 1.0  # HF/vLLM: every prompt or output token's logit, / or *
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False  # keep the matched stop string in the text
+    # OpenAI's logit_bias: token id -> a value in [-100, 100] added to its logit
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    # the output must match this (a grammar's token mask, `engine/structured/`); None: free
+    structured: StructuredOutput | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -33,6 +38,7 @@ class SamplingParams:
         self.stop_token_ids = list(self.stop_token_ids)
         if self.top_k == 0:
             self.top_k = -1
+        self.logit_bias = dict(self.logit_bias or {})
         self.validate()
 
     @property
@@ -47,6 +53,10 @@ class SamplingParams:
     @property
     def has_repetition_penalty(self) -> bool:
         return self.repetition_penalty != 1.0
+
+    @property
+    def has_logit_bias(self) -> bool:
+        return any(self.logit_bias.values())
 
     @property
     def has_penalties(self) -> bool:
@@ -84,11 +94,26 @@ class SamplingParams:
             raise bad("stop_token_ids", "a list of non-negative token ids")
         if self.seed is not None and not isinstance(self.seed, int):
             raise bad("seed", "an integer")
+        for token, bias in self.logit_bias.items():
+            if not isinstance(token, int) or isinstance(token, bool) or token < 0:
+                raise bad("logit_bias", "a map of non-negative token ids to numbers")
+            if isinstance(bias, bool) or not isinstance(bias, int | float):
+                raise bad("logit_bias", "a map of token ids to numbers in [-100, 100]")
+            if not -100.0 <= bias <= 100.0:
+                raise bad("logit_bias", "a map of token ids to numbers in [-100, 100]")
+        if self.structured is not None:
+            if not isinstance(self.structured, StructuredOutput):
+                raise bad("structured", "a StructuredOutput")
+            if self.min_tokens:
+                # banning the end of the output could leave the grammar nothing to allow
+                raise bad("min_tokens", "0 with a structured output constraint")
 
 
 @dataclass
 class TokenLogprobs:
-    """The sampled token's logprob and the top-k alternatives, raw model distribution."""
+    """The sampled token's logprob and the top-k alternatives: the model's distribution before
+    temperature, penalties and logit_bias; under a structured output constraint, after the
+    grammar's mask (disallowed tokens removed, the rest renormalised), as vLLM reports it."""
 
     token_id: int
     logprob: float

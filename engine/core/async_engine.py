@@ -26,6 +26,7 @@ from engine.core.output_processor import StepOutput, process_step
 from engine.core.request_state import RequestState, StreamOutput
 from engine.errors import EngineDeadError, EngineNotRunningError, EngineStepError
 from engine.sampling import SamplingParams
+from engine.structured.spec import StructuredOutput
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +183,8 @@ class AsyncEngine:
             raise EngineNotRunningError("the engine is not running: call start() first")
         params = params or SamplingParams()
         self._raise_if_dead()
+        if params.structured is not None:
+            await self.compile_structured(params.structured)
         token_ids = self.engine.check_request(prompt, params)
         loop = asyncio.get_running_loop()
         text = prompt if isinstance(prompt, str) else None
@@ -223,6 +226,14 @@ class AsyncEngine:
             if not finished:  # the consumer went away (cancelled, broke out): free at once
                 self._commands.put(_Abort(request_id, None))
                 self._wake.set()
+
+    async def compile_structured(self, spec: StructuredOutput) -> None:
+        """Compile a structured-output spec in a worker thread (cached: once per spec), so
+        neither the caller's event loop nor the step thread compiles; `GrammarError` if the
+        spec cannot be compiled."""
+        grammars = self.engine.grammars
+        if grammars.cached(spec) is None:
+            await asyncio.to_thread(grammars.compile, spec)
 
     def _raise_if_dead(self) -> None:
         if self._dead is not None:

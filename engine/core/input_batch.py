@@ -23,6 +23,7 @@ import numpy as np
 from engine.core.scheduler import SchedulerOutput
 from engine.core.sequence import Sequence
 from engine.sampling import SamplingParams
+from engine.structured.matcher import GrammarMatcher, fill_bitmask
 
 _EMPTY = np.zeros(0, dtype=np.int32)
 
@@ -60,6 +61,10 @@ class StepInputs:
     released_seq_ids: list[int] = field(default_factory=list)  # seeded and done
     prev_token_positions: np.ndarray = field(default_factory=lambda: _EMPTY)
     prev_token_indices: np.ndarray = field(default_factory=lambda: _EMPTY)
+    # structured outputs: the constrained rows' positions among the sampled rows and their
+    # allowed tokens ([k, ceil(vocab / 32)] int32 bits), filled by the engine after `build`
+    grammar_positions: np.ndarray = field(default_factory=lambda: _EMPTY)
+    grammar_bitmask: np.ndarray | None = None
 
     @property
     def num_seqs(self) -> int:
@@ -89,6 +94,11 @@ class InputBatch:
         self.block_tables = np.zeros((max_num_seqs, max_blocks_per_seq), dtype=np.int32)
         self.eos_token_ids = eos_token_ids
         self.vocab_size = vocab_size
+        # structured outputs: each row's grammar matcher (set when the row changes hands), and
+        # which rows have one, so a step finds its constrained rows with one numpy gather
+        self.matchers: list[GrammarMatcher | None] = [None] * max_num_seqs
+        self.constrained = np.zeros(max_num_seqs, dtype=bool)
+        self.num_bitmask_words = -(-vocab_size // 32)
 
     def build(self, step: SchedulerOutput, released_seq_ids: list[int]) -> StepInputs:
         tables = self.block_tables
@@ -111,6 +121,8 @@ class InputBatch:
                 seq.synced_blocks = len(table)
             if seq.row_is_new:
                 new_rows.append(self._row_setup(seq))
+                self.matchers[row] = seq.grammar
+                self.constrained[row] = seq.grammar is not None
                 seq.row_is_new = False
             start = seq.num_computed_tokens
             count = item.num_tokens
@@ -152,7 +164,8 @@ class InputBatch:
         max_context_len = int(context_lens.max())
         width = -(-max_context_len // size)
         sampled_np = np.array(sampled, dtype=np.int32)
-        return StepInputs(
+        sample_rows = rows_np[sampled_np]
+        inputs = StepInputs(
             input_ids=np.array(input_ids, dtype=np.int32),
             positions=positions,
             slot_mapping=slots.astype(np.int32, copy=False),
@@ -162,13 +175,27 @@ class InputBatch:
             max_query_len=max_query_len,
             max_context_len=max_context_len,
             logits_indices=cu_seqlens[1:][sampled_np] - 1,
-            sample_rows=rows_np[sampled_np],
+            sample_rows=sample_rows,
             block_copies=step.block_copies,
             new_rows=new_rows,
             released_seq_ids=list(released_seq_ids),
             prev_token_positions=np.array(prev_positions, dtype=np.int32),
             prev_token_indices=np.array(prev_indices, dtype=np.int32),
         )
+        constrained = np.flatnonzero(self.constrained[sample_rows])
+        if len(constrained):
+            self._fill_grammar(inputs, constrained)
+        return inputs
+
+    def _fill_grammar(self, inputs: StepInputs, positions: np.ndarray) -> None:
+        """The constrained rows' allowed next tokens, from their matchers (which have seen
+        every token so far: the scheduler runs a constrained sequence only once its last
+        token is on the host)."""
+        matchers = [self.matchers[row] for row in inputs.sample_rows[positions].tolist()]
+        bitmask = np.zeros((len(positions), self.num_bitmask_words), dtype=np.int32)
+        fill_bitmask(matchers, bitmask)  # type: ignore[arg-type]
+        inputs.grammar_positions = positions.astype(np.int32)
+        inputs.grammar_bitmask = bitmask
 
     def _row_setup(self, seq: Sequence) -> RowSetup:
         params = seq.params

@@ -28,10 +28,11 @@ from engine.core.request_state import RequestState
 from engine.core.scheduler import Scheduler, SchedulerOutput
 from engine.core.sequence import Request, Sequence, SequenceStatus
 from engine.core.stats import EngineStats, StepRecord
-from engine.errors import ConfigError, InvalidPromptError
+from engine.errors import ConfigError, InvalidPromptError, SamplingParamsError
 from engine.generation_config import sampling_defaults
 from engine.loader import resolve_model_path
 from engine.sampling import SamplingParams, TokenLogprobs
+from engine.structured.compiler import GrammarCompiler
 from engine.tokenizer import Tokenizer
 
 
@@ -101,6 +102,8 @@ class LLMEngine:
             self.runner = ModelRunner(config, path, progress=progress)
         args = self.runner.args
         self.eos_token_ids = self.tokenizer.eos_token_ids | frozenset(args.eos_token_id)
+        # structured outputs: specs compiled once (cached), matched per sample on this thread
+        self.grammars = GrammarCompiler(self.tokenizer, args.vocab_size, sorted(self.eos_token_ids))
         self.async_scheduling = self._resolve_async_scheduling()
         self._released_seq_ids: list[int] = []  # seeded sequences done since the last step
         self.max_model_len = self.runner.max_model_len
@@ -157,7 +160,16 @@ class LLMEngine:
         """Raise the error `add_request` would raise, without touching engine state."""
         _, token_ids = self.encode_prompt(prompt)
         self.scheduler.check_fits(len(token_ids), params)
+        self._check_logit_bias(params)
         return token_ids
+
+    def _check_logit_bias(self, params: SamplingParams) -> None:
+        vocab = self.runner.args.vocab_size
+        bad = next((t for t in params.logit_bias if t >= vocab), None)
+        if bad is not None:
+            raise SamplingParamsError(
+                f"logit_bias token id {bad} is outside the vocabulary [0, {vocab})"
+            )
 
     def add_request(
         self,
@@ -173,7 +185,10 @@ class LLMEngine:
             raise ValueError(f"request id {request_id!r} is already in use")
         text, token_ids = self.encode_prompt(prompt)
         self.scheduler.check_fits(len(token_ids), params)
+        self._check_logit_bias(params)
         request = Request(request_id, text, token_ids, params)
+        if params.structured is not None:  # cached when the caller compiled it beforehand
+            request.grammar = self.grammars.compile(params.structured)
         if track_output:
             request.state = RequestState(
                 request_id, text, token_ids, params, self.tokenizer, request.arrival_time
@@ -192,6 +207,8 @@ class LLMEngine:
     def _new_seq(self, request: Request, index: int) -> Sequence:
         # a seeded sequence's generator lives with the sampler (in the runner, on rank 0)
         seq = Sequence(next(self._seq_ids), request, index)
+        if request.grammar is not None:
+            seq.grammar = self.grammars.matcher(request.grammar)
         request.seqs.append(seq)
         return seq
 
@@ -331,7 +348,10 @@ class LLMEngine:
             seq.num_pending -= 1
             params = seq.params
             num_output = len(seq.token_ids) - seq.num_prompt_tokens
-            if num_output >= params.min_tokens and (
+            grammar = seq.grammar
+            if grammar is not None and (not grammar.accept(token) or grammar.is_terminated):
+                finished[position] = "stop"  # the grammar ended (it allowed only EOS)
+            elif num_output >= params.min_tokens and (
                 token in params.stop_token_ids or (not params.ignore_eos and token in eos)
             ):
                 finished[position] = "stop"

@@ -58,6 +58,14 @@ def profile_step_inputs(
     return inputs, int(blocks_per_seq.sum())
 
 
+def profile_grammar(inputs: StepInputs, vocab_size: int) -> None:
+    """Every sampled row but one under a grammar mask (all tokens allowed): the masked add's
+    temporaries at their largest (the `index_add_` path, not the every-row add)."""
+    count = max(len(inputs.sample_rows) - 1, 1)
+    inputs.grammar_positions = np.arange(count, dtype=np.int32)
+    inputs.grammar_bitmask = np.full((count, -(-vocab_size // 32)), -1, dtype=np.int32)
+
+
 def profile_row_setups(max_num_seqs: int) -> list[RowSetup]:
     """Every sampling option on, so every sampler temporary is allocated."""
     params = SamplingParams(
@@ -71,6 +79,7 @@ def profile_row_setups(max_num_seqs: int) -> list[RowSetup]:
         logprobs=20,
         min_tokens=1,
         max_tokens=1,
+        logit_bias={0: 0.5},
     )
     return [
         RowSetup(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from math import inf
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from engine.core.input_batch import StepInputs
 from engine.core.memory_profile import (
     graph_pool_estimate,
     kv_pool_bytes,
+    profile_grammar,
     profile_step_inputs,
 )
 from engine.core.sampling_rows import SamplingRows
@@ -119,7 +121,8 @@ class StepHandle:
             if wanted < 0:
                 logprobs.append(None)
                 continue
-            top = {int(row[2 + i]): row[2 + k + i] for i in range(wanted)}
+            # a constrained row may allow fewer than k tokens: the disallowed ones are -inf
+            top = {int(row[2 + i]): row[2 + k + i] for i in range(wanted) if row[2 + k + i] > -inf}
             logprobs.append(TokenLogprobs(token, row[1], top))
         return StepResult(tokens, logprobs)
 
@@ -316,6 +319,7 @@ class ModelRunner:
             self.max_model_len,
             self.block_size,
         )
+        profile_grammar(inputs, self.args.vocab_size)
         self._bind_kv_cache(num_blocks)
         try:
             self.launch(inputs).result()
@@ -459,7 +463,13 @@ class ModelRunner:
         logits = self.model.compute_logits(hidden[batch.logits_indices])  # all-gathered
         if rows is None:
             return StepHandle.empty()
-        sampling = rows.batch(inputs.sample_rows, batch.sample_rows, self.default_generator)
+        sampling = rows.batch(
+            inputs.sample_rows,
+            batch.sample_rows,
+            self.default_generator,
+            inputs.grammar_positions,
+            inputs.grammar_bitmask,
+        )
         out = self.sampler(logits, sampling)
         rows.record(inputs.sample_rows, batch.sample_rows, out.token_ids)
         self._last_sampled = out.token_ids

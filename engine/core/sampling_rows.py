@@ -8,7 +8,10 @@ and grow by one scatter of the sampled tokens per step, so no per-sequence `Coun
 crosses to the device. The repetition penalty's "seen" set (prompt or output) lives there
 too (`[max_num_seqs, vocab]` bool): the prompt's tokens are marked once, at row setup, and
 each step's sampled tokens by the same kind of scatter. Seeded sequences keep their own
-`torch.Generator` until released.
+`torch.Generator` until released. A row's logit_bias is kept as its (token, bias) pairs and
+sent only for steps that sample a row with one; a structured output's bitmask is made by the
+engine on the host each step (`StepInputs.grammar_bitmask`, constrained rows only) and sent
+in one copy.
 """
 
 from __future__ import annotations
@@ -17,12 +20,18 @@ import numpy as np
 import torch
 
 from engine.core.input_batch import RowSetup
-from engine.layers.sampler import CountPenalties, RepetitionPenalty, SamplingBatch
+from engine.layers.sampler import (
+    CountPenalties,
+    GrammarMask,
+    LogitBias,
+    RepetitionPenalty,
+    SamplingBatch,
+)
 
 # rows of `SamplingRows.values`
 TEMPERATURE, TOP_P, MIN_P, PRESENCE, FREQUENCY, TOP_K, GREEDY, REPETITION = range(8)
 # rows of `SamplingRows.flags`
-USES_TOP_K, USES_TOP_P, USES_MIN_P, USES_PENALTIES, SEEDED, USES_REPETITION = range(6)
+USES_TOP_K, USES_TOP_P, USES_MIN_P, USES_PENALTIES, SEEDED, USES_REPETITION, USES_BIAS = range(7)
 
 
 class SamplingRows:
@@ -30,12 +39,13 @@ class SamplingRows:
         self.device = device
         self.vocab_size = vocab_size
         self.values = np.zeros((8, max_rows), dtype=np.float32)
-        self.flags = np.zeros((6, max_rows), dtype=bool)
+        self.flags = np.zeros((7, max_rows), dtype=bool)
         self.num_logprobs = np.full(max_rows, -1, dtype=np.int32)  # -1: none wanted
         self.min_tokens = np.zeros(max_rows, dtype=np.int32)
         self.num_output = np.zeros(max_rows, dtype=np.int32)  # sampled so far, in flight too
         self.seq_ids = np.full(max_rows, -1, dtype=np.int64)
         self.banned: list[list[int]] = [[] for _ in range(max_rows)]
+        self.bias: list[tuple[list[int], list[float]]] = [([], []) for _ in range(max_rows)]
         self.counts = torch.zeros(max_rows, vocab_size, dtype=torch.int32, device=device)
         self.seen = torch.zeros(max_rows, vocab_size, dtype=torch.bool, device=device)
         self.generators: dict[int, torch.Generator] = {}  # seeded sequences, by seq_id
@@ -65,6 +75,10 @@ class SamplingRows:
             flags[USES_PENALTIES, row] = params.has_count_penalties
             flags[SEEDED, row] = setup.seed is not None
             flags[USES_REPETITION, row] = params.has_repetition_penalty
+            flags[USES_BIAS, row] = params.has_logit_bias
+            if params.has_logit_bias:  # ids past the logits' width were refused at add
+                pairs = sorted(params.logit_bias.items())
+                self.bias[row] = ([t for t, _ in pairs], [float(b) for _, b in pairs])
             self.num_logprobs[row] = -1 if params.logprobs is None else params.logprobs
             self.min_tokens[row] = params.min_tokens
             self.num_output[row] = setup.num_output_tokens
@@ -97,8 +111,11 @@ class SamplingRows:
         rows: np.ndarray,
         rows_on_device: torch.Tensor,
         default_generator: torch.Generator,
+        grammar_positions: np.ndarray | None = None,
+        grammar_bitmask: np.ndarray | None = None,
     ) -> SamplingBatch:
-        """The sampled rows' settings on the device (`rows_on_device`: the same rows, int64)."""
+        """The sampled rows' settings on the device (`rows_on_device`: the same rows, int64);
+        `grammar_positions` (among `rows`) and their `grammar_bitmask` for constrained rows."""
         uses = self.flags[:, rows].any(axis=1)
         values = torch.from_numpy(self.values[:, rows])
         if self.device.type == "cuda":
@@ -133,7 +150,34 @@ class SamplingRows:
             seeded=seeded,
             default_generator=default_generator,
             num_logprobs=max(wanted, 1) if wanted >= 0 else 0,
+            grammar=self._grammar(grammar_positions, grammar_bitmask),
+            logit_bias=self._logit_bias(rows) if uses[USES_BIAS] else None,
         )
+
+    def _grammar(
+        self, positions: np.ndarray | None, bitmask: np.ndarray | None
+    ) -> GrammarMask | None:
+        if positions is None or bitmask is None or not len(positions):
+            return None
+        rows = torch.from_numpy(positions.astype(np.int64))
+        mask = torch.from_numpy(bitmask)
+        if self.device.type == "cuda":
+            rows = rows.pin_memory().to(self.device, non_blocking=True)
+            mask = mask.pin_memory().to(self.device, non_blocking=True)
+        return GrammarMask(rows, mask)
+
+    def _logit_bias(self, rows: np.ndarray) -> LogitBias:
+        positions: list[int] = []
+        token_ids: list[int] = []
+        values: list[float] = []
+        for position in np.flatnonzero(self.flags[USES_BIAS, rows]).tolist():
+            ids, biases = self.bias[int(rows[position])]
+            positions.extend([position] * len(ids))
+            token_ids.extend(ids)
+            values.extend(biases)
+        index = torch.tensor([positions, token_ids], dtype=torch.int64).to(self.device)
+        bias = torch.tensor(values, dtype=torch.float32).to(self.device)
+        return LogitBias(index[0], index[1], bias)
 
     def _banned_mask(self, rows: np.ndarray, under_min: np.ndarray) -> torch.Tensor | None:
         """`[S, vocab]` bool: EOS and stop ids of the rows still under `min_tokens`."""

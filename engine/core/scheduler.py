@@ -168,8 +168,10 @@ class Scheduler:
                 if remaining > 1:
                     prefills.append(seq)
                 continue
-            if seq.num_pending and self._reaches_a_limit(seq):
-                continue  # its last token is in flight: it finishes when that lands
+            if seq.num_pending and (seq.grammar is not None or self._reaches_a_limit(seq)):
+                # its last token is in flight: it finishes when that lands, or (structured
+                # outputs) its grammar must see it before the next token's mask is made
+                continue
             table = seq.block_table
             if computed < len(table) * size and blocks[table[computed // size]].ref_count == 1:
                 # the common decode: room in its own last block, nothing to allocate

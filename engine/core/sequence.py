@@ -17,6 +17,8 @@ from engine.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from engine.core.request_state import RequestState
+    from engine.structured.compiler import CompiledGrammar
+    from engine.structured.matcher import GrammarMatcher
 
 
 class SequenceStatus(enum.Enum):
@@ -50,6 +52,8 @@ class Sequence:
         self.row = -1
         self.row_is_new = False  # the runner has not been told about this row yet
         self.synced_blocks = 0  # block-table entries already written to the row
+        # structured outputs: this sample's grammar state, advanced by each token on the host
+        self.grammar: GrammarMatcher | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -97,6 +101,7 @@ class Request:
     arrival_time: float = field(default_factory=time.monotonic)
     seqs: list[Sequence] = field(default_factory=list)
     pending_forks: int = 0  # children still to be forked from seqs[0]
+    grammar: CompiledGrammar | None = None  # structured outputs: each sample's matcher's
     # the client's view, kept here by the synchronous `LLMEngine` API only
     state: RequestState | None = None
 

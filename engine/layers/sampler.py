@@ -1,8 +1,11 @@
 """Batched sampling on the device: penalties, temperature, top-k/top-p/min-p, per-row seeds.
 
-The repetition penalty (HF's and vLLM's meaning: a seen token's logit is divided by the
-penalty when positive, multiplied when negative; seen = in the prompt or the output) comes
-first, then the presence and frequency penalties (OpenAI's, over the output only).
+A structured output's token mask (`layers/token_mask.py`) comes first, for the constrained
+rows only; the logprobs are taken after it (the constrained distribution), then OpenAI's
+logit_bias is added. Of the penalties, the repetition penalty (HF's and vLLM's meaning: a
+seen token's logit is divided by the penalty when positive, multiplied when negative; seen =
+in the prompt or the output) comes first, then the presence and frequency penalties
+(OpenAI's, over the output only).
 
 Random draws use the exponential-race trick (argmax of p / Exp(1) noise is a sample from p),
 with a row's own generator when the request has a seed, so a seeded request samples the same
@@ -15,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from engine.layers.token_mask import TokenMask
 
 
 @dataclass
@@ -37,6 +42,23 @@ class RepetitionPenalty:
 
 
 @dataclass
+class GrammarMask:
+    """The constrained rows' allowed tokens this step (structured outputs)."""
+
+    rows: torch.Tensor  # [k] int64: positions among the sampled rows
+    bitmask: torch.Tensor  # [k, ceil(V / 32)] int32, one bit per token (1 = allowed)
+
+
+@dataclass
+class LogitBias:
+    """OpenAI's logit_bias of the rows that have one, as (row, token, bias) triples."""
+
+    rows: torch.Tensor  # [m] int64: positions among the sampled rows
+    token_ids: torch.Tensor  # [m] int64
+    values: torch.Tensor  # [m] float32
+
+
+@dataclass
 class SamplingBatch:
     """Per-row sampling settings for the rows being sampled this step, already on device."""
 
@@ -52,6 +74,8 @@ class SamplingBatch:
     seeded: list[tuple[int, torch.Generator]]  # (row, its own generator): seeded requests
     default_generator: torch.Generator
     num_logprobs: int  # top logprobs to return (0: none)
+    grammar: GrammarMask | None = None
+    logit_bias: LogitBias | None = None
 
 
 @dataclass
@@ -63,9 +87,18 @@ class SamplerOutput:
 
 
 class Sampler(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.token_mask = TokenMask()
+
     def forward(self, logits: torch.Tensor, batch: SamplingBatch) -> SamplerOutput:
         logits = logits.float()
+        if batch.grammar is not None:
+            self.token_mask.apply(logits, batch.grammar.rows, batch.grammar.bitmask)
         raw_logprobs = torch.log_softmax(logits, dim=-1) if batch.num_logprobs else None
+        if batch.logit_bias is not None:
+            bias = batch.logit_bias
+            logits = logits.index_put((bias.rows, bias.token_ids), bias.values, accumulate=True)
         if batch.repetition is not None:
             seen = self._rows(batch.repetition.seen, batch.repetition.rows)
             penalty = batch.repetition.penalty[:, None]

@@ -120,9 +120,24 @@ class LocalProvider:
                 raise client_error(self.name, str(exc), param, "context_length_exceeded") from None
             except InvalidPromptError as exc:
                 raise client_error(self.name, str(exc), param) from None
-            except SamplingParamsError as exc:  # n beyond the engine's max_num_seqs
-                raise client_error(self.name, str(exc), "n") from None
+            except SamplingParamsError as exc:  # n beyond max_num_seqs, a token id past the vocab
+                param = "logit_bias" if str(exc).startswith("logit_bias") else "n"
+                raise client_error(self.name, str(exc), param) from None
         return request
+
+    async def _compile(self, request: LocalRequest) -> None:
+        """A structured output's grammar, compiled in a worker thread (never on this event
+        loop; cached by the engine, so once per spec); one that cannot be compiled is a 400
+        naming the field that set it."""
+        spec = request.params.structured
+        if spec is None:
+            return
+        from engine.errors import GrammarError
+
+        try:
+            await self.engine.compile_structured(spec)
+        except GrammarError as exc:
+            raise client_error(self.name, str(exc), request.structured_param) from None
 
     async def post_json(
         self,
@@ -136,6 +151,7 @@ class LocalProvider:
         ``receive`` once the body is read): the engine requests are then aborted at once,
         freeing their KV blocks, and a 499 ``client_closed_request`` error is raised."""
         request = self._prepare(path, body)
+        await self._compile(request)
         run = LocalRun(self, request)
         choices = [Choice() for _ in range(len(request.prompts) * request.n)]
         gathering = asyncio.ensure_future(_gather(run, choices))
@@ -166,6 +182,7 @@ class LocalProvider:
         self, path: str, body: dict[str, Any], *, headers: Headers | None = None
     ) -> LocalStream:
         request = self._prepare(path, body)
+        await self._compile(request)
         options = body.get("stream_options") or {}
         return LocalStream(self, request, include_usage=options.get("include_usage") is True)
 

@@ -3,13 +3,17 @@
 ``parse_request`` turns a /v1/chat/completions or /v1/completions body into token-id prompts
 (the chat template renders messages) and one ``SamplingParams``; every bad value becomes a 400
 that names the parameter. Every field a body sets is either honoured or refused: a field the
-engine cannot honour (tools, ``logit_bias``, audio, an unknown name) is a 400 naming it, unless
-its value asks for nothing (``tool_choice: "none"``, ``store: false``, an empty ``logit_bias``). The ``*_response``/``*_chunk`` builders shape the engine's outputs
-exactly like OpenAI's (ids, ``created``, ``model``, ``finish_reason``, ``usage``, logprobs).
+engine cannot honour (tools, audio, an unknown name) is a 400 naming it, unless its value asks
+for nothing (``tool_choice: "none"``, ``store: false``). Structured outputs (``response_format``
+json_object/json_schema, vLLM's ``guided_*`` fields and ``structured_outputs`` object) become
+the engine's ``StructuredOutput``, and ``logit_bias`` its token-id map. The
+``*_response``/``*_chunk`` builders shape the engine's outputs exactly like OpenAI's (ids,
+``created``, ``model``, ``finish_reason``, ``usage``, logprobs).
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Mapping
@@ -29,6 +33,18 @@ _EXTENSIONS = (
     "repetition_penalty",
     "include_stop_str_in_output",
 )
+# Structured outputs: OpenAI's field, vLLM's older guided_* fields and their newer object.
+# At most one of them per request.
+_STRUCTURED = (
+    "response_format",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "structured_outputs",
+)
+# the keys of vLLM's `structured_outputs` object and the constraint each one asks for
+_STRUCTURED_OUTPUTS_KEYS = ("json", "regex", "choice", "grammar", "json_object")
 # Fields honoured as asked. `user` and `metadata` identify or label the request (routing and
 # usage read them) and do not change what is generated.
 _HONOURED = {
@@ -46,7 +62,9 @@ _HONOURED = {
     "frequency_penalty",
     "user",
     "metadata",
+    "logit_bias",
     *_EXTENSIONS,
+    *_STRUCTURED,
 }
 _HONOURED_BY_KIND = {
     "chat": {"messages", "max_completion_tokens", "top_logprobs"},
@@ -58,14 +76,12 @@ def _asks_for_nothing(name: str, value: Any, body: dict[str, Any]) -> bool:
     """True when a field the engine lacks is set to a value that needs no feature of it."""
     if value is None:
         return True
-    if name in ("tools", "functions", "logit_bias"):
+    if name in ("tools", "functions"):
         return not value
     if name in ("tool_choice", "function_call"):
         return value == "none" or (value == "auto" and not body.get("tools"))
     if name == "parallel_tool_calls":
         return not body.get("tools")
-    if name == "response_format":
-        return isinstance(value, dict) and value.get("type") in (None, "text")
     if name in ("store", "echo"):
         return value is False
     if name == "suffix":
@@ -105,6 +121,7 @@ class LocalRequest:
     prompts: list[list[int]]
     params: Any  # engine.sampling.SamplingParams
     top_logprobs: int | None  # None = no logprobs asked
+    structured_param: str | None = None  # the field that set params.structured (its 400s)
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -181,8 +198,6 @@ def _refuse_unsupported(provider: str, body: dict[str, Any], kind: Kind) -> None
             continue
         if name in ("tools", "functions", "tool_choice", "function_call"):
             message = f"the local model does not support tool calls ({name})"
-        elif name == "response_format":
-            message = "the local model supports only response_format text"
         else:
             message = f"the local model does not support {name}"
         raise client_error(provider, message, name)
@@ -211,6 +226,142 @@ def _logprobs(provider: str, body: dict[str, Any], kind: Kind) -> int | None:
     if not _is_int(value) or not 0 <= value <= 20:
         raise client_error(provider, "logprobs must be an integer from 0 to 20", "logprobs")
     return value
+
+
+def _json_schema(provider: str, value: Any, param: str) -> Any:
+    """A schema given as an object or as its JSON text -> the engine's json_schema spec."""
+    from engine.structured.spec import StructuredOutput
+
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise client_error(provider, f"{param} must be a JSON schema", param) from None
+    if not isinstance(value, dict):
+        raise client_error(provider, f"{param} must be a JSON schema object", param)
+    return StructuredOutput.json_schema(value)
+
+
+def _text(provider: str, value: Any, param: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise client_error(provider, f"{param} must be a non-empty string", param)
+    return value
+
+
+def _choices(provider: str, value: Any, param: str) -> Any:
+    from engine.structured.spec import StructuredOutput
+
+    if not isinstance(value, list) or not value or not all(isinstance(c, str) for c in value):
+        raise client_error(provider, f"{param} must be a non-empty array of strings", param)
+    return StructuredOutput.choice(value)
+
+
+def _response_format(provider: str, value: Any) -> tuple[Any, str] | None:
+    from engine.structured.spec import StructuredOutput
+
+    if not isinstance(value, dict):
+        raise client_error(provider, "response_format must be an object", "response_format")
+    kind = value.get("type")
+    if kind in (None, "text"):
+        return None
+    if kind == "json_object":
+        return StructuredOutput.json_object(), "response_format"
+    if kind != "json_schema":
+        raise client_error(
+            provider,
+            "response_format.type must be text, json_object or json_schema",
+            "response_format.type",
+        )
+    spec = value.get("json_schema")
+    if not isinstance(spec, dict):
+        param = "response_format.json_schema"
+        raise client_error(provider, f"{param} must be an object", param)
+    param = "response_format.json_schema.schema"
+    if spec.get("schema") is None:  # OpenAI allows it: any JSON object then
+        return StructuredOutput.json_object(), "response_format.json_schema"
+    return _json_schema(provider, spec["schema"], param), param
+
+
+def _structured_outputs(provider: str, value: Any) -> tuple[Any, str]:
+    """vLLM's ``structured_outputs``: exactly one of json, regex, choice, grammar, json_object."""
+    from engine.structured.spec import StructuredOutput
+
+    if not isinstance(value, dict):
+        raise client_error(provider, "structured_outputs must be an object", "structured_outputs")
+    set_keys = [key for key, item in value.items() if item is not None and item is not False]
+    for key in set_keys:
+        if key not in _STRUCTURED_OUTPUTS_KEYS:
+            param = f"structured_outputs.{key}"
+            raise client_error(provider, f"the local model does not support {param}", param)
+    if len(set_keys) != 1:
+        raise client_error(
+            provider,
+            "structured_outputs must set exactly one of " + ", ".join(_STRUCTURED_OUTPUTS_KEYS),
+            "structured_outputs",
+        )
+    key = set_keys[0]
+    param, item = f"structured_outputs.{key}", value[key]
+    if key == "json":
+        return _json_schema(provider, item, param), param
+    if key == "regex":
+        return StructuredOutput.regex(_text(provider, item, param)), param
+    if key == "choice":
+        return _choices(provider, item, param), param
+    if key == "grammar":
+        return StructuredOutput.grammar(_text(provider, item, param)), param
+    if item is not True:
+        raise client_error(provider, f"{param} must be true", param)
+    return StructuredOutput.json_object(), param
+
+
+def _structured(provider: str, body: dict[str, Any]) -> tuple[Any, str | None]:
+    """The request's structured-output constraint and the field that asked for it."""
+    from engine.structured.spec import StructuredOutput
+
+    found: list[tuple[Any, str]] = []
+    for name in _STRUCTURED:
+        value = body.get(name)
+        if value is None:
+            continue
+        if name == "response_format":
+            parsed = _response_format(provider, value)
+        elif name == "structured_outputs":
+            parsed = _structured_outputs(provider, value)
+        elif name == "guided_json":
+            parsed = _json_schema(provider, value, name), name
+        elif name == "guided_regex":
+            parsed = StructuredOutput.regex(_text(provider, value, name)), name
+        elif name == "guided_choice":
+            parsed = _choices(provider, value, name), name
+        else:
+            parsed = StructuredOutput.grammar(_text(provider, value, name)), name
+        if parsed is not None:
+            found.append(parsed)
+    if len(found) > 1:
+        names = " and ".join(param.split(".")[0] for _, param in found)
+        raise client_error(
+            provider, f"set one structured output constraint, not {names}", found[1][1]
+        )
+    return found[0] if found else (None, None)
+
+
+def _logit_bias(provider: str, value: Any) -> dict[int, float]:
+    """OpenAI's map of token ids (JSON object keys, so strings) to a bias in [-100, 100]."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise client_error(provider, "logit_bias must be an object", "logit_bias")
+    bias: dict[int, float] = {}
+    for key, item in value.items():
+        text = str(key)
+        if not text.isdigit():
+            raise client_error(
+                provider, f"logit_bias keys must be token ids, got {text!r}", "logit_bias"
+            )
+        if isinstance(item, bool) or not isinstance(item, int | float):
+            raise client_error(provider, "logit_bias values must be numbers", "logit_bias")
+        bias[int(text)] = float(item)
+    return bias
 
 
 def parse_request(
@@ -267,12 +418,22 @@ def parse_request(
     for name in ("temperature", "top_p", *_EXTENSIONS):
         if body.get(name) is not None:
             values[name] = body[name]
+    values["logit_bias"] = _logit_bias(provider, body.get("logit_bias"))
+    structured, structured_param = _structured(provider, body)
+    values["structured"] = structured
     try:
         params = SamplingParams(**values)
     except (SamplingParamsError, TypeError) as exc:
         param = str(exc).split(" ", 1)[0]
         raise client_error(provider, str(exc), param if param in values else None) from None
-    return LocalRequest(kind, body.get("model") or provider, prompts, params, values["logprobs"])
+    return LocalRequest(
+        kind,
+        body.get("model") or provider,
+        prompts,
+        params,
+        values["logprobs"],
+        structured_param=structured_param,
+    )
 
 
 # --- responses -----------------------------------------------------------------------------

@@ -82,6 +82,9 @@ def test_profile_step_runs_the_paged_path_and_the_full_width_sampler(llama_path,
     assert batch.repetition is not None  # the penalty and its seen table
     assert batch.top_k is not None and batch.top_p is not None and batch.min_p is not None
     assert batch.num_logprobs == 20 and not batch.all_greedy
+    # structured outputs: a grammar mask over all rows but one, and logit_bias
+    assert batch.grammar is not None and batch.grammar.bitmask.shape[0] == 11
+    assert batch.logit_bias is not None
     # the temporary cache is gone and serving is untouched by the profile's sampler rows
     for layer, attn in enumerate(runner.model.attention_layers()):
         assert attn.k_cache.data_ptr() == runner.kv_cache[0, layer].data_ptr()

@@ -156,3 +156,50 @@ def test_greedy_chat_continuations_equal_hf_token_for_token(llm: Any, hf: tuple)
         full_length += len(reference) == NEW_TOKENS
     assert full_length >= 16  # 16 full-length answers (two end early, the capital in eight)
     assert ours[0].text == "The capital of France is Paris."
+
+
+def test_structured_outputs_from_the_real_tokenizer_validate(llm: Any) -> None:
+    """The bundled model under a schema (SmolLM2's 49k byte-level vocabulary, greedy) and a
+    choice, in one batch: the outputs parse and match."""
+    import json
+
+    import jsonschema
+
+    from engine.structured.spec import StructuredOutput
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 20},
+            "country": {"type": "string", "maxLength": 20},
+            "population_millions": {"type": "number", "minimum": 0, "maximum": 50},
+            "continent": {"enum": ["Europe", "Asia", "Africa", "America", "Oceania"]},
+            "landmarks": {
+                "type": "array",
+                "items": {"type": "string", "maxLength": 24},
+                "maxItems": 3,
+            },
+        },
+        "required": ["city", "country", "population_millions", "continent", "landmarks"],
+        "additionalProperties": False,
+    }
+    ask = [{"role": "user", "content": "Describe Paris as a JSON object."}]
+    pick = [{"role": "user", "content": "Is the sky blue? Answer yes or no."}]
+    prompts = [
+        llm.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=True)
+        for m in (ask, pick)
+    ]
+    params = [
+        SamplingParams(
+            temperature=0.0, max_tokens=160, structured=StructuredOutput.json_schema(schema)
+        ),
+        SamplingParams(
+            temperature=0.0, max_tokens=8, structured=StructuredOutput.choice(["yes", "no"])
+        ),
+    ]
+    described, answer = llm.generate(prompts, params)
+    assert described.finish_reason == "stop"
+    city = json.loads(described.text)
+    jsonschema.validate(city, schema)
+    assert city["city"] == "Paris"
+    assert answer.text in ("yes", "no")
