@@ -54,9 +54,12 @@ def test_this_machine_has_them_and_ci_and_make_test_use_the_one_list() -> None:
     assert checked.returncode == 0, checked.stderr
     assert "scripts/check_test_prereqs.sh --missing-packages" in (REPO / ".ci" / "run").read_text()
     venv = os.environ.get("VENV", ".venv")
+    # A fresh make, even when this suite runs under `make test` (a sub-make would print its
+    # "Entering directory" lines and inherit the outer make's flags).
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     planned = subprocess.run(  # -n: print the recipe only; -o: the venv taken as built
-        ["make", "-n", "-o", f"{venv}/bin/.installed", "test"],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        ["make", "--no-print-directory", "-n", "-o", f"{venv}/bin/.installed", "test"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
     ).stdout.splitlines()  # fmt: skip
     assert planned[0] == "bash scripts/check_test_prereqs.sh", planned
     assert "pytest" in planned[1]
