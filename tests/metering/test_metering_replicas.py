@@ -21,6 +21,7 @@ from counting_provider import CountingProvider
 from usage_workload import (
     Call,
     Workload,
+    delivered_books,
     metered_gateway,
     provider_totals,
     reconciled_ledger,
@@ -154,7 +155,8 @@ async def test_sigkill_mid_export_loses_nothing_and_counts_nothing_twice(
             )
         recorded_tags = {c.tag for c in calls if c.usage_id in events}
         # The provider's books of the requests that were recorded.
-        assert ledger == provider_totals({t: s for t, s in books.items() if t in recorded_tags})
+        delivered = delivered_books(books, calls, events)
+        assert ledger == provider_totals({t: s for t, s in delivered.items() if t in recorded_tags})
         missing = [c for c in calls if c.tag in books and c.tag not in recorded_tags]
         # Only requests in flight on the killed gateway may be missing, and none was answered:
         # one the kill cut (the client saw it fail), or one its client had just left.

@@ -12,7 +12,7 @@ import asyncio
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -260,6 +260,29 @@ class Reconciled:
     estimated: int
 
 
+def delivered_books(
+    books: dict[str, Served], calls: list[Call], events: dict[str, dict[str, Any]]
+) -> dict[str, Served]:
+    """The provider's books as far as the gateway could see them.
+
+    A client that leaves a stream mid-way is a race the gateway cannot win exactly: the
+    provider bills every chunk it produced until it noticed the closed connection, and those
+    written after the gateway's last read never reach it (real providers bill them too). So
+    such a request's event may trail the provider's count, never pass it; every other request
+    must match to the token.
+    """
+    delivered = dict(books)
+    for call in calls:
+        event = events.get(call.usage_id or "")
+        served = books.get(call.tag)
+        if call.kind != "disconnect" or event is None or served is None:
+            continue
+        seen = event["completion_tokens"]
+        assert seen <= served.completion, f"{call.tag}: recorded more than the provider produced"
+        delivered[call.tag] = replace(served, completion=seen)
+    return delivered
+
+
 def reconcile(
     books: dict[str, Served],
     calls: list[Call],
@@ -273,6 +296,7 @@ def reconcile(
     request to the token and its bill to the nano-dollar. Returns the ledger's totals.
     """
     by_usage_id = {call.usage_id: call for call in calls if call.usage_id}
+    books = delivered_books(books, calls, events)
     for call in calls:
         if call.answered:
             assert call.usage_id in events, f"answered request {call.tag} has no usage event"
