@@ -17,6 +17,7 @@ rounds are printed as one JSON line, with the CPU model and the load average.
 
 from __future__ import annotations
 
+import abc
 import argparse
 import json
 import os
@@ -131,26 +132,26 @@ def smollm2_dir(download_dir: str | None) -> Path:
     return resolve_model_path(find_bundled_model(), download_dir)
 
 
-class Backend:
+class Backend(abc.ABC):
     """One grammar engine behind three calls: compile, new matchers, one masked step."""
 
     name: str
 
-    def compile(self) -> Any:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def compile(self) -> Any: ...
 
-    def matchers(self, compiled: Any, count: int) -> list[Any]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def matchers(self, compiled: Any, count: int) -> list[Any]: ...
 
-    def fill(self, matchers: list[Any], bitmask: torch.Tensor) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def fill(self, matchers: list[Any], bitmask: torch.Tensor) -> None: ...
 
     def fill_parallel(self, matchers: list[Any], bitmask: torch.Tensor) -> None:
         """The engine's own multi-threaded batch fill, where it has one."""
         self.fill(matchers, bitmask)
 
-    def accept(self, matchers: list[Any], token: int) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def accept(self, matchers: list[Any], token: int) -> None: ...
 
 
 class XGrammar(Backend):
