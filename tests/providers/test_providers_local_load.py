@@ -99,12 +99,18 @@ def test_spill_over_while_the_queue_is_held_then_back(local_gateway, api_key, up
         wait_for(lambda: busy(engine))
         for _ in range(2):
             before = engine.load()
-            raw = client.chat.completions.with_raw_response.create(
-                model="auto",
-                messages=MESSAGES,
-                max_tokens=4,
-                extra_headers={"X-Task-Type": "mixed"},
-            )
+            try:
+                raw = client.chat.completions.with_raw_response.create(
+                    model="auto",
+                    messages=MESSAGES,
+                    max_tokens=4,
+                    extra_headers={"X-Task-Type": "mixed"},
+                )
+            except Exception as error:  # what the gateway did with it is in its log
+                tail = "\n".join(local_gateway.log.getvalue().splitlines()[-40:])
+                raise AssertionError(
+                    f"load before: {before}, now: {engine.load()}\n{tail}"
+                ) from error
             assert raw.headers["x-switchyard-provider"] == "up", (before, dict(raw.headers))
             assert raw.headers["x-switchyard-route"].endswith("; spilled")
             assert raw.parse().choices[0].message.content == "Hello from the fake upstream."
