@@ -117,13 +117,16 @@ async def postgres_url(postgres_server_url: str) -> AsyncIterator[str]:
 async def make_client() -> AsyncIterator[ClientFactory]:
     """Builds independent Redis clients, configured like a gateway replica's (separate pools,
     like separate processes), and closes them."""
+    import structlog
     from redis_helpers import replica_client
+
+    from gateway.services import close_redis
 
     async with contextlib.AsyncExitStack() as built:
 
         def build(url: str) -> Any:
             client = replica_client(url)
-            built.push_async_callback(client.aclose)
+            built.push_async_callback(close_redis, client, structlog.get_logger())
             return client
 
         yield build
