@@ -122,6 +122,8 @@ class GrammarCompiler:
                 return compiler.compile_regex(spec.spec)
             if kind == "choice":
                 return compiler.compile_grammar(_choice_grammar(json.loads(spec.spec)))
+            if kind == "structural_tag":
+                return compiler.compile_structural_tag(spec.spec)
             return compiler.compile_grammar(spec.spec)
         except Exception as exc:  # xgrammar raises RuntimeError/ValueError subclasses
             reason = str(exc).strip().splitlines()
