@@ -9,7 +9,9 @@ boundary), and gives the grammar of a call for ``required``/named ``tool_choice`
 structural tag in its own syntax, each call's arguments matching the offered function's schema.
 
 A call whose JSON does not parse, or names a function not offered, stays text: ``auto`` never
-fails on a malformed call. Call text never reaches the content, also not in a stream: text that
+fails on a malformed call. A raw control character inside a JSON string is read (``strict=False``;
+the arguments go out re-encoded, escaped): the call grammar's strings let them through, and the
+mask cannot ban them there without banning the newlines the call's own syntax is written with. Call text never reaches the content, also not in a stream: text that
 may be the start of a call is held until it is known not to be.
 """
 
@@ -218,7 +220,7 @@ class _HermesStream(ToolStream):
             self._pending = self._pending[at + len(_CLOSE) :]
             self._inside = False
             try:
-                call = self.parser.call(json.loads(body))
+                call = self.parser.call(json.loads(body, strict=False))
             except ValueError:
                 call = None
             if call is None:
@@ -258,7 +260,7 @@ class Llama3JsonParser(ToolParser):
 
     def calls(self, text: str) -> list[ToolCall] | None:
         """``{...}; {...}`` as calls, or None unless the whole text is such calls."""
-        decoder, at, found = json.JSONDecoder(), 0, []
+        decoder, at, found = json.JSONDecoder(strict=False), 0, []
         while True:
             try:
                 payload, at = decoder.raw_decode(text, at)

@@ -36,6 +36,11 @@ CASES = {
             "",
             [("add", {"a": 1}), ("get_weather", {"city": "Rome"})],
         ),
+        (  # a raw control character in a string (the grammar allows it): read, re-escaped
+            '<tool_call>\n{"arguments": {"city":"a\x1db"},\r"name":\t"get_weather"}\n</tool_call>',
+            "",
+            [("get_weather", {"city": "a\x1db"})],
+        ),
         ("plain text, < and <tool not a call", "plain text, < and <tool not a call", []),
         ("<tool_call>\n{not json}\n</tool_call>", "<tool_call>\n{not json}\n</tool_call>", []),
         (
