@@ -314,3 +314,39 @@ def test_responses_function_call_then_output(client):
     )
     assert final.output_text
     assert not [item for item in final.output if item.type == "function_call"]
+
+
+def test_anthropic_stream_carries_the_tool_use(local_gateway, api_key):
+    sdk = anthropic.Anthropic(base_url=local_gateway.base_url, api_key=api_key, max_retries=0)
+    tools = [
+        {"name": "add", "description": "A sum.", "input_schema": TOOLS[1]["function"]["parameters"]}
+    ]
+    with sdk.messages.stream(
+        model="tiny",
+        max_tokens=MAX_TOKENS,
+        tools=tools,
+        tool_choice={"type": "tool", "name": "add"},
+        messages=ASK,
+    ) as stream:
+        kinds = {event.type for event in stream}
+        message = stream.get_final_message()
+    assert "input_json" in kinds and message.stop_reason == "tool_use"
+    (use,) = [block for block in message.content if block.type == "tool_use"]
+    assert not [block for block in message.content if block.type == "text" and block.text]
+    check_call(use.name, use.input, only="add")
+
+
+def test_responses_stream_carries_the_function_call(client):
+    tool = {"type": "function", "name": "add", "parameters": TOOLS[1]["function"]["parameters"]}
+    with client.responses.stream(
+        model="tiny",
+        input=ASK[0]["content"],
+        tools=[tool],
+        tool_choice={"type": "function", "name": "add"},
+        max_output_tokens=MAX_TOKENS,
+    ) as stream:
+        kinds = {event.type for event in stream}
+        response = stream.get_final_response()
+    assert "response.function_call_arguments.delta" in kinds
+    (item,) = [item for item in response.output if item.type == "function_call"]
+    check_call(item.name, item.arguments, only="add")
