@@ -62,7 +62,8 @@ class StructuredOutput:
 
     @classmethod
     def structural_tag(cls, tag: dict[str, Any]) -> StructuredOutput:
-        return cls("structural_tag", json.dumps(tag, sort_keys=True))
+        # keys in their order: a schema's properties are generated in it
+        return cls("structural_tag", json.dumps(tag))
 
     @classmethod
     def json_object(cls) -> StructuredOutput:

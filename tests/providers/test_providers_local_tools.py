@@ -9,6 +9,7 @@ through the official openai and anthropic SDKs, the Responses API, streamed and 
 from __future__ import annotations
 
 import json
+import re
 
 import anthropic
 import openai
@@ -93,8 +94,10 @@ def test_named_tool_choice_streamed_and_not(client):
         temperature=1.0,
         seed=3,
     )
-    whole = client.chat.completions.create(**args).choices[0]
+    whole = client.chat.completions.create(**args, logprobs=True).choices[0]
     assert whole.finish_reason == "tool_calls"
+    written = "".join(entry.token for entry in whole.logprobs.content)  # the model's own text
+    assert re.match(r'<tool_call>\n\{\s?"name"', written)  # Qwen's syntax, name first
     (call,) = whole.message.tool_calls
     check_call(call.function.name, call.function.arguments, only="add")
     chunks = list(client.chat.completions.create(**args, stream=True))
@@ -350,3 +353,35 @@ def test_responses_stream_carries_the_function_call(client):
     assert "response.function_call_arguments.delta" in kinds
     (item,) = [item for item in response.output if item.type == "function_call"]
     check_call(item.name, item.arguments, only="add")
+
+
+def test_the_policy_sets_the_parser(start_gateway, checkpoint):
+    """``tool_call_parser: llama3_json`` in the engine block: the forced call is Llama 3's bare
+    JSON (``{"name": ..., "parameters": ...}``), parsed into the same ``tool_calls``."""
+    from local_policy import local_policy
+
+    gateway, key = start_gateway(
+        local_policy(checkpoint, tool_call_parser="llama3_json", kv_cache_bytes=32 * 1024 * 1024)
+    )
+    sdk = OpenAI(base_url=gateway.v1, api_key=key, max_retries=0, timeout=120)
+    args = dict(
+        model="tiny",
+        messages=ASK,
+        tools=TOOLS,
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tokens=MAX_TOKENS,
+        seed=2,
+        temperature=1.0,
+    )
+    whole = sdk.chat.completions.create(**args, logprobs=True).choices[0]
+    (call,) = whole.message.tool_calls
+    check_call(call.function.name, call.function.arguments)
+    written = "".join(entry.token for entry in whole.logprobs.content)  # the model's own text
+    assert re.match(r'\{\s?"name"', written) and "<tool_call>" not in written
+    chunks = list(sdk.chat.completions.create(**args, stream=True))
+    assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    deltas = [d for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or []]
+    assert deltas[0].function.name == call.function.name
+    streamed = "".join(d.function.arguments or "" for d in deltas)
+    assert json.loads(streamed) == json.loads(call.function.arguments)  # same seed
