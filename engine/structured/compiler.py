@@ -8,7 +8,9 @@ cached here.
 
 JSON output (``json_object``, ``json_schema``) never takes a token holding a control byte
 (U+0000-U+001F): xgrammar's string rule lets them through, but JSON forbids them raw in a
-string, and the compact separators leave no whitespace outside strings to need them. The
+string, and the compact separators leave no whitespace outside strings to need them. A
+``structural_tag`` is not banned so: a tool call's own syntax has newlines around its JSON
+(its parser reads such a string leniently, gateway/providers/tool_parsers.py). The
 tokenizer's side (``xgrammar.TokenizerInfo``, seconds for a 49k vocabulary)
 is built on the first compile, in the caller's thread, never at engine start.
 
@@ -122,6 +124,8 @@ class GrammarCompiler:
                 return compiler.compile_regex(spec.spec)
             if kind == "choice":
                 return compiler.compile_grammar(_choice_grammar(json.loads(spec.spec)))
+            if kind == "structural_tag":
+                return compiler.compile_structural_tag(spec.spec)
             return compiler.compile_grammar(spec.spec)
         except Exception as exc:  # xgrammar raises RuntimeError/ValueError subclasses
             reason = str(exc).strip().splitlines()

@@ -1,8 +1,9 @@
 """What a request's output must match: one constraint, in vLLM's structured-output terms.
 
 ``kind`` is one of ``json_object`` (any JSON object), ``json_schema`` (the JSON text of a
-schema), ``regex``, ``choice`` (one of a list of strings) and ``grammar`` (an EBNF grammar
-in xgrammar's GBNF dialect, or a Lark grammar). The spec is frozen and hashable: the
+schema), ``regex``, ``choice`` (one of a list of strings), ``grammar`` (an EBNF grammar
+in xgrammar's GBNF dialect, or a Lark grammar) and ``structural_tag`` (the JSON of an xgrammar
+structural tag: text and JSON schemas in sequence, as tool calls are written). The spec is frozen and hashable: the
 compiled grammar is cached by it.
 """
 
@@ -14,8 +15,15 @@ from typing import Any, Literal
 
 from engine.errors import SamplingParamsError
 
-Kind = Literal["json_object", "json_schema", "regex", "choice", "grammar"]
-KINDS: tuple[str, ...] = ("json_object", "json_schema", "regex", "choice", "grammar")
+Kind = Literal["json_object", "json_schema", "regex", "choice", "grammar", "structural_tag"]
+KINDS: tuple[str, ...] = (
+    "json_object",
+    "json_schema",
+    "regex",
+    "choice",
+    "grammar",
+    "structural_tag",
+)
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,11 @@ class StructuredOutput:
     @classmethod
     def grammar(cls, text: str) -> StructuredOutput:
         return cls("grammar", text)
+
+    @classmethod
+    def structural_tag(cls, tag: dict[str, Any]) -> StructuredOutput:
+        # keys in their order: a schema's properties are generated in it
+        return cls("structural_tag", json.dumps(tag))
 
     @classmethod
     def json_object(cls) -> StructuredOutput:

@@ -90,14 +90,53 @@ _LLAMA3_TEMPLATE = (
     "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
     "{%- endif %}"
 )
-_CHATML_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{%- if message['role'] not in ['system', 'user', 'assistant', 'tool'] %}"
-    "{{- raise_exception('unknown role: ' + message['role']) }}"
-    "{%- endif %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+# Qwen-style ChatML with tools, written for these checkpoints (the real Qwen3 template's
+# layout: functions listed in the system turn inside <tools>, calls as <tool_call> JSON, tool
+# results inside <tool_response> in a user turn); no tools and no tool turns: plain ChatML.
+_QWEN_TEMPLATE = "".join(
+    [
+        r"{%- if tools %}",
+        r"{{- '<|im_start|>system\n' }}",
+        r"{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\n\n' }}"
+        r"{%- endif %}",
+        r"{{- '# Tools\n\nYou may call one or more functions to help with the request.\n\n'"
+        r" + 'The functions, one JSON signature a line, inside <tools></tools> XML tags:\n"
+        r"<tools>' }}",
+        r"{%- for tool in tools %}{{- '\n' + (tool | tojson) }}{%- endfor %}",
+        r"{{- '\n</tools>\n\nTo call a function, answer with a JSON object of its name and "
+        r"arguments inside <tool_call></tool_call> XML tags:\n<tool_call>\n"
+        r"{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>"
+        r"<|im_end|>\n' }}",
+        r"{%- endif %}",
+        r"{%- for message in messages %}",
+        r"{%- set role = message['role'] %}",
+        r"{%- if role not in ['system', 'user', 'assistant', 'tool'] %}",
+        r"{{- raise_exception('unknown role: ' + role) }}",
+        r"{%- endif %}",
+        r"{%- if role == 'system' and tools and loop.first %}",
+        r"{%- elif role == 'tool' %}",
+        r"{%- if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}"
+        r"{{- '<|im_start|>user' }}{%- endif %}",
+        r"{{- '\n<tool_response>\n' + message['content'] + '\n</tool_response>' }}",
+        r"{%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}"
+        r"{{- '<|im_end|>\n' }}{%- endif %}",
+        r"{%- elif role == 'assistant' and message['tool_calls'] %}",
+        r"{{- '<|im_start|>assistant\n' + (message['content'] or '') }}",
+        r"{%- for call in message['tool_calls'] %}",
+        r"{%- set fn = call['function'] if call['function'] is defined else call %}",
+        r"{%- if not loop.first or message['content'] %}{{- '\n' }}{%- endif %}",
+        r"{%- set args = fn['arguments'] if fn['arguments'] is string"
+        r" else fn['arguments'] | tojson %}",
+        r"{{- '<tool_call>\n{\"name\": \"' + fn['name'] + '\", \"arguments\": ' + args"
+        r" + '}\n</tool_call>' }}",
+        r"{%- endfor %}",
+        r"{{- '<|im_end|>\n' }}",
+        r"{%- else %}",
+        r"{{- '<|im_start|>' + role + '\n' + message['content'] + '<|im_end|>\n' }}",
+        r"{%- endif %}",
+        r"{%- endfor %}",
+        r"{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}",
+    ]
 )
 _MISTRAL_TEMPLATE = (
     "{{- bos_token }}"
@@ -136,7 +175,7 @@ _SPECIALS: dict[str, tuple[list[str], str | None, str, list[str], str]] = {
         None,
         "<|im_end|>",
         ["<|im_end|>", "<|endoftext|>"],
-        _CHATML_TEMPLATE,
+        _QWEN_TEMPLATE,
     ),
 }
 
@@ -232,7 +271,7 @@ tags: [random-weights, smoke-test]
 
 A tiny **random-weight** `{arch}` checkpoint written by `engine.tools.tiny_checkpoint` (seed {seed}).
 It has the real architecture and file layout of its family, and a real byte-level BPE
-tokenizer and chat template, but its weights are random: its output is gibberish.
+tokenizer and chat template (Qwen's renders `tools`), but its weights are random: its output is gibberish.
 Use it for smoke tests, benchmarks of the serving path and format checks — never for answers.
 
 hidden_size={hidden}, layers={layers}, heads={heads}, kv_heads={kv_heads}, vocab={vocab}

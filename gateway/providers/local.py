@@ -36,8 +36,11 @@ from gateway.providers.local_openai import (
     delta_choice,
     full_response,
     parse_request,
+    tool_call_deltas,
+    tool_finish,
     usage,
 )
+from gateway.providers.local_tools import default_parser
 from gateway.routing.policy import LocalEngineSettings
 from gateway.tracing.spans import EnginePhases
 
@@ -86,6 +89,10 @@ class LocalProvider:
         self.default_max_tokens = default_max_tokens(
             settings, self.sampling_defaults.pop("max_tokens", None), engine.engine.device.type
         )
+        # how this model writes tool calls: the policy's choice, else its family's
+        parser = settings.tool_call_parser
+        template = getattr(self.tokenizer, "chat_template", None)
+        self.tool_parser = default_parser(template) if parser == "auto" else parser
 
     async def close(self) -> None:
         """Nothing pooled to close: the engine host owns the engine."""
@@ -109,6 +116,7 @@ class LocalProvider:
             self.engine.engine.max_model_len,
             self.default_max_tokens,
             self.sampling_defaults,
+            self.tool_parser,
         )
         from engine.errors import InvalidPromptError, RequestTooLargeError, SamplingParamsError
 
@@ -126,18 +134,16 @@ class LocalProvider:
         return request
 
     async def _compile(self, request: LocalRequest) -> None:
-        """A structured output's grammar, compiled in a worker thread (never on this event
-        loop; cached by the engine, so once per spec); one that cannot be compiled is a 400
-        naming the field that set it."""
-        spec = request.params.structured
-        if spec is None:
-            return
+        """A structured output's grammar and the offered tools' parameter schemas, compiled in
+        a worker thread (never on this event loop; cached by the engine, so once per spec);
+        one that cannot be compiled is a 400 naming the field that set it."""
         from engine.errors import GrammarError
 
-        try:
-            await self.engine.compile_structured(spec)
-        except GrammarError as exc:
-            raise client_error(self.name, str(exc), request.structured_param) from None
+        for spec, param in request.compile:
+            try:
+                await self.engine.compile_structured(spec)
+            except GrammarError as exc:
+                raise client_error(self.name, str(exc), param) from None
 
     async def post_json(
         self,
@@ -323,6 +329,8 @@ class LocalStream:
         request, tokenizer = self.request, self.provider.tokenizer
         count = len(request.prompts) * request.n
         tokens = [0] * count
+        plan = request.tools
+        readers = [plan.parser.stream() for _ in range(count)] if plan is not None else []
         try:
             if request.kind == "chat":
                 roles = [
@@ -332,13 +340,21 @@ class LocalStream:
                 yield orjson.dumps(chunk(request, roles))
             async for output, index in self.run.outputs():
                 tokens[index] = output.num_output_tokens
-                if output.text or output.logprobs:
+                if readers:
+                    pieces = readers[index].feed(output.text)
+                    if output.finish_reason is not None:
+                        pieces += readers[index].finish()
+                    for row in self._tool_rows(index, pieces, readers[index], output.logprobs):
+                        yield orjson.dumps(chunk(request, [row]))
+                elif output.text or output.logprobs:
                     row = delta_choice(
                         request, tokenizer, index, output.text, output.logprobs, None
                     )
                     yield orjson.dumps(chunk(request, [row]))
                 if output.finish_reason is not None:
                     finish = "stop" if output.finish_reason == "stop" else "length"
+                    if readers and readers[index].calls:
+                        finish = tool_finish(output.finish_reason)
                     row = delta_choice(request, tokenizer, index, "", None, finish)
                     yield orjson.dumps(chunk(request, [row]))
             if self.include_usage:
@@ -347,6 +363,32 @@ class LocalStream:
             yield b"[DONE]"
         finally:
             self.run.close()
+
+    def _tool_rows(
+        self, index: int, pieces: list[Any], reader: Any, logprobs: list[Any] | None
+    ) -> list[dict[str, Any]]:
+        """Content and ``tool_calls`` deltas of one output; the text of a call never goes out
+        as content. The output's logprobs ride on its first row (a row of their own if the
+        parser holds all of its text back)."""
+        request, tokenizer = self.request, self.provider.tokenizer
+        rows = []
+        number = reader.calls - sum(piece.call is not None for piece in pieces)
+        for piece in pieces:
+            if piece.call is None:
+                rows.append(delta_choice(request, tokenizer, index, piece.content, None, None))
+                continue
+            for delta in tool_call_deltas(number, piece.call):
+                rows.append(
+                    delta_choice(request, tokenizer, index, "", None, None, tool_call=delta)
+                )
+            number += 1
+        if logprobs:
+            if rows:
+                first = delta_choice(request, tokenizer, index, "", logprobs, None)
+                rows[0]["logprobs"] = first["logprobs"]
+            else:
+                rows.append(delta_choice(request, tokenizer, index, "", logprobs, None))
+        return rows
 
     def close(self) -> None:
         self.run.close()

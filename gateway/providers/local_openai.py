@@ -3,10 +3,12 @@
 ``parse_request`` turns a /v1/chat/completions or /v1/completions body into token-id prompts
 (the chat template renders messages) and one ``SamplingParams``; every bad value becomes a 400
 that names the parameter. Every field a body sets is either honoured or refused: a field the
-engine cannot honour (tools, audio, an unknown name) is a 400 naming it, unless its value asks
-for nothing (``tool_choice: "none"``, ``store: false``). Structured outputs (``response_format``
+engine cannot honour (audio, an unknown name) is a 400 naming it, unless its value asks
+for nothing (``store: false``). Structured outputs (``response_format``
 json_object/json_schema, vLLM's ``guided_*`` fields and ``structured_outputs`` object) become
-the engine's ``StructuredOutput``, and ``logit_bias`` its token-id map. The
+the engine's ``StructuredOutput``, and ``logit_bias`` its token-id map. ``tools``,
+``tool_choice`` and ``parallel_tool_calls`` are read by ``local_tools`` (a forced call is a
+grammar too) and the output parsed into ``tool_calls`` by the request's parser. The
 ``*_response``/``*_chunk`` builders shape the engine's outputs exactly like OpenAI's (ids,
 ``created``, ``model``, ``finish_reason``, ``usage``, logprobs).
 """
@@ -20,7 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gateway.errors import UpstreamError
+from gateway.providers.local_errors import client_error
+from gateway.providers.local_tools import ToolPlan, chat_messages, read_tools
 
 Kind = Literal["chat", "completion"]
 # vLLM extensions accepted alongside OpenAI's fields (sent by SDKs through ``extra_body``).
@@ -67,7 +70,14 @@ _HONOURED = {
     *_STRUCTURED,
 }
 _HONOURED_BY_KIND = {
-    "chat": {"messages", "max_completion_tokens", "top_logprobs"},
+    "chat": {
+        "messages",
+        "max_completion_tokens",
+        "top_logprobs",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+    },
     "completion": {"prompt", "best_of"},
 }
 
@@ -95,25 +105,6 @@ def _asks_for_nothing(name: str, value: Any, body: dict[str, Any]) -> bool:
     return False
 
 
-def client_error(provider: str, message: str, param: str | None, code: str | None = None) -> Any:
-    """A 400 the dispatcher passes straight to the client (no retry, no fallback)."""
-    return UpstreamError(
-        message,
-        status=400,
-        retryable=False,
-        kind="status",
-        provider=provider,
-        upstream_body={
-            "error": {
-                "message": message,
-                "type": "invalid_request_error",
-                "param": param,
-                "code": code,
-            }
-        },
-    )
-
-
 @dataclass
 class LocalRequest:
     kind: Kind
@@ -122,6 +113,9 @@ class LocalRequest:
     params: Any  # engine.sampling.SamplingParams
     top_logprobs: int | None  # None = no logprobs asked
     structured_param: str | None = None  # the field that set params.structured (its 400s)
+    tools: ToolPlan | None = None  # the offered functions, their parser and tool_choice
+    # specs compiled before generating, each with the param its 400 names
+    compile: list[tuple[Any, str | None]] = field(default_factory=list)
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -154,18 +148,21 @@ def _message_text(provider: str, index: int, content: Any) -> str:
     return "".join(texts)
 
 
-def _chat_prompt(provider: str, tokenizer: Any, body: dict[str, Any]) -> list[int]:
+def _chat_prompt(
+    provider: str, tokenizer: Any, body: dict[str, Any], tools: ToolPlan | None
+) -> list[int]:
     from engine.errors import TokenizerError
 
-    messages = []
-    for index, message in enumerate(body["messages"]):
-        role = message["role"]
-        role = "system" if role == "developer" else role  # OpenAI's newer name for system
-        messages.append(
-            {"role": role, "content": _message_text(provider, index, message.get("content"))}
-        )
+    texts = [
+        _message_text(provider, index, message.get("content"))
+        for index, message in enumerate(body["messages"])
+    ]
+    template = getattr(tokenizer, "chat_template", None)
+    messages, variables = chat_messages(provider, body, texts, tools, template)
     try:
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        ids = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, **variables
+        )
     except TokenizerError as exc:
         raise client_error(provider, str(exc), "messages") from None
     return list(ids)
@@ -196,8 +193,10 @@ def _refuse_unsupported(provider: str, body: dict[str, Any], kind: Kind) -> None
     for name, value in body.items():
         if name in honoured or _asks_for_nothing(name, value, body):
             continue
-        if name in ("tools", "functions", "tool_choice", "function_call"):
-            message = f"the local model does not support tool calls ({name})"
+        if name in ("tools", "tool_choice", "parallel_tool_calls"):
+            message = f"the local model serves tool calls on /v1/chat/completions only ({name})"
+        elif name in ("functions", "function_call"):
+            message = f"the local model does not support {name}: use tools and tool_choice"
         else:
             message = f"the local model does not support {name}"
         raise client_error(provider, message, name)
@@ -372,16 +371,19 @@ def parse_request(
     max_model_len: int,
     default_max_tokens: int | None,
     sampling_defaults: Mapping[str, Any] | None = None,
+    tool_parser: str = "hermes",
 ) -> LocalRequest:
     """Validate ``body`` for the engine; raise a 400 ``UpstreamError`` naming the bad param.
     ``sampling_defaults`` (SamplingParams fields: the checkpoint's recommendation) fill what
-    the body leaves out; ``default_max_tokens`` is clipped to the context left."""
+    the body leaves out; ``default_max_tokens`` is clipped to the context left;
+    ``tool_parser`` reads (and forces) tool calls."""
     from engine.errors import SamplingParamsError
     from engine.sampling import SamplingParams
 
     _refuse_unsupported(provider, body, kind)
+    tools = read_tools(provider, body, tool_parser) if kind == "chat" else None
     if kind == "chat":
-        prompts = [_chat_prompt(provider, tokenizer, body)]
+        prompts = [_chat_prompt(provider, tokenizer, body, tools)]
     else:
         prompts = _completion_prompts(provider, tokenizer, body["prompt"])
     prompt_param = "messages" if kind == "chat" else "prompt"
@@ -420,6 +422,16 @@ def parse_request(
             values[name] = body[name]
     values["logit_bias"] = _logit_bias(provider, body.get("logit_bias"))
     structured, structured_param = _structured(provider, body)
+    forced = tools.grammar() if tools is not None else None
+    if forced is not None:
+        if structured is not None:
+            raise client_error(
+                provider,
+                f"set one structured output constraint, not {structured_param.split('.')[0]} "
+                f"and tool_choice {tools.choice}",
+                "tool_choice",
+            )
+        structured, structured_param = forced, "tool_choice"
     values["structured"] = structured
     try:
         params = SamplingParams(**values)
@@ -433,6 +445,11 @@ def parse_request(
         params,
         values["logprobs"],
         structured_param=structured_param,
+        tools=tools,
+        compile=[
+            *(tools.parameter_specs() if tools is not None else []),
+            *([(structured, structured_param)] if structured is not None else []),
+        ],
     )
 
 
@@ -511,13 +528,19 @@ def full_response(
                 if top is not None
                 else None
             )
+            message: dict[str, Any] = {
+                "role": "assistant",
+                "content": choice.text,
+                "refusal": None,
+            }
+            if request.tools is not None:
+                content, calls = request.tools.parser.parse(choice.text)
+                if calls:
+                    message["content"] = content
+                    message["tool_calls"] = [call.openai() for call in calls]
+                    finish = tool_finish(choice.finish_reason)
             rows.append(
-                {
-                    "index": index,
-                    "message": {"role": "assistant", "content": choice.text, "refusal": None},
-                    "logprobs": logprobs,
-                    "finish_reason": finish,
-                }
+                {"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish}
             )
         else:
             logprobs = (
@@ -529,6 +552,22 @@ def full_response(
     completion_tokens = sum(c.num_tokens for c in choices)
     kind = "chat.completion" if request.kind == "chat" else "text_completion"
     return _envelope(request, kind, rows, usage=usage(prompt_tokens, completion_tokens))
+
+
+def tool_finish(engine_finish: str | None) -> str:
+    """A choice that made calls ends with ``tool_calls`` (unless cut at max_tokens)."""
+    return "tool_calls" if engine_finish == "stop" else "length"
+
+
+def tool_call_deltas(number: int, call: Any) -> list[dict[str, Any]]:
+    """One call as OpenAI streams it: its id, type and name, then its arguments."""
+    head = {
+        "index": number,
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": ""},
+    }
+    return [head, {"index": number, "function": {"arguments": call.arguments}}]
 
 
 def chunk(request: LocalRequest, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
@@ -560,12 +599,15 @@ def delta_choice(
     finish_reason: str | None,
     *,
     role: bool = False,
+    tool_call: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     top = request.top_logprobs
     if request.kind == "chat":
         delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
         if text:
             delta["content"] = text
+        if tool_call is not None:
+            delta["tool_calls"] = [tool_call]
         return {
             "index": index,
             "delta": delta,

@@ -115,6 +115,12 @@ class LocalEngineSettings(_Strict):
         "repetition_penalty, max_new_tokens) from the checkpoint's generation_config.json; "
         "vllm = none; or a directory holding one",
     )
+    tool_call_parser: Literal["auto", "hermes", "llama3_json"] = Field(
+        default="auto",
+        description="vLLM's --tool-call-parser: how the model writes tool calls; auto = by "
+        "its chat template (a Llama 3 template that renders tools: llama3_json; else hermes, "
+        "<tool_call> JSON, which the generic tool prompt asks for too)",
+    )
     override_generation_config: dict[str, float | int] | None = Field(
         default=None,
         description="sampling defaults over the checkpoint's; unset with no engine.model: "

@@ -81,6 +81,33 @@ def test_regex_choice_and_grammar_outputs_match(llm):
             assert out.finish_reason == "stop" and check(out.text), (spec, out.text)
 
 
+def test_structural_tag_outputs_are_text_around_schema_valid_json(llm):
+    """A structural tag (how the gateway forces a tool call): literal text, then JSON of the
+    schema, then text; one or more times with a separator."""
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
+        "required": ["n"],
+        "additionalProperties": False,
+    }
+    one = {
+        "type": "tag",
+        "begin": "<c>",
+        "content": {"type": "json_schema", "json_schema": schema},
+        "end": "</c>",
+    }
+    more = {"type": "sequence", "elements": [{"type": "const_string", "value": ";"}, one]}
+    tag = {"type": "sequence", "elements": [one, {"type": "star", "content": more}]}
+    spec = StructuredOutput.structural_tag({"type": "structural_tag", "format": tag})
+    params = [_constrained(spec, temperature=1.0, seed=seed, max_tokens=300) for seed in range(4)]
+    for out in llm.generate(["the fox"] * 4, params):
+        assert out.finish_reason == "stop", out.text
+        parts = out.text.split(";")
+        for part in parts:
+            assert part.startswith("<c>") and part.endswith("</c>"), out.text
+            jsonschema.validate(json.loads(part[3:-4], strict=False), schema)
+
+
 def test_json_object_with_logit_bias_closes_the_object(llm):
     """Any JSON object (unbounded: a random model would wander); a bias towards the closing
     brace and EOS ends it at once, and the grammar still decides what may come first."""

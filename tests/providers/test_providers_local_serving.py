@@ -118,7 +118,10 @@ def test_completions_endpoint_counts_with_the_tokenizer(client, tokenizer):
         ({"max_tokens": 100_000}, "messages"),
         ({"seed": "x"}, "seed"),
         ({"top_logprobs": 3}, "top_logprobs"),
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        (
+            {"tools": [{"type": "function", "function": {"name": "not a name!"}}]},
+            "tools[0].function.name",
+        ),
         ({"tool_choice": "required"}, "tool_choice"),
         ({"logit_bias": {"5": "high"}}, "logit_bias"),
         ({"store": True}, "store"),
