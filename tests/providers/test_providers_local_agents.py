@@ -5,11 +5,8 @@ tool with the arguments the engine wrote and then answers from its result (call 
 
 from __future__ import annotations
 
-import pytest
+import agents
 from tool_cases import WEATHER_PARAMETERS, check_call
-
-# a dev extra; skipped in an environment made before it was added (see pyproject.toml)
-agents = pytest.importorskip("agents")
 
 
 def test_one_function_tool_round_trip(local_gateway, api_key):

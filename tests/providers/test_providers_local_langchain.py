@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from typing import Literal
 
+import langchain_openai
 import pytest
 from pydantic import BaseModel, Field
 from tool_cases import ASK, TOOLS, check_call
-
-langchain_openai = pytest.importorskip("langchain_openai")
 
 
 class Pet(BaseModel):
