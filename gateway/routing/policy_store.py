@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 import structlog
 
+from gateway.errors import ServiceUnavailable
 from gateway.routing.policy import (
     MAX_POLICY_BYTES,
     MAX_POLICY_DEPTH,
@@ -117,8 +118,11 @@ class PolicyStore:
 
     @property
     def current(self) -> LoadedPolicy:
-        if self._current is None:
-            raise RuntimeError("policy not loaded")
+        if self._current is None:  # the gateway runs on; every reader answers 503 meanwhile
+            raise ServiceUnavailable(
+                "no routing policy is loaded (/readyz and the log say why)",
+                code="policy_not_loaded",
+            )
         return self._current
 
     @property

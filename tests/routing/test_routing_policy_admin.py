@@ -164,3 +164,27 @@ async def test_the_yaml_text_needs_the_admin_role(admin) -> None:
     assert refused.status_code == 403 and refused.json()["error"]["code"] == "insufficient_role"
     bad = await admin.get("/admin/policy", params={"format": "toml"})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "format"
+
+
+async def test_with_no_policy_loaded_admin_reads_answer_503_not_500(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """A gateway whose policy file is invalid at start runs on without a policy: the admin
+    endpoints that read it say so (503 policy_not_loaded) instead of failing with a 500."""
+    path = tmp_path / "routing_rules.yaml"
+    path.write_text("models: {broken: {provider: nowhere}}\n")
+    runner = GatewayThread(make_settings(tmp_path / "gw", path, redis_url))
+    gateway = runner.start()
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    body = {"body": {"messages": [{"role": "user", "content": "hi"}]}}
+    try:
+        async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers) as client:
+            answers = [
+                await client.post("/admin/route/explain", json=body),
+                await client.get("/admin/policy", params={"format": "yaml"}),
+            ]
+    finally:
+        runner.stop()
+    for answer in answers:
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["error"]["code"] == "policy_not_loaded"
