@@ -15,7 +15,7 @@ import yaml
 from gateway_runner import RunningGateway
 from openai import OpenAI
 from pydantic import BaseModel, Field
-from tool_cases import ASK, TOOLS, WEATHER_PARAMETERS, check_call
+from tool_cases import ASK, TOOLS, WEATHER_PARAMETERS, check_call, responses_round_trip
 
 from gateway.settings import SHIPPED_POLICY
 
@@ -160,39 +160,7 @@ def test_anthropic_sdk_tool_use_then_tool_result(served):
 
 
 def test_responses_function_call_then_output(client):
-    tool = {
-        "type": "function",
-        "name": "get_weather",
-        "description": "The weather now.",
-        "parameters": WEATHER_PARAMETERS,
-        "strict": True,
-    }
-    args = dict(model="smol", tools=[tool], temperature=0)
-    response = client.responses.create(
-        **args,
-        input=ASK[0]["content"],
-        tool_choice="required",
-        parallel_tool_calls=False,
-        max_output_tokens=80,
-    )
-    (item,) = [item for item in response.output if item.type == "function_call"]
-    check_call(item.name, item.arguments, only="get_weather")
-    final = client.responses.create(
-        **args,
-        input=[
-            {"role": "user", "content": ASK[0]["content"]},
-            {
-                "type": "function_call",
-                "call_id": item.call_id,
-                "name": item.name,
-                "arguments": item.arguments,
-            },
-            {"type": "function_call_output", "call_id": item.call_id, "output": "21 C"},
-        ],
-        max_output_tokens=48,
-    )
-    assert final.output_text
-    assert not [item for item in final.output if item.type == "function_call"]
+    responses_round_trip(client, "smol", 80, temperature=0)
 
 
 class City(BaseModel):

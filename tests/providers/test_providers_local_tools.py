@@ -15,7 +15,7 @@ import anthropic
 import openai
 import pytest
 from openai import OpenAI
-from tool_cases import ASK, TOOLS, WEATHER_PARAMETERS, check_call
+from tool_cases import ASK, TOOLS, WEATHER_PARAMETERS, check_call, responses_round_trip
 
 # enough for a call of the bounded tools at random (a few dozen tokens each)
 MAX_TOKENS = 200
@@ -282,41 +282,7 @@ def test_anthropic_sdk_tool_use_then_tool_result(local_gateway, api_key, tokeniz
 
 
 def test_responses_function_call_then_output(client):
-    tool = {
-        "type": "function",
-        "name": "get_weather",
-        "description": "The weather now.",
-        "parameters": WEATHER_PARAMETERS,
-        "strict": True,
-    }
-    response = client.responses.create(
-        model="tiny",
-        input=ASK[0]["content"],
-        tools=[tool],
-        tool_choice="required",
-        parallel_tool_calls=False,
-        max_output_tokens=MAX_TOKENS,
-    )
-    (item,) = [item for item in response.output if item.type == "function_call"]
-    check_call(item.name, item.arguments, only="get_weather")
-    final = client.responses.create(
-        model="tiny",
-        input=[
-            {"role": "user", "content": ASK[0]["content"]},
-            {
-                "type": "function_call",
-                "call_id": item.call_id,
-                "name": item.name,
-                "arguments": item.arguments,
-            },
-            {"type": "function_call_output", "call_id": item.call_id, "output": "21 C"},
-        ],
-        tools=[tool],
-        tool_choice="none",
-        max_output_tokens=16,
-    )
-    assert final.output_text
-    assert not [item for item in final.output if item.type == "function_call"]
+    responses_round_trip(client, "tiny", MAX_TOKENS)
 
 
 def test_anthropic_stream_carries_the_tool_use(local_gateway, api_key):

@@ -61,3 +61,44 @@ def check_call(name: str, arguments: str | dict[str, Any], only: str | None = No
     parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
     jsonschema.validate(parsed, PARAMETERS[name])
     return parsed
+
+
+RESPONSES_TOOL: dict[str, Any] = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather now.",
+    "parameters": WEATHER_PARAMETERS,
+    "strict": True,
+}
+
+
+def responses_round_trip(client: Any, model: str, call_tokens: int, **sampling: Any) -> None:
+    """Responses API: a required ``function_call`` that validates, then its
+    ``function_call_output`` and a final text answer with no call in it."""
+    args = dict(model=model, tools=[RESPONSES_TOOL], **sampling)
+    response = client.responses.create(
+        **args,
+        input=ASK[0]["content"],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_output_tokens=call_tokens,
+    )
+    (item,) = [item for item in response.output if item.type == "function_call"]
+    check_call(item.name, item.arguments, only="get_weather")
+    final = client.responses.create(
+        **args,
+        input=[
+            {"role": "user", "content": ASK[0]["content"]},
+            {
+                "type": "function_call",
+                "call_id": item.call_id,
+                "name": item.name,
+                "arguments": item.arguments,
+            },
+            {"type": "function_call_output", "call_id": item.call_id, "output": "21 C"},
+        ],
+        tool_choice="none",
+        max_output_tokens=48,
+    )
+    assert final.output_text
+    assert not [item for item in final.output if item.type == "function_call"]
