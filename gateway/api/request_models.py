@@ -8,7 +8,7 @@ check. Every other field is ignored here and forwarded byte-for-byte as the clie
 new OpenAI fields keep working. A message's ``role`` is the tag of a tagged union: a user,
 system or developer message must carry content; the others may not.
 
-msgspec was chosen over pydantic v2 by measurement (``python -m gateway.tools.bench_validation``,
+msgspec was chosen over pydantic v2 by measurement (``python -m bench.validation``,
 docs/benchmarks.md): the same checks cost 3-5x less per request.
 """
 
