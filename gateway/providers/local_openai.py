@@ -151,7 +151,7 @@ def _message_text(provider: str, index: int, content: Any) -> str:
 def _chat_prompt(
     provider: str, tokenizer: Any, body: dict[str, Any], tools: ToolPlan | None
 ) -> list[int]:
-    from engine.errors import TokenizerError
+    from engine import TokenizerError
 
     texts = [
         _message_text(provider, index, message.get("content"))
@@ -229,7 +229,7 @@ def _logprobs(provider: str, body: dict[str, Any], kind: Kind) -> int | None:
 
 def _json_schema(provider: str, value: Any, param: str) -> Any:
     """A schema given as an object or as its JSON text -> the engine's json_schema spec."""
-    from engine.structured.spec import StructuredOutput
+    from engine import StructuredOutput
 
     if isinstance(value, str):
         try:
@@ -248,7 +248,7 @@ def _text(provider: str, value: Any, param: str) -> str:
 
 
 def _choices(provider: str, value: Any, param: str) -> Any:
-    from engine.structured.spec import StructuredOutput
+    from engine import StructuredOutput
 
     if not isinstance(value, list) or not value or not all(isinstance(c, str) for c in value):
         raise client_error(provider, f"{param} must be a non-empty array of strings", param)
@@ -256,7 +256,7 @@ def _choices(provider: str, value: Any, param: str) -> Any:
 
 
 def _response_format(provider: str, value: Any) -> tuple[Any, str] | None:
-    from engine.structured.spec import StructuredOutput
+    from engine import StructuredOutput
 
     if not isinstance(value, dict):
         raise client_error(provider, "response_format must be an object", "response_format")
@@ -283,7 +283,7 @@ def _response_format(provider: str, value: Any) -> tuple[Any, str] | None:
 
 def _structured_outputs(provider: str, value: Any) -> tuple[Any, str]:
     """vLLM's ``structured_outputs``: exactly one of json, regex, choice, grammar, json_object."""
-    from engine.structured.spec import StructuredOutput
+    from engine import StructuredOutput
 
     if not isinstance(value, dict):
         raise client_error(provider, "structured_outputs must be an object", "structured_outputs")
@@ -315,7 +315,7 @@ def _structured_outputs(provider: str, value: Any) -> tuple[Any, str]:
 
 def _structured(provider: str, body: dict[str, Any]) -> tuple[Any, str | None]:
     """The request's structured-output constraint and the field that asked for it."""
-    from engine.structured.spec import StructuredOutput
+    from engine import StructuredOutput
 
     found: list[tuple[Any, str]] = []
     for name in _STRUCTURED:
@@ -377,8 +377,7 @@ def parse_request(
     ``sampling_defaults`` (SamplingParams fields: the checkpoint's recommendation) fill what
     the body leaves out; ``default_max_tokens`` is clipped to the context left;
     ``tool_parser`` reads (and forces) tool calls."""
-    from engine.errors import SamplingParamsError
-    from engine.sampling import SamplingParams
+    from engine import SamplingParams, SamplingParamsError
 
     _refuse_unsupported(provider, body, kind)
     tools = read_tools(provider, body, tool_parser) if kind == "chat" else None

@@ -57,7 +57,7 @@ class ToolPlan:
 
     def grammar(self) -> Any:
         """The ``StructuredOutput`` that forces a call (``required``/named), else None."""
-        from engine.structured.spec import StructuredOutput
+        from engine import StructuredOutput
 
         if self.choice == "auto":
             return None
@@ -69,7 +69,7 @@ class ToolPlan:
 
     def parameter_specs(self) -> list[tuple[Any, str]]:
         """Each function's parameters as a json_schema spec, and the param naming it."""
-        from engine.structured.spec import StructuredOutput
+        from engine import StructuredOutput
 
         return [
             (StructuredOutput.json_schema(f.parameters), f"tools[{f.index}].function.parameters")
