@@ -340,7 +340,7 @@ class RunSettings:
 def engine_config(
     model_path: Path, workload: Workload, settings: RunSettings, prefix_caching: bool
 ):
-    from engine.config import EngineConfig
+    from engine import EngineConfig
 
     longest = workload.shared_prefix_len + workload.prompt_len[1] + workload.output_len
     return EngineConfig(
@@ -362,16 +362,16 @@ def build_engine(model_path: Path, workload: Workload, settings: RunSettings, pr
     """An ``LLMEngine`` for the offline workloads, an ``AsyncEngine`` for W5 (online)."""
     config = engine_config(model_path, workload, settings, prefix_caching)
     if workload.arrival_rate is not None:
-        from engine.core.async_engine import AsyncEngine
+        from engine import AsyncEngine
 
         return AsyncEngine(config, progress=False)
-    from engine.core.llm_engine import LLMEngine
+    from engine import LLMEngine
 
     return LLMEngine(config, progress=False)
 
 
 def sampling_params(workload: Workload):
-    from engine.sampling import SamplingParams
+    from engine import SamplingParams
 
     # Greedy and EOS ignored: every request makes exactly `output_len` tokens.
     return SamplingParams(temperature=0.0, max_tokens=workload.output_len, ignore_eos=True)

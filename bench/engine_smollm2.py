@@ -53,7 +53,7 @@ def _prompts(tokenizer: Any, count: int) -> list[list[int]]:
 
 
 def _engine_run(llm: Any, prompts: list[list[int]], output_len: int) -> tuple[float, int]:
-    from engine.sampling import SamplingParams
+    from engine import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
     start = time.perf_counter()
@@ -85,8 +85,7 @@ def _hf_run(
 def run(tiny: bool, repeats: int, output_len: int | None) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
-    from engine.core.llm_engine import LLM
-    from engine.gguf.bundled import find_bundled_model
+    from engine import LLM, find_bundled_model
 
     torch.manual_seed(0)
     load_before = os.getloadavg()[0]  # the box is shared: say how busy it was

@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from tiny_checkpoint import write_tiny_checkpoint
 
-    from engine.tokenizer import Tokenizer
+    from engine import Tokenizer
 
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
         root = Path(tmp)

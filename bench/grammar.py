@@ -21,15 +21,15 @@ import abc
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from bench.machine import cpu_model
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -114,19 +114,8 @@ INSTANCE: dict[str, Any] = {
 }
 
 
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return platform.processor()
-    for line in out.splitlines():
-        if line.startswith("Model name:"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
-
-
 def smollm2_dir(download_dir: str | None) -> Path:
-    from engine.gguf.bundled import find_bundled_model
+    from engine import find_bundled_model
     from engine.loader import resolve_model_path
 
     return resolve_model_path(find_bundled_model(), download_dir)

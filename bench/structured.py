@@ -46,11 +46,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--download-dir", default=None)
     args = parser.parse_args(argv)
     from bench.engine_smollm2 import _prompts
-    from bench.grammar import cpu_model
-    from engine.core.llm_engine import LLM
-    from engine.gguf.bundled import find_bundled_model
-    from engine.sampling import SamplingParams
-    from engine.structured.spec import StructuredOutput
+    from bench.machine import cpu_model
+    from engine import LLM, SamplingParams, StructuredOutput, find_bundled_model
 
     llm = LLM(
         find_bundled_model(),
