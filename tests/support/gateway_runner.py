@@ -36,7 +36,7 @@ ADMIN_KEY = "sy-admin-test-0123456789abcdef"
 # pepper differs from the fingerprint in Redis refuses to start).
 PEPPER = "test-pepper-0123456789abcdef"
 
-# The policy of the gateway tests: models on the fake upstream (gateway.tools.fake_upstream),
+# The policy of the gateway tests: models on the fake upstream (fake_upstream.py beside this),
 # whose upstream model name picks a behaviour, and one on a port nothing listens on.
 POLICY = """
 providers:
