@@ -61,6 +61,9 @@ class StepInputs:
     released_seq_ids: list[int] = field(default_factory=list)  # seeded and done
     prev_token_positions: np.ndarray = field(default_factory=lambda: _EMPTY)
     prev_token_indices: np.ndarray = field(default_factory=lambda: _EMPTY)
+    # every input token is the previous step's sampled token at the same index (a steady
+    # decode): the device takes those tokens as they are, without the gather
+    inputs_are_last_sampled: bool = False
     # structured outputs: the constrained rows' positions among the sampled rows and their
     # allowed tokens ([k, ceil(vocab / 32)] int32 bits), filled by the engine after `build`
     grammar_positions: np.ndarray = field(default_factory=lambda: _EMPTY)
@@ -112,6 +115,7 @@ class InputBatch:
         new_rows: list[RowSetup] = []
         add_row, add_start, add_id = rows.append, starts.append, input_ids.append
         all_single = True
+        in_order = True
         num_tokens = 0
         for position, item in enumerate(step.scheduled):
             seq = item.seq
@@ -137,6 +141,7 @@ class InputBatch:
                 if start < len(token_ids):
                     add_id(token_ids[start])
                 else:  # sampled last step, still on the device
+                    in_order = in_order and seq.pending_index == num_tokens
                     prev_positions.append(num_tokens)
                     prev_indices.append(seq.pending_index)
                     add_id(0)
@@ -188,9 +193,11 @@ class InputBatch:
             block_copies=step.block_copies,
             new_rows=new_rows,
             released_seq_ids=list(released_seq_ids),
-            prev_token_positions=np.array(prev_positions, dtype=np.int32),
-            prev_token_indices=np.array(prev_indices, dtype=np.int32),
         )
+        if prev_positions:
+            inputs.prev_token_positions = np.array(prev_positions, dtype=np.int32)
+            inputs.prev_token_indices = np.array(prev_indices, dtype=np.int32)
+            inputs.inputs_are_last_sampled = in_order and len(prev_positions) == num_tokens
         if self.num_constrained:
             constrained = np.flatnonzero(self.constrained[sample_rows])
             if len(constrained):

@@ -415,6 +415,7 @@ class ModelRunner:
             block_tables=int32s[3].view(b, -1),
             max_query_len=inputs.max_query_len,
             num_kv_splits=splits,
+            all_slots_valid=True,  # every slot comes from a block table: no padding
         )
         if self.backend == "torch":  # how its attention batches this step, once for all layers
             meta.torch_plan = plan_paged_attention(
@@ -457,6 +458,18 @@ class ModelRunner:
             )
         return self.model(batch.input_ids, batch.positions, batch.meta)
 
+    def _take_last_sampled(self, inputs: StepInputs, batch: BatchInputs) -> None:
+        """Decode inputs sampled by the step before are still on the device: fill them in."""
+        if not len(inputs.prev_token_positions):
+            return
+        last = self._last_sampled
+        assert last is not None, "no previous step to take tokens from"
+        if inputs.inputs_are_last_sampled:  # all of them, in order: no gather
+            t = inputs.num_tokens
+            batch.input_ids = last if last.shape[0] == t else last[:t]
+        else:
+            batch.input_ids[batch.prev_positions] = last[batch.prev_indices]
+
     @torch.inference_mode()
     def launch(self, inputs: StepInputs) -> StepHandle:
         """Start one step on the device; the handle's `result()` waits for its tokens."""
@@ -466,9 +479,7 @@ class ModelRunner:
             rows.setup(inputs.new_rows)
         self.copy_blocks(inputs.block_copies)
         batch = self._to_device(inputs)
-        if len(inputs.prev_token_positions):  # decode inputs sampled the step before, on device
-            assert self._last_sampled is not None, "no previous step to take tokens from"
-            batch.input_ids[batch.prev_positions] = self._last_sampled[batch.prev_indices]
+        self._take_last_sampled(inputs, batch)
         hidden = self._forward(batch, inputs)
         if not inputs.num_sampled:
             return StepHandle.empty()

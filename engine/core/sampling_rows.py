@@ -126,7 +126,7 @@ class SamplingRows:
         """The sampled rows' settings on the device (`rows_on_device`: the same rows, int64);
         `grammar_positions` (among `rows`) and their `grammar_bitmask` for constrained rows."""
         cached = self._cached
-        if cached is None or not np.array_equal(cached.rows, rows):
+        if cached is None or cached.rows_key != rows.tobytes():
             # its own copy of the rows: a step's input tensors are not kept past the step
             rows_on_device = rows_on_device.clone()
             cached = self._cached = self._batch(rows, rows_on_device, default_generator)
@@ -177,7 +177,8 @@ class SamplingRows:
             logit_bias=self._logit_bias(rows) if uses[USES_BIAS] else None,
         )
         return _CachedBatch(
-            rows=rows.copy(),
+            rows_key=rows.tobytes(),
+            num_rows=len(rows),
             batch=batch,
             uses_min_tokens=bool(self.min_tokens[rows].any()),
             counts_tokens=bool(uses[USES_PENALTIES]),
@@ -232,7 +233,7 @@ class SamplingRows:
         `setup` clears a row's state before a sequence that uses it."""
         self.num_output[rows] += 1
         cached = self._cached
-        assert cached is not None and len(cached.rows) == len(rows), "record follows batch"
+        assert cached is not None and cached.num_rows == len(rows), "record follows batch"
         if cached.counts_tokens:
             ones = torch.ones_like(tokens, dtype=torch.int32)
             self.counts.index_put_((rows_on_device, tokens), ones, accumulate=True)
@@ -242,7 +243,8 @@ class SamplingRows:
 
 @dataclass
 class _CachedBatch:
-    rows: np.ndarray
+    rows_key: bytes  # the rows' bytes: compared with the next step's
+    num_rows: int
     batch: SamplingBatch  # without a grammar mask or min_tokens bans (made per step)
     uses_min_tokens: bool  # a row has min_tokens: its bans are checked every step
     counts_tokens: bool  # presence/frequency penalties: `record` counts the tokens

@@ -91,9 +91,7 @@ class StubRunner(ModelRunner):
         rows.release(inputs.released_seq_ids)
         rows.setup(inputs.new_rows)
         batch = self._to_device(inputs)
-        if len(inputs.prev_token_positions):
-            assert self._last_sampled is not None
-            batch.input_ids[batch.prev_positions] = self._last_sampled[batch.prev_indices]
+        self._take_last_sampled(inputs, batch)
         if not inputs.num_sampled:
             return StepHandle.empty()
         rows.batch(inputs.sample_rows, batch.sample_rows, self.default_generator)
