@@ -141,10 +141,10 @@ class DecoderAttention(nn.Module):
         else:  # query and key heads rotated together: half the calls per layer
             qk, v = qkv.split([q_size + kv_size, kv_size], dim=-1)
             qk = rotate_heads(
-                angles, qk.view(-1, self.num_heads + self.num_kv_heads, self.head_dim)
+                angles, qk.reshape(-1, self.num_heads + self.num_kv_heads, self.head_dim)
             )
             q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
-        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        v = v.reshape(-1, self.num_kv_heads, self.head_dim)
         return self.o_proj(self.attn(q, k, v, meta))
 
 
