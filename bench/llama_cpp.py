@@ -35,7 +35,8 @@ class LlamaCpp:
     ) -> None:
         self.settings = {"threads": threads, "n_batch": n_batch, "n_ubatch": n_ubatch}
         self.process = subprocess.Popen(
-            [python, __file__, WORKER, str(model_file), json.dumps(self.settings)],
+            # -P: not this folder on sys.path, where this file would shadow `llama_cpp`
+            [python, "-P", __file__, WORKER, str(model_file), json.dumps(self.settings)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

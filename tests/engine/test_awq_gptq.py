@@ -82,9 +82,10 @@ def write_quantized_checkpoint(root: Path, method: str, **config: object) -> tup
                 (target / item.name).write_bytes(item.read_bytes())
         save_file(tensors, str(target / "model.safetensors"))
         made.append(target)
-    quant_config = {"quant_method": method, "bits": 4, "group_size": GROUP, **config}
+    quant_config: dict[str, object] = {"quant_method": method, "bits": 4, "group_size": GROUP}
     if method == "awq":
         quant_config.update(version="gemm", zero_point=True)
+    quant_config.update(config)
     config_file = made[0] / "config.json"
     hf_config = json.loads(config_file.read_text())
     hf_config["quantization_config"] = quant_config

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch")
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # two engines; a busy box is slow
 
 from test_gguf_smollm2 import CONVERSATIONS, NEW_TOKENS  # noqa: E402
 

@@ -1,6 +1,6 @@
 """The Triton dequantize-in-the-matmul kernel against its torch reference (the dequantized
 weight, then `F.linear` in float32): 4- and 8-bit codes, groups of 16 to 128, row counts that
-end tiles anywhere, float32 and float16 activations."""
+end tiles anywhere, float32 and float16 activations (and bfloat16 on CUDA)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from engine.kernels.triton_quant_matmul import quant_linear_ref, quant_linear_triton
 from engine.quant.weight import QuantizedWeight, pack_nibbles
 
-from .kernel_cases import tolerance
+from .kernel_cases import KERNEL_DTYPES, tolerance
 
 
 def random_weight(rows: int, cols: int, bits: int, group: int, device) -> QuantizedWeight:
@@ -26,7 +26,7 @@ def random_weight(rows: int, cols: int, bits: int, group: int, device) -> Quanti
     return QuantizedWeight(stored, scales, offsets, bits, group, "test").to(device)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
 @pytest.mark.parametrize(("bits", "group"), [(4, 32), (4, 128), (8, 16), (8, 32)])
 @pytest.mark.parametrize("rows", [1, 5, 33])
 def test_quant_linear_matches_reference(dtype, bits, group, rows, device):
