@@ -6,8 +6,10 @@ engine's load-time choice.
 
 - kernels: every distinct linear shape of the model at 1, 16 and 256 rows through
   `F.linear` on the float32 weight, oneDNN's packed copy, the C kernel at each thread count
-  and a transient dequantization + `F.linear`; microseconds per call (fastest of 20), and
+  and a transient dequantization + `F.linear`; microseconds per call (fastest of 10), and
   what the engine chose at load for that shape (its cache file).
+- CPU milliseconds per token (all threads of each process) beside every rate: on a shared
+  box the wall-clock rates follow the load, the CPU cost much less.
 - engine vs llama.cpp, taking turns `--repeats` times: batch 1 (one chat prompt, greedy,
   `--output-len` tokens, EOS ignored), 16 requests (the engine: one concurrent batch;
   llama.cpp: one after another, as its server runs one sequence), and the prefill of a
@@ -40,7 +42,7 @@ import torch.nn.functional as F
 
 QUESTION = "Explain why the sky is blue."
 PREFILL_TOKENS = 1000
-KERNEL_REPEATS = 20
+KERNEL_REPEATS = 10
 
 
 def cpu_description() -> dict[str, str]:
@@ -115,13 +117,17 @@ def _long_prompt(tokenizer: Any) -> list[int]:
     return tokenizer.encode(text)[:PREFILL_TOKENS]
 
 
-def _engine_generate(llm: Any, prompts: list[list[int]], new_tokens: int) -> tuple[float, int]:
+def _engine_generate(
+    llm: Any, prompts: list[list[int]], new_tokens: int
+) -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds of all the process's threads, generated tokens)."""
     from engine.sampling import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     outputs = llm.generate(prompts, params)
-    return time.perf_counter() - start, sum(len(o.token_ids) for o in outputs)
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    return seconds, cpu, sum(len(o.token_ids) for o in outputs)
 
 
 def _median(values: list[float]) -> float | None:
@@ -176,23 +182,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             llama.request(op="generate", prompt=chat, new_tokens=2)
         for repeat in range(args.repeats):
             row: dict[str, Any] = {"repeat": repeat, "load_avg_1m": os.getloadavg()[0]}
-            seconds, tokens = _engine_generate(llm, [chat], args.output_len)
+            seconds, cpu, tokens = _engine_generate(llm, [chat], args.output_len)
             row["engine_b1_tok_s"] = tokens / seconds
-            seconds, tokens = _engine_generate(llm, [chat] * 16, args.output_len)
+            row["engine_b1_cpu_ms_per_tok"] = cpu / tokens * 1e3
+            seconds, cpu, tokens = _engine_generate(llm, [chat] * 16, args.output_len)
             row["engine_16_tok_s"] = tokens / seconds
-            seconds, _ = _engine_generate(llm, [long], 1)
+            row["engine_16_cpu_ms_per_tok"] = cpu / tokens * 1e3
+            seconds, cpu, _ = _engine_generate(llm, [long], 1)
             row["engine_prefill_tok_s"] = len(long) / seconds
+            row["engine_prefill_cpu_ms_per_tok"] = cpu / len(long) * 1e3
             if llama is not None:
                 answer = llama.request(op="generate", prompt=chat, new_tokens=args.output_len)
                 row["llama_b1_tok_s"] = len(answer["tokens"]) / answer["seconds"]
-                total_s = total = 0
-                for _ in range(16):
+                row["llama_b1_cpu_ms_per_tok"] = answer["cpu_seconds"] / len(answer["tokens"]) * 1e3
+                total_s = total_cpu = total = 0
+                for _ in range(args.sequential):
                     answer = llama.request(op="generate", prompt=chat, new_tokens=args.output_len)
                     total_s += answer["seconds"]
+                    total_cpu += answer["cpu_seconds"]
                     total += len(answer["tokens"])
                 row["llama_16_sequential_tok_s"] = total / total_s
+                row["llama_16_cpu_ms_per_tok"] = total_cpu / total * 1e3
                 answer = llama.request(op="prefill", prompt=long)
                 row["llama_prefill_tok_s"] = len(long) / answer["seconds"]
+                row["llama_prefill_cpu_ms_per_tok"] = answer["cpu_seconds"] / len(long) * 1e3
             runs.append({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()})
             print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
         if llama is not None:
@@ -231,6 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--n-batch", type=int, default=1, help="llama.cpp's n_batch")
     parser.add_argument("--n-ubatch", type=int, default=1, help="llama.cpp's n_ubatch")
+    parser.add_argument(
+        "--sequential",
+        type=int,
+        default=16,
+        help="llama.cpp requests run one after another for its 16-request figure (its rate)",
+    )
     parser.add_argument("--kernel-cache-dir", help="reuse a kernel cache (default: a fresh one)")
     parser.add_argument("--skip-kernels", action="store_true", help="end-to-end figures only")
     args = parser.parse_args(argv)

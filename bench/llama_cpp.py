@@ -6,8 +6,8 @@ subprocess that keeps the model loaded and answers one JSON line per request on 
 
 - `{"op": "generate", "prompt": [ids], "new_tokens": n}`: greedy decode of n tokens (EOS
   ignored: the generator never stops on it), timed from the first prompt token to the last
-  token; returns the seconds and the tokens.
-- `{"op": "prefill", "prompt": [ids]}`: the prompt's evaluation alone, timed.
+  token; returns the wall and CPU seconds (all threads) and the tokens.
+- `{"op": "prefill", "prompt": [ids]}`: the prompt's evaluation alone, timed likewise.
 
 The worker imports only `llama_cpp` and the standard library. `n_batch`/`n_ubatch` are
 settings: with `llama-cpp-python` 0.3.36 built on an Intel Xeon, decoding several tokens in one
@@ -79,18 +79,19 @@ def _serve(model_file: str, settings: dict[str, int]) -> None:
         message = json.loads(line)
         prompt = message["prompt"]
         llm.reset()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         if message["op"] == "prefill":
             llm.eval(prompt)
-            print(json.dumps({"seconds": time.perf_counter() - start}), flush=True)
+            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+            print(json.dumps({"seconds": seconds, "cpu_seconds": cpu}), flush=True)
             continue
         tokens = []
         for token in llm.generate(prompt, temp=0.0, top_k=1, reset=True):
             tokens.append(int(token))
             if len(tokens) == message["new_tokens"]:
                 break
-        seconds = time.perf_counter() - start
-        print(json.dumps({"seconds": seconds, "tokens": tokens}), flush=True)
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+        print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "tokens": tokens}), flush=True)
 
 
 if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == WORKER:
