@@ -141,7 +141,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
     load_before = os.getloadavg()[0]
     model_file = find_bundled_model()
-    threads = torch.get_num_threads()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()  # llama.cpp gets as many
     with tempfile.TemporaryDirectory(prefix="switchyard-bench-") as scratch:
         cache_dir = Path(args.kernel_cache_dir or Path(scratch) / "kernels")
         start = time.perf_counter()
@@ -249,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=16,
         help="llama.cpp requests run one after another for its 16-request figure (its rate)",
+    )
+    parser.add_argument(
+        "--threads", type=int, help="torch's threads and llama.cpp's (default: torch's own)"
     )
     parser.add_argument("--kernel-cache-dir", help="reuse a kernel cache (default: a fresh one)")
     parser.add_argument("--skip-kernels", action="store_true", help="end-to-end figures only")

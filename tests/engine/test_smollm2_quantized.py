@@ -74,7 +74,7 @@ def test_greedy_tokens_and_logprobs_equal_the_float_reference(engines: Any) -> N
     worst = 0.0
     for prompt, mine, theirs in zip(prompts, ours, reference, strict=True):
         assert mine.token_ids == theirs.token_ids, kept.tokenizer.decode(prompt)
-        for a, b in zip(mine.logprobs, theirs.logprobs, strict=True):
+        for a, b in zip(mine.outputs[0].logprobs, theirs.outputs[0].logprobs, strict=True):
             worst = max(worst, abs(a.logprob - b.logprob))
             for token in a.top.keys() & b.top.keys():  # the 5th place may tie
                 worst = max(worst, abs(a.top[token] - b.top[token]))
