@@ -100,6 +100,7 @@ def kernel_figures(model: torch.nn.Module, cache_dir: Path) -> list[dict[str, An
                 entry[f"{method.name}_us"] = _best_us(lambda: method(x, None))  # noqa: B023
             entry["chosen_at_load"] = picks[index] if picks else None
             figures.append(entry)
+            print(json.dumps(entry), file=sys.stderr, flush=True)  # a cut run keeps them
     return figures
 
 
