@@ -33,7 +33,7 @@ from engine.core.sampling_rows import SamplingRows
 from engine.errors import ConfigError
 from engine.kernels import resolve_backend
 from engine.kernels.reference import AttentionMetadata, plan_paged_attention
-from engine.layers.cpu_matmul import pack_model
+from engine.layers.kernel_choice import choose_kernels
 from engine.layers.linear import kv_heads_per_rank
 from engine.layers.sampler import Sampler, SamplerOutput
 from engine.loader import build_model, load_model_args
@@ -202,9 +202,16 @@ class ModelRunner:
         self.model = build_model(
             model_path, self.args, self.device, self.dtype, self.backend, progress, self.tp,
             max_position=self.max_model_len,
+            keep_quantized=config.keeps_quantized(self.device, self.dtype),
         )  # fmt: skip
-        # the CPU's matmuls through oneDNN with packed weights (2-3x MKL's for decodes)
-        self.packed_bytes = pack_model(self.model) if self.device.type == "cpu" else 0
+        # each CPU linear's fastest method on this machine (timed once, cached); the bytes of
+        # weights held outside parameters: quantized planes, oneDNN's packed copies
+        self.packed_bytes = 0
+        if self.device.type == "cpu":
+            self.packed_bytes = choose_kernels(
+                self.model, config.resolve_kernel_cache_dir(), config.linear_kernel,
+                max_rows=config.max_num_batched_tokens, max_seqs=config.max_num_seqs,
+            )  # fmt: skip
         self._init_step_state()
         self.num_blocks = self._size_kv_pool()
         self.kv_cache = self._bind_kv_cache(self.num_blocks)

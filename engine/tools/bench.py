@@ -8,7 +8,8 @@ W4  batch-1 decode: time per token against weight bytes / measured copy bandwidt
 W5  online: Poisson arrivals through ``AsyncEngine``; TTFT and ITL percentiles.
 host  the engine's host work per step, model call stubbed (``engine.tools.host_bench``).
 smollm2  the bundled real model on the CPU, batch 1 and 16, against HF ``generate``
-    (``engine.tools.bench_smollm2``; not part of ``all``).
+    (``engine.tools.bench_smollm2``; not part of ``all``). Against llama.cpp on the same file:
+    ``python -m bench.engine_quant --llama-python PATH``.
 
 Weights are random (bf16 on CUDA, fp32 on the CPU) in the real shapes, written once to a
 temporary HF-format directory; EOS is ignored so every request makes its full output. Each
