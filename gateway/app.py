@@ -2,8 +2,9 @@
 
 Nothing lives in module globals: the lifespan runs the services (``gateway.services``: Redis,
 the policy, keys, limits, routing, providers, the engine), hands them to the handlers through
-the lifespan state, and stops them again in reverse order. Around the routes (``gateway.api``)
-sit the exchange middleware (the status each client got) and the SIGTERM drain.
+the lifespan state (with the OpenAPI document of the routes, built on first request), and
+stops them again in reverse order. Around the routes (``gateway.api``) sit the exchange
+middleware (the status each client got) and the SIGTERM drain.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from gateway.api import (
 )
 from gateway.api.dashboard_view import DashboardRenderer
 from gateway.api.http import error_response
+from gateway.api.openapi import OpenApiDocument
 from gateway.api.request_headers import HeaderGuardMiddleware
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, echo
 from gateway.logs import LazyFlushStream, build_logger
@@ -96,7 +98,7 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
                 # for tests; handlers get theirs from the lifespan state.
                 app.state.services = services
                 with sigterm_drain(drain, settings.shutdown_grace_s, log), _startup_frozen():
-                    yield {"services": services}
+                    yield {"services": services, "openapi": OpenApiDocument(app.routes)}
         except SettingsError as exc:
             # Start-up refused (a pepper that does not match this Redis's): said once, plainly.
             app.state.startup_error = str(exc)
