@@ -22,26 +22,22 @@ from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from gateway.api import (
-    admin,
-    anthropic,
+from gateway.api.admin import (
     audit,
-    cache_admin,
-    dashboard,
-    dashboard_manage,
     dead_letters,
-    openai,
+    keys,
     ops,
     policy,
-    responses,
     teams,
     tokens,
-    uploads,
     usage,
 )
-from gateway.api.dashboard_view import DashboardRenderer
+from gateway.api.admin import cache as cache_admin
+from gateway.api.dashboard import home, manage
+from gateway.api.dashboard.view import DashboardRenderer
 from gateway.api.http import error_response
 from gateway.api.request_headers import HeaderGuardMiddleware
+from gateway.api.v1 import anthropic, openai, responses, uploads
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, echo
 from gateway.logs import LazyFlushStream, build_logger
 from gateway.server.exchange import ExchangeMiddleware, record_wire_rejection, request_id_of
@@ -114,7 +110,7 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
             *anthropic.routes,
             *responses.routes,
             *uploads.routes,
-            *admin.routes,
+            *keys.routes,
             *teams.routes,
             *tokens.routes,
             *audit.routes,
@@ -122,8 +118,8 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
             *dead_letters.routes,
             *cache_admin.routes,
             *policy.routes,
-            *dashboard.routes,
-            *dashboard_manage.routes,
+            *home.routes,
+            *manage.routes,
             *ops.routes,
         ],
         lifespan=lifespan,

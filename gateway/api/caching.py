@@ -23,10 +23,10 @@ from typing import Any
 from starlette.responses import Response
 
 from gateway.access.auth import Principal
-from gateway.api.doors import Door
 from gateway.api.http import JSON
-from gateway.api.request_end import V1Call
 from gateway.api.translation import Answer
+from gateway.api.v1.doors import Door
+from gateway.api.v1.request_end import V1Call
 from gateway.cache import (
     BYPASS,
     CACHE_HEADER,

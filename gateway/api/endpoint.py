@@ -34,7 +34,7 @@ from starlette.routing import Route
 
 from gateway.access.admins import Actor, Role
 from gateway.access.auth import Principal, admin_token, client_credential
-from gateway.api.dashboard_view import error_page
+from gateway.api.dashboard.view import error_page
 from gateway.api.http import client_address, error_response
 from gateway.errors import GatewayError, PermissionDenied, ServiceUnavailable
 from gateway.server.exchange import REQUEST_ID_HEADER, request_id_of, when_answered
@@ -42,7 +42,7 @@ from gateway.services import Services
 from gateway.store.connect import REDIS_FAILURES
 
 if TYPE_CHECKING:
-    from gateway.api.doors import Door
+    from gateway.api.v1.doors import Door
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 _LOGGED_PATH_CHARS = 200

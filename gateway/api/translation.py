@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from gateway.api.doors import CHAT_PATHS, Door
+from gateway.api.v1.doors import CHAT_PATHS, Door
 from gateway.errors import UpstreamError
 from gateway.formats import anthropic_messages, wire_format
 from gateway.formats.errors import FormatError, Untranslatable

@@ -13,12 +13,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.api.http import json_response
-from gateway.api.openapi_dead_letters import SCHEMAS as DEAD_LETTER_SCHEMAS
-from gateway.api.openapi_dead_letters import dead_letter_paths
-from gateway.api.openapi_doors import DOOR_SCHEMAS, door_paths
-from gateway.api.openapi_governance import SCHEMAS as GOVERNANCE_SCHEMAS
-from gateway.api.openapi_governance import governance_paths
-from gateway.api.openapi_operations import (
+from gateway.api.openapi.dead_letters import SCHEMAS as DEAD_LETTER_SCHEMAS
+from gateway.api.openapi.dead_letters import dead_letter_paths
+from gateway.api.openapi.doors import DOOR_SCHEMAS, door_paths
+from gateway.api.openapi.governance import SCHEMAS as GOVERNANCE_SCHEMAS
+from gateway.api.openapi.governance import governance_paths
+from gateway.api.openapi.operations import (
     ADMIN_ERRORS,
     DAY,
     JSON,
@@ -31,7 +31,7 @@ from gateway.api.openapi_operations import (
     query,
     record_admin,
 )
-from gateway.api.openapi_schemas import GROUP_BYS, MAX_EVENTS_LIMIT, SCHEMAS, STRING, ref
+from gateway.api.openapi.schemas import GROUP_BYS, MAX_EVENTS_LIMIT, SCHEMAS, STRING, ref
 from gateway.services import Services
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.api.openapi_schemas import (
+from gateway.api.openapi.schemas import (
     BOOLEAN,
     INTEGER,
     MODEL_NAME,

@@ -25,11 +25,13 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.api.doors import Door
 from gateway.api.endpoint import door_route
 from gateway.api.http import read_body
 from gateway.api.multipart import Upload, boundary_of, read_head
-from gateway.api.pipeline import (
+from gateway.api.strict_json import parse_json_object
+from gateway.api.translation import Answer
+from gateway.api.v1.doors import Door
+from gateway.api.v1.pipeline import (
     Served,
     Upstream,
     answered,
@@ -39,9 +41,7 @@ from gateway.api.pipeline import (
     reserve,
     run,
 )
-from gateway.api.request_end import V1Call
-from gateway.api.strict_json import parse_json_object
-from gateway.api.translation import Answer
+from gateway.api.v1.request_end import V1Call
 from gateway.errors import InvalidRequest, PayloadTooLarge, UpstreamError
 from gateway.formats.openai_chat.relay import chat_usage
 from gateway.metering.gate import Usage

@@ -1,10 +1,10 @@
 """What the ``/admin/ui`` dashboard shows, and the Jinja renderer that draws it.
 
 ``build_view`` turns the report cells of a date range into charts already laid out in SVG
-coordinates, and tables; the templates (``api/templates``, autoescaped) draw them with no
+coordinates, and tables; the templates (``templates/``, autoescaped) draw them with no
 JavaScript. Every chart element carries its exact number in ``data-value`` and a ``<title>``
 tooltip, and the same numbers appear in the tables below, so the page is readable without
-JavaScript and checkable by a test. The HTTP side (login, sessions) is ``api/dashboard.py``.
+JavaScript and checkable by a test. The HTTP side (login, sessions) is ``home.py``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The OpenAI front doors: /v1/chat/completions, completions, embeddings, images, moderations,
 audio speech, and the model list (``GET /v1/models``, ``GET /v1/models/{id}``).
 
-Each is a door (``api/doors.py``) on the one pipeline (``api/pipeline.py``): chat completions
+Each is a door (``api/v1/doors.py``) on the one pipeline (``api/v1/pipeline.py``): chat completions
 reach a provider of any chat format (translated when it speaks another); the other operations
 pass through to the providers that offer them. Uploads (audio transcriptions and translations,
-image edits) are in ``api/uploads.py``.
+image edits) are in ``api/v1/uploads.py``.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.access.auth import client_credential
-from gateway.api.doors import CHAT, COMPLETIONS, EMBEDDINGS, IMAGES, MODERATIONS, SPEECH
 from gateway.api.endpoint import Guard, door_route, endpoint
 from gateway.api.http import error_response, json_response
-from gateway.api.model_availability import availability
-from gateway.api.pipeline import allowed_models, handle
-from gateway.api.uploads import handle_speech
+from gateway.api.v1.doors import CHAT, COMPLETIONS, EMBEDDINGS, IMAGES, MODERATIONS, SPEECH
+from gateway.api.v1.model_availability import availability
+from gateway.api.v1.pipeline import allowed_models, handle
+from gateway.api.v1.uploads import handle_speech
 from gateway.errors import GatewayError, InvalidRequest, NotFound, ServiceUnavailable, echo
 from gateway.routing.policy import Policy
 from gateway.services import Services

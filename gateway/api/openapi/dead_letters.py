@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.api.openapi_operations import admin, query
-from gateway.api.openapi_schemas import (
+from gateway.api.openapi.operations import admin, query
+from gateway.api.openapi.schemas import (
     INTEGER,
     LABEL,
     STRING,

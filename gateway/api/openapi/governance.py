@@ -8,8 +8,8 @@ from typing import Any
 
 from gateway.access.admins import ROLES
 from gateway.access.teams import TEAM_ID_PATTERN
-from gateway.api.openapi_operations import ADMIN_ERRORS, DAY, admin, csv_report, query, record_admin
-from gateway.api.openapi_schemas import (
+from gateway.api.openapi.operations import ADMIN_ERRORS, DAY, admin, csv_report, query, record_admin
+from gateway.api.openapi.schemas import (
     ALERT_THRESHOLDS,
     BOOLEAN,
     BUDGET_MODE,

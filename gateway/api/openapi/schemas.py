@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.access.key_models import MAX_GRACE_S
-from gateway.api.request_models import ROLES
+from gateway.api.v1.request_models import ROLES
 from gateway.cache.stats import COUNTERS as CACHE_COUNTERS
 from gateway.ledger.event import MAX_TAG_LENGTH, MAX_TAGS
 from gateway.ledger.record import MAX_LABEL_LENGTH

@@ -34,12 +34,12 @@ from gateway.api.caching import (
     reserve_and_look_up,
     served_from_cache,
 )
-from gateway.api.doors import Door
 from gateway.api.envelopes import error_response, stream_error
 from gateway.api.http import JSON, read_body
-from gateway.api.request_end import ClosingStreamingResponse, V1Call, durable
 from gateway.api.strict_json import parse_json_object
 from gateway.api.translation import Answer, Exchange, broken_answer
+from gateway.api.v1.doors import Door
+from gateway.api.v1.request_end import ClosingStreamingResponse, V1Call, durable
 from gateway.errors import GatewayError, RateLimited, ServiceUnavailable, UpstreamError
 from gateway.formats.errors import FormatError
 from gateway.formats.internal import FormatName

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.api.validation import (
+from gateway.api.v1.validation import (
     validate_chat,
     validate_completion,
     validate_embedding,

@@ -15,9 +15,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.api.doors import RESPONSES
 from gateway.api.endpoint import Guard, endpoint
-from gateway.api.pipeline import handle
+from gateway.api.v1.doors import RESPONSES
+from gateway.api.v1.pipeline import handle
 from gateway.services import Services
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.api.request_models import (
+from gateway.api.v1.request_models import (
     ROLES,
     ChatRequest,
     CompletionRequest,

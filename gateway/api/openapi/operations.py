@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.api.openapi_schemas import ref
+from gateway.api.openapi.schemas import ref
 
 JSON = "application/json"
 Operation = dict[str, Any]
