@@ -48,9 +48,9 @@ from gateway.cache import (
     request_key,
 )
 from gateway.errors import InvalidRequest
+from gateway.formats.internal import Usage
 from gateway.formats.openai_chat.relay import ChatRelay
 from gateway.formats.relay import StreamRelay
-from gateway.metering.gate import Usage
 from gateway.providers.forwarding import listed_headers
 from gateway.routing.router import Candidate, RoutePlan
 

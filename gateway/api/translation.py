@@ -25,11 +25,10 @@ from gateway.api.v1.doors import CHAT_PATHS, Door
 from gateway.errors import UpstreamError
 from gateway.formats import anthropic_messages, wire_format
 from gateway.formats.errors import FormatError, Untranslatable
-from gateway.formats.internal import ChatRequest, FormatName
+from gateway.formats.internal import ChatRequest, FormatName, Usage
 from gateway.formats.openai_chat.relay import ChatRelay
 from gateway.formats.relay import StreamRelay, stream_relay, usage_of
 from gateway.formats.sampling_defaults import apply_defaults, unset_defaults
-from gateway.metering.gate import Usage
 from gateway.providers.base import UpstreamResponse, unsupported
 from gateway.routing.policy import AUTO_MODEL, ModelDefaults, ProviderConfig
 
@@ -163,13 +162,13 @@ class Exchange:
         """The client's answer from a provider's JSON answer in ``target``."""
         client = self.door.format
         if target == client:
-            return Answer(upstream.body, Usage.of(usage_of(client, upstream.data)))
+            return Answer(upstream.body, usage_of(client, upstream.data))
         try:
             response = wire_format(target).parse_response(upstream.data)
             rendered = wire_format(client).render_response(response, self.request(provider))
         except FormatError as exc:
             raise broken_answer(exc, provider) from None
-        return Answer(orjson.dumps(rendered), Usage.of(response.usage))
+        return Answer(orjson.dumps(rendered), response.usage)
 
     def relay(self, target: FormatName) -> StreamRelay:
         """What turns a provider's stream in ``target`` into the client's."""

@@ -22,8 +22,9 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.formats.internal import Usage
 from gateway.metering.attribution import NOBODY, Attribution
-from gateway.metering.gate import Usage, cost_of
+from gateway.metering.gate import cost_of
 from gateway.metering.ledger import UsageError, UsageEvent
 from gateway.metering.limits import Limiter, LimiterUnavailable, Reservation
 from gateway.metering.settler import SettleBatcher, Settlement
@@ -91,7 +92,7 @@ class Accountant:
                 usage = books.estimate
         model = books.served_model or books.plan.candidates[0].model
         provider = books.served_provider or books.plan.candidates[0].provider
-        tokens = usage.total if usage else 0
+        tokens = usage.total_tokens if usage else 0
         cost = cost_of(books.policy, model, usage) if usage else 0
         if books.cache_hit:
             source, tokens, cost = "cache", 0, 0

@@ -42,11 +42,10 @@ from gateway.api.v1.doors import Door
 from gateway.api.v1.request_end import ClosingStreamingResponse, V1Call, durable
 from gateway.errors import GatewayError, RateLimited, ServiceUnavailable, UpstreamError
 from gateway.formats.errors import FormatError
-from gateway.formats.internal import FormatName
+from gateway.formats.internal import FormatName, Usage
 from gateway.formats.relay import StreamRelay
 from gateway.metering.accounting import Accounting
 from gateway.metering.attribution import take_attribution
-from gateway.metering.gate import Usage
 from gateway.providers.base import PhasedStream, Provider, UpstreamStream
 from gateway.providers.forwarding import forwarded_headers
 from gateway.redact import redact
@@ -415,7 +414,7 @@ async def _stream(
             outcome.status = 200
             result.succeeded()  # a clean end: only now a success for breaker and latency
             if keeper is not None:
-                keeper.keep(served, Usage.of(relay.usage))
+                keeper.keep(served, relay.usage)
         except UpstreamError as exc:
             outcome.status = exc.status
             error = exc.message
@@ -459,6 +458,6 @@ def _meter(call: V1Call, relay: StreamRelay, metered: bool) -> None:
     books = call.books
     assert books is not None
     books.streamed_chunks = relay.produced
-    usage = Usage.of(relay.usage)
+    usage = relay.usage
     if usage is not None:
         call.outcome.usage = usage if metered else NOTHING

@@ -19,9 +19,9 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from gateway.cache import BYPASS, CACHE_HEADER
+from gateway.formats.internal import Usage
 from gateway.metering.accounting import Accounting
 from gateway.metering.attribution import NOBODY
-from gateway.metering.gate import Usage
 from gateway.routing.dispatch import AttemptRecord
 from gateway.routing.router import Candidate, RoutePlan
 from gateway.server.exchange import request_id_of, when_answered

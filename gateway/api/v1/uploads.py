@@ -43,8 +43,8 @@ from gateway.api.v1.pipeline import (
 )
 from gateway.api.v1.request_end import V1Call
 from gateway.errors import InvalidRequest, PayloadTooLarge, UpstreamError
+from gateway.formats.internal import Usage
 from gateway.formats.openai_chat.relay import chat_usage
-from gateway.metering.gate import Usage
 from gateway.providers.base import RawReply, unsupported
 from gateway.routing import operations
 from gateway.routing.router import Candidate
@@ -90,7 +90,7 @@ def reply_answer(reply: RawReply) -> Answer:
             data = None
         found = data.get("usage") if isinstance(data, dict) else None
         if isinstance(found, dict):
-            usage = Usage.of(chat_usage(found))
+            usage = chat_usage(found)
     return Answer(reply.body, usage)
 
 
