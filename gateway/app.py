@@ -38,6 +38,7 @@ from gateway.api.dashboard.view import DashboardRenderer
 from gateway.api.http import error_response
 from gateway.api.request_headers import HeaderGuardMiddleware
 from gateway.api.v1 import anthropic, openai, responses, uploads
+from gateway.api.v1.pipeline import V1Pipeline
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, echo
 from gateway.logs import LazyFlushStream, build_logger
 from gateway.server.exchange import ExchangeMiddleware, record_wire_rejection, request_id_of
@@ -92,7 +93,7 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
                 # for tests; handlers get theirs from the lifespan state.
                 app.state.services = services
                 with sigterm_drain(drain, settings.shutdown_grace_s, log), _startup_frozen():
-                    yield {"services": services}
+                    yield {"services": services, "v1": V1Pipeline(services)}
         except SettingsError as exc:
             # Start-up refused (a pepper that does not match this Redis's): said once, plainly.
             app.state.startup_error = str(exc)

@@ -11,27 +11,7 @@ goes only to providers that offer it (kind ``anthropic``) and is not charged.
 
 from __future__ import annotations
 
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
-
-from gateway.api.endpoint import Guard, endpoint
 from gateway.api.v1.doors import COUNT_TOKENS, MESSAGES
-from gateway.api.v1.pipeline import handle
-from gateway.services import Services
+from gateway.api.v1.pipeline import door_route
 
-
-async def messages(request: Request, services: Services) -> Response:
-    """``POST /v1/messages``"""
-    return await handle(request, services, MESSAGES)
-
-
-async def count_tokens(request: Request, services: Services) -> Response:
-    """``POST /v1/messages/count_tokens``"""
-    return await handle(request, services, COUNT_TOKENS)
-
-
-routes = [
-    Route("/v1/messages", endpoint(messages, Guard.NONE), methods=["POST"]),
-    Route("/v1/messages/count_tokens", endpoint(count_tokens, Guard.NONE), methods=["POST"]),
-]
+routes = [door_route(MESSAGES), door_route(COUNT_TOKENS)]

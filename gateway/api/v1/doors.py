@@ -11,6 +11,7 @@ also where the body goes when the provider speaks the door's format.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,14 +28,8 @@ from gateway.errors import InvalidRequest
 from gateway.formats import anthropic_messages, openai_responses
 from gateway.formats.errors import FormatError
 from gateway.formats.internal import ChatRequest, FormatName
+from gateway.formats.translation import ClientSide
 from gateway.routing import operations
-
-# Where a chat request goes at a provider that speaks each format.
-CHAT_PATHS: dict[FormatName, str] = {
-    "openai_chat": "/chat/completions",
-    "anthropic_messages": "/messages",
-    "openai_responses": "/responses",
-}
 
 # A door's check of a parsed JSON body: a 400 for a bad one; the internal request when the
 # check parsed it into one anyway (None: parsed later, only if a translation needs it).
@@ -56,6 +51,17 @@ class Door:
     metered: bool = True
     # True: it generates text, so the model's sampling defaults (policy ``defaults:``) apply.
     samples: bool = False
+
+    @functools.cached_property
+    def client_side(self) -> ClientSide:
+        """What the translation of its requests needs to know of it."""
+        return ClientSide(
+            self.format,
+            self.path,
+            translates=self.translatable,
+            samples=self.samples,
+            legacy=self.route == "completions",
+        )
 
 
 def client_error(exc: FormatError) -> InvalidRequest:
@@ -154,4 +160,28 @@ SPEECH = Door(
     "openai_chat",
     _checked_by(validate_speech),
     operation=operations.SPEECH,
+)
+
+
+def _unchecked(body: dict[str, Any]) -> None:
+    return None
+
+
+# Multipart uploads (``uploads.py``): their form fields are read for routing only.
+TRANSCRIPTIONS = Door(
+    "audio.transcriptions",
+    "/audio/transcriptions",
+    "openai_chat",
+    _unchecked,
+    operation=operations.TRANSCRIPTION,
+)
+TRANSLATIONS = Door(
+    "audio.translations",
+    "/audio/translations",
+    "openai_chat",
+    _unchecked,
+    operation=operations.TRANSCRIPTION,
+)
+IMAGE_EDITS = Door(
+    "images.edits", "/images/edits", "openai_chat", _unchecked, operation=operations.IMAGES
 )

@@ -1,75 +1,311 @@
-"""The one /v1 pipeline, whatever the front door: a stage a line in ``_pipeline``.
+"""The one /v1 pipeline, whatever the front door: a stage a line in ``V1Pipeline.answer``.
 
 read the body → authenticate (a bearer or ``x-api-key``) → check it at the door → plan the
-route → reserve limits (the one Redis round trip) → dispatch (the dispatcher tries the
-candidates; each attempt speaks the candidate's format, translated when it is not the
-client's) → relay the answer. Its end (settle, usage record, access line, metrics) is
-``V1Call.end`` (``api/request_end.py``). The door (``api/doors.py``) decides what differs by
-format: the checks, the error envelope, the rendering of answers and streams. Streams are
-relayed event by event as they arrive; a failure after the first byte ends the stream with the
-client format's error event, never a clean end. Uploads (``api/uploads.py``) share every
-stage but the reading of their body.
+route → reserve limits (the one Redis round trip; the response cache's lookup beside it) →
+dispatch (the dispatcher tries the candidates, each with a provider-side attempt:
+``providers/attempt.py``) → the answer (JSON, or a stream relayed event by event:
+``stream.py``). Each stage gets what it needs and returns what it made; the request's books
+are opened with it and closed at its one end, JSON or stream, answered or refused
+(``request_end.py``). The door (``doors.py``) decides what differs by format: the checks, the
+error envelope, the rendering of answers and streams. Speech and uploads (``uploads.py``)
+share every stage but the reading and the sending of their body.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 from gateway.access.auth import Principal, client_credential
-from gateway.api.caching import (
-    SSE_HEADERS,
+from gateway.api.endpoint import Guard, endpoint
+from gateway.api.envelopes import error_body
+from gateway.api.http import read_body
+from gateway.api.strict_json import parse_json_object
+from gateway.api.v1.doors import Door
+from gateway.api.v1.request_end import Call, Calls, Failed, Reply, answer_headers
+from gateway.api.v1.stream import NOTHING, SSE_HEADERS, StreamReply
+from gateway.cache import BYPASS, HIT, MISS, CacheEntry, CacheUnavailable, Lookup
+from gateway.cache.request import (
+    CACHEABLE_ROUTES,
     CachedRequest,
     StreamKeeper,
     cache_directive,
-    cache_plan,
-    keep_answer,
-    reserve_and_look_up,
-    served_from_cache,
+    cached_request,
+    keep_json,
 )
-from gateway.api.envelopes import error_response, stream_error
-from gateway.api.http import JSON, read_body
-from gateway.api.strict_json import parse_json_object
-from gateway.api.translation import Answer, Exchange, broken_answer
-from gateway.api.v1.doors import Door
-from gateway.api.v1.request_end import ClosingStreamingResponse, V1Call, durable
 from gateway.errors import GatewayError, RateLimited, ServiceUnavailable, UpstreamError
-from gateway.formats.errors import FormatError
-from gateway.formats.internal import FormatName, Usage
-from gateway.formats.relay import StreamRelay
+from gateway.formats.internal import Usage
+from gateway.formats.translation import Translation
 from gateway.metering.accounting import Accounting
 from gateway.metering.attribution import take_attribution
-from gateway.providers.base import PhasedStream, Provider, UpstreamStream
-from gateway.providers.forwarding import forwarded_headers
+from gateway.metrics import Metrics
+from gateway.providers.attempt import Answer, JsonAttempt, StreamAttempt, Upstreams
+from gateway.providers.forwarding import listed_headers
 from gateway.redact import redact
 from gateway.routing.dispatch import AttemptRecord, DispatchResult
-from gateway.routing.policy import Policy, ProviderConfig
+from gateway.routing.policy import Policy
 from gateway.routing.router import Candidate, RoutePlan
-from gateway.server.exchange import CLIENT_GONE
+from gateway.server.exchange import CLIENT_GONE, request_id_of
 from gateway.services import Services
-from gateway.tracing import AttemptTrace
+from gateway.tracing import RequestTrace
 
-# The usage event's id (gateway-made, so a client cannot replay one to dodge its charges).
-USAGE_ID_HEADER = "x-switchyard-usage-id"
-NOTHING = Usage(0, 0)
+# What a door's request is answered by: the JSON doors' stages, speech's, an upload's.
+Answering = Callable[["V1Pipeline", Call, Door], Awaitable[Reply]]
 
 
-@dataclass(frozen=True)
-class Served:
-    """What an attempt hands back: the JSON answer, or the open stream and its format."""
+class V1Pipeline:
+    """The /v1 pipeline's parts, built once by the app from the services, and its stages."""
 
-    answer: Answer | None = None
-    stream: UpstreamStream | None = None
-    target: FormatName = "openai_chat"
-    reply_type: str = JSON
-    route_note: str | None = None  # which replica of a fleet served, and why
+    def __init__(self, services: Services) -> None:
+        settings = services.settings
+        self.max_body_bytes = settings.max_body_bytes
+        self.max_upload_bytes = settings.max_upload_bytes
+        self.auth = services.auth
+        self.policies = services.policies
+        self.router = services.router
+        self.gate = services.gate
+        self.cache = services.cache
+        self.dispatcher = services.dispatcher
+        self.providers = services.providers
+        self.metrics = services.metrics
+        self.log = services.log
+        self.tracing = services.tracing
+        self.calls = Calls(
+            services.accountant,
+            services.metrics,
+            services.log,
+            services.tracing,
+            access_log=settings.access_log,
+        )
+
+    async def serve(self, request: Request, door: Door, answering: Answering) -> Response:
+        """One request at ``door`` from its first byte to its end: answered, or refused in
+        the door's envelope, then ended once."""
+        call = self.calls.open(request, door.route)
+        try:
+            reply = await answering(self, call, door)
+        except GatewayError as exc:
+            reply = self.refused(call.books, door, exc)
+        except ClientDisconnect as exc:
+            reply = Failed(CLIENT_GONE, exc)
+        except Exception as exc:  # a bug: the exchange middleware answers with the catch-all 500
+            reply = Failed(500, exc)
+        except asyncio.CancelledError as exc:  # the server stopping: ended, then cancelled on
+            reply = Failed(CLIENT_GONE, exc)
+        return await self.calls.deliver(call, reply)
+
+    async def answer(self, call: Call, door: Door) -> Reply:
+        """A JSON door's request (a chat door's answer may stream)."""
+        request, books = call.request, call.books
+        body = await read_body(request, self.max_body_bytes)
+        principal = await self.authenticate(call)
+        raw = parse_json_object(body)  # after auth: strangers learn nothing of the schema
+        books.attribution = take_attribution(raw, request.headers, principal.record.tags)
+        translation = Translation(door.client_side, raw, door.check(raw))
+        call.trace.request(door.route, raw)
+        directive = cache_directive(request.headers)
+        plan, policy = self.plan(books, raw, principal, door, request.headers)
+        cached = self.cache_plan(door, raw, principal, plan, directive, request.headers)
+        hit = await self.reserve(call, raw, principal, plan, policy, cached)
+        if hit is not None:
+            return cache_hit(books, door, raw, plan, hit, call.trace)
+        if door.streamable and raw.get("stream") is True:
+            return await self.stream(call, door, translation, plan, policy, cached)
+        attempt = JsonAttempt(self.upstreams(call, policy), translation, request.receive)
+        result = await self.dispatcher.run(plan, attempt)
+        reply = self.answered(call, door, plan, result)
+        if cached is not None:
+            keep_json(self.cache, cached, result.candidate, result.value.body, reply.usage)
+        return reply
+
+    async def authenticate(self, call: Call) -> Principal:
+        credential = client_credential(call.request.headers)
+        with call.trace.stage("authenticate"):
+            principal = await self.auth.authenticate(credential)
+        call.books.key_id, call.books.team = principal.key_id, principal.record.team or ""
+        return principal
+
+    def plan(
+        self,
+        books: Accounting,
+        raw: dict[str, Any],
+        principal: Principal,
+        door: Door,
+        headers: Mapping[str, str],
+    ) -> tuple[RoutePlan, Policy]:
+        """The ordered candidates, each one a model that serves the door's operation, and the
+        policy they come from; from now on the request leaves a usage event, failed or not."""
+        policies = self.policies
+        if not policies.loaded:
+            raise ServiceUnavailable("no routing policy is loaded", code="policy_not_loaded")
+        plan = self.router.plan(
+            body=raw,
+            headers=headers,
+            key_id=principal.key_id,
+            allowed_models=allowed_models(principal, policies.current.policy),
+            operation=door.operation,
+        )
+        books.plan, books.policy = plan, plan.policy or policies.current.policy
+        return plan, books.policy
+
+    def cache_plan(
+        self,
+        door: Door,
+        raw: dict[str, Any],
+        principal: Principal,
+        plan: RoutePlan,
+        directive: Any,
+        headers: Mapping[str, str],
+    ) -> CachedRequest | None:
+        """The response cache's part in this request (None: ``bypass``)."""
+        config = plan.cache_policy() if door.route in CACHEABLE_ROUTES else None
+        if config is None:
+            return None
+        return cached_request(
+            self.cache,
+            route=door.route,
+            body=raw,
+            stream=door.streamable and raw.get("stream") is True,
+            first=plan.candidates[0],
+            config=config,
+            directive=directive,
+            team=principal.record.team,
+            key_id=principal.key_id,
+            forwarded=listed_headers(headers, plan.forwarded_header_names()),
+        )
+
+    async def reserve(
+        self,
+        call: Call,
+        raw: dict[str, Any],
+        principal: Principal,
+        plan: RoutePlan,
+        policy: Policy,
+        cached: CachedRequest | None,
+    ) -> CacheEntry | None:
+        """The key's limits for the request's worst case: the one Redis round trip before the
+        upstream call; the cache's lookup beside it, one round trip's wait for both. A hit is
+        the answer (it counts against the key's limits like any request); a refused
+        reservation raises as it would alone (its answer says ``bypass``); an unreachable
+        cache is a request served uncached."""
+        books = call.books
+
+        async def reserving() -> None:
+            with call.trace.stage("limits"):
+                books.reservation, books.estimate = await self.gate.reserve(
+                    principal, plan, raw, policy, books.record_id, books.route
+                )
+
+        if cached is None:
+            await reserving()
+            return None
+        _, found = await asyncio.gather(reserving(), self._look_up(call.trace, cached))
+        if found is None:
+            return None
+        cached.epoch = found.epoch
+        books.cache = HIT if found.entry is not None else MISS
+        return found.entry
+
+    async def _look_up(self, trace: RequestTrace, cached: CachedRequest) -> Lookup | None:
+        with trace.stage("cache") as stage:
+            try:
+                found = await self.cache.lookup(
+                    cached.scope, cached.key, cached.policy, max_age_s=cached.directive.max_age_s
+                )
+            except CacheUnavailable as exc:
+                self.log.warning("cache_unavailable", error=str(exc))
+                stage.set("switchyard.cache", BYPASS)
+                return None
+            stage.set("switchyard.cache", HIT if found.entry is not None else MISS)
+            return found
+
+    def upstreams(self, call: Call, policy: Policy) -> Upstreams:
+        """Where this request's tries go: the providers of ``policy``, with the client's
+        headers that may go on, each try a span of its own."""
+        request = call.request
+        return Upstreams(
+            self.providers, policy, request.headers, request_id_of(request), call.trace
+        )
+
+    async def stream(
+        self,
+        call: Call,
+        door: Door,
+        translation: Translation,
+        plan: RoutePlan,
+        policy: Policy,
+        cached: CachedRequest | None,
+    ) -> Reply:
+        """Dispatch, then relay the served candidate's stream event by event."""
+        books = call.books
+        books.streamed = True
+        attempt = StreamAttempt(self.upstreams(call, policy), translation)
+        result = await self.dispatcher.run(plan, attempt, hold=True)
+        route = self.served(books, plan, result)
+        return StreamReply(
+            {**answer_headers(books), **route},
+            result=result,
+            relay=translation.relay(result.value.target),
+            client=door.format,
+            metered=door.metered,
+            books=books,
+            keeper=StreamKeeper(self.cache, cached) if cached is not None else None,
+            metrics=self.metrics,
+            trace=call.trace,
+            tracing=self.tracing.enabled,
+        )
+
+    def served(
+        self, books: Accounting, plan: RoutePlan, result: DispatchResult[Any]
+    ) -> dict[str, str]:
+        """Note who served, after how many tries, and the time the gateway itself took;
+        returns the route headers that say so."""
+        served: Candidate = result.candidate
+        books.served_model, books.served_provider = served.model, served.provider
+        books.route_reason, books.attempts = served.reason, len(result.attempts)
+        count_attempts(self.metrics, plan, result.attempts, served)
+        upstream_s = sum(attempt.duration_s for attempt in result.attempts)
+        elapsed = time.perf_counter() - books.started
+        self.metrics.overhead.labels(books.route).observe(max(elapsed - upstream_s, 0.0))
+        return route_headers(plan, served, result.attempts, result.value.route_note)
+
+    def answered(
+        self, call: Call, door: Door, plan: RoutePlan, result: DispatchResult[Answer]
+    ) -> Reply:
+        """The whole (JSON or raw) answer of the candidate that served."""
+        route = self.served(call.books, plan, result)
+        answer = result.value
+        if self.tracing.enabled and door.format == "openai_chat":
+            call.trace.observe_response(_json_or_none(answer.body))
+        return Reply(
+            200,
+            {**answer_headers(call.books), **route},
+            answer.body,
+            answer.media_type,
+            usage=answer.usage if door.metered else NOTHING,
+        )
+
+    def refused(self, books: Accounting, door: Door, exc: GatewayError) -> Reply:
+        """The client's error envelope, and what the failure tells the metrics and the books."""
+        metrics, provider = self.metrics, None
+        if isinstance(exc, UpstreamError) and exc.provider and books.served_provider is None:
+            provider = exc.provider
+            metrics.upstream_errors.labels(exc.provider, exc.kind).inc()
+        failed_attempts = getattr(exc, "attempts", None)
+        if failed_attempts:
+            count_attempts(metrics, None, failed_attempts, None)
+        if isinstance(exc, RateLimited):
+            metrics.rate_limited.labels(exc.code or "rate_limit_exceeded").inc()
+        books.attempts = len(failed_attempts or ())
+        headers = {**answer_headers(books), **exc.headers}
+        return Reply(exc.status, headers, error_body(door.format, exc), provider=provider)
 
 
 def allowed_models(principal: Principal, policy: Policy) -> frozenset[str] | None:
@@ -78,6 +314,23 @@ def allowed_models(principal: Principal, policy: Policy) -> frozenset[str] | Non
     if models is None:
         return None
     return frozenset(policy.resolve_model(name) or name for name in models)
+
+
+def count_attempts(
+    metrics: Metrics,
+    plan: RoutePlan | None,
+    attempts: list[AttemptRecord],
+    served: Candidate | None,
+) -> None:
+    """Count every try (ok, failed, skipped), and a fallback when another than the first
+    candidate served."""
+    counter = metrics.upstream_attempts
+    for record in attempts:
+        counter.labels(record.provider, record.model, record.outcome).inc()
+    if served is not None and plan is not None and plan.candidates:
+        first = plan.candidates[0].model
+        if first != served.model:
+            metrics.fallbacks.labels(first, served.model).inc()
 
 
 def route_headers(
@@ -100,350 +353,39 @@ def route_headers(
     }
 
 
-async def handle(request: Request, services: Services, door: Door) -> Response:
-    """A JSON door's request, from its first byte to its end."""
-    return await run(request, services, door, lambda call: _pipeline(call, door))
-
-
-async def run(
-    request: Request,
-    services: Services,
+def cache_hit(
+    books: Accounting,
     door: Door,
-    pipeline: Callable[[V1Call], Awaitable[Response]],
-) -> Response:
-    """``pipeline`` for one request; its refusals in the door's envelope, its end once."""
-    call = V1Call(request, services, door.route)
-    response: Response | None = None
-    try:
-        response = await pipeline(call)
-    except GatewayError as exc:
-        response = refused(call, door, exc)
-    except ClientDisconnect:
-        call.outcome.status = CLIENT_GONE
-        raise
-    except Exception:  # a bug: the exchange middleware answers with the catch-all 500
-        call.outcome.status = 500
-        raise
-    finally:
-        # A stream ends in its relay; any other request ends here, answered or not.
-        recorded = None if call.streaming else call.end()
-    await durable(recorded)  # the answer leaves once its usage record is durable
-    return response
-
-
-async def _pipeline(call: V1Call, door: Door) -> Response:
-    body = await read_body(call.request, call.services.settings.max_body_bytes)
-    principal = await authenticate(call)
-    raw = parse_json_object(body)  # after auth: strangers learn nothing of the schema
-    attribute(call, raw, principal)
-    exchange = Exchange(door, raw, door.check(raw))
-    call.trace.request(door.route, raw)
-    directive = cache_directive(call)
-    plan = plan_route(call, raw, principal, door)
-    cached = cache_plan(call, door, raw, principal, plan, directive)
-    if cached is None:
-        await reserve(call, raw, principal, plan)
-    else:  # the lookup beside the reservation: one round trip's wait for both
-        hit = await reserve_and_look_up(call, cached, reserve(call, raw, principal, plan))
-        if hit is not None:
-            return served_from_cache(call, door, raw, plan, hit)
-    if door.streamable and raw.get("stream") is True:
-        return await _stream(call, exchange, plan, cached)  # dispatch, then relay by event
-    result = await call.services.dispatcher.run(plan, _json_attempt(call, exchange))
-    response = answered(call, plan, result, door)
-    if cached is not None:
-        answer = result.value.answer
-        assert answer is not None
-        keep_answer(call, cached, result.candidate, answer, call.outcome.usage)
-    return response
-
-
-async def authenticate(call: V1Call) -> Principal:
-    credential = client_credential(call.request.headers)
-    with call.trace.stage("authenticate"):
-        principal = await call.services.auth.authenticate(credential)
-    call.outcome.key_id = principal.key_id
-    return principal
-
-
-def attribute(call: V1Call, raw: dict[str, Any], principal: Principal) -> None:
-    """The end user and tags the request is charged to (a 400 when malformed); the gateway's
-    own ``metadata.tags`` leaves the body before it is checked and sent upstream."""
-    call.attribution = take_attribution(raw, call.request.headers, principal.record.tags)
-
-
-def plan_route(call: V1Call, raw: dict[str, Any], principal: Principal, door: Door) -> RoutePlan:
-    """The ordered candidates, each one a model that serves the door's operation; the
-    request's books open here (from now on it leaves a usage event, failed or not)."""
-    policies = call.services.policies
-    if not policies.loaded:
-        raise ServiceUnavailable("no routing policy is loaded", code="policy_not_loaded")
-    plan = call.services.router.plan(
-        body=raw,
-        headers=call.request.headers,
-        key_id=principal.key_id,
-        allowed_models=allowed_models(principal, policies.current.policy),
-        operation=door.operation,
+    raw: dict[str, Any],
+    plan: RoutePlan,
+    entry: CacheEntry,
+    trace: RequestTrace,
+) -> Reply:
+    """A hit: the stored answer, byte for byte what the first client got, booked as usage
+    from the cache (no cost, no upstream tokens against TPM)."""
+    books.served_model, books.served_provider = entry.model, entry.provider
+    books.route_reason = "cache"
+    stored = entry.usage
+    usage = None
+    if stored is not None:
+        usage = Usage(stored.prompt_tokens, stored.completion_tokens, stored.prompt_tokens)
+    headers = answer_headers(books)
+    headers["x-switchyard-model"] = entry.model
+    headers["x-switchyard-provider"] = entry.provider
+    headers["x-switchyard-route"] = (
+        f"task={plan.task or '-'}; strategy={plan.strategy}; reason=cache"
     )
-    outcome = call.outcome
-    outcome.task, outcome.strategy = plan.task, plan.strategy
-    call.books = Accounting(
-        record_id=uuid.uuid4().hex,
-        key_id=principal.key_id,
-        team=principal.record.team or "",
-        route=call.route,
-        started=outcome.started,
-        plan=plan,
-        policy=plan.policy or policies.current.policy,
-        attribution=call.attribution,
-    )
-    outcome.record_id = call.books.record_id
-    call.headers[USAGE_ID_HEADER] = call.books.record_id
-    return plan
-
-
-async def reserve(call: V1Call, raw: dict[str, Any], principal: Principal, plan: RoutePlan) -> None:
-    """The key's limits for the request's worst case: the one Redis round trip before the
-    upstream call."""
-    books = call.books
-    assert books is not None and books.policy is not None
-    with call.trace.stage("limits"):
-        books.reservation, books.estimate = await call.services.gate.reserve(
-            principal, plan, raw, books.policy, books.record_id, call.route
-        )
-    if books.reservation is not None:
-        call.headers.update(books.reservation.headers)
-
-
-class Upstream:
-    """A candidate's provider and what every call to it carries (the forwarded headers)."""
-
-    def __init__(self, call: V1Call, candidate: Candidate) -> None:
-        books = call.books
-        assert books is not None and books.policy is not None
-        self.config: ProviderConfig = books.policy.providers[candidate.provider]
-        self.provider: Provider = call.services.providers.get(candidate.provider, self.config)
-        self.headers = forwarded_headers(
-            call.request.headers, self.config.forward_headers, call.outcome.request_id
-        )
-
-    def traced(self, call: V1Call, candidate: Candidate) -> AttemptTrace:
-        """This try's span (retries and fallbacks each get one); its ``traceparent`` goes
-        upstream in place of the client's."""
-        call.tries += 1
-        tried = call.trace.attempt(
-            number=call.tries,
-            provider=candidate.provider,
-            model=candidate.model,
-            upstream_model=candidate.upstream_model,
-            local=self.config.kind == "local",
-        )
-        tried.inject(self.headers)
-        return tried
-
-
-def end_stream_try(tried: AttemptTrace, status: int) -> None:
-    """The served try of a stream ends with the stream (cut, or the client gone)."""
-    if status == 200:
-        tried.end("ok", status=200)
-    else:
-        tried.end("cancelled" if status == CLIENT_GONE else "failed", status=status)
-
-
-def end_try(tried: AttemptTrace, error: BaseException) -> None:
-    """A try that raised: its status and kind (never the message: it may quote upstream)."""
-    if isinstance(error, UpstreamError):
-        tried.end("failed", status=error.status, error_type=error.kind)
-    else:
-        tried.end("failed", error_type=type(error).__name__)
-
-
-def note_served(call: V1Call, plan: RoutePlan, result: DispatchResult[Any]) -> Candidate:
-    """Note who served, after how many tries, and the time the gateway itself took."""
-    served: Candidate = result.candidate
-    books, services = call.books, call.services
-    assert books is not None
-    books.served_model, books.served_provider = served.model, served.provider
-    books.attempts = len(result.attempts)
-    call.outcome.note_dispatch(services, plan, result.attempts, served)
-    call.headers.update(route_headers(plan, served, result.attempts, result.value.route_note))
-    upstream_s = sum(attempt.duration_s for attempt in result.attempts)
-    elapsed = time.perf_counter() - call.outcome.started
-    services.metrics.overhead.labels(call.route).observe(max(elapsed - upstream_s, 0.0))
-    return served
-
-
-def answered(call: V1Call, plan: RoutePlan, result: DispatchResult[Served], door: Door) -> Response:
-    """The JSON (or raw) answer of the candidate that served."""
-    note_served(call, plan, result)
-    answer = result.value.answer
-    assert answer is not None
-    call.outcome.usage = answer.usage if door.metered else NOTHING
-    if call.services.tracing.enabled and door.format == "openai_chat":
-        call.trace.observe_response(_json_or_none(answer.body))
-    return Response(
-        answer.body, status_code=200, headers=call.headers, media_type=result.value.reply_type
-    )
-
-
-def refused(call: V1Call, door: Door, exc: GatewayError) -> Response:
-    """The client's error envelope, and what the failure tells the metrics and the books."""
-    outcome, metrics = call.outcome, call.services.metrics
-    outcome.status = exc.status
-    if isinstance(exc, UpstreamError) and exc.provider and outcome.provider is None:
-        outcome.provider = exc.provider
-        metrics.upstream_errors.labels(exc.provider, exc.kind).inc()
-    failed_attempts = getattr(exc, "attempts", None)
-    if failed_attempts:
-        outcome.note_dispatch(call.services, None, failed_attempts, None)
-    if isinstance(exc, RateLimited):
-        metrics.rate_limited.labels(exc.code or "rate_limit_exceeded").inc()
-    if call.books is not None:
-        call.books.attempts = len(failed_attempts or ())
-    return error_response(door.format, exc, call.headers)
-
-
-def _prepare_try(
-    call: V1Call, exchange: Exchange, candidate: Candidate, *, stream: bool
-) -> tuple[Upstream, FormatName, str, dict[str, Any], AttemptTrace]:
-    """One upstream try's provider, wire format, path and body, and its trace span."""
-    upstream = Upstream(call, candidate)
-    target = exchange.target(candidate.provider, upstream.provider.formats)
-    assert call.books is not None and call.books.policy is not None
-    model = call.books.policy.models.get(candidate.model)
-    path, body = exchange.upstream_body(
-        target,
-        candidate.upstream_model,
-        stream=stream,
-        provider=candidate.provider,
-        config=upstream.config,
-        defaults=model.defaults if model is not None else None,
-    )
-    return upstream, target, path, body, upstream.traced(call, candidate)
-
-
-def _json_attempt(call: V1Call, exchange: Exchange) -> Callable[[Candidate], Awaitable[Served]]:
-    receive = call.request.receive
-
-    async def attempt(candidate: Candidate) -> Served:
-        upstream, target, path, body, tried = _prepare_try(call, exchange, candidate, stream=False)
-        provider = upstream.provider
-        try:
-            # A provider that works long before answering (the local engine) stops when the
-            # client hangs up.
-            reply = await provider.post_json(
-                path, body, headers=upstream.headers, client_gone=receive
-            )
-            if reply.phases is not None:
-                tried.engine_phases(reply.phases)
-            answer = exchange.answer(target, reply, candidate.provider)
-            served = Served(answer=answer, target=target, route_note=reply.route_note)
-        except BaseException as exc:
-            end_try(tried, exc)
-            raise
-        tried.end("ok", status=reply.status)
-        return served
-
-    return attempt
-
-
-async def _stream(
-    call: V1Call, exchange: Exchange, plan: RoutePlan, cached: CachedRequest | None
-) -> Response:
-    services, outcome, books = call.services, call.outcome, call.books
-    assert books is not None
-    outcome.stream = books.streamed = True
-
-    async def attempt(candidate: Candidate) -> Served:
-        upstream, target, path, body, tried = _prepare_try(call, exchange, candidate, stream=True)
-        provider = upstream.provider
-        try:
-            stream = await provider.open_stream(path, body, headers=upstream.headers)
-        except BaseException as exc:
-            end_try(tried, exc)
-            raise
-        call.held_try = tried
-        return Served(stream=stream, target=target, route_note=stream.route_note)
-
-    result = await services.dispatcher.run(plan, attempt, hold=True)
-    served = note_served(call, plan, result)
-    call.headers.update(SSE_HEADERS)
-    upstream = result.value.stream
-    assert upstream is not None and books.policy is not None
-    provider = services.providers.get(served.provider, books.policy.providers[served.provider])
-    relay = exchange.relay(result.value.target)
-    client = exchange.door.format
-    keeper = StreamKeeper(call, cached) if cached is not None else None
-    # Tracing on: the span reads the chunks' ids, finish reasons (and text, when captured).
-    observe = services.tracing.enabled and result.value.target == "openai_chat"
-
-    async def body() -> AsyncGenerator[bytes, None]:
-        error: str | None = None
-        last: bytes | None = None  # the stream's end or error: sent once the books are closed
-        outcome.status = 499  # until the stream completes: the client went away
-        try:
-            yield b""  # where a body that is never relayed stops (ClosingStreamingResponse)
-            try:
-                async for data in upstream.events():
-                    if books.ttft_ms is None:
-                        ttft_s = time.perf_counter() - outcome.started
-                        books.ttft_ms = int(ttft_s * 1000)
-                        services.metrics.ttft.labels(served.model).observe(ttft_s)
-                    if observe and data != b"[DONE]":
-                        call.trace.observe_chunk(_json_or_none(data))
-                    out = relay.feed(data)
-                    if keeper is not None:
-                        keeper.add(relay, out)
-                    if relay.finished:
-                        last = out
-                        break
-                    if out:
-                        yield out
-                else:
-                    last = relay.close()
-                    if relay.error is not None:
-                        raise UpstreamError(
-                            f"upstream provider {served.provider} ended the stream early",
-                            kind="protocol",
-                            provider=served.provider,
-                        )
-            except FormatError as exc:  # a translated stream that breaks its own format
-                raise broken_answer(exc, served.provider) from None
-            if relay.error is not None:
-                raise provider.stream_error(relay.error)
-            outcome.status = 200
-            result.succeeded()  # a clean end: only now a success for breaker and latency
-            if keeper is not None:
-                keeper.keep(served, relay.usage)
-        except UpstreamError as exc:
-            outcome.status = exc.status
-            error = exc.message
-            services.metrics.upstream_errors.labels(served.provider, exc.kind).inc()
-            # Too late to fall back, but the breaker must see it: a provider that always cuts
-            # its streams would otherwise stay in rotation.
-            result.failed()
-            last = stream_error(client, relay, exc)
-        finally:
-            # However it ends (done, cut, or the client gone): upstream closed, the provider
-            # slot given back (no verdict when the client went away), then the request's end.
-            _meter(call, relay, exchange.door.metered)
-            if services.tracing.enabled and isinstance(upstream, PhasedStream):
-                call.held_try.engine_phases(upstream.phases())
-            end_stream_try(call.held_try, outcome.status)
-            if keeper is not None and outcome.status != 200:
-                keeper.incomplete()
-            upstream.close()
-            result.release()
-            recorded = call.end(error)
-        await durable(recorded)  # the client sees the end of the stream once it is recorded
-        if last:
-            yield last
-
-    response = await ClosingStreamingResponse.started(
-        body(), status_code=200, headers=call.headers, media_type="text/event-stream"
-    )
-    call.streaming = True
-    return response
+    headers["age"] = str(entry.age_s(time.time_ns() // 1_000_000))
+    trace.set("switchyard.cache", HIT)
+    if entry.mode == "json":
+        return Reply(200, headers, entry.body, usage=usage)
+    books.streamed = True
+    options = raw.get("stream_options")
+    include_usage = isinstance(options, dict) and options.get("include_usage") is True
+    headers.update(SSE_HEADERS)
+    # Whole, at once: the usage record is durable before the answer goes out.
+    body = entry.sse_body(include_usage or door.format != "openai_chat")
+    return Reply(200, headers, body, "text/event-stream", usage=usage)
 
 
 def _json_or_none(data: bytes) -> Any:
@@ -453,11 +395,15 @@ def _json_or_none(data: bytes) -> Any:
         return None
 
 
-def _meter(call: V1Call, relay: StreamRelay, metered: bool) -> None:
-    """What the stream showed of its usage, for the books (whatever point it ended at)."""
-    books = call.books
-    assert books is not None
-    books.streamed_chunks = relay.produced
-    usage = relay.usage
-    if usage is not None:
-        call.outcome.usage = usage if metered else NOTHING
+def door_route(door: Door, answering: Answering = V1Pipeline.answer, note: str = "") -> Route:
+    """``POST /v1<door.path>``: ``door``'s requests on the app's pipeline, named after the
+    door's route label. ``Guard.NONE``: the pipeline authenticates as one of its stages, so
+    that its errors are in the client's format."""
+
+    async def handler(request: Request, services: Services) -> Response:
+        pipeline: V1Pipeline = request.state.v1  # built with the services, by the lifespan
+        return await pipeline.serve(request, door, answering)
+
+    handler.__name__ = door.route.replace(".", "_")
+    handler.__doc__ = f"``POST /v1{door.path}``{note}"
+    return Route(f"/v1{door.path}", endpoint(handler, Guard.NONE), methods=["POST"])

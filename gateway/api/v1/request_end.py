@@ -1,190 +1,237 @@
-"""The end of a /v1 request, written once: ``V1Call.end``.
+"""A /v1 request from its opening to its end, the end written and called once.
 
-A request that reached routing has books (``metering.accounting.Accounting``); at its end they
-are closed (the limiter's settle and the usage record, submitted to the settle batch: the
-future returned resolves once the record is durable), and its access log line and request
-metrics are written. ``end`` is called from one place for a JSON answer (the handler's
-``finally``) and one place for a stream (the relay's ``finally``); the caller awaits the future
-before the answer's last byte, or before ``[DONE]``, goes out.
+``Calls.open`` opens a request's books (``metering.accounting.Accounting``: from the first
+byte, never missing) and its span. The pipeline answers with a ``Reply``: a whole answer (JSON,
+an error envelope, a cached answer) or a stream relayed event by event (``stream.py``).
+``Calls.deliver`` sends either the same way: the body's pieces but the last, then the
+request's end (the books closed: the limiter's settle and the usage record, submitted to the
+settle batch; the span ended; the access line and request metrics written), then, once the
+usage record is durable, the last piece: a whole answer is its last piece alone, a stream's
+is its end or its error event. A request that failed on a bug ends the same way before the
+error goes on up (the exchange middleware answers the catch-all 500).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
-from gateway.cache import BYPASS, CACHE_HEADER
+from gateway.api.http import JSON
+from gateway.cache import CACHE_HEADER
 from gateway.formats.internal import Usage
-from gateway.metering.accounting import Accounting
-from gateway.metering.attribution import NOBODY
-from gateway.routing.dispatch import AttemptRecord
-from gateway.routing.router import Candidate, RoutePlan
+from gateway.metering.accounting import Accountant, Accounting
+from gateway.metrics import Metrics
 from gateway.server.exchange import request_id_of, when_answered
-from gateway.services import Services
-from gateway.tracing import NO_ATTEMPT, AttemptTrace
+from gateway.tracing import RequestTrace, Tracing
 from gateway.tracing.genai import INPUT_TOKENS, OUTPUT_TOKENS, RESPONSE_MODEL
 
+# The usage event's id (gateway-made, so a client cannot replay one to dodge its charges).
+USAGE_ID_HEADER = "x-switchyard-usage-id"
 
-class Outcome:
-    """What the access log line and the metrics say about one request."""
 
-    __slots__ = (
-        "attempts",
-        "key_id",
-        "model",
-        "provider",
-        "record_id",
-        "request_id",
-        "route_reason",
-        "started",
-        "status",
-        "strategy",
-        "stream",
-        "task",
-        "usage",
-    )
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One /v1 request on its way: the request, its books and its span."""
 
-    def __init__(self, request_id: str) -> None:
-        self.request_id = request_id
-        self.started = time.perf_counter()
-        self.key_id: str | None = None
-        self.record_id: str | None = None
-        self.model: str | None = None
-        self.provider: str | None = None
-        self.status = 200
-        self.stream = False
-        self.usage: Usage | None = None
-        self.task: str | None = None
-        self.strategy: str | None = None
-        self.route_reason: str | None = None
-        self.attempts = 0
+    request: Request
+    books: Accounting
+    trace: RequestTrace
 
-    def note_dispatch(
+
+class Reply:
+    """What a /v1 request answers: its status and headers, its body (``last``: a whole
+    answer's body, or what a stream sends last), the usage it is charged for (None: the
+    estimate) and, for the access line, what went wrong and at which provider."""
+
+    relayed = False  # a stream, relayed as it arrives: its ``pieces`` first
+
+    def __init__(
         self,
-        services: Services,
-        plan: RoutePlan | None,
-        attempts: list[AttemptRecord],
-        served: Candidate | None,
+        status: int,
+        headers: dict[str, str],
+        body: bytes = b"",
+        media_type: str = JSON,
+        *,
+        usage: Usage | None = None,
+        provider: str | None = None,
     ) -> None:
-        """Count every try (ok, failed, skipped) and note which candidate served and why."""
-        self.attempts = len(attempts)
-        counter = services.metrics.upstream_attempts
-        for record in attempts:
-            counter.labels(record.provider, record.model, record.outcome).inc()
-        if served is None:
-            return
-        self.model, self.provider, self.route_reason = served.model, served.provider, served.reason
-        if plan is not None and plan.candidates and plan.candidates[0].model != served.model:
-            services.metrics.fallbacks.labels(plan.candidates[0].model, served.model).inc()
+        self.status = status
+        self.headers = headers
+        self.last = body
+        self.media_type = media_type
+        self.usage = usage
+        self.provider = provider
+        self.error: str | None = None
 
-    def finish(
-        self, services: Services, route: str, error: str | None = None, status: int | None = None
+    async def pieces(self) -> AsyncIterator[bytes]:
+        """The body before its last piece: none for a whole answer."""
+        return
+        yield
+
+    def close(self) -> None:
+        """However the answer ended: what it holds given back."""
+
+
+class Failed(Reply):
+    """A request that failed with no ``GatewayError`` (a bug; the client gone while its body
+    was read): it ends like any other, then the error goes on up."""
+
+    def __init__(self, status: int, error: BaseException) -> None:
+        super().__init__(status, {})
+        self.exception = error
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        raise self.exception
+        yield
+
+
+def answer_headers(books: Accounting) -> dict[str, str]:
+    """What every answer says of its request's books: whether the cache served it, the
+    usage event's id (once routed) and the key's limits (once reserved)."""
+    headers = {CACHE_HEADER: books.cache}
+    if books.routed:
+        headers[USAGE_ID_HEADER] = books.record_id
+    if books.reservation is not None:
+        headers.update(books.reservation.headers)
+    return headers
+
+
+class Calls:
+    """Opens each /v1 request and ends it: its books, its span, its access line."""
+
+    def __init__(
+        self,
+        accountant: Accountant,
+        metrics: Metrics,
+        log: Any,
+        tracing: Tracing,
+        *,
+        access_log: bool,
     ) -> None:
-        """One access log line and the request metrics; ``status`` is the one the client got
-        when it is known to differ from the outcome's own (the exchange reports it)."""
-        if status is not None:
-            self.status = status
-            error = error or ("failed" if status >= 400 else None)
-        elapsed = time.perf_counter() - self.started
-        metrics = services.metrics
-        metrics.requests.labels(
-            route, self.model or "-", self.provider or "-", str(self.status)
-        ).inc()
-        metrics.latency.labels(route).observe(elapsed)
-        if services.settings.access_log:
-            services.log.info(
-                "request",
-                request_id=self.request_id,
-                usage_id=self.record_id,
-                route=route,
-                key_id=self.key_id,
-                model=self.model,
-                provider=self.provider,
-                status=self.status,
-                stream=self.stream,
-                task=self.task,
-                strategy=self.strategy,
-                route_reason=self.route_reason,
-                attempts=self.attempts,
-                latency_ms=round(elapsed * 1000, 3),
-                prompt_tokens=self.usage.prompt_tokens if self.usage else None,
-                completion_tokens=self.usage.completion_tokens if self.usage else None,
-                error=error,
-            )
+        self.accountant = accountant
+        self.metrics = metrics
+        self.log = log
+        self.tracing = tracing
+        self.access_log = access_log
 
-
-class V1Call:
-    """One /v1 request on its way through the pipeline: what it has learnt so far (outcome,
-    books, the headers of its answer) and its end."""
-
-    def __init__(self, request: Request, services: Services, route: str) -> None:
-        self.request = request
-        self.services = services
-        self.route = route
-        self.outcome = Outcome(request_id_of(request))
-        self.books: Accounting | None = None  # opened once the request is routed
-        self.attribution = NOBODY  # the end user and tags, once the body is read
-        # Every answer says whether the cache served it (api/caching.py changes it).
-        self.headers: dict[str, str] = {CACHE_HEADER: BYPASS}
-        self.streaming = False  # a stream's relay ends it, not the handler
+    def open(self, request: Request, route: str) -> Call:
         # Its span (a shared no-op unless tracing is on): stages and upstream tries hang on it.
-        self.trace = services.tracing.start_request(
+        trace = self.tracing.start_request(
             route=route, method=request.method, path=request.scope["path"], headers=request.headers
         )
-        self.tries = 0  # upstream tries so far (the number of each try's span)
-        self.held_try: AttemptTrace = NO_ATTEMPT  # the try whose stream is being relayed
+        return Call(request, Accounting(route=route, started=time.perf_counter()), trace)
 
-    def end(self, error: str | None = None) -> asyncio.Future[None] | None:
+    async def deliver(self, call: Call, reply: Reply) -> Response:
+        """``reply`` as the response, and the request's end between its last two pieces."""
+        body = self._ended(call, reply)
+        if reply.relayed:
+            return await ClosingStreamingResponse.started(
+                body, status_code=200, headers=reply.headers, media_type="text/event-stream"
+            )
+        content = b"".join([piece async for piece in body])
+        return Response(
+            content, status_code=reply.status, headers=reply.headers, media_type=reply.media_type
+        )
+
+    async def _ended(self, call: Call, reply: Reply) -> AsyncGenerator[bytes, None]:
+        try:
+            yield b""  # where a body that is never relayed stops (ClosingStreamingResponse)
+            async with contextlib.aclosing(reply.pieces()) as pieces:
+                async for piece in pieces:
+                    yield piece
+        finally:
+            # However it ended (done, refused, cut, the client gone): what the reply holds
+            # given back, then the request's end.
+            reply.close()
+            recorded = self._end(call, reply)
+        await durable(recorded)  # the last piece leaves once the usage record is durable
+        if reply.last:
+            yield reply.last
+
+    def _end(self, call: Call, reply: Reply) -> asyncio.Future[None] | None:
         """Close the books and write the access line and metrics; returns the future of the
         usage record's durability (None: nothing to record). A stream's line is written now;
-        an answer's once its status line is out, with the status the client got."""
-        outcome, services = self.outcome, self.services
-        recorded = None
-        if self.books is not None and services.tracing.enabled:
-            recorded = self._traced_close(self.books)
-        elif self.books is not None:
-            recorded = services.accountant.close(self.books, outcome.status, outcome.usage)
-        if services.tracing.enabled:
-            self._trace_end()
-        if self.streaming:
-            outcome.finish(services, self.route, error)
+        a whole answer's once its status line is out, with the status the client got."""
+        books = call.books
+        if books.routed and self.tracing.enabled:
+            recorded = self._traced_close(call, reply)
+        else:
+            recorded = self.accountant.close(books, reply.status, reply.usage)
+        if self.tracing.enabled:
+            _trace_end(call, reply)
+        if reply.relayed:
+            self._access_line(call, reply, reply.status, reply.error)
         else:
             when_answered(
-                self.request,
-                lambda status: outcome.finish(services, self.route, status=status),
-                outcome.status,
+                call.request,
+                lambda status: self._access_line(
+                    call, reply, status, "failed" if status >= 400 else None
+                ),
+                reply.status,
             )
         return recorded
 
-    def _traced_close(self, books: Accounting) -> asyncio.Future[None] | None:
+    def _traced_close(self, call: Call, reply: Reply) -> asyncio.Future[None] | None:
         """``close`` in a ``usage_record`` span that lasts until the record is durable."""
-        outcome = self.outcome
-        stage = self.trace.stage("usage_record").__enter__()
-        recorded = self.services.accountant.close(books, outcome.status, outcome.usage)
+        stage = call.trace.stage("usage_record").__enter__()
+        recorded = self.accountant.close(call.books, reply.status, reply.usage)
         if recorded is None:
             stage.__exit__(None, None, None)
         else:
             recorded.add_done_callback(lambda _: stage.__exit__(None, None, None))
         return recorded
 
-    def _trace_end(self) -> None:
-        outcome, trace = self.outcome, self.trace
-        trace.set("switchyard.cache", self.headers.get(CACHE_HEADER, BYPASS))
-        if outcome.key_id is not None:
-            trace.set("switchyard.key_id", outcome.key_id)
-        if outcome.model is not None:
-            trace.set("switchyard.model", outcome.model)
-        if self.books is not None and self.books.served_model is not None:
-            trace.set(RESPONSE_MODEL, self.books.served_model)
-        if outcome.usage is not None:
-            trace.set(INPUT_TOKENS, outcome.usage.prompt_tokens)
-            trace.set(OUTPUT_TOKENS, outcome.usage.completion_tokens)
-        trace.end(outcome.status)
+    def _access_line(self, call: Call, reply: Reply, status: int, error: str | None) -> None:
+        """One access log line and the request metrics, with ``status`` as the client got it."""
+        books, usage = call.books, reply.usage
+        model, provider = books.served_model, books.served_provider or reply.provider
+        elapsed = time.perf_counter() - books.started
+        metrics = self.metrics
+        metrics.requests.labels(books.route, model or "-", provider or "-", str(status)).inc()
+        metrics.latency.labels(books.route).observe(elapsed)
+        if not self.access_log:
+            return
+        plan = books.plan
+        self.log.info(
+            "request",
+            request_id=request_id_of(call.request),
+            usage_id=books.record_id if plan is not None else None,
+            route=books.route,
+            key_id=books.key_id,
+            model=model,
+            provider=provider,
+            status=status,
+            stream=books.streamed,
+            task=plan.task if plan is not None else None,
+            strategy=plan.strategy if plan is not None else None,
+            route_reason=books.route_reason,
+            attempts=books.attempts,
+            latency_ms=round(elapsed * 1000, 3),
+            prompt_tokens=usage.prompt_tokens if usage else None,
+            completion_tokens=usage.completion_tokens if usage else None,
+            error=error,
+        )
+
+
+def _trace_end(call: Call, reply: Reply) -> None:
+    books, trace, usage = call.books, call.trace, reply.usage
+    trace.set("switchyard.cache", books.cache)
+    if books.key_id is not None:
+        trace.set("switchyard.key_id", books.key_id)
+    if books.served_model is not None:
+        trace.set("switchyard.model", books.served_model)
+        trace.set(RESPONSE_MODEL, books.served_model)
+    if usage is not None:
+        trace.set(INPUT_TOKENS, usage.prompt_tokens)
+        trace.set(OUTPUT_TOKENS, usage.completion_tokens)
+    trace.end(reply.status)
 
 
 async def durable(recorded: asyncio.Future[None] | None) -> None:

@@ -18,133 +18,58 @@ gpt-image-1, gpt-4o-transcribe); otherwise the typical estimate, recorded as
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
 from starlette.requests import Request
-from starlette.responses import Response
 
-from gateway.api.endpoint import door_route
-from gateway.api.http import read_body
+from gateway.api.http import JSON, read_body
 from gateway.api.multipart import Upload, boundary_of, read_head
 from gateway.api.strict_json import parse_json_object
-from gateway.api.translation import Answer
-from gateway.api.v1.doors import Door
-from gateway.api.v1.pipeline import (
-    Served,
-    Upstream,
-    answered,
-    attribute,
-    authenticate,
-    plan_route,
-    reserve,
-    run,
-)
-from gateway.api.v1.request_end import V1Call
-from gateway.errors import InvalidRequest, PayloadTooLarge, UpstreamError
-from gateway.formats.internal import Usage
-from gateway.formats.openai_chat.relay import chat_usage
-from gateway.providers.base import RawReply, unsupported
-from gateway.routing import operations
-from gateway.routing.router import Candidate
-from gateway.services import Services
+from gateway.api.v1.doors import IMAGE_EDITS, TRANSCRIPTIONS, TRANSLATIONS, Door
+from gateway.api.v1.pipeline import V1Pipeline, door_route
+from gateway.api.v1.request_end import Call, Reply
+from gateway.errors import InvalidRequest, PayloadTooLarge
+from gateway.metering.attribution import take_attribution
+from gateway.providers.attempt import ForwardAttempt, JsonPayload
 
 
-def _unchecked(body: dict[str, Any]) -> None:
-    return None
+async def answer_speech(v1: V1Pipeline, call: Call, door: Door) -> Reply:
+    """``POST /v1/audio/speech``: JSON in, the provider's audio bytes out."""
+    request, books = call.request, call.books
+    body = await read_body(request, v1.max_body_bytes)
+    principal = await v1.authenticate(call)
+    raw = parse_json_object(body)
+    books.attribution = take_attribution(raw, request.headers, principal.record.tags)
+    door.check(raw)
+    plan, policy = v1.plan(books, raw, principal, door, request.headers)
+    await v1.reserve(call, raw, principal, plan, policy, None)
+    attempt = ForwardAttempt(
+        v1.upstreams(call, policy), door.path, door.format, JSON, JsonPayload(raw)
+    )
+    result = await v1.dispatcher.run(plan, attempt)
+    return v1.answered(call, door, plan, result)
 
 
-TRANSCRIPTIONS = Door(
-    "audio.transcriptions",
-    "/audio/transcriptions",
-    "openai_chat",
-    _unchecked,
-    operation=operations.TRANSCRIPTION,
-)
-TRANSLATIONS = Door(
-    "audio.translations",
-    "/audio/translations",
-    "openai_chat",
-    _unchecked,
-    operation=operations.TRANSCRIPTION,
-)
-IMAGE_EDITS = Door(
-    "images.edits", "/images/edits", "openai_chat", _unchecked, operation=operations.IMAGES
-)
-
-
-def speaks_openai(candidate: Candidate, upstream: Upstream, door: Door) -> None:
-    """These operations are OpenAI's: a provider of another format does not offer them."""
-    if door.format not in upstream.provider.formats:
-        raise unsupported(candidate.provider, door.path, f"it does not speak {door.format}")
-
-
-def reply_answer(reply: RawReply) -> Answer:
-    """The provider's bytes as they came, and the usage they report (JSON answers only)."""
-    usage: Usage | None = None
-    if reply.content_type.lower().startswith("application/json"):
-        try:
-            data = orjson.loads(reply.body)
-        except orjson.JSONDecodeError:
-            data = None
-        found = data.get("usage") if isinstance(data, dict) else None
-        if isinstance(found, dict):
-            usage = chat_usage(found)
-    return Answer(reply.body, usage)
-
-
-async def handle_speech(request: Request, services: Services, door: Door) -> Response:
-    async def pipeline(call: V1Call) -> Response:
-        body = await read_body(call.request, call.services.settings.max_body_bytes)
-        principal = await authenticate(call)
-        raw = parse_json_object(body)
-        attribute(call, raw, principal)
-        door.check(raw)
-        plan = plan_route(call, raw, principal, door)
-        await reserve(call, raw, principal, plan)
-
-        async def attempt(candidate: Candidate) -> Served:
-            upstream = Upstream(call, candidate)
-            speaks_openai(candidate, upstream, door)
-            sent = orjson.dumps({**raw, "model": candidate.upstream_model})
-            reply = await upstream.provider.forward(
-                door.path,
-                sent,
-                model=candidate.upstream_model,
-                content_type="application/json",
-                content_length=len(sent),
-                headers=upstream.headers,
-            )
-            return Served(
-                answer=reply_answer(reply),
-                reply_type=reply.content_type,
-                route_note=reply.route_note,
-            )
-
-        result = await call.services.dispatcher.run(plan, attempt)
-        return answered(call, plan, result, door)
-
-    return await run(request, services, door, pipeline)
-
-
-async def handle_upload(request: Request, services: Services, door: Door) -> Response:
-    async def pipeline(call: V1Call) -> Response:
-        settings = call.services.settings
-        cap = settings.max_upload_bytes
-        principal = await authenticate(call)  # before a byte of the upload is read
-        boundary = boundary_of(call.request.headers.get("content-type"))
-        declared = _declared_length(call.request, cap)
-        head, rest = await read_head(call.request.stream(), boundary, cap)
-        raw = _fields(head.fields, head.has_file)
-        attribute(call, raw, principal)  # the form's ``user`` field, or the headers
-        plan = plan_route(call, raw, principal, door)
-        await reserve(call, raw, principal, plan)
-        upload = Upload(head, rest, cap=cap, declared_length=declared)
-        result = await call.services.dispatcher.run(plan, _upload_attempt(call, door, upload))
-        return answered(call, plan, result, door)
-
-    return await run(request, services, door, pipeline)
+async def answer_upload(v1: V1Pipeline, call: Call, door: Door) -> Reply:
+    """A multipart upload: its head read for the model, the rest streamed on."""
+    request, books = call.request, call.books
+    cap = v1.max_upload_bytes
+    principal = await v1.authenticate(call)  # before a byte of the upload is read
+    boundary = boundary_of(request.headers.get("content-type"))
+    declared = _declared_length(request, cap)
+    head, rest = await read_head(request.stream(), boundary, cap)
+    raw = _fields(head.fields, head.has_file)
+    # The form's ``user`` field, or the headers.
+    books.attribution = take_attribution(raw, request.headers, principal.record.tags)
+    plan, policy = v1.plan(books, raw, principal, door, request.headers)
+    await v1.reserve(call, raw, principal, plan, policy, None)
+    upload = Upload(head, rest, cap=cap, declared_length=declared)
+    content_type = request.headers["content-type"]
+    attempt = ForwardAttempt(
+        v1.upstreams(call, policy), door.path, door.format, content_type, upload
+    )
+    result = await v1.dispatcher.run(plan, attempt)
+    return v1.answered(call, door, plan, result)
 
 
 def _declared_length(request: Request, cap: int) -> int | None:
@@ -168,53 +93,7 @@ def _fields(fields: dict[str, str], has_file: bool) -> dict[str, Any]:
     return dict(fields)
 
 
-def _upload_attempt(
-    call: V1Call, door: Door, upload: Upload
-) -> Callable[[Candidate], Awaitable[Served]]:
-    async def attempt(candidate: Candidate) -> Served:
-        upstream = Upstream(call, candidate)
-        speaks_openai(candidate, upstream, door)
-        model = candidate.upstream_model
-        if upload.started:
-            raise UpstreamError(
-                "the upload was already sent to another provider and cannot be sent again",
-                status=502,
-                retryable=False,
-                kind="spent",
-                provider=candidate.provider,
-                final=True,
-            )
-        try:
-            reply = await upstream.provider.forward(
-                door.path,
-                upload.body(model),
-                model=model,
-                content_type=call.request.headers["content-type"],
-                content_length=upload.length(model),
-                headers=upstream.headers,
-            )
-        except Exception as exc:
-            if upload.too_large:  # however the HTTP client reported the generator's refusal
-                raise UpstreamError(
-                    f"the upload is larger than the limit of {upload.cap} bytes",
-                    status=413,
-                    retryable=False,
-                    kind="status",
-                    code="request_too_large",
-                    error_type="invalid_request_error",
-                    final=True,
-                ) from None
-            if isinstance(exc, UpstreamError) and upload.started:
-                exc.retryable, exc.final = False, True  # the file went (partly) to this one
-            raise
-        return Served(
-            answer=reply_answer(reply), reply_type=reply.content_type, route_note=reply.route_note
-        )
-
-    return attempt
-
-
 routes = [
-    door_route(door, handle_upload, " (multipart/form-data)")
+    door_route(door, answer_upload, " (multipart/form-data)")
     for door in (TRANSCRIPTIONS, TRANSLATIONS, IMAGE_EDITS)
 ]
