@@ -33,8 +33,8 @@ from starlette.routing import Route
 
 from gateway.access.admins import Actor, Role
 from gateway.access.auth import Principal, admin_token, client_credential
-from gateway.api.dashboard.view import error_page
 from gateway.api.http import client_address, error_response
+from gateway.api.pages import error_page
 from gateway.errors import GatewayError, PermissionDenied, ServiceUnavailable
 from gateway.server.exchange import REQUEST_ID_HEADER, request_id_of, when_answered
 from gateway.services import Services

@@ -30,9 +30,10 @@ from gateway.api.dashboard.forms import (
     posted,
     read_form,
 )
-from gateway.api.dashboard.view import USAGE_PAGE, build_view, error_page, secured
+from gateway.api.dashboard.view import USAGE_PAGE, build_view
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import client_address
+from gateway.api.pages import error_page, secured
 from gateway.errors import RateLimited
 from gateway.metering.reports import ReportError, report_range
 from gateway.services import Services

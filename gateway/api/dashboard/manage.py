@@ -31,8 +31,9 @@ from gateway.api.admin.audit import AuditListQuery, audit_query, record_action
 from gateway.api.admin.keys import follow_moves
 from gateway.api.dashboard.audit import audit_row
 from gateway.api.dashboard.forms import page_session, posted
-from gateway.api.dashboard.view import AUDIT_PAGE, KEYS_PAGE, error_page, secured
+from gateway.api.dashboard.view import AUDIT_PAGE, KEYS_PAGE
 from gateway.api.endpoint import Guard, endpoint
+from gateway.api.pages import error_page, secured
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.services import Services
 
