@@ -2,8 +2,9 @@
 
 Nothing lives in module globals: the lifespan runs the services (``gateway.services``: Redis,
 the policy, keys, limits, routing, providers, the engine), hands them to the handlers through
-the lifespan state, and stops them again in reverse order. Around the routes (``gateway.api``)
-sit the exchange middleware (the status each client got) and the SIGTERM drain.
+the lifespan state (with the OpenAPI document of the routes, built on first request), and
+stops them again in reverse order. Around the routes (``gateway.api``) sit the exchange
+middleware (the status each client got) and the SIGTERM drain.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from gateway.api.admin import cache as cache_admin
 from gateway.api.dashboard import home, manage
 from gateway.api.dashboard.view import DashboardRenderer
 from gateway.api.http import error_response
+from gateway.api.openapi.document import OpenApiDocument
 from gateway.api.request_headers import HeaderGuardMiddleware
 from gateway.api.v1 import anthropic, openai, responses, uploads
 from gateway.api.v1.pipeline import V1Pipeline
@@ -93,7 +95,11 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
                 # for tests; handlers get theirs from the lifespan state.
                 app.state.services = services
                 with sigterm_drain(drain, settings.shutdown_grace_s, log), _startup_frozen():
-                    yield {"services": services, "v1": V1Pipeline(services)}
+                    yield {
+                        "services": services,
+                        "v1": V1Pipeline(services),
+                        "openapi": OpenApiDocument(app.routes),
+                    }
         except SettingsError as exc:
             # Start-up refused (a pepper that does not match this Redis's): said once, plainly.
             app.state.startup_error = str(exc)

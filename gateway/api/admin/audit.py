@@ -68,11 +68,15 @@ async def record_action(
 
 class AuditListQuery(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    actor: Annotated[str, Field(max_length=200)] | None = None
-    action: Annotated[str, Field(max_length=100)] | None = None
-    target: Annotated[str, Field(max_length=300)] | None = None
-    from_: Annotated[str | None, Field(alias="from", pattern=DAY_PATTERN)] = None
-    to: Annotated[str | None, Field(pattern=DAY_PATTERN)] = None
+    actor: Annotated[str, Field(max_length=200, description="token id or name")] | None = None
+    action: Annotated[str, Field(max_length=100, description="e.g. key.rotate")] | None = None
+    target: Annotated[str, Field(max_length=300, description="e.g. key:<id>")] | None = None
+    from_: Annotated[
+        str | None, Field(alias="from", pattern=DAY_PATTERN, description="YYYY-MM-DD, UTC")
+    ] = None
+    to: Annotated[
+        str | None, Field(pattern=DAY_PATTERN, description="YYYY-MM-DD, UTC, inclusive")
+    ] = None
     cursor: Annotated[str, Field(max_length=500)] | None = None
     limit: Annotated[int, Field(ge=1, le=MAX_AUDIT_LIMIT)] = 100
     format: Literal["json", "csv"] = "json"

@@ -27,12 +27,14 @@ from gateway.services import Services
 
 class CacheQuery(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    model: Annotated[str, Field(min_length=1, max_length=1000)] | None = None
+    model: (
+        Annotated[str, Field(min_length=1, max_length=1000, description="a canonical model")] | None
+    ) = None
     team: Annotated[str, Field(min_length=1, max_length=200)] | None = None
 
 
 class PurgeQuery(CacheQuery):
-    all: bool = False
+    all: bool = Field(False, description="purge every entry")
 
 
 def _unavailable(exc: CacheUnavailable) -> ServiceUnavailable:

@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.access.admins import Actor
-from gateway.access.key_models import ledger_label, parse_key_payload
+from gateway.access.key_models import PRINTABLE, Tags, ledger_label, parse_key_payload
 from gateway.api.admin.audit import record_action
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import json_response, read_json_object
@@ -37,7 +37,11 @@ from gateway.services import Services
 T = TypeVar("T")
 MAX_REPLAY_BODY_BYTES = 64 * 1024
 # A label as a correction: the ledger's rule; empty is allowed (no team, no end user).
-Label = Annotated[StrictStr, Field(max_length=MAX_LABEL_LENGTH), AfterValidator(ledger_label)]
+Label = Annotated[
+    StrictStr,
+    Field(max_length=MAX_LABEL_LENGTH, json_schema_extra=PRINTABLE),
+    AfterValidator(ledger_label),
+]
 LetterId = Annotated[StrictStr, Field(pattern=LETTER_ID_PATTERN)]
 
 
@@ -58,7 +62,7 @@ class Corrections(BaseModel):
     model: Label | None = None
     provider: Label | None = None
     policy_version: Label | None = None
-    tags: list[Any] | None = None
+    tags: Tags | None = None
 
     @field_validator("tags")
     @classmethod

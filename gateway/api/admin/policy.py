@@ -167,12 +167,19 @@ class ExplainRequest(BaseModel):
     """``POST /admin/route/explain``: a /v1 body to route, as a request would be."""
 
     model_config = ConfigDict(extra="forbid")
-    body: dict[StrictStr, Any] = Field(default_factory=dict)
+    body: dict[StrictStr, Any] = Field(
+        default_factory=dict,
+        description="the /v1 request body to route; the fields routing reads are checked as "
+        "a /v1 request checks them",
+    )
     headers: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     key_id: Annotated[StrictStr, Field(max_length=200)] = "explain"
     allowed_models: list[StrictStr] | None = None
-    # The operation of the door the body would be sent to (chat: the chat doors).
-    operation: Operation = "chat"
+    operation: Operation = Field(
+        "chat",
+        description="the operation of the door the body would be sent to (chat: the chat "
+        "doors): a pinned model that does not serve it is a 404 model_not_supported",
+    )
 
 
 def _explain_inputs(

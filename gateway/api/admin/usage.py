@@ -41,7 +41,9 @@ class OwnUsageQuery(BaseModel):
     """``GET /v1/usage``; ``days`` is capped by the reports' retention when used."""
 
     model_config = ConfigDict(extra="forbid")
-    days: Annotated[int, Field(ge=1)] = DEFAULT_RANGE_DAYS
+    days: Annotated[
+        int, Field(ge=1, description="at most SWITCHYARD_USAGE_RETENTION_DAYS (default 400)")
+    ] = DEFAULT_RANGE_DAYS
     group_by: Literal["tag", "user"] | None = None
 
 
@@ -50,15 +52,24 @@ DAY_PATTERN = r"^\d{4}-\d{2}-\d{2}$"
 
 class AdminUsageQuery(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    from_: Annotated[str | None, Field(alias="from", pattern=DAY_PATTERN)] = None
-    to: Annotated[str | None, Field(pattern=DAY_PATTERN)] = None
+    from_: Annotated[
+        str | None,
+        Field(
+            alias="from",
+            pattern=DAY_PATTERN,
+            description="YYYY-MM-DD, UTC; default 30 days before to",
+        ),
+    ] = None
+    to: Annotated[
+        str | None, Field(pattern=DAY_PATTERN, description="YYYY-MM-DD, UTC; default today")
+    ] = None
     group_by: Literal[GROUP_BYS] = "key"  # type: ignore[valid-type]
     format: Literal["json", "csv"] = "json"
 
 
 class UsageEventsQuery(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    key: Annotated[str, Field(max_length=200)] | None = None
+    key: Annotated[str, Field(max_length=200, description="a key id")] | None = None
     model: Annotated[str, Field(max_length=1000)] | None = None
     cursor: Annotated[str, Field(max_length=1000)] | None = None
     limit: Annotated[int, Field(ge=1, le=MAX_EVENTS_LIMIT)] = 50

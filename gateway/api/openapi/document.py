@@ -1,282 +1,184 @@
-"""``GET /openapi.json``: an OpenAPI 3.1 description of every endpoint, /v1 and /admin.
+"""``GET /openapi.json``: an OpenAPI 3.1 description of every endpoint, /v1 and /admin,
+generated from the app's routes and the models that validate their input.
 
-Paths, methods, parameters, request bodies and responses are written here next to each
-other; the schemas live in ``openapi_schemas``, the parts operations are built from in
-``openapi_operations``, and the front doors beside Chat Completions in ``openapi_doors``. Errors are OpenAI's envelope (``Error``), Anthropic's on /v1/messages.
+Each route the app serves (bar the dashboard's HTML pages) is described by its entry in
+``operations.py``: path parameters come from the route, query parameters and bodies from
+the pydantic and msgspec models that check them (``models.py``), answers from a model
+where one defines them, else from ``unmodelled.py``. Credentials follow from the path
+(/v1: an API key as bearer or ``x-api-key``; /admin: an admin credential). Errors are in
+OpenAI's envelope (``Error``), Anthropic's on /v1/messages.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable
+from http import HTTPStatus
 from typing import Any
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
 
-from gateway.api.http import json_response
-from gateway.api.openapi.dead_letters import SCHEMAS as DEAD_LETTER_SCHEMAS
-from gateway.api.openapi.dead_letters import dead_letter_paths
-from gateway.api.openapi.doors import DOOR_SCHEMAS, door_paths
-from gateway.api.openapi.governance import SCHEMAS as GOVERNANCE_SCHEMAS
-from gateway.api.openapi.governance import governance_paths
-from gateway.api.openapi.operations import (
-    ADMIN_ERRORS,
-    DAY,
-    JSON,
-    V1_ERRORS,
-    Operation,
-    admin,
-    csv_report,
-    error_responses,
-    json_content,
-    query,
-    record_admin,
+from gateway.api.http import JSON
+from gateway.api.openapi.models import (
+    COMPONENTS,
+    Schema,
+    model_components,
+    query_parameters,
+    ref,
 )
-from gateway.api.openapi.schemas import GROUP_BYS, MAX_EVENTS_LIMIT, SCHEMAS, STRING, ref
+from gateway.api.openapi.operations import (
+    ADMIN_ERROR_REASONS,
+    ADMIN_ERRORS,
+    ERROR_REASONS,
+    OPERATIONS,
+    PATH_PARAMETERS,
+    UNDOCUMENTED_PREFIX,
+    Content,
+    Operation,
+)
+from gateway.api.openapi.unmodelled import UNMODELLED
 from gateway.services import Services
 
+SECURITY_SCHEMES = {
+    "apiKey": {"type": "http", "scheme": "bearer", "description": "sk-sy-... key"},
+    "anthropicKey": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "x-api-key",
+        "description": "the same sk-sy-... key, as Anthropic's SDKs send it",
+    },
+    "adminKey": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "the admin key, or a named admin token (sy-tok-...) whose role reaches "
+        "the operation's: viewer (usage reports), operator (keys, teams, reading the policy), "
+        "admin (everything)",
+    },
+}
 
-def _v1_post(summary: str, body: str, ok: str, streamable: bool) -> Operation:
-    ok_content = json_content(ref(ok))
-    if streamable:
-        # One server-sent event: data is a JSON chunk, then "[DONE]"; event "error" on failure.
-        ok_content["text/event-stream"] = {
-            "schema": {
-                "type": "object",
-                "properties": {"event": {"enum": ["message", "error"]}, "data": STRING},
-                "required": ["data"],
-            }
+
+class _Shapes:
+    """Turns the shapes of ``operations.py`` and ``unmodelled.py`` into schemas: a
+    model class becomes a reference to its component, and is kept for generating it."""
+
+    def __init__(self) -> None:
+        self.models: list[type] = []
+
+    def schema(self, shape: Any) -> Any:
+        if isinstance(shape, type):
+            self.models.append(shape)
+            return ref(shape.__name__)
+        if isinstance(shape, str):
+            return ref(shape)
+        return self.within(shape)
+
+    def within(self, value: Any) -> Any:
+        """``value`` with every model class in it turned into a reference."""
+        if isinstance(value, type):
+            return self.schema(value)
+        if isinstance(value, dict):
+            return {word: self.within(sub) for word, sub in value.items()}
+        if isinstance(value, list):
+            return [self.within(sub) for sub in value]
+        return value
+
+    def content(self, content: Content) -> dict[str, Any]:
+        return {media: {"schema": self.schema(shape)} for media, shape in content.items()}
+
+
+def _path_parameters(route: Route) -> list[Schema]:
+    kinds = {"IntegerConvertor": "integer", "FloatConvertor": "number"}
+    return [
+        {
+            "name": name,
+            "in": "path",
+            "required": True,
+            "schema": {"type": kinds.get(type(convertor).__name__, "string")},
         }
-    return {
-        "summary": summary,
-        "tags": ["v1"],
-        "security": [{"apiKey": []}],
-        "requestBody": {"required": True, "content": json_content(ref(body))},
-        "responses": {"200": {"description": "the answer", "content": ok_content}}
-        | error_responses(*V1_ERRORS),
+        | ({"description": PATH_PARAMETERS[name]} if name in PATH_PARAMETERS else {})
+        for name, convertor in route.param_convertors.items()
+    ]
+
+
+def _operation(route: Route, entry: Operation, shapes: _Shapes) -> dict[str, Any]:
+    path = route.path_format
+    admin = path.startswith("/admin")
+    envelope = "AnthropicError" if path.startswith("/v1/messages") else "Error"
+    errors = set(entry.errors if entry.errors is not None else ADMIN_ERRORS if admin else ())
+    if entry.body is not None:
+        errors.add(413)  # a body over the size limit
+    responses = {
+        str(entry.status): {
+            "description": HTTPStatus(entry.status).phrase,
+            "content": shapes.content(entry.answer),
+        }
     }
-
-
-KEY_ID = {
-    "name": "key_id",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string"},
-    "description": "the key's id (as returned by create)",
-}
-CACHE_FILTERS = [
-    query("model", {"type": "string", "minLength": 1, "maxLength": 1000}, "a canonical model"),
-    query("team", {"type": "string", "minLength": 1, "maxLength": 200}),
-]
-POLICY_BODY = {
-    JSON: {"schema": {"type": "object", "description": "the policy as JSON"}},
-    "application/yaml": {"schema": {"type": "string", "description": "the policy as YAML"}},
-}
-
-
-def openapi_document(version: str = "1") -> dict[str, Any]:
-    paths: dict[str, Any] = {
-        "/v1/chat/completions": {
-            "post": _v1_post("Chat completion", "ChatCompletionRequest", "ChatCompletion", True)
-        },
-        "/v1/completions": {
-            "post": _v1_post("Text completion", "CompletionRequest", "ChatCompletion", True)
-        },
-        "/v1/embeddings": {
-            "post": _v1_post("Embeddings", "EmbeddingRequest", "EmbeddingList", False)
-        },
-        "/v1/images/generations": {
-            "post": _v1_post("Image generation", "ImageRequest", "ImageList", False)
-        },
-        "/v1/models": {
-            "get": {
-                "summary": "Models and aliases this key may use",
-                "tags": ["v1"],
-                "security": [{"apiKey": []}],
-                "parameters": [
-                    {
-                        "name": "available",
-                        "in": "query",
-                        "required": False,
-                        "description": "true: only the models that can be served now; false: "
-                        "only the others",
-                        "schema": {"type": "string", "enum": ["true", "false"]},
-                    }
-                ],
-                "responses": {
-                    "200": {"description": "the models", "content": json_content(ref("ModelList"))}
-                }
-                | error_responses(400, 401, 503),
-            }
-        },
-        **door_paths(),
-        "/v1/usage": {
-            "get": {
-                "summary": "The calling key's own usage over the last days",
-                "tags": ["v1"],
-                "security": [{"apiKey": []}],
-                "parameters": [
-                    query("days", {"type": "integer", "minimum": 1, "maximum": 400}),
-                    query("group_by", {"enum": ["tag", "user"]}),
-                ],
-                "responses": {
-                    "200": {"description": "usage", "content": json_content(ref("KeyUsage"))}
-                }
-                | error_responses(400, 401, 503),
-            }
-        },
-        "/admin/keys": {
-            "post": admin("Create a key", "KeyWithSecret", status="201", body="KeyCreate"),
-            "get": admin(
-                "List keys",
-                "KeyList",
-                params=[
-                    query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
-                    query(
-                        "after",
-                        {"type": "string", "maxLength": 200},
-                        "the last id of the previous page",
-                    ),
-                    query("team", {"type": "string", "maxLength": 200}),
-                    query("status", {"enum": ["active", "revoked", "expired"]}),
-                ],
-            ),
-        },
-        "/admin/keys/{key_id}": {
-            "get": record_admin("Show a key", "Key", KEY_ID),
-            "patch": record_admin(
-                "Change a key's fields (null clears one)", "Key", KEY_ID, body="KeyUpdate"
-            ),
-        },
-        "/admin/keys/{key_id}/rotate": {
-            "post": record_admin(
-                "Issue a new secret; the old one stays valid for grace_seconds",
-                "KeyWithSecret",
-                KEY_ID,
-                409,
-                body="RotateRequest",
-                headers=[
-                    {
-                        "name": "Idempotency-Key",
-                        "in": "header",
-                        "required": False,
-                        "schema": {"type": "string", "minLength": 1, "maxLength": 200},
-                    },
-                ],
-            )
-        },
-        "/admin/keys/{key_id}/revoke": {"post": record_admin("Revoke a key", "Key", KEY_ID)},
-        **governance_paths(),
-        "/admin/usage": {
-            "get": csv_report(
-                "Usage grouped by one dimension over a date range",
-                "UsageReport",
-                [
-                    query("from", DAY, "YYYY-MM-DD, UTC; default 30 days before to"),
-                    query("to", DAY, "YYYY-MM-DD, UTC; default today"),
-                    query("group_by", {"enum": list(GROUP_BYS)}),
-                ],
-            )
-        },
-        "/admin/usage/events": {
-            "get": admin(
-                "Raw usage events, newest first",
-                "UsageEvents",
-                params=[
-                    query("key", {"type": "string", "maxLength": 200}, "a key id"),
-                    query("model", {"type": "string", "maxLength": 1000}),
-                    query("cursor", {"type": "string", "maxLength": 1000}),
-                    query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_EVENTS_LIMIT}),
-                ],
-            )
-        },
-        **dead_letter_paths(),
-        "/admin/cache": {
-            "get": admin("Response cache stats, per scope", "CacheStats", params=CACHE_FILTERS),
-            "delete": admin(
-                "Purge cached answers of a model and/or team (or all=true)",
-                "CachePurged",
-                params=[*CACHE_FILTERS, query("all", {"type": "boolean"}, "purge every entry")],
-            ),
-        },
-        "/admin/policy": {
-            "get": admin(
-                "The policy in force (format=yaml, admin role: the YAML text in force)",
-                None,
-                params=[query("format", {"enum": ["json", "yaml"]})],
-                ok_content=json_content(ref("PolicyState"))
-                # The file's text: a YAML mapping (what a YAML reader of the answer finds).
-                | {"application/yaml": {"schema": {"type": "object"}}},
-            ),
-            "put": admin(
-                "Replace the policy (validated, written, applied)",
-                "PolicyApplied",
-                errors=(*ADMIN_ERRORS, 413),
-            )
-            | {"requestBody": {"required": True, "content": POLICY_BODY}},
-        },
-        "/admin/policy/validate": {
-            "post": admin(
-                "Validate a policy without applying it", "PolicyValid", errors=(*ADMIN_ERRORS, 413)
-            )
-            | {"requestBody": {"required": True, "content": POLICY_BODY}}
-        },
-        "/admin/route/explain": {
-            "post": admin(
-                "The candidates a request would be routed to, with reasons",
-                "RouteExplanation",
-                body="ExplainRequest",
-            )
-        },
-        "/admin/health": {
-            "get": admin(
-                "Readiness checks with details (policy error, engine error)", "AdminHealth"
-            )
-        },
-        "/healthz": {
-            "get": {
-                "summary": "Liveness",
-                "tags": ["ops"],
-                "responses": {
-                    "200": {"description": "alive", "content": json_content(ref("Health"))}
-                },
-            }
-        },
-        "/readyz": {
-            "get": {
-                "summary": "Readiness (states only): Redis reachable, policy loaded, not draining",
-                "tags": ["ops"],
-                "responses": {
-                    "200": {"description": "ready", "content": json_content(ref("Readiness"))},
-                    "503": {"description": "not ready", "content": json_content(ref("Readiness"))},
-                },
-            }
-        },
-        "/metrics": {
-            "get": {
-                "summary": "Prometheus metrics (bearer SWITCHYARD_METRICS_TOKEN when set)",
-                "tags": ["ops"],
-                "responses": {
-                    "200": {
-                        "description": "text exposition format",
-                        "content": {"text/plain": {"schema": {"type": "string"}}},
-                    }
-                }
-                | error_responses(401),
-            }
-        },
-        "/openapi.json": {
-            "get": {
-                "summary": "This document",
-                "tags": ["ops"],
-                "responses": {
-                    "200": {
-                        "description": "OpenAPI 3.1",
-                        "content": json_content({"type": "object"}),
-                    }
-                },
-            }
-        },
+    for status, (description, content) in entry.also.items():
+        responses[str(status)] = {"description": description, "content": shapes.content(content)}
+    reasons = ADMIN_ERROR_REASONS if admin else ERROR_REASONS
+    for status in sorted(errors):
+        responses[str(status)] = {
+            "description": reasons[status],
+            "content": {"application/json": {"schema": ref(envelope)}},
+        }
+    operation: dict[str, Any] = {
+        "summary": entry.summary,
+        "tags": ["admin" if admin else "v1" if path.startswith("/v1") else "ops"],
     }
+    if admin:
+        operation["security"] = [{"adminKey": []}]
+    elif path.startswith("/v1"):
+        operation["security"] = [{"apiKey": []}, {"anthropicKey": []}]
+    parameters = _path_parameters(route)
+    if entry.query is not None:
+        parameters += query_parameters(entry.query)
+    parameters += entry.parameters
+    if parameters:
+        operation["parameters"] = parameters
+    if entry.body is not None:
+        operation["requestBody"] = {"required": True, "content": shapes.content(entry.body)}
+    return operation | {"responses": responses}
+
+
+def _references(value: Any) -> Iterable[str]:
+    if isinstance(value, dict):
+        if isinstance(value.get("$ref"), str):
+            yield value["$ref"]
+        for sub in value.values():
+            yield from _references(sub)
+    elif isinstance(value, list):
+        for sub in value:
+            yield from _references(sub)
+
+
+def openapi_document(routes: Iterable[BaseRoute], version: str = "1") -> dict[str, Any]:
+    """The document of ``routes`` (the app's); a route with no entry in ``OPERATIONS``, an
+    entry with no route, a reference to no schema or a schema unused is an error, not a gap."""
+    shapes = _Shapes()
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        if not isinstance(route, Route) or route.path.startswith(UNDOCUMENTED_PREFIX):
+            continue
+        for method in sorted((route.methods or set()) - {"HEAD"}):
+            key = f"{method} {route.path_format}"
+            if key not in OPERATIONS:
+                raise LookupError(f"{key} is served but has no entry in openapi/operations.py")
+            operation = _operation(route, OPERATIONS[key], shapes)
+            paths.setdefault(route.path_format, {})[method.lower()] = operation
+    served = {f"{method.upper()} {path}" for path, item in paths.items() for method in item}
+    if set(OPERATIONS) - served:
+        raise LookupError(f"documented but not served: {sorted(set(OPERATIONS) - served)}")
+    written = shapes.within(UNMODELLED)
+    generated = model_components(shapes.models)
+    if generated.keys() & written.keys():
+        raise ValueError(f"schemas both generated and written: {generated.keys() & written}")
+    schemas = generated | written
+    names = {reference.removeprefix(COMPONENTS) for reference in _references([paths, schemas])}
+    if names ^ schemas.keys():
+        raise LookupError(f"references to no schema, or schemas unused: {names ^ schemas.keys()}")
     return {
         "openapi": "3.1.0",
         "info": {
@@ -287,27 +189,27 @@ def openapi_document(version: str = "1") -> dict[str, Any]:
             "OpenAI's envelope, and Anthropic's on /v1/messages.",
         },
         "paths": paths,
-        "components": {
-            "schemas": SCHEMAS | DOOR_SCHEMAS | GOVERNANCE_SCHEMAS | DEAD_LETTER_SCHEMAS,
-            "securitySchemes": {
-                "apiKey": {"type": "http", "scheme": "bearer", "description": "sk-sy-... key"},
-                "anthropicKey": {
-                    "type": "apiKey",
-                    "in": "header",
-                    "name": "x-api-key",
-                    "description": "the same sk-sy-... key, as Anthropic's SDKs send it",
-                },
-                "adminKey": {
-                    "type": "http",
-                    "scheme": "bearer",
-                    "description": "the admin key, or a named admin token (sy-tok-...) whose "
-                    "role reaches the operation's: viewer (usage reports), operator (keys, "
-                    "teams, reading the policy), admin (everything)",
-                },
-            },
-        },
+        "components": {"schemas": schemas, "securitySchemes": SECURITY_SCHEMES},
     }
 
 
+class OpenApiDocument:
+    """The document of one app's routes, as JSON: generated on its first request (schema
+    generation takes a few hundred milliseconds, so it runs off the event loop), then kept."""
+
+    def __init__(self, routes: Iterable[BaseRoute]) -> None:
+        self._routes = list(routes)
+        self._body: bytes | None = None
+
+    async def body(self) -> bytes:
+        if self._body is None:
+            self._body = await asyncio.to_thread(
+                lambda: orjson.dumps(openapi_document(self._routes))
+            )
+        return self._body
+
+
 async def openapi_json(request: Request, services: Services) -> Response:
-    return json_response(openapi_document())
+    """``GET /openapi.json``: the app's document, which its lifespan state holds."""
+    document: OpenApiDocument = request.state.openapi
+    return Response(await document.body(), media_type=JSON)

@@ -21,6 +21,9 @@ from typing import Annotated, Any
 import msgspec
 
 NonEmptyStr = Annotated[str, msgspec.Meta(min_length=1)]
+ModelName = Annotated[str, msgspec.Meta(min_length=1, description="a model or alias of the policy")]
+# Refused when true, each door saying why (validation.py); the schema says so too.
+NotStreamed = Annotated[bool, msgspec.Meta(extra_json_schema={"enum": [False]})]
 TokenCap = Annotated[int, msgspec.Meta(ge=1, le=10_000_000)]
 Choices = Annotated[int, msgspec.Meta(ge=1, le=128)]
 ImageCount = Annotated[int, msgspec.Meta(ge=1, le=10)]
@@ -115,17 +118,21 @@ class ChatCompletionResponseFormat(msgspec.Struct):
 
 
 class StreamOptions(msgspec.Struct):
+    """Only with stream: true."""
+
     include_usage: bool | None = None
 
 
 class Metadata(msgspec.Struct):
+    """task_type picks the routing task; other entries pass through."""
+
     task_type: str | None = None
 
 
 class _Generation(msgspec.Struct):
     """Fields shared by chat and text completions."""
 
-    model: NonEmptyStr | None = None  # none (or "auto") = route by task
+    model: ModelName | None = None  # none (or "auto") = route by task
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     n: Choices | None = None
@@ -142,6 +149,8 @@ class _Generation(msgspec.Struct):
 
 
 class ChatCompletionRequest(_Generation, kw_only=True):
+    """model is optional: without it the policy routes by task."""
+
     messages: Annotated[list[Message], msgspec.Meta(min_length=1)]
     tools: list[ChatCompletionTool] | None = None
     functions: list[FunctionDefinition] | None = None
@@ -153,35 +162,35 @@ class CompletionRequest(_Generation, kw_only=True):
 
 
 class EmbeddingRequest(msgspec.Struct):
-    model: NonEmptyStr
+    model: ModelName
     input: NonEmptyStr | Batch
-    stream: bool | None = None
+    stream: NotStreamed | None = None
     user: str | None = None
     metadata: Metadata | None = None
 
 
 class ImageRequest(msgspec.Struct):
-    model: NonEmptyStr
+    model: ModelName
     prompt: NonEmptyStr
     n: ImageCount | None = None
-    stream: bool | None = None
+    stream: NotStreamed | None = None
     user: str | None = None
     metadata: Metadata | None = None
 
 
 class ModerationRequest(msgspec.Struct):
     input: NonEmptyStr | Annotated[list[Any], msgspec.Meta(min_length=1)]
-    model: NonEmptyStr | None = None  # none (or "auto") = route by task
+    model: ModelName | None = None  # none (or "auto") = route by task
     metadata: Metadata | None = None
 
 
 class SpeechRequest(msgspec.Struct):
-    model: NonEmptyStr
+    model: ModelName
     input: NonEmptyStr
     voice: NonEmptyStr | dict[str, Any]
     response_format: str | None = None
     speed: Annotated[float, msgspec.Meta(ge=0.25, le=4)] | None = None
-    stream: bool | None = None
+    stream: NotStreamed | None = None
     metadata: Metadata | None = None
 
 
