@@ -22,8 +22,8 @@ error (kind ``status``, a 400: no other candidate is tried).
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
 
 import orjson
 
@@ -87,33 +87,27 @@ class Upstream:
     headers: dict[str, str]
 
 
+@dataclass
 class Upstreams:
-    """The providers one request may be sent to, and its tries so far."""
+    """The providers one request may be sent to (those of the ``policy`` it was routed by),
+    the client's headers that may go on, and its tries so far."""
 
-    def __init__(
-        self,
-        providers: ProviderRegistry,
-        policy: Policy,
-        client_headers: Mapping[str, str],
-        request_id: str,
-        trace: RequestTrace,
-    ) -> None:
-        self._providers = providers
-        self._policy = policy
-        self._client_headers = client_headers
-        self._request_id = request_id
-        self._trace = trace
-        self._tries = 0
+    providers: ProviderRegistry
+    policy: Policy
+    client_headers: Mapping[str, str]
+    request_id: str
+    trace: RequestTrace
+    tries: int = field(default=0, init=False)
 
     def of(self, candidate: Candidate) -> Upstream:
-        config = self._policy.providers[candidate.provider]
-        provider = self._providers.get(candidate.provider, config)
-        headers = forwarded_headers(self._client_headers, config.forward_headers, self._request_id)
+        config = self.policy.providers[candidate.provider]
+        provider = self.providers.get(candidate.provider, config)
+        headers = forwarded_headers(self.client_headers, config.forward_headers, self.request_id)
         return Upstream(config, provider, headers)
 
     def sampling_defaults(self, candidate: Candidate) -> dict[str, Any] | None:
         """The model's ``defaults:`` of the policy (None: it has none)."""
-        model = self._policy.models.get(candidate.model)
+        model = self.policy.models.get(candidate.model)
         if model is None or model.defaults is None:
             return None
         return model.defaults.model_dump()
@@ -121,9 +115,9 @@ class Upstreams:
     def traced(self, upstream: Upstream, candidate: Candidate) -> AttemptTrace:
         """This try's span (retries and fallbacks each get one); its ``traceparent`` goes
         upstream in place of the client's."""
-        self._tries += 1
-        tried = self._trace.attempt(
-            number=self._tries,
+        self.tries += 1
+        tried = self.trace.attempt(
+            number=self.tries,
             provider=candidate.provider,
             model=candidate.model,
             upstream_model=candidate.upstream_model,
@@ -149,14 +143,15 @@ def end_stream_try(tried: AttemptTrace, status: int) -> None:
         tried.end("cancelled" if status == CLIENT_GONE else "failed", status=status)
 
 
+@dataclass
 class _ChatCall:
     """How a JSON or stream try sends the request: parsed to a provider that takes it so,
     else as a body in the format the provider speaks."""
 
-    def __init__(self, upstreams: Upstreams, translation: Translation, *, stream: bool) -> None:
-        self.upstreams = upstreams
-        self.translation = translation
-        self.stream = stream
+    upstreams: Upstreams
+    translation: Translation
+
+    stream: ClassVar[bool]
 
     def target(self, candidate: Candidate, upstream: Upstream) -> FormatName:
         target = self.translation.target(upstream.provider.formats)
@@ -204,16 +199,14 @@ def _parsed_taker(upstream: Upstream, translation: Translation) -> ParsedChatPro
     return None
 
 
+@dataclass
 class JsonAttempt(_ChatCall):
     """A try whose answer comes whole: the client's answer from the provider's."""
 
-    def __init__(
-        self, upstreams: Upstreams, translation: Translation, client_gone: ClientGone
-    ) -> None:
-        super().__init__(upstreams, translation, stream=False)
-        # A provider that works long before answering (the local engine) stops when the
-        # client hangs up.
-        self.client_gone = client_gone
+    # A provider that works long before answering (the local engine) stops when the client
+    # hangs up.
+    client_gone: ClientGone
+    stream: ClassVar[bool] = False
 
     async def __call__(self, candidate: Candidate) -> Answer:
         upstream = self.upstreams.of(candidate)
@@ -248,11 +241,11 @@ class JsonAttempt(_ChatCall):
         return Answer(body, usage, route_note=reply.route_note)
 
 
+@dataclass
 class StreamAttempt(_ChatCall):
     """A try whose answer streams: served once the provider's stream is open."""
 
-    def __init__(self, upstreams: Upstreams, translation: Translation) -> None:
-        super().__init__(upstreams, translation, stream=True)
+    stream: ClassVar[bool] = True
 
     async def __call__(self, candidate: Candidate) -> OpenedStream:
         upstream = self.upstreams.of(candidate)
@@ -287,16 +280,15 @@ class Payload(Protocol):
     def length(self, model: str) -> int | None: ...
 
 
+@dataclass
 class JsonPayload:
     """A JSON body sent with the candidate's model in it, as often as asked (read whole
     already: never too large)."""
 
-    started = False
-    too_large = False
-    cap = 0
-
-    def __init__(self, raw: dict[str, Any]) -> None:
-        self.raw = raw
+    raw: dict[str, Any]
+    started: ClassVar[bool] = False
+    too_large: ClassVar[bool] = False
+    cap: ClassVar[int] = 0
 
     def body(self, model: str) -> bytes:
         return orjson.dumps({**self.raw, "model": model})
@@ -305,23 +297,16 @@ class JsonPayload:
         return len(self.body(model))
 
 
+@dataclass
 class ForwardAttempt:
     """A try that passes bytes through (speech, uploads): only to a provider of the door's
     format, and an upload that went (partly) to one is never sent to another."""
 
-    def __init__(
-        self,
-        upstreams: Upstreams,
-        path: str,
-        client_format: FormatName,
-        content_type: str,
-        payload: Payload,
-    ) -> None:
-        self.upstreams = upstreams
-        self.path = path
-        self.client_format = client_format
-        self.content_type = content_type
-        self.payload = payload
+    upstreams: Upstreams
+    path: str
+    client_format: FormatName
+    content_type: str
+    payload: Payload
 
     async def __call__(self, candidate: Candidate) -> Answer:
         upstream = self.upstreams.of(candidate)

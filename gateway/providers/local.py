@@ -18,7 +18,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import orjson
 
@@ -29,6 +29,7 @@ from gateway.formats.internal import ChatRequest
 from gateway.providers.base import (
     ClientGone,
     Headers,
+    JsonCallOptions,
     RawReply,
     UpstreamResponse,
     local_stream_error,
@@ -176,17 +177,12 @@ class LocalProvider:
         return LocalStream(self, local, include_usage=True)
 
     async def post_json(
-        self,
-        path: str,
-        body: dict[str, Any],
-        *,
-        headers: Headers | None = None,
-        client_gone: ClientGone | None = None,
+        self, path: str, body: dict[str, Any], **options: Unpack[JsonCallOptions]
     ) -> UpstreamResponse:
         """The whole answer. ``client_gone`` resolves when the client disconnects (the ASGI
         ``receive`` once the body is read): the engine requests are then aborted at once,
         freeing their KV blocks, and a 499 ``client_closed_request`` error is raised."""
-        return await self._answer(self._prepare(path, body), client_gone)
+        return await self._answer(self._prepare(path, body), options.get("client_gone"))
 
     async def _answer(
         self, request: LocalRequest, client_gone: ClientGone | None

@@ -64,24 +64,14 @@ class Door:
         )
 
 
-def client_error(exc: FormatError) -> InvalidRequest:
-    """A format's complaint about a client body as the gateway's 400 (field path kept)."""
-    return InvalidRequest(exc.message, param=exc.param, code=exc.code)
-
-
 def _parsed_by(parse: Callable[[dict[str, Any]], ChatRequest]) -> Check:
+    """A check by a format's parser: its complaint is the gateway's 400 (field path kept)."""
+
     def check(body: dict[str, Any]) -> ChatRequest:
         try:
             return parse(body)
         except FormatError as exc:
-            raise client_error(exc) from None
-
-    return check
-
-
-def _checked_by(validate: Callable[[dict[str, Any]], None]) -> Check:
-    def check(body: dict[str, Any]) -> None:
-        validate(body)
+            raise InvalidRequest(exc.message, param=exc.param, code=exc.code) from None
 
     return check
 
@@ -90,7 +80,7 @@ CHAT = Door(
     "chat.completions",
     "/chat/completions",
     "openai_chat",
-    _checked_by(validate_chat),
+    validate_chat,
     operation=operations.CHAT,
     translatable=True,
     streamable=True,
@@ -128,7 +118,7 @@ COMPLETIONS = Door(
     "completions",
     "/completions",
     "openai_chat",
-    _checked_by(validate_completion),
+    validate_completion,
     operation=operations.COMPLETIONS,
     streamable=True,
     samples=True,
@@ -137,34 +127,34 @@ EMBEDDINGS = Door(
     "embeddings",
     "/embeddings",
     "openai_chat",
-    _checked_by(validate_embedding),
+    validate_embedding,
     operation=operations.EMBEDDINGS,
 )
 IMAGES = Door(
     "images.generations",
     "/images/generations",
     "openai_chat",
-    _checked_by(validate_image),
+    validate_image,
     operation=operations.IMAGES,
 )
 MODERATIONS = Door(
     "moderations",
     "/moderations",
     "openai_chat",
-    _checked_by(validate_moderation),
+    validate_moderation,
     operation=operations.MODERATION,
 )
 SPEECH = Door(
     "audio.speech",
     "/audio/speech",
     "openai_chat",
-    _checked_by(validate_speech),
+    validate_speech,
     operation=operations.SPEECH,
 )
 
 
 def _unchecked(body: dict[str, Any]) -> None:
-    return None
+    """An upload's form fields are read for routing only."""
 
 
 # Multipart uploads (``uploads.py``): their form fields are read for routing only.
