@@ -122,8 +122,9 @@ if [[ $MODE == cpu ]]; then
   step bench_W1_tiny 120 bash -c "'$PYTHON' -m engine.bench --workload W1 --tiny | tee -a '$BENCH_JSONL'"
   serve_default_model 240
 else
-  # Kernels natively in fp32/fp16/bf16 (the test matrix adds bf16 when CUDA is present);
-  # the ahead-of-time compile check is redundant where the kernels really run.
+  # Kernels natively in fp32/fp16/bf16 (the test matrix adds bf16 when CUDA is present),
+  # the quantized matmul (test_quant_matmul.py) among them, and the CPU's C kernel where the
+  # box has a compiler; the ahead-of-time compile check is redundant where the kernels run.
   step kernel_tests 120 "${PYTEST[@]}" tests/kernels --confcutdir=tests/kernels \
     --deselect tests/kernels/test_engine_triton_backend.py \
     --deselect tests/kernels/test_compile_for_gpu.py

@@ -116,3 +116,10 @@ def test_tiny_host_workload_reports_per_step_figures(extra):
     assert record["step_thread_cpu_ms_p50"] > 0
     assert record["cpu_ms_per_decode_step"] > 0
     assert record["cpu_s"] > 0 and record["wall_s"] > 0
+
+
+def test_host_workload_beside_nano_vllm_needs_a_checkout(tmp_path):
+    """``--nano-vllm PATH`` that is not a nano-vllm checkout is refused with a clear error."""
+    done = run_bench("--workload", "host", "--tiny", "--nano-vllm", str(tmp_path))
+    assert done.returncode != 0
+    assert "is not a nano-vllm checkout" in done.stderr

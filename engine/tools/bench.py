@@ -8,7 +8,8 @@ W4  batch-1 decode: time per token against weight bytes / measured copy bandwidt
 W5  online: Poisson arrivals through ``AsyncEngine``; TTFT and ITL percentiles.
 host  the engine's host work per step, model call stubbed (``engine.tools.host_bench``).
 smollm2  the bundled real model on the CPU, batch 1 and 16, against HF ``generate``
-    (``engine.tools.bench_smollm2``; not part of ``all``).
+    (``engine.tools.bench_smollm2``; not part of ``all``). Against llama.cpp on the same file:
+    ``python -m bench.engine_quant --llama-python PATH``.
 
 Weights are random (bf16 on CUDA, fp32 on the CPU) in the real shapes, written once to a
 temporary HF-format directory; EOS is ignored so every request makes its full output. Each
@@ -589,7 +590,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="host: read each step's tokens back before the next (off on a GPU by default)",
     )
-    parser.add_argument("--repeats", type=int, default=5, help="smollm2: runs per batch size")
+    parser.add_argument(
+        "--nano-vllm",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="host: run nano-vllm's scheduler and input preparation from this checkout beside"
+        " ours, taking turns (bench/nano_vllm_host.py)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="smollm2: runs per batch size; host: turns each"
+    )
     parser.add_argument("--output-len", type=int, default=None, help="smollm2: tokens per request")
     args = parser.parse_args(argv)
     if args.max_seconds <= 0:
@@ -631,6 +642,13 @@ def main(argv: list[str] | None = None) -> int:
         from engine.tools.host_bench import TINY_HOST, W1_HOST, run_host
 
         load = TINY_HOST if args.tiny else W1_HOST
+        if args.nano_vllm is not None:
+            from bench.nano_vllm_host import run_side_by_side
+
+            result = run_side_by_side(load, args.nano_vllm, args.repeats, args.seed)
+            result["command"] = " ".join(["python -m engine.bench", *(argv or sys.argv[1:])])
+            print(json.dumps(result), flush=True)
+            return 0
         result = run_host(
             load,
             seed=args.seed,

@@ -1,6 +1,8 @@
 """The real-model CPU workload: ``python -m engine.bench --workload smollm2 [--tiny]``.
 
-SmolLM2-135M-Instruct, the bundled Q4_1 GGUF, in float32 on the CPU. Chat prompts (the model's
+SmolLM2-135M-Instruct, the bundled Q4_1 GGUF, on the CPU with float32 activations (the engine
+keeps the weights quantized, HF dequantizes them). Against llama.cpp on the same file, and
+the per-layer kernel figures: ``python -m bench.engine_quant``. Chat prompts (the model's
 template) generate ``--output-len`` tokens each with EOS ignored, at batch 1 and batch 16, by
 the engine and by HF ``transformers`` ``generate`` (loading the same GGUF, prompts left-padded
 into one batch) in the same process, taking turns, ``--repeats`` times. Tokens/s is generated

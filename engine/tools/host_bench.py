@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import gc
 import json
 import random
 import resource
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import uvloop
 
 from engine.config import EngineConfig
 from engine.core.async_engine import AsyncEngine
@@ -89,9 +91,7 @@ class StubRunner(ModelRunner):
         rows.release(inputs.released_seq_ids)
         rows.setup(inputs.new_rows)
         batch = self._to_device(inputs)
-        if len(batch.prev_positions):
-            assert self._last_sampled is not None
-            batch.input_ids[batch.prev_positions] = self._last_sampled[batch.prev_indices]
+        self._take_last_sampled(inputs, batch)
         if not inputs.num_sampled:
             return StepHandle.empty()
         rows.batch(inputs.sample_rows, batch.sample_rows, self.default_generator)
@@ -102,7 +102,7 @@ class StubRunner(ModelRunner):
         rows.record(inputs.sample_rows, batch.sample_rows, tokens)
         self._last_sampled = tokens
         output = SamplerOutput(tokens, None, None, None)
-        return StepHandle.start(output, rows.num_logprobs[inputs.sample_rows], self.device)
+        return StepHandle.start(output, None, self.device)
 
 
 def clean_tokens(tokenizer: Tokenizer) -> list[int]:
@@ -194,13 +194,19 @@ def run_host(
             config, engine=LLMEngine(config, progress=False, runner=runner), trace_steps=True
         )
         params = host_params(load, penalties)
+        # as `switchyard serve` runs: on uvloop (gateway/cli/serve.py), with what start-up
+        # built frozen out of the cyclic collector (gateway/app.py)
+        gc.collect()
+        gc.freeze()
         children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu_before, wall_before = time.process_time(), time.perf_counter()
         engine.start()
         try:
-            tokens, chars = asyncio.run(_stream_all(engine, prompts, params))
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as loop:
+                tokens, chars = loop.run(_stream_all(engine, prompts, params))
         finally:
             engine.shutdown()
+            gc.unfreeze()
         wall = time.perf_counter() - wall_before
         cpu = time.process_time() - cpu_before
         children_after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -121,7 +121,8 @@ def test_tiny_gguf_files_generate_what_hf_generates(
     arch: str, hf_gguf_reference, tmp_path: Path
 ) -> None:
     path, prompts, expected = hf_gguf_reference(arch)
-    llm = LLM(path, progress=False, device="cpu", download_dir=str(tmp_path))
+    # the float32 path (HF dequantizes too); kept quantized: test_gguf_planes.py
+    llm = LLM(path, progress=False, device="cpu", download_dir=str(tmp_path), quantization="none")
     assert [llm.tokenizer.encode(t) for t in TEXTS] == prompts  # the same tokenizer as HF's
     outputs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=16))
     assert [o.token_ids for o in outputs] == expected
