@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gateway.api.validation import validate_chat
+from gateway.api.v1.validation import validate_chat
 from gateway.errors import InvalidRequest
 from gateway.tools.bench_validation import BODIES, PydanticChatRequest, main
 
