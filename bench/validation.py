@@ -32,10 +32,10 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.api.strict_json import parse_json_object
-from gateway.api.validation import validate_chat
+from gateway.api.v1.validation import validate_chat
 from gateway.server.exchange import ExchangeMiddleware
 
-# -- the pydantic v2 mirror of api/request_models.py (chat only), for comparison ---------------
+# -- the pydantic v2 mirror of api/v1/request_models.py (chat only), for comparison ---------------
 
 
 class _Model(BaseModel):

@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING, Any, Unpack
 from gateway.data_dir import private_dir
 from gateway.errors import UpstreamError
 from gateway.formats.errors import ErrorInfo
+from gateway.formats.internal import ChatRequest
 from gateway.providers.base import (
+    ClientGone,
     Headers,
     JsonCallOptions,
     RawReply,
@@ -308,6 +310,15 @@ class HostedProvider:
         self, path: str, body: dict[str, Any], *, headers: Headers | None = None
     ) -> UpstreamStream:
         return await self._host.provider(self.name, self._config).open_stream(path, body)
+
+    async def post_chat(
+        self, request: ChatRequest, *, client_gone: ClientGone | None = None
+    ) -> UpstreamResponse:
+        provider = self._host.provider(self.name, self._config)
+        return await provider.post_chat(request, client_gone=client_gone)
+
+    async def open_chat_stream(self, request: ChatRequest) -> UpstreamStream:
+        return await self._host.provider(self.name, self._config).open_chat_stream(request)
 
     async def forward(self, path: str, body: Any, **_: Any) -> RawReply:
         raise unsupported(self.name, path, "the local engine generates text only")

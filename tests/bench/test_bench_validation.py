@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from bench.validation import BODIES, PydanticChatRequest, main
-from gateway.api.validation import validate_chat
+from gateway.api.v1.validation import validate_chat
 from gateway.errors import InvalidRequest
 
 HI = [{"role": "user", "content": "hi"}]

@@ -73,6 +73,22 @@ def _fresh_venv(root: Path, wheel: Path) -> Path:
     return root
 
 
+def test_the_wheel_carries_every_file_the_packages_read_at_run_time(tmp_path: Path):
+    """Lua scripts, templates, the shipped policy, the C kernel source: a file left out of
+    package-data works from the checkout and fails only once installed."""
+    wheel = _build_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = set(archive.namelist())
+    data = sorted(
+        path.relative_to(REPO).as_posix()
+        for package in ("gateway", "engine")
+        for path in (REPO / package).rglob("*")
+        if path.is_file() and path.suffix not in (".py", ".pyc") and "__pycache__" not in path.parts
+    )
+    assert data, "no package data found: the walk is wrong"
+    assert [name for name in data if name not in shipped] == []
+
+
 def test_wheel_in_a_fresh_venv_serves_the_shipped_policy_with_no_policy_file(tmp_path: Path):
     wheel = _build_wheel(tmp_path)
     env_root = _fresh_venv(tmp_path / "venv", wheel)

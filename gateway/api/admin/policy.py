@@ -25,12 +25,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.access.admins import Actor
-from gateway.api.audit import record_action
+from gateway.api.admin.audit import record_action
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import json_response, read_body, read_json_object
 from gateway.api.payloads import parse_payload
 from gateway.api.request_headers import check_headers
-from gateway.api.validation import validate_routed
+from gateway.api.v1.validation import validate_routed
 from gateway.errors import InvalidRequest, PermissionDenied, clip
 from gateway.routing.operations import Operation
 from gateway.routing.policy import PolicyError

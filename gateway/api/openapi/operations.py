@@ -3,9 +3,9 @@
 and with which error statuses. ``openapi.py`` walks the app's routes and builds each operation
 from this; a route missing here, or an entry no route serves, is an error.
 
-A shape is a model class (its schema is generated: msgspec Structs of ``api/request_models.py``,
+A shape is a model class (its schema is generated: msgspec Structs of ``api/v1/request_models.py``,
 pydantic models of the admin API), or the name of a schema written out in
-``openapi_unmodelled`` where no model defines it. Parameters listed here by hand are the ones
+``unmodelled.py`` where no model defines it. Parameters listed here by hand are the ones
 a handler reads itself (a header, ``?available=``, ``?format=`` of the policy).
 """
 
@@ -20,23 +20,23 @@ from gateway.access.key_admin import MAX_IDEMPOTENCY_KEY_CHARS
 from gateway.access.key_models import KeyCreate, KeyListQuery, KeyUpdate, RotateRequest
 from gateway.access.team_models import TeamCreate, TeamListQuery, TeamUpdate
 from gateway.access.token_admin import TokenCreate, TokenListQuery
-from gateway.api.audit import AuditListQuery
-from gateway.api.cache_admin import CacheQuery, PurgeQuery
-from gateway.api.dead_letters import DeadLetterListQuery, ReplayRequest
-from gateway.api.policy import ExplainRequest
-from gateway.api.request_models import (
-    ChatRequest,
+from gateway.api.admin.audit import AuditListQuery
+from gateway.api.admin.cache import CacheQuery, PurgeQuery
+from gateway.api.admin.dead_letters import DeadLetterListQuery, ReplayRequest
+from gateway.api.admin.policy import ExplainRequest
+from gateway.api.admin.usage import AdminUsageQuery, OwnUsageQuery, UsageEventsQuery
+from gateway.api.v1.request_models import (
+    ChatCompletionRequest,
     CompletionRequest,
     EmbeddingRequest,
     ImageRequest,
     ModerationRequest,
     SpeechRequest,
 )
-from gateway.api.usage import AdminUsageQuery, OwnUsageQuery, UsageEventsQuery
 
 JSON = "application/json"
 SSE = "text/event-stream"
-# A shape: a model class, the name of a schema in openapi_unmodelled, or a schema.
+# A shape: a model class, the name of a schema in unmodelled.py, or a schema.
 Shape = type | str | dict[str, Any]
 Content = dict[str, Shape]
 
@@ -130,7 +130,7 @@ UNDOCUMENTED_PREFIX = "/admin/ui"
 
 OPERATIONS: dict[str, Operation] = {
     "POST /v1/chat/completions": v1(
-        "Chat completion", ChatRequest, streamed("ChatCompletion", OPENAI_EVENTS)
+        "Chat completion", ChatCompletionRequest, streamed("ChatCompletion", OPENAI_EVENTS)
     ),
     "POST /v1/completions": v1(
         "Text completion", CompletionRequest, streamed("ChatCompletion", OPENAI_EVENTS)

@@ -20,7 +20,7 @@ from gateway.access import key_admin
 from gateway.access.admins import Actor
 from gateway.access.key_models import KeyListQuery
 from gateway.access.keys import KeyRecord
-from gateway.api.audit import record_action
+from gateway.api.admin.audit import record_action
 from gateway.api.endpoint import admin_routes
 from gateway.api.http import json_response, read_json_object
 from gateway.api.payloads import parse_query

@@ -1,7 +1,7 @@
 """The dashboard's keys and teams page (``operator`` role): list them, create a key or a team,
 rotate or revoke a key, delete a team. The audit page (``admin`` role) lists the audit log.
 
-Each POST is a plain HTML form with the session's CSRF token (``dashboard_forms.posted``);
+Each POST is a plain HTML form with the session's CSRF token (``forms.posted``);
 the operations are the admin API's own (``access/key_admin.py``, ``access/team_admin.py``),
 with its checks, its audit entries and its key moves. A refused form comes back to the keys
 page with the error shown above the forms and the values as typed. Rotate and Revoke first
@@ -27,12 +27,13 @@ from gateway.access import key_admin, team_admin
 from gateway.access.keys import CreatedKey, KeyRecord
 from gateway.access.sessions import DashboardSession
 from gateway.access.team_models import TeamListQuery
-from gateway.api.admin import follow_moves
-from gateway.api.audit import AuditListQuery, audit_query, record_action
-from gateway.api.dashboard_audit import audit_row
-from gateway.api.dashboard_forms import page_session, posted
-from gateway.api.dashboard_view import AUDIT_PAGE, KEYS_PAGE, error_page, secured
+from gateway.api.admin.audit import AuditListQuery, audit_query, record_action
+from gateway.api.admin.keys import follow_moves
+from gateway.api.dashboard.audit import audit_row
+from gateway.api.dashboard.forms import page_session, posted
+from gateway.api.dashboard.view import AUDIT_PAGE, KEYS_PAGE
 from gateway.api.endpoint import Guard, endpoint
+from gateway.api.pages import error_page, secured
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.services import Services
 

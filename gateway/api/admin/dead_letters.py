@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from gateway.access.admins import Actor
 from gateway.access.key_models import PRINTABLE, Tags, ledger_label, parse_key_payload
-from gateway.api.audit import record_action
+from gateway.api.admin.audit import record_action
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import json_response, read_json_object
 from gateway.api.payloads import parse_query

@@ -6,7 +6,9 @@ Only what routing, limits, token estimation and the relay read is declared here 
 ``user``, ``prompt``, ``input``) plus the sampling numbers the OpenAPI document promises to
 check. Every other field is ignored here and forwarded byte-for-byte as the client sent it, so
 new OpenAI fields keep working. A message's ``role`` is the tag of a tagged union: a user,
-system or developer message must carry content; the others may not.
+system or developer message must carry content; the others may not. These describe bodies as
+the client sends them, in OpenAI's names (``ChatCompletionRequest``); what a chat request means
+once parsed is ``gateway.formats.internal.ChatRequest``.
 
 msgspec was chosen over pydantic v2 by measurement (``python -m bench.validation``,
 docs/benchmarks.md): the same checks cost 3-5x less per request.
@@ -45,7 +47,7 @@ class FunctionCall(msgspec.Struct):
     arguments: str | None = None
 
 
-class ToolCall(msgspec.Struct):
+class ChatCompletionToolCall(msgspec.Struct):
     type: str | None = None
     function: FunctionCall | None = None
 
@@ -68,7 +70,7 @@ class UserMessage(_Message, tag="user"):
 
 
 class AssistantMessage(_Message, tag="assistant"):
-    tool_calls: list[ToolCall] | None = None
+    tool_calls: list[ChatCompletionToolCall] | None = None
     function_call: FunctionCall | None = None
 
 
@@ -98,7 +100,7 @@ class FunctionDefinition(msgspec.Struct):
     strict: bool | None = None
 
 
-class Tool(msgspec.Struct):
+class ChatCompletionTool(msgspec.Struct):
     type: NonEmptyStr
     function: FunctionDefinition | None = None
 
@@ -110,7 +112,7 @@ class JsonSchemaFormat(msgspec.Struct):
     strict: bool | None = None
 
 
-class ResponseFormat(msgspec.Struct):
+class ChatCompletionResponseFormat(msgspec.Struct):
     type: NonEmptyStr
     json_schema: JsonSchemaFormat | None = None
 
@@ -146,13 +148,13 @@ class _Generation(msgspec.Struct):
     metadata: Metadata | None = None
 
 
-class ChatRequest(_Generation, kw_only=True):
+class ChatCompletionRequest(_Generation, kw_only=True):
     """model is optional: without it the policy routes by task."""
 
     messages: Annotated[list[Message], msgspec.Meta(min_length=1)]
-    tools: list[Tool] | None = None
+    tools: list[ChatCompletionTool] | None = None
     functions: list[FunctionDefinition] | None = None
-    response_format: ResponseFormat | None = None
+    response_format: ChatCompletionResponseFormat | None = None
 
 
 class CompletionRequest(_Generation, kw_only=True):
@@ -198,6 +200,6 @@ class RouteRequest(_Generation):
     messages: list[Message] | None = None
     prompt: str | Batch | None = None
     input: NonEmptyStr | Batch | None = None
-    tools: list[Tool] | None = None
+    tools: list[ChatCompletionTool] | None = None
     functions: list[FunctionDefinition] | None = None
-    response_format: ResponseFormat | None = None
+    response_format: ChatCompletionResponseFormat | None = None

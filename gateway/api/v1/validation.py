@@ -13,9 +13,9 @@ from typing import Any
 
 import msgspec
 
-from gateway.api.request_models import (
+from gateway.api.v1.request_models import (
     ROLES,
-    ChatRequest,
+    ChatCompletionRequest,
     CompletionRequest,
     EmbeddingRequest,
     ImageRequest,
@@ -90,7 +90,7 @@ def _convert(body: dict[str, Any], model: type[Any], prefix: str = "") -> Any:
         raise invalid_body(exc, prefix) from None
 
 
-def _stream_options_need_stream(request: ChatRequest | CompletionRequest) -> None:
+def _stream_options_need_stream(request: ChatCompletionRequest | CompletionRequest) -> None:
     if request.stream_options is not None and request.stream is not True:
         raise InvalidRequest(
             "stream_options: only allowed when stream is true", param="stream_options"
@@ -98,7 +98,7 @@ def _stream_options_need_stream(request: ChatRequest | CompletionRequest) -> Non
 
 
 def validate_chat(body: dict[str, Any]) -> None:
-    request: ChatRequest = _convert(body, ChatRequest)
+    request: ChatCompletionRequest = _convert(body, ChatCompletionRequest)
     _stream_options_need_stream(request)
 
 

@@ -1,10 +1,10 @@
 """What the ``/admin/ui`` dashboard shows, and the Jinja renderer that draws it.
 
 ``build_view`` turns the report cells of a date range into charts already laid out in SVG
-coordinates, and tables; the templates (``api/templates``, autoescaped) draw them with no
+coordinates, and tables; the templates (``templates/``, autoescaped) draw them with no
 JavaScript. Every chart element carries its exact number in ``data-value`` and a ``<title>``
 tooltip, and the same numbers appear in the tables below, so the page is readable without
-JavaScript and checkable by a test. The HTTP side (login, sessions) is ``api/dashboard.py``.
+JavaScript and checkable by a test. The HTTP side (login, sessions) is ``home.py``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 import jinja2
 from starlette.responses import HTMLResponse, Response
 
+from gateway.api.pages import PageLink, secured
 from gateway.metering.reports import (
     Cell,
     Totals,
@@ -340,51 +341,9 @@ class DashboardRenderer:
         return self.env.get_template(template).render(**context)
 
 
-def secured(response: Response) -> Response:
-    """The headers every dashboard answer carries: never cached, framed or leaked."""
-    response.headers["cache-control"] = "no-store"
-    response.headers["x-frame-options"] = "DENY"
-    response.headers["content-security-policy"] = (
-        "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
-        "form-action 'self'; frame-ancestors 'none'"
-    )
-    response.headers["referrer-policy"] = "no-referrer"
-    return response
-
-
-@dataclass(frozen=True)
-class PageLink:
-    """The page a refusal came from: its title, and the way back to it."""
-
-    href: str
-    label: str
-    title: str
-
-
-ANY_PAGE = PageLink("/admin/ui", "Back to the usage page", "Switchyard")
 USAGE_PAGE = PageLink("/admin/ui", "Back to the last 14 days", "Switchyard usage")
 KEYS_PAGE = PageLink("/admin/ui/keys", "Back to keys and teams", "Switchyard keys and teams")
 AUDIT_PAGE = PageLink("/admin/ui/audit", "Back to the audit log", "Switchyard audit log")
-
-
-def error_page(
-    renderer: DashboardRenderer,
-    message: str,
-    status: int,
-    param: str | None = None,
-    back: PageLink = ANY_PAGE,
-) -> Response:
-    """The dashboard's error page (a bad range, a store that is down) with ``status``, titled
-    as the page it came from and linking back to it."""
-    html = renderer.render(
-        "error.html",
-        message=message,
-        param=param or "",
-        title=back.title,
-        back_href=back.href,
-        back_label=back.label,
-    )
-    return secured(HTMLResponse(html, status_code=status))
 
 
 def login_page(

@@ -6,8 +6,8 @@ configured off) cookie holding a random session token, never the credential. Ses
 server-side (``gateway.access.sessions``): logout ends one, an admin key change or a token's
 revocation ends theirs. Failed logins count towards the same per-address throttle as failed
 admin bearers. Logins and logouts are in the audit log. Every role sees the usage page; the
-keys and teams page (``dashboard_manage.py``) needs ``operator``, the audit page ``admin``.
-Every form carries a CSRF token (``dashboard_forms.py``). A Redis outage is a 503 page
+keys and teams page (``manage.py``) needs ``operator``, the audit page ``admin``.
+Every form carries a CSRF token (``forms.py``). A Redis outage is a 503 page
 (``Retry-After``), as the admin API answers it with a 503 envelope.
 """
 
@@ -19,8 +19,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from gateway.api.audit import record_action
-from gateway.api.dashboard_forms import (
+from gateway.api.admin.audit import record_action
+from gateway.api.dashboard.forms import (
     COOKIE_NAME,
     CSRF_REFUSED,
     FormRefused,
@@ -30,9 +30,10 @@ from gateway.api.dashboard_forms import (
     posted,
     read_form,
 )
-from gateway.api.dashboard_view import USAGE_PAGE, build_view, error_page, secured
+from gateway.api.dashboard.view import USAGE_PAGE, build_view
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import client_address
+from gateway.api.pages import error_page, secured
 from gateway.errors import RateLimited
 from gateway.metering.reports import ReportError, report_range
 from gateway.services import Services

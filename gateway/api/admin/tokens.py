@@ -10,7 +10,7 @@ from starlette.responses import Response
 from gateway.access import token_admin
 from gateway.access.admins import Actor
 from gateway.access.token_admin import TokenListQuery
-from gateway.api.audit import record_action
+from gateway.api.admin.audit import record_action
 from gateway.api.endpoint import admin_routes
 from gateway.api.http import json_response, read_json_object
 from gateway.api.payloads import parse_query

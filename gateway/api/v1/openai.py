@@ -1,10 +1,10 @@
 """The OpenAI front doors: /v1/chat/completions, completions, embeddings, images, moderations,
 audio speech, and the model list (``GET /v1/models``, ``GET /v1/models/{id}``).
 
-Each is a door (``api/doors.py``) on the one pipeline (``api/pipeline.py``): chat completions
+Each is a door (``api/v1/doors.py``) on the one pipeline (``api/v1/pipeline.py``): chat completions
 reach a provider of any chat format (translated when it speaks another); the other operations
 pass through to the providers that offer them. Uploads (audio transcriptions and translations,
-image edits) are in ``api/uploads.py``.
+image edits) are in ``api/v1/uploads.py``.
 """
 
 from __future__ import annotations
@@ -16,20 +16,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.access.auth import client_credential
-from gateway.api.doors import CHAT, COMPLETIONS, EMBEDDINGS, IMAGES, MODERATIONS, SPEECH
-from gateway.api.endpoint import Guard, door_route, endpoint
+from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import error_response, json_response
-from gateway.api.model_availability import availability
-from gateway.api.pipeline import allowed_models, handle
-from gateway.api.uploads import handle_speech
+from gateway.api.v1.doors import CHAT, COMPLETIONS, EMBEDDINGS, IMAGES, MODERATIONS, SPEECH
+from gateway.api.v1.model_availability import availability
+from gateway.api.v1.pipeline import allowed_models, door_route
+from gateway.api.v1.uploads import answer_speech
 from gateway.errors import GatewayError, InvalidRequest, NotFound, ServiceUnavailable, echo
 from gateway.routing.policy import Policy
 from gateway.services import Services
-
-
-async def speech(request: Request, services: Services) -> Response:
-    """``POST /v1/audio/speech``: JSON in, the provider's audio bytes out."""
-    return await handle_speech(request, services, SPEECH)
 
 
 def _entry(
@@ -121,8 +116,8 @@ async def get_model(request: Request, services: Services) -> Response:
 # Guard.NONE: each pipeline authenticates as one of its stages, so that its errors are in the
 # client's format.
 routes = [
-    *(door_route(door, handle) for door in (CHAT, COMPLETIONS, EMBEDDINGS, IMAGES, MODERATIONS)),
-    Route("/v1/audio/speech", endpoint(speech, Guard.NONE), methods=["POST"]),
+    *(door_route(door) for door in (CHAT, COMPLETIONS, EMBEDDINGS, IMAGES, MODERATIONS)),
+    door_route(SPEECH, answer_speech),
     Route("/v1/models", endpoint(list_models, Guard.NONE), methods=["GET"]),
     Route("/v1/models/{model_id:path}", endpoint(get_model, Guard.NONE), methods=["GET"]),
 ]

@@ -16,7 +16,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.access.admins import Actor
-from gateway.api.audit import record_action
+from gateway.api.admin.audit import record_action
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import json_response
 from gateway.api.payloads import parse_query

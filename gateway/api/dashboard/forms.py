@@ -20,7 +20,8 @@ from starlette.responses import Response
 
 from gateway.access.admins import Role
 from gateway.access.sessions import DashboardSession
-from gateway.api.dashboard_view import ANY_PAGE, PageLink, error_page, login_page
+from gateway.api.dashboard.view import login_page
+from gateway.api.pages import ANY_PAGE, PageLink, error_page
 from gateway.services import Services
 
 COOKIE_NAME = "sy_admin_session"

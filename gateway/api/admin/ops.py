@@ -29,7 +29,7 @@ from gateway.access.admins import Actor
 from gateway.access.auth import bearer_token
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import error_response, json_response
-from gateway.api.openapi import openapi_json
+from gateway.api.openapi.document import openapi_json
 from gateway.errors import AuthenticationFailed
 from gateway.routing.policy import Policy
 from gateway.services import Services

@@ -4,7 +4,7 @@ Two kinds: the answers handlers build as dicts (a record's ``public_view``, a re
 provider's answer passed through), and the bodies of the doors whose format parsers check
 them field by field in code (``formats/anthropic_messages`` and ``formats/openai_responses``
 ``request_parse.py``, the multipart uploads). Everything the models define is generated
-instead (``openapi_models``), and a model class may stand for its schema here (an answer
+instead (``models.py``), and a model class may stand for its schema here (an answer
 that holds one). ``tests/api`` fuzzes the running server against both, so a
 drift on either side fails a test.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.access.admins import ROLES
-from gateway.api.openapi_models import Schema, ref
+from gateway.api.openapi.models import Schema, ref
 from gateway.cache.stats import COUNTERS as CACHE_COUNTERS
 from gateway.cache.stats import PurgeResult
 from gateway.ledger.dead_letters import LETTER_ID_PATTERN
@@ -203,7 +203,7 @@ V1_ANSWERS: dict[str, Schema] = {
     ),
     "Moderation": obj({"id": STRING, "model": STRING, "results": OBJECTS}, ["results"]),
     "OperationResult": {"type": "object", "description": "the provider's answer, as it sent it"},
-    # api/openai.py _entry: one model or alias, in the list and alone.
+    # api/v1/openai.py _entry: one model or alias, in the list and alone.
     "Model": obj(
         {
             "id": STRING,

@@ -18,7 +18,7 @@ from gateway.access import team_admin
 from gateway.access.admins import Actor
 from gateway.access.team_models import TeamListQuery
 from gateway.access.teams import TeamRecord
-from gateway.api.audit import record_action
+from gateway.api.admin.audit import record_action
 from gateway.api.endpoint import admin_routes
 from gateway.api.http import json_response, read_json_object
 from gateway.api.payloads import parse_query

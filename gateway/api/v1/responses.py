@@ -11,19 +11,7 @@ untouched with ``store: false``, to any other translated (``gateway/formats``).
 
 from __future__ import annotations
 
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
+from gateway.api.v1.doors import RESPONSES
+from gateway.api.v1.pipeline import door_route
 
-from gateway.api.doors import RESPONSES
-from gateway.api.endpoint import Guard, endpoint
-from gateway.api.pipeline import handle
-from gateway.services import Services
-
-
-async def responses(request: Request, services: Services) -> Response:
-    """``POST /v1/responses``"""
-    return await handle(request, services, RESPONSES)
-
-
-routes = [Route("/v1/responses", endpoint(responses, Guard.NONE), methods=["POST"])]
+routes = [door_route(RESPONSES)]

@@ -11,11 +11,12 @@ also where the body goes when the provider speaks the door's format.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.api.validation import (
+from gateway.api.v1.validation import (
     validate_chat,
     validate_completion,
     validate_embedding,
@@ -27,14 +28,8 @@ from gateway.errors import InvalidRequest
 from gateway.formats import anthropic_messages, openai_responses
 from gateway.formats.errors import FormatError
 from gateway.formats.internal import ChatRequest, FormatName
+from gateway.formats.translation import ClientSide
 from gateway.routing import operations
-
-# Where a chat request goes at a provider that speaks each format.
-CHAT_PATHS: dict[FormatName, str] = {
-    "openai_chat": "/chat/completions",
-    "anthropic_messages": "/messages",
-    "openai_responses": "/responses",
-}
 
 # A door's check of a parsed JSON body: a 400 for a bad one; the internal request when the
 # check parsed it into one anyway (None: parsed later, only if a translation needs it).
@@ -57,25 +52,26 @@ class Door:
     # True: it generates text, so the model's sampling defaults (policy ``defaults:``) apply.
     samples: bool = False
 
-
-def client_error(exc: FormatError) -> InvalidRequest:
-    """A format's complaint about a client body as the gateway's 400 (field path kept)."""
-    return InvalidRequest(exc.message, param=exc.param, code=exc.code)
+    @functools.cached_property
+    def client_side(self) -> ClientSide:
+        """What the translation of its requests needs to know of it."""
+        return ClientSide(
+            self.format,
+            self.path,
+            translates=self.translatable,
+            samples=self.samples,
+            legacy=self.route == "completions",
+        )
 
 
 def _parsed_by(parse: Callable[[dict[str, Any]], ChatRequest]) -> Check:
+    """A check by a format's parser: its complaint is the gateway's 400 (field path kept)."""
+
     def check(body: dict[str, Any]) -> ChatRequest:
         try:
             return parse(body)
         except FormatError as exc:
-            raise client_error(exc) from None
-
-    return check
-
-
-def _checked_by(validate: Callable[[dict[str, Any]], None]) -> Check:
-    def check(body: dict[str, Any]) -> None:
-        validate(body)
+            raise InvalidRequest(exc.message, param=exc.param, code=exc.code) from None
 
     return check
 
@@ -84,7 +80,7 @@ CHAT = Door(
     "chat.completions",
     "/chat/completions",
     "openai_chat",
-    _checked_by(validate_chat),
+    validate_chat,
     operation=operations.CHAT,
     translatable=True,
     streamable=True,
@@ -122,7 +118,7 @@ COMPLETIONS = Door(
     "completions",
     "/completions",
     "openai_chat",
-    _checked_by(validate_completion),
+    validate_completion,
     operation=operations.COMPLETIONS,
     streamable=True,
     samples=True,
@@ -131,27 +127,51 @@ EMBEDDINGS = Door(
     "embeddings",
     "/embeddings",
     "openai_chat",
-    _checked_by(validate_embedding),
+    validate_embedding,
     operation=operations.EMBEDDINGS,
 )
 IMAGES = Door(
     "images.generations",
     "/images/generations",
     "openai_chat",
-    _checked_by(validate_image),
+    validate_image,
     operation=operations.IMAGES,
 )
 MODERATIONS = Door(
     "moderations",
     "/moderations",
     "openai_chat",
-    _checked_by(validate_moderation),
+    validate_moderation,
     operation=operations.MODERATION,
 )
 SPEECH = Door(
     "audio.speech",
     "/audio/speech",
     "openai_chat",
-    _checked_by(validate_speech),
+    validate_speech,
     operation=operations.SPEECH,
+)
+
+
+def _unchecked(body: dict[str, Any]) -> None:
+    """An upload's form fields are read for routing only."""
+
+
+# Multipart uploads (``uploads.py``): their form fields are read for routing only.
+TRANSCRIPTIONS = Door(
+    "audio.transcriptions",
+    "/audio/transcriptions",
+    "openai_chat",
+    _unchecked,
+    operation=operations.TRANSCRIPTION,
+)
+TRANSLATIONS = Door(
+    "audio.translations",
+    "/audio/translations",
+    "openai_chat",
+    _unchecked,
+    operation=operations.TRANSCRIPTION,
+)
+IMAGE_EDITS = Door(
+    "images.edits", "/images/edits", "openai_chat", _unchecked, operation=operations.IMAGES
 )

@@ -1,5 +1,5 @@
 """JSON Schema of the models that validate, for the OpenAPI document: the msgspec Structs of
-the /v1 bodies (``api/request_models.py``) and the pydantic models of the admin bodies, query
+the /v1 bodies (``api/v1/request_models.py``) and the pydantic models of the admin bodies, query
 strings and answers. Both libraries emit JSON Schema; this points their references at
 ``#/components/schemas/`` and tidies what they emit beyond it (pydantic's titles made up from
 field names, and the ``ge``/``le`` it leaves unconverted on a union such as ``int | float``).

@@ -2,9 +2,9 @@
 generated from the app's routes and the models that validate their input.
 
 Each route the app serves (bar the dashboard's HTML pages) is described by its entry in
-``openapi_operations``: path parameters come from the route, query parameters and bodies from
-the pydantic and msgspec models that check them (``openapi_models``), answers from a model
-where one defines them, else from ``openapi_unmodelled``. Credentials follow from the path
+``operations.py``: path parameters come from the route, query parameters and bodies from
+the pydantic and msgspec models that check them (``models.py``), answers from a model
+where one defines them, else from ``unmodelled.py``. Credentials follow from the path
 (/v1: an API key as bearer or ``x-api-key``; /admin: an admin credential). Errors are in
 OpenAI's envelope (``Error``), Anthropic's on /v1/messages.
 """
@@ -22,14 +22,14 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.api.http import JSON
-from gateway.api.openapi_models import (
+from gateway.api.openapi.models import (
     COMPONENTS,
     Schema,
     model_components,
     query_parameters,
     ref,
 )
-from gateway.api.openapi_operations import (
+from gateway.api.openapi.operations import (
     ADMIN_ERROR_REASONS,
     ADMIN_ERRORS,
     ERROR_REASONS,
@@ -39,7 +39,7 @@ from gateway.api.openapi_operations import (
     Content,
     Operation,
 )
-from gateway.api.openapi_unmodelled import UNMODELLED
+from gateway.api.openapi.unmodelled import UNMODELLED
 from gateway.services import Services
 
 SECURITY_SCHEMES = {
@@ -61,7 +61,7 @@ SECURITY_SCHEMES = {
 
 
 class _Shapes:
-    """Turns the shapes of ``openapi_operations`` and ``openapi_unmodelled`` into schemas: a
+    """Turns the shapes of ``operations.py`` and ``unmodelled.py`` into schemas: a
     model class becomes a reference to its component, and is kept for generating it."""
 
     def __init__(self) -> None:
@@ -165,7 +165,7 @@ def openapi_document(routes: Iterable[BaseRoute], version: str = "1") -> dict[st
         for method in sorted((route.methods or set()) - {"HEAD"}):
             key = f"{method} {route.path_format}"
             if key not in OPERATIONS:
-                raise LookupError(f"{key} is served but has no entry in openapi_operations")
+                raise LookupError(f"{key} is served but has no entry in openapi/operations.py")
             operation = _operation(route, OPERATIONS[key], shapes)
             paths.setdefault(route.path_format, {})[method.lower()] = operation
     served = {f"{method.upper()} {path}" for path, item in paths.items() for method in item}
