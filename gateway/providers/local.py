@@ -55,7 +55,7 @@ from gateway.routing.policy import LocalEngineSettings
 from gateway.tracing.spans import EnginePhases
 
 if TYPE_CHECKING:
-    from engine.core.async_engine import AsyncEngine, StreamOutput
+    from engine import AsyncEngine, StreamOutput
     from gateway.metrics import Metrics
 
 # max_tokens of a request that sets none, when neither the policy nor the checkpoint says:
@@ -91,19 +91,19 @@ class LocalProvider:
         self.engine = engine
         self.settings = settings
         self.metrics = metrics
-        self.tokenizer = engine.engine.tokenizer
+        self.tokenizer = engine.tokenizer
         # The checkpoint's recommended sampling (generation_config.json, or the bundled
         # model's card), for requests that set none of it.
-        self.sampling_defaults = dict(engine.engine.sampling_defaults)
+        self.sampling_defaults = dict(engine.sampling_defaults)
         self.default_max_tokens = default_max_tokens(
-            settings, self.sampling_defaults.pop("max_tokens", None), engine.engine.device.type
+            settings, self.sampling_defaults.pop("max_tokens", None), engine.device.type
         )
         # how this model writes tool calls: the policy's choice, else its family's
         parser = settings.tool_call_parser
         template = getattr(self.tokenizer, "chat_template", None)
         self.tool_parser = default_parser(template) if parser == "auto" else parser
         self.limits = EngineLimits(
-            engine.engine.max_model_len,
+            engine.max_model_len,
             self.default_max_tokens,
             self.sampling_defaults,
             self.tool_parser,
@@ -137,12 +137,12 @@ class LocalProvider:
     def _checked(self, request: LocalRequest) -> LocalRequest:
         """Each prompt and the sampling checked against the engine (its context length, its
         vocabulary, its seats)."""
-        from engine.errors import InvalidPromptError, RequestTooLargeError, SamplingParamsError
+        from engine import InvalidPromptError, RequestTooLargeError, SamplingParamsError
 
         param = "messages" if request.kind == "chat" else "prompt"
         for prompt in request.prompts:
             try:
-                self.engine.engine.check_request(prompt, request.params)
+                self.engine.check_request(prompt, request.params)
             except RequestTooLargeError as exc:
                 raise client_error(self.name, str(exc), param, "context_length_exceeded") from None
             except InvalidPromptError as exc:
@@ -156,7 +156,7 @@ class LocalProvider:
         """A structured output's grammar and the offered tools' parameter schemas, compiled in
         a worker thread (never on this event loop; cached by the engine, so once per spec);
         one that cannot be compiled is a 400 naming the field that set it."""
-        from engine.errors import GrammarError
+        from engine import GrammarError
 
         for spec, param in request.compile:
             try:
@@ -326,7 +326,7 @@ class LocalRun:
         self._queue.put_nowait(_END)
 
     def _upstream_error(self, exc: BaseException) -> UpstreamError:
-        from engine.errors import EngineDeadError, EngineNotRunningError
+        from engine import EngineDeadError, EngineNotRunningError
 
         name = self.provider.name
         if isinstance(exc, EngineDeadError | EngineNotRunningError):

@@ -141,7 +141,7 @@ def _is_int(value: Any) -> bool:
 def _chat_prompt(
     provider: str, tokenizer: Any, request: ChatRequest, tools: ToolPlan | None
 ) -> list[int]:
-    from engine.errors import TokenizerError
+    from engine import TokenizerError
 
     template = getattr(tokenizer, "chat_template", None)
     turns, variables = chat_turns(provider, request, tools, template)
@@ -217,7 +217,7 @@ def _logprobs(provider: str, fields: dict[str, Any], kind: Kind) -> int | None:
 
 def _json_schema(provider: str, value: Any, param: str) -> Any:
     """A schema given as an object or as its JSON text -> the engine's json_schema spec."""
-    from engine.structured.spec import StructuredOutput
+    from engine import StructuredOutput
 
     if isinstance(value, str):
         try:
@@ -236,7 +236,7 @@ def _text(provider: str, value: Any, param: str) -> str:
 
 
 def _choices(provider: str, value: Any, param: str) -> Any:
-    from engine.structured.spec import StructuredOutput
+    from engine import StructuredOutput
 
     if not isinstance(value, list) or not value or not all(isinstance(c, str) for c in value):
         raise client_error(provider, f"{param} must be a non-empty array of strings", param)
@@ -245,7 +245,7 @@ def _choices(provider: str, value: Any, param: str) -> Any:
 
 def _chat_response_format(spec: ResponseFormat | None) -> tuple[Any, str] | None:
     """A chat request's ``response_format`` (read by ``formats/``) as the engine's constraint."""
-    from engine.structured.spec import StructuredOutput
+    from engine import StructuredOutput
 
     if spec is None or spec.kind == "text":
         return None
@@ -258,7 +258,7 @@ def _chat_response_format(spec: ResponseFormat | None) -> tuple[Any, str] | None
 
 def _response_format(provider: str, value: Any) -> tuple[Any, str] | None:
     """A completions body's ``response_format`` as the engine's constraint."""
-    from engine.structured.spec import StructuredOutput
+    from engine import StructuredOutput
 
     if not isinstance(value, dict):
         raise client_error(provider, "response_format must be an object", "response_format")
@@ -285,7 +285,7 @@ def _response_format(provider: str, value: Any) -> tuple[Any, str] | None:
 
 def _structured_outputs(provider: str, value: Any) -> tuple[Any, str]:
     """vLLM's ``structured_outputs``: exactly one of json, regex, choice, grammar, json_object."""
-    from engine.structured.spec import StructuredOutput
+    from engine import StructuredOutput
 
     if not isinstance(value, dict):
         raise client_error(provider, "structured_outputs must be an object", "structured_outputs")
@@ -320,7 +320,7 @@ def _structured(
 ) -> tuple[Any, str | None]:
     """The request's structured-output constraint and the field that asked for it:
     ``response_format`` (already read) or one of vLLM's fields."""
-    from engine.structured.spec import StructuredOutput
+    from engine import StructuredOutput
 
     found: list[tuple[Any, str]] = [response_format] if response_format is not None else []
     for name in _STRUCTURED:
@@ -439,8 +439,7 @@ def _sampled(
 ) -> LocalRequest:
     """The engine request of ``prompts`` with one ``SamplingParams`` from ``fields``; the
     checkpoint's sampling fills what they leave out."""
-    from engine.errors import SamplingParamsError
-    from engine.sampling import SamplingParams
+    from engine import SamplingParams, SamplingParamsError
 
     prompt_param = "messages" if kind == "chat" else "prompt"
     longest = max(len(p) for p in prompts)

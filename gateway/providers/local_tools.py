@@ -52,7 +52,7 @@ class ToolPlan:
 
     def grammar(self) -> Any:
         """The ``StructuredOutput`` that forces a call (``required``/named), else None."""
-        from engine.structured.spec import StructuredOutput
+        from engine import StructuredOutput
 
         if self.choice == "auto":
             return None
@@ -64,7 +64,7 @@ class ToolPlan:
 
     def parameter_specs(self) -> list[tuple[Any, str]]:
         """Each function's parameters as a json_schema spec, and the param naming it."""
-        from engine.structured.spec import StructuredOutput
+        from engine import StructuredOutput
 
         return [
             (StructuredOutput.json_schema(_parameters(f)), f"tools[{index}].function.parameters")

@@ -24,9 +24,8 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from ports import free_port
 from private_modes import private_modes_problems
-
-from gateway.store.embedded import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,12 +33,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.engine]
 
 
 def _build_wheel(out: Path) -> Path:
-    """The wheel of a copy of the distribution's files (no build/ or egg-info in the checkout)."""
+    """The wheel of a copy of the checkout's files (no build/ or egg-info in the checkout),
+    the benches and tests included, as a clone has them: the wheel holds the product only."""
     source = out / "src"
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, source / name)
-    for package in ("gateway", "engine"):
+    for package in ("gateway", "engine", "bench", "tests"):
         shutil.copytree(
             REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__")
         )
@@ -50,6 +50,9 @@ def _build_wheel(out: Path) -> Path:
         check=True, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     (wheel,) = wheels.glob("switchyard_gateway-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        tops = {name.split("/", 1)[0] for name in archive.namelist()}
+    assert {top for top in tops if not top.endswith(".dist-info")} == {"gateway", "engine"}
     return wheel
 
 

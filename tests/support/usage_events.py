@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import uvicorn
+from ports import free_port
 
 from gateway.metering.ledger import UsageEvent, day_of
-from gateway.store.embedded import free_port
 
 MODELS = ("gpt-4.1-mini", "qwen3:0.6b", "llama|3.1-8b")
 PROVIDERS = {"gpt-4.1-mini": "openai", "qwen3:0.6b": "local", "llama|3.1-8b": "vllm-east"}

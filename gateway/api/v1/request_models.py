@@ -10,7 +10,7 @@ system or developer message must carry content; the others may not. These descri
 the client sends them, in OpenAI's names (``ChatCompletionRequest``); what a chat request means
 once parsed is ``gateway.formats.internal.ChatRequest``.
 
-msgspec was chosen over pydantic v2 by measurement (``python -m gateway.tools.bench_validation``,
+msgspec was chosen over pydantic v2 by measurement (``python -m bench.validation``,
 docs/benchmarks.md): the same checks cost 3-5x less per request.
 """
 
