@@ -22,9 +22,9 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.ledger import UsageError, UsageEvent
 from gateway.metering.attribution import NOBODY, Attribution
 from gateway.metering.gate import Usage, cost_of
-from gateway.metering.ledger import UsageError, UsageEvent
 from gateway.metering.limits import Limiter, LimiterUnavailable, Reservation
 from gateway.metering.settler import SettleBatcher, Settlement
 from gateway.metrics import Metrics
@@ -97,8 +97,8 @@ class Accountant:
             source, tokens, cost = "cache", 0, 0
         try:
             event = UsageEvent(
-                time=time.time(),
-                request_id=books.record_id,
+                event_id=books.record_id,
+                time_ms=int(time.time() * 1000),
                 key_id=books.key_id,
                 model=model,
                 provider=provider,

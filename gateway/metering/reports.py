@@ -29,17 +29,17 @@ from gateway.access.keys import KeyLabel
 from gateway.errors import ServiceUnavailable
 from gateway.ledger import (
     EventQuery,
-    LedgerEvent,
     LedgerQueryError,
     RollupQuery,
     RollupRow,
+    UsageEvent,
     UsageFilter,
     UsageStore,
 )
 from gateway.ledger import Totals as StoreTotals
 from gateway.ledger.days import report_days
+from gateway.ledger.event import day_of
 from gateway.metering.buffer import UsageBuffer
-from gateway.metering.ledger import day_of
 from gateway.money import format_usd_exact, nanos_to_usd
 from gateway.store.connect import REDIS_FAILURES
 
@@ -200,7 +200,7 @@ async def _from_store(read: Awaitable[T]) -> T:
         raise ServiceUnavailable(f"the usage store is unavailable ({type(exc).__name__})") from exc
 
 
-def event_view(event: LedgerEvent) -> dict[str, Any]:
+def event_view(event: UsageEvent) -> dict[str, Any]:
     """A stored event as ``/admin/usage/events`` shows it: the recorded fields under their
     usage-event names (``request_id``, ``time`` in epoch seconds, ``cost_usd`` rendered from
     ``cost_nanos``), plus the store's own (``time_ms``, attribution)."""

@@ -27,7 +27,8 @@ from typing import Any
 from redis.asyncio import Redis
 
 from gateway.alerts.outbox import Alert, AlertOutbox
-from gateway.metering.ledger import UsageEvent, UsageLedger
+from gateway.ledger import UsageEvent
+from gateway.metering.ledger import UsageLedger
 from gateway.metering.limits import BudgetCrossing, Limiter, Reservation, settle_crossings
 from gateway.metering.settle_spool import SettleLineError, SpooledSettle
 from gateway.metering.spool import Segment, Spool

@@ -20,8 +20,9 @@ from gateway_runner import ADMIN_KEY, GatewayThread, RunningGateway, make_settin
 from usage_events import expected_groups, make_events
 
 from gateway.api.dashboard_view import KEY_SERIES, TOP_KEYS
+from gateway.ledger import UsageEvent
 from gateway.metering.exporter import UsageExporter
-from gateway.metering.ledger import UsageEvent, UsageLedger
+from gateway.metering.ledger import UsageLedger
 from gateway.metering.reports import UsageReports
 from gateway.store.scripts import ScriptBatch
 

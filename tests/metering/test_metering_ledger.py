@@ -12,10 +12,10 @@ import pytest
 from redis.asyncio import Redis
 from usage_events import expected_groups, make_events, pick
 
-from gateway.ledger import UsageStore
+from gateway.ledger import UsageError, UsageEvent, UsageStore
 from gateway.metering.buffer import UsageBuffer
 from gateway.metering.exporter import UsageExporter
-from gateway.metering.ledger import RecordOutcome, UsageError, UsageEvent, UsageLedger
+from gateway.metering.ledger import RecordOutcome, UsageLedger
 from gateway.metering.reports import UsageReports
 from gateway.metering.spool import Spool
 from gateway.money import usd_to_nanos
@@ -25,8 +25,8 @@ from gateway.store.scripts import ScriptBatch
 
 def event(request_id: str = "req-1", **overrides: object) -> UsageEvent:
     fields: dict[str, object] = {
-        "time": time.time(),
-        "request_id": request_id,
+        "event_id": request_id,
+        "time_ms": int(time.time() * 1000),
         "key_id": "key-a",
         "model": "gpt-4.1-mini",
         "provider": "openai",
@@ -122,7 +122,7 @@ async def test_reports_equal_event_sums_with_replays_and_two_exporters(
 
 async def test_event_validation_names_the_field() -> None:
     cases = {
-        "request_id": {"request_id": ""},
+        "event_id": {"event_id": ""},
         "key_id": {"key_id": "a{b}"},
         "prompt_tokens": {"prompt_tokens": -1},
         "cached_tokens": {"cached_tokens": 101},
@@ -138,10 +138,15 @@ async def test_event_validation_names_the_field() -> None:
     with pytest.raises(UsageError) as caught:
         UsageEvent.from_json(b'{"time": 1, "request_id": "r", "bogus": 1}')
     assert caught.value.field == "bogus"
-    # cost_usd is only a rendering of the integer: setting it alone is refused, not rounded.
+    # The JSON form names the fields it names otherwise in its own terms.
     with pytest.raises(UsageError) as caught:
-        event(cost_nanos=0, cost_usd=0.0000025)
-    assert caught.value.field == "cost_usd"
+        UsageEvent.from_dict({**event().to_dict(), "request_id": ""})
+    assert caught.value.field == "request_id"
+    with pytest.raises(UsageError) as caught:
+        UsageEvent.from_dict({**event().to_dict(), "time": "noon"})
+    assert caught.value.field == "time"
+    # cost_usd is only a rendering of the integer: read JSON re-derives it, never rounds it in.
+    assert UsageEvent.from_dict({**event(cost_nanos=0).to_dict(), "cost_usd": 2.5e-6}).cost_usd == 0
     assert usd_to_nanos(0.0000025) == 2500  # exact from the decimal text: no float artefact
     assert event(cost_nanos=2500).cost_usd == 0.0000025
     # An event recorded before nano-dollars (a spool line, a stream entry) reads x1000.
@@ -151,10 +156,11 @@ async def test_event_validation_names_the_field() -> None:
     assert UsageEvent.from_dict(legacy).cost_nanos == 7000
     original = event(ttft_ms=12, streamed=True, usage_source="estimated")
     assert UsageEvent.from_json(original.to_json()) == original
-    # As the store keeps it: the same numbers, the time in whole milliseconds.
-    stored = original.to_ledger()
-    assert stored.event_id == original.request_id and stored.cost_nanos == original.cost_nanos
-    assert stored.time_ms == int(original.time * 1000) and stored.ttft_ms == 12
+    # The JSON's time in epoch seconds reads back to the same millisecond, also for times
+    # (2004, 2038) whose ``time_ms / 1000`` would read back as one less.
+    for time_ms in (1_084_202_825_932, 1_700_000_000_123, 2_152_570_672_398, 2_163_418_283_996):
+        assert int(time_ms / 1000 * 1000) != time_ms or time_ms == 1_700_000_000_123
+        assert UsageEvent.from_json(event(time_ms=time_ms).to_json()).time_ms == time_ms
 
 
 async def test_outage_spools_and_replay_counts_each_event_once(

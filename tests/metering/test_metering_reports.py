@@ -17,9 +17,9 @@ import pytest
 from gateway_runner import ADMIN_KEY, GatewayThread, make_settings
 from usage_events import expected_groups, make_events, pick
 
-from gateway.ledger import UsageStore
+from gateway.ledger import UsageEvent, UsageStore
 from gateway.metering.exporter import UsageExporter
-from gateway.metering.ledger import UsageEvent, UsageLedger
+from gateway.metering.ledger import UsageLedger
 from gateway.metering.reports import GROUP_BYS, ReportError, UsageReports, event_view
 from gateway.store.scripts import ScriptBatch
 
@@ -143,13 +143,13 @@ async def test_events_pages_cover_everything_newest_first(
         cursor = page["next_cursor"]
         if cursor is None:
             break
-    assert sorted(e["request_id"] for e in seen) == sorted(e.request_id for e in filled)
+    assert sorted(e["request_id"] for e in seen) == sorted(e.event_id for e in filled)
     order = [(e["time_ms"], e["id"]) for e in seen]
     assert order == sorted(order, reverse=True)
 
     by_key = await reports.events(key="key1", limit=500)
     assert {e["request_id"] for e in by_key["data"]} == {
-        e.request_id for e in filled if e.key_id == "key1"
+        e.event_id for e in filled if e.key_id == "key1"
     }
     assert by_key["next_cursor"] is None
 
@@ -162,16 +162,16 @@ async def test_events_pages_cover_everything_newest_first(
         cursor = page["next_cursor"]
         if cursor is None:
             break
-    assert sorted(model_ids) == sorted(e.request_id for e in filled if e.model == "qwen3:0.6b")
+    assert sorted(model_ids) == sorted(e.event_id for e in filled if e.model == "qwen3:0.6b")
     first = await reports.events(limit=1)
-    newest = next(e for e in filled if e.request_id == first["data"][0]["request_id"])
-    assert first["data"][0] == event_view(newest.to_ledger())
+    newest = next(e for e in filled if e.event_id == first["data"][0]["request_id"])
+    assert first["data"][0] == event_view(newest)
     recorded = {**newest.to_dict(), "tags": list(newest.tags)}
     shown = first["data"][0]
     assert {k: shown[k] for k in recorded if k != "time"} == {
         k: v for k, v in recorded.items() if k != "time"
     }
-    assert shown["time_ms"] == int(newest.time * 1000)
+    assert shown["time_ms"] == newest.time_ms
 
 
 POLICY = """
@@ -217,7 +217,7 @@ async def _check_http_endpoints(
     # key0's events again, under a key of the gateway's, for its own GET /v1/usage.
     key_id, api_key = gateway.create_key(name="reports")
     again = [
-        dataclasses.replace(event, key_id=key_id, request_id=event.request_id + "-again")
+        dataclasses.replace(event, key_id=key_id, event_id=event.event_id + "-again")
         for event in filled
         if event.key_id == "key0"
     ]
@@ -281,4 +281,4 @@ async def _check_http_endpoints(
             )
         ).json()
         ids = [e["request_id"] for e in page["data"] + rest["data"]]
-        assert sorted(ids) == sorted(e.request_id for e in filled if e.key_id == "key3")
+        assert sorted(ids) == sorted(e.event_id for e in filled if e.key_id == "key3")

@@ -19,9 +19,8 @@ from redis_helpers import LoopbackCluster, settle_parts, settle_round
 from gateway.access.auth import Authenticator, AuthSettings
 from gateway.access.keys import KeyStore, parse_key, record_key
 from gateway.errors import AuthenticationFailed
-from gateway.ledger import UsageStore
+from gateway.ledger import UsageEvent, UsageStore
 from gateway.metering.exporter import ExportSettings, UsageExporter
-from gateway.metering.ledger import UsageEvent
 from gateway.metering.limits import KeyLimits
 from gateway.metering.reports import UsageReports
 from gateway.metrics import Metrics
@@ -52,7 +51,11 @@ async def test_settle_and_usage_pipeline_spans_slots(
     assert status["budget"]["spent_nanos"] == usd_to_nanos(0.001)
     # Recording the same request again reaches the buffer, and the store keeps the first copy.
     again = UsageEvent(
-        time=time.time(), request_id="req-parts03", key_id="parts03", model="m", provider="p"
+        event_id="req-parts03",
+        time_ms=int(time.time() * 1000),
+        key_id="parts03",
+        model="m",
+        provider="p",
     )
     assert (await ledger.record(again)).value == "recorded"
     exporter = UsageExporter(

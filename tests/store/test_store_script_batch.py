@@ -12,10 +12,10 @@ import redis.exceptions
 from redis.asyncio import Redis
 from redis_helpers import ClientFactory
 
-from gateway.ledger import EventQuery, UsageStore
+from gateway.ledger import EventQuery, UsageEvent, UsageStore
 from gateway.metering.buffer import UsageBuffer
 from gateway.metering.exporter import UsageExporter
-from gateway.metering.ledger import UsageEvent, UsageLedger
+from gateway.metering.ledger import UsageLedger
 from gateway.metering.limits import KeyLimits, Limiter
 from gateway.metering.spool import Spool
 from gateway.money import usd_to_nanos
@@ -26,8 +26,8 @@ LIMITS = KeyLimits(rpm=100, tpm=10_000, budget_nanos=usd_to_nanos(5.0), budget_p
 
 def _event(request_id: str, completion: int) -> UsageEvent:
     return UsageEvent(
-        time=time.time(),
-        request_id=request_id,
+        event_id=request_id,
+        time_ms=int(time.time() * 1000),
         key_id="batch-key",
         model="m",
         provider="p",

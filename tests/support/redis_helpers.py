@@ -29,8 +29,9 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from gateway.ledger import UsageEvent
 from gateway.metering.buffer import UsageBuffer
-from gateway.metering.ledger import UsageEvent, UsageLedger
+from gateway.metering.ledger import UsageLedger
 from gateway.metering.limits import KeyLimits, Limiter
 from gateway.metering.settler import SettleBatcher, Settlement
 from gateway.metering.spool import Spool
@@ -276,8 +277,8 @@ async def settle_round(
             key_id, limits, tokens=100, cost_nanos=usd_to_nanos(0.5), request_id=request_id
         )
         event = UsageEvent(
-            time=time.time(),
-            request_id=request_id,
+            event_id=request_id,
+            time_ms=int(time.time() * 1000),
             key_id=key_id,
             model="fake-model",
             provider="fake",
