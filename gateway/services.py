@@ -35,10 +35,10 @@ from gateway.metering.accounting import Accountant
 from gateway.metering.buffer import UsageBuffer
 from gateway.metering.exporter import ExportSettings, UsageExporter
 from gateway.metering.gate import LimiterSettings, LimitsGate
-from gateway.metering.ledger import UsageLedger
 from gateway.metering.legacy import LegacyImport
 from gateway.metering.limits import Limiter, LimiterUnavailable
 from gateway.metering.moves import LimitMoves
+from gateway.metering.recorder import UsageRecorder
 from gateway.metering.reports import UsageReports
 from gateway.metering.settler import SettleBatcher
 from gateway.metering.spool import Spool
@@ -94,7 +94,7 @@ class Services:
     alerts: AlertDeliverer
     # Settles and records each request once it ends.
     accountant: Accountant
-    ledger: UsageLedger
+    recorder: UsageRecorder
     # Every usage event, in SQL (embedded SQLite or a shared PostgreSQL): what reports read.
     usage_store: UsageStore
     # Moves usage events from the Redis buffer into the store, beside the requests.
@@ -144,11 +144,16 @@ def build_services(
         retention_days=settings.usage_retention_days,
     )
     buffer = UsageBuffer(redis)  # named after the store once it is open
-    ledger = UsageLedger(buffer, spool=Spool(settings.data_dir / "spool"))
+    recorder = UsageRecorder(buffer, spool=Spool(settings.data_dir / "spool"))
     alert_settings = AlertSettings.from_settings(settings)
     outbox = AlertOutbox(redis) if alert_settings.enabled else None
     settler = SettleBatcher(
-        redis, limiter, ledger, log, alerts=outbox, spool=Spool(settings.data_dir / "settle-spool")
+        redis,
+        limiter,
+        recorder,
+        log,
+        alerts=outbox,
+        spool=Spool(settings.data_dir / "settle-spool"),
     )
     state = RoutingState.from_settings(settings)
     metrics = Metrics(routing=state)
@@ -160,7 +165,7 @@ def build_services(
         log,
         legacy=LegacyImport(redis, usage_store, log),
     )
-    metrics.watch_spool(ledger.spool_depth, settler.spool_depth)
+    metrics.watch_spool(recorder.spool_depth, settler.spool_depth)
     # The in-process engine (only if the policy has a local provider), loaded when started.
     local_engine = LocalEngineHost(settings.data_dir, metrics, log)
     upstream = UpstreamSettings.from_settings(settings)
@@ -203,7 +208,7 @@ def build_services(
         settler=settler,
         alerts=AlertDeliverer(redis, alert_settings, log),
         accountant=Accountant(settler, limiter, metrics, log),
-        ledger=ledger,
+        recorder=recorder,
         usage_store=usage_store,
         exporter=exporter,
         reports=UsageReports(usage_store, buffer, key_labels=keys.labels),
@@ -258,7 +263,7 @@ async def running_services(
 
 
 def _parts(services: Services, pepper: bytes) -> list[Part]:
-    """The start order; stopping runs it backwards (the settle batch drains before the ledger
+    """The start order; stopping runs it backwards (the settle batch drains before the recorder
     stops and the exporter's last round, the store closes after it, the engine and the fleets
     stop after the providers, Redis closes last)."""
     redis = _RedisWatch(services, pepper)
@@ -278,7 +283,7 @@ def _parts(services: Services, pepper: bytes) -> list[Part]:
         Part("policy watch", start=_now(policies.start_watching), stop=policies.stop),
         Part("releases", stop=services.accountant.wait_background),
         Part("usage export", start=services.exporter.start, stop=services.exporter.stop),
-        Part("usage ledger", start=services.ledger.start, stop=services.ledger.stop),
+        Part("usage recorder", start=services.recorder.start, stop=services.recorder.stop),
         Part("settle spool", start=services.settler.start, stop=services.settler.stop),
         Part("settle batch", stop=services.settler.drain),
         Part("response cache", stop=services.cache.drain),
@@ -349,7 +354,7 @@ async def _open_usage_store(services: Services) -> None:
         await store.open()
     except StoreConfigError as exc:
         raise SettingsError(f"SWITCHYARD_USAGE_STORE_URL: {exc}") from None
-    services.ledger.buffer.bind(store.store_id)
+    services.recorder.buffer.bind(store.store_id)
     services.log.info("usage_store_opened", backend=store.kind, store_id=store.store_id)
 
 

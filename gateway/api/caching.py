@@ -159,7 +159,7 @@ async def _look_up(call: V1Call, cached: CachedRequest) -> Lookup | None:
         return found
 
 
-def served_from_cache(
+def cache_hit_response(
     call: V1Call, door: Door, raw: dict[str, Any], plan: RoutePlan, entry: CacheEntry
 ) -> Response:
     """A hit: the stored answer, booked as usage from the cache."""

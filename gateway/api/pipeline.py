@@ -29,10 +29,10 @@ from gateway.api.caching import (
     CachedRequest,
     StreamKeeper,
     cache_directive,
+    cache_hit_response,
     cache_plan,
     keep_answer,
     reserve_and_look_up,
-    served_from_cache,
 )
 from gateway.api.doors import Door
 from gateway.api.envelopes import error_response, stream_error
@@ -63,7 +63,7 @@ NOTHING = Usage(0, 0)
 
 
 @dataclass(frozen=True)
-class Served:
+class AttemptReply:
     """What an attempt hands back: the JSON answer, or the open stream and its format."""
 
     answer: Answer | None = None
@@ -147,7 +147,7 @@ async def _pipeline(call: V1Call, door: Door) -> Response:
     else:  # the lookup beside the reservation: one round trip's wait for both
         hit = await reserve_and_look_up(call, cached, reserve(call, raw, principal, plan))
         if hit is not None:
-            return served_from_cache(call, door, raw, plan, hit)
+            return cache_hit_response(call, door, raw, plan, hit)
     if door.streamable and raw.get("stream") is True:
         return await _stream(call, exchange, plan, cached)  # dispatch, then relay by event
     result = await call.services.dispatcher.run(plan, _json_attempt(call, exchange))
@@ -259,7 +259,7 @@ def end_try(tried: AttemptTrace, error: BaseException) -> None:
         tried.end("failed", error_type=type(error).__name__)
 
 
-def note_served(call: V1Call, plan: RoutePlan, result: DispatchResult[Any]) -> Candidate:
+def note_winner(call: V1Call, plan: RoutePlan, result: DispatchResult[Any]) -> Candidate:
     """Note who served, after how many tries, and the time the gateway itself took."""
     served: Candidate = result.candidate
     books, services = call.books, call.services
@@ -274,9 +274,11 @@ def note_served(call: V1Call, plan: RoutePlan, result: DispatchResult[Any]) -> C
     return served
 
 
-def answered(call: V1Call, plan: RoutePlan, result: DispatchResult[Served], door: Door) -> Response:
+def answered(
+    call: V1Call, plan: RoutePlan, result: DispatchResult[AttemptReply], door: Door
+) -> Response:
     """The JSON (or raw) answer of the candidate that served."""
-    note_served(call, plan, result)
+    note_winner(call, plan, result)
     answer = result.value.answer
     assert answer is not None
     call.outcome.usage = answer.usage if door.metered else NOTHING
@@ -323,10 +325,12 @@ def _prepare_try(
     return upstream, target, path, body, upstream.traced(call, candidate)
 
 
-def _json_attempt(call: V1Call, exchange: Exchange) -> Callable[[Candidate], Awaitable[Served]]:
+def _json_attempt(
+    call: V1Call, exchange: Exchange
+) -> Callable[[Candidate], Awaitable[AttemptReply]]:
     receive = call.request.receive
 
-    async def attempt(candidate: Candidate) -> Served:
+    async def attempt(candidate: Candidate) -> AttemptReply:
         upstream, target, path, body, tried = _prepare_try(call, exchange, candidate, stream=False)
         provider = upstream.provider
         try:
@@ -338,7 +342,7 @@ def _json_attempt(call: V1Call, exchange: Exchange) -> Callable[[Candidate], Awa
             if reply.phases is not None:
                 tried.engine_phases(reply.phases)
             answer = exchange.answer(target, reply, candidate.provider)
-            served = Served(answer=answer, target=target, route_note=reply.route_note)
+            served = AttemptReply(answer=answer, target=target, route_note=reply.route_note)
         except BaseException as exc:
             end_try(tried, exc)
             raise
@@ -355,7 +359,7 @@ async def _stream(
     assert books is not None
     outcome.stream = books.streamed = True
 
-    async def attempt(candidate: Candidate) -> Served:
+    async def attempt(candidate: Candidate) -> AttemptReply:
         upstream, target, path, body, tried = _prepare_try(call, exchange, candidate, stream=True)
         provider = upstream.provider
         try:
@@ -364,10 +368,10 @@ async def _stream(
             end_try(tried, exc)
             raise
         call.held_try = tried
-        return Served(stream=stream, target=target, route_note=stream.route_note)
+        return AttemptReply(stream=stream, target=target, route_note=stream.route_note)
 
     result = await services.dispatcher.run(plan, attempt, hold=True)
-    served = note_served(call, plan, result)
+    served = note_winner(call, plan, result)
     call.headers.update(SSE_HEADERS)
     upstream = result.value.stream
     assert upstream is not None and books.policy is not None

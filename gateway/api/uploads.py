@@ -30,7 +30,7 @@ from gateway.api.endpoint import door_route
 from gateway.api.http import read_body
 from gateway.api.multipart import Upload, boundary_of, read_head
 from gateway.api.pipeline import (
-    Served,
+    AttemptReply,
     Upstream,
     answered,
     attribute,
@@ -104,7 +104,7 @@ async def handle_speech(request: Request, services: Services, door: Door) -> Res
         plan = plan_route(call, raw, principal, door)
         await reserve(call, raw, principal, plan)
 
-        async def attempt(candidate: Candidate) -> Served:
+        async def attempt(candidate: Candidate) -> AttemptReply:
             upstream = Upstream(call, candidate)
             speaks_openai(candidate, upstream, door)
             sent = orjson.dumps({**raw, "model": candidate.upstream_model})
@@ -116,7 +116,7 @@ async def handle_speech(request: Request, services: Services, door: Door) -> Res
                 content_length=len(sent),
                 headers=upstream.headers,
             )
-            return Served(
+            return AttemptReply(
                 answer=reply_answer(reply),
                 reply_type=reply.content_type,
                 route_note=reply.route_note,
@@ -170,8 +170,8 @@ def _fields(fields: dict[str, str], has_file: bool) -> dict[str, Any]:
 
 def _upload_attempt(
     call: V1Call, door: Door, upload: Upload
-) -> Callable[[Candidate], Awaitable[Served]]:
-    async def attempt(candidate: Candidate) -> Served:
+) -> Callable[[Candidate], Awaitable[AttemptReply]]:
+    async def attempt(candidate: Candidate) -> AttemptReply:
         upstream = Upstream(call, candidate)
         speaks_openai(candidate, upstream, door)
         model = candidate.upstream_model
@@ -207,7 +207,7 @@ def _upload_attempt(
             if isinstance(exc, UpstreamError) and upload.started:
                 exc.retryable, exc.final = False, True  # the file went (partly) to this one
             raise
-        return Served(
+        return AttemptReply(
             answer=reply_answer(reply), reply_type=reply.content_type, route_note=reply.route_note
         )
 

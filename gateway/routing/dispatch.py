@@ -130,9 +130,9 @@ class AttemptRecord:
 
 
 @dataclass(eq=False)
-class ServedCall:
-    """The end of one call that reached the upstream: breaker, latency and provider slot are
-    settled exactly once, by whichever of ``succeeded``/``failed``/``release`` comes first."""
+class HeldCall:
+    """A call that reached the upstream, held until it ends: breaker, latency and provider slot
+    are settled exactly once, by whichever of ``succeeded``/``failed``/``release`` comes first."""
 
     state: RoutingState
     candidate: Candidate
@@ -172,7 +172,7 @@ class DispatchResult(Generic[T]):
     value: T
     candidate: Candidate
     attempts: list[AttemptRecord]
-    _held: ServedCall | None = field(default=None, repr=False)
+    _held: HeldCall | None = field(default=None, repr=False)
 
     def succeeded(self) -> None:
         """A held stream ended cleanly: a success for the breaker, its time to first byte for
@@ -466,7 +466,7 @@ class Dispatcher:
         attempts: list[AttemptRecord],
         deadline: float,
         hold: bool,
-    ) -> tuple[T, ServedCall | None]:
+    ) -> tuple[T, HeldCall | None]:
         breaker = self.state.breakers.get(candidate.provider, candidate.model)
         limit = provider.max_concurrency if provider else None
         retrying = AsyncRetrying(
@@ -490,7 +490,7 @@ class Dispatcher:
         attempt: Callable[[Candidate], Awaitable[T]],
         attempts: list[AttemptRecord],
         hold: bool,
-    ) -> tuple[T, ServedCall | None]:
+    ) -> tuple[T, HeldCall | None]:
         def skip(detail: str) -> _Skipped:
             attempts.append(AttemptRecord(candidate.model, candidate.provider, "skipped", detail))
             return _Skipped(detail)
@@ -502,7 +502,7 @@ class Dispatcher:
             if probe:
                 breaker.release_probe()
             raise skip(f"provider at max_concurrency ({limit})")
-        call = ServedCall(self.state, candidate, breaker, probe=probe)
+        call = HeldCall(self.state, candidate, breaker, probe=probe)
         started = self._clock()
         try:
             value = await attempt(candidate)
@@ -545,7 +545,7 @@ class Dispatcher:
     def _record_failure(
         self,
         candidate: Candidate,
-        call: ServedCall,
+        call: HeldCall,
         error: UpstreamError,
         attempts: list[AttemptRecord],
         elapsed: float,

@@ -23,7 +23,7 @@ from gateway.ledger import EventQuery, RollupQuery, UsageEvent, UsageStore, open
 from gateway.ledger.event import day_of
 from gateway.metering.buffer import FIELD, UsageBuffer
 from gateway.metering.exporter import ExportFailed, ExportSettings, UsageExporter
-from gateway.metering.ledger import UsageLedger
+from gateway.metering.recorder import UsageRecorder
 from gateway.metering.reports import UsageReports
 from gateway.metering.spool import Spool
 from gateway.metrics import Metrics
@@ -256,11 +256,11 @@ async def test_the_background_exporter_keeps_up_and_leaves_its_group(
     usage_buffer: UsageBuffer, usage_store: UsageStore, redis_client: Redis, tmp_path: Path
 ) -> None:
     exporter = exporter_of(usage_buffer, usage_store, interval_s=0.02, stats_interval_s=0.02)
-    ledger = UsageLedger(usage_buffer, spool=Spool(tmp_path / "spool"))
+    recorder = UsageRecorder(usage_buffer, spool=Spool(tmp_path / "spool"))
     await exporter.start()
     try:
         for event in make_events(40, seed=28, days=1):
-            await ledger.record(event)
+            await recorder.record(event)
         deadline = time.monotonic() + 10
         while (await usage_buffer.stats()).backlog and time.monotonic() < deadline:
             await asyncio.sleep(0.02)

@@ -19,19 +19,19 @@ from usage_events import expected_groups, make_events, pick
 
 from gateway.ledger import UsageEvent, UsageStore
 from gateway.metering.exporter import UsageExporter
-from gateway.metering.ledger import UsageLedger
+from gateway.metering.recorder import UsageRecorder
 from gateway.metering.reports import GROUP_BYS, ReportError, UsageReports, event_view
 from gateway.store.scripts import ScriptBatch
 
 FRESHNESS = ("as_of", "pending_export", "export_lag_s")
 
 
-async def record_all(ledger: UsageLedger, events: list[UsageEvent]) -> None:
+async def record_all(recorder: UsageRecorder, events: list[UsageEvent]) -> None:
     """Record ``events`` into the buffer as the settle batch does (one round trip)."""
     batch = ScriptBatch()
     for event in events:
-        ledger.queue_record(batch, event)
-    await batch.execute(ledger.buffer.redis)
+        recorder.queue_record(batch, event)
+    await batch.execute(recorder.buffer.redis)
 
 
 def figures(report: dict[str, Any]) -> dict[str, Any]:
@@ -40,22 +40,22 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def filled(ledger: UsageLedger, exporter: UsageExporter) -> list[UsageEvent]:
+async def filled(recorder: UsageRecorder, exporter: UsageExporter) -> list[UsageEvent]:
     events = make_events(300, seed=3, keys=6, days=4)
-    await record_all(ledger, events)
+    await record_all(recorder, events)
     assert await exporter.drain() == 300
     return events
 
 
 async def test_freshness_counts_what_is_not_exported_yet(
-    reports: UsageReports, ledger: UsageLedger, exporter: UsageExporter
+    reports: UsageReports, recorder: UsageRecorder, exporter: UsageExporter
 ) -> None:
     today = reports.today()
     empty = await reports.admin_usage(today, today, "key")
     assert empty["pending_export"] == 0 and empty["export_lag_s"] == 0
     assert empty["as_of"].endswith("Z") and empty["as_of"][:10] == today.isoformat()
     events = make_events(7, seed=9, days=1)
-    await record_all(ledger, events)
+    await record_all(recorder, events)
     waiting = await reports.admin_usage(today, today, "key")
     assert waiting["pending_export"] == 7 and waiting["totals"]["requests"] == 0
     assert waiting["export_lag_s"] >= 0
@@ -184,7 +184,7 @@ models:
 
 async def test_http_endpoints(
     reports: UsageReports,
-    ledger: UsageLedger,
+    recorder: UsageRecorder,
     exporter: UsageExporter,
     usage_store: UsageStore,
     filled: list[UsageEvent],
@@ -202,7 +202,7 @@ async def test_http_endpoints(
     gateway = runner.start()
     try:
         assert gateway.services.usage_store.store_id == usage_store.store_id
-        await _check_http_endpoints(gateway, reports, ledger, exporter, filled)
+        await _check_http_endpoints(gateway, reports, recorder, exporter, filled)
     finally:
         runner.stop()
 
@@ -210,7 +210,7 @@ async def test_http_endpoints(
 async def _check_http_endpoints(
     gateway: Any,
     reports: UsageReports,
-    ledger: UsageLedger,
+    recorder: UsageRecorder,
     exporter: UsageExporter,
     filled: list[UsageEvent],
 ) -> None:
@@ -221,7 +221,7 @@ async def _check_http_endpoints(
         for event in filled
         if event.key_id == "key0"
     ]
-    await record_all(ledger, again)
+    await record_all(recorder, again)
     await exporter.drain()  # the gateway's exporter may take some of them: either is fine
     today = reports.today()
     start = (today - timedelta(days=3)).isoformat()

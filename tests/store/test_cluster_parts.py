@@ -37,13 +37,13 @@ def _masters_of(cluster: LoopbackCluster, keys: list[str]) -> set[int]:
 async def test_settle_and_usage_pipeline_spans_slots(
     client: RedisCluster, cluster: LoopbackCluster, usage_store: UsageStore, tmp_path: Path
 ) -> None:
-    limiter, ledger, settler = settle_parts(client, tmp_path / "spool", usage_store.store_id)
-    assert _masters_of(cluster, list(ledger.buffer.keys)) == {n.port for n in cluster.nodes}
+    limiter, recorder, settler = settle_parts(client, tmp_path / "spool", usage_store.store_id)
+    assert _masters_of(cluster, list(recorder.buffer.keys)) == {n.port for n in cluster.nodes}
     key_ids = [f"parts{i:02d}" for i in range(12)]
     assert _masters_of(cluster, [record_key(k) for k in key_ids]) == {n.port for n in cluster.nodes}
     limits = KeyLimits(rpm=1000, tpm=100_000, budget_nanos=usd_to_nanos(10.0), budget_period="day")
     await settle_round(limiter, settler, key_ids, limits, "req")
-    assert ledger.spool_depth() == 0  # nothing failed over to the spool
+    assert recorder.spool_depth() == 0  # nothing failed over to the spool
     # Settled: the estimate (100 tokens, $0.50) was replaced by what was used.
     status = await limiter.status(key_ids[5], limits)
     assert status["tokens"]["used"] == 15
@@ -57,16 +57,16 @@ async def test_settle_and_usage_pipeline_spans_slots(
         model="m",
         provider="p",
     )
-    assert (await ledger.record(again)).value == "recorded"
+    assert (await recorder.record(again)).value == "recorded"
     exporter = UsageExporter(
-        ledger.buffer, usage_store, ExportSettings(), Metrics(), structlog.get_logger()
+        recorder.buffer, usage_store, ExportSettings(), Metrics(), structlog.get_logger()
     )
-    await ledger.buffer.ensure_groups()  # one group per shard, each on its own master
+    await recorder.buffer.ensure_groups()  # one group per shard, each on its own master
     assert await exporter.drain() == len(key_ids) + 1
-    stats = await ledger.buffer.stats()
+    stats = await recorder.buffer.stats()
     assert (stats.backlog, stats.pending) == (0, 0)
 
-    reports = UsageReports(usage_store, ledger.buffer)
+    reports = UsageReports(usage_store, recorder.buffer)
     today = reports.today()
     report = await reports.admin_usage(today, today, "key")
     rows = {row["key"]: row for row in report["data"] if row["key"] in key_ids}

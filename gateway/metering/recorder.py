@@ -1,6 +1,6 @@
-"""The ledger that puts each usage event in the Redis buffer on its way to the store.
+"""The recorder that puts each usage event in the Redis buffer on its way to the store.
 
-One request leaves one ``UsageEvent`` (``gateway.ledger.event``). ``UsageLedger.queue_record``
+One request leaves one ``UsageEvent`` (``gateway.ledger.event``). ``UsageRecorder.queue_record``
 adds one ``XADD`` to a caller's ``ScriptBatch`` (the limiter's settle goes into the same one, so both cost one round
 trip): the event's JSON is appended to one of the buffer's shard streams
 (``gateway.metering.buffer``), from where the exporter moves it into the SQL usage store. Redis
@@ -37,7 +37,7 @@ class RecordOutcome(enum.StrEnum):
 
 
 @dataclass(eq=False)
-class UsageLedger:
+class UsageRecorder:
     """Records usage events in the Redis buffer; falls back to a local spool when Redis is
     unreachable, and replays the spool into the buffer once it answers again."""
 
