@@ -43,16 +43,16 @@ from gateway.metering.reports import UsageReports
 from gateway.metering.settler import SettleBatcher
 from gateway.metering.spool import Spool
 from gateway.metrics import Metrics
+from gateway.policy import PolicyError
+from gateway.policy.store import PolicyStore
 from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.azure_openai import AzureOpenAIProvider
 from gateway.providers.fleet_host import FleetHost
+from gateway.providers.http_provider import HttpProvider
 from gateway.providers.http_upstream import UpstreamSettings
 from gateway.providers.local_host import LocalEngineHost
-from gateway.providers.openai_compat import OpenAICompatProvider
 from gateway.providers.registry import ProviderRegistry
 from gateway.routing.dispatch import Dispatcher, RetrySettings
-from gateway.routing.policy import PolicyError
-from gateway.routing.policy_store import PolicyStore
 from gateway.routing.router import Router
 from gateway.routing.state import RoutingState
 from gateway.server.shutdown import Drain
@@ -156,7 +156,8 @@ def build_services(
         spool=Spool(settings.data_dir / "settle-spool"),
     )
     state = RoutingState.from_settings(settings)
-    metrics = Metrics(routing=state)
+    metrics = Metrics()
+    metrics.watch_routing(state.snapshot)
     exporter = UsageExporter(
         buffer,
         usage_store,
@@ -176,7 +177,7 @@ def build_services(
     fleets = FleetHost(upstream, metrics, log)
     providers = ProviderRegistry(
         {
-            "openai_compatible": lambda name, config: OpenAICompatProvider(name, config, upstream),
+            "openai_compatible": lambda name, config: HttpProvider(name, config, upstream),
             "azure_openai": lambda name, config: AzureOpenAIProvider(name, config, upstream),
             "anthropic": lambda name, config: AnthropicProvider(name, config, upstream),
             "local": local_engine.provider_for,

@@ -31,8 +31,8 @@ class SettingsError(ValueError):
 
 # The default policy shipped in the package (the repository root's routing_rules.yaml is a link
 # to it): `switchyard serve` in a directory without a policy file serves it, `switchyard init`
-# writes a copy. A path, not an import: settings stand below the routing part.
-SHIPPED_POLICY = Path(__file__).parent / "routing" / "routing_rules.yaml"
+# writes a copy. A path, not an import: settings stand below the policy part.
+SHIPPED_POLICY = Path(__file__).parent / "policy" / "routing_rules.yaml"
 
 
 class Settings(BaseSettings):

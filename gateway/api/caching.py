@@ -36,14 +36,12 @@ from gateway.cache import (
     CachedUsage,
     CacheEntry,
     CacheHeaderError,
-    CachePolicy,
     CacheScope,
     CacheUnavailable,
     Lookup,
     Mode,
     StreamRecorder,
     directive_of,
-    effective_cache,
     nondeterminism,
     request_key,
 )
@@ -51,6 +49,7 @@ from gateway.errors import InvalidRequest
 from gateway.formats.openai_chat.relay import ChatRelay
 from gateway.formats.relay import StreamRelay
 from gateway.metering.gate import Usage
+from gateway.policy import CachePolicy, effective_cache
 from gateway.providers.forwarding import listed_headers
 from gateway.routing.router import Candidate, RoutePlan
 

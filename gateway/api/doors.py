@@ -27,7 +27,7 @@ from gateway.errors import InvalidRequest
 from gateway.formats import anthropic_messages, openai_responses
 from gateway.formats.errors import FormatError
 from gateway.formats.internal import ChatRequest, FormatName
-from gateway.routing import operations
+from gateway.policy import operations
 
 # Where a chat request goes at a provider that speaks each format.
 CHAT_PATHS: dict[FormatName, str] = {
@@ -47,7 +47,7 @@ class Door:
     path: str
     format: FormatName
     check: Check
-    # What it asks of the model (routing/operations.py): a model that does not serve it is
+    # What it asks of the model (policy/operations.py): a model that does not serve it is
     # refused at the door, never sent upstream.
     operation: str = field(kw_only=True)
     translatable: bool = False

@@ -23,7 +23,7 @@ from gateway.api.model_availability import availability
 from gateway.api.pipeline import allowed_models, handle
 from gateway.api.uploads import handle_speech
 from gateway.errors import GatewayError, InvalidRequest, NotFound, ServiceUnavailable, echo
-from gateway.routing.policy import Policy
+from gateway.policy import Policy
 from gateway.services import Services
 
 

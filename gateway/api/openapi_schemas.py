@@ -16,7 +16,7 @@ from gateway.ledger.event import MAX_TAG_LENGTH, MAX_TAGS
 from gateway.ledger.record import MAX_LABEL_LENGTH
 from gateway.metering.reports import GROUP_BYS, MAX_EVENTS_LIMIT
 from gateway.money import MAX_BUDGET_USD
-from gateway.routing.operations import OPERATIONS
+from gateway.policy.operations import OPERATIONS
 
 Schema = dict[str, Any]
 

@@ -47,11 +47,11 @@ from gateway.formats.relay import StreamRelay
 from gateway.metering.accounting import Accounting
 from gateway.metering.attribution import take_attribution
 from gateway.metering.gate import Usage
+from gateway.policy import Policy, ProviderConfig
 from gateway.providers.base import PhasedStream, Provider, UpstreamStream
 from gateway.providers.forwarding import forwarded_headers
 from gateway.redact import redact
 from gateway.routing.dispatch import AttemptRecord, DispatchResult
-from gateway.routing.policy import Policy, ProviderConfig
 from gateway.routing.router import Candidate, RoutePlan
 from gateway.server.exchange import CLIENT_GONE
 from gateway.services import Services

@@ -30,8 +30,8 @@ from gateway.formats.openai_chat.relay import ChatRelay
 from gateway.formats.relay import StreamRelay, stream_relay, usage_of
 from gateway.formats.sampling_defaults import apply_defaults, unset_defaults
 from gateway.metering.gate import Usage
+from gateway.policy import AUTO_MODEL, ModelDefaults, ProviderConfig
 from gateway.providers.base import UpstreamResponse, unsupported
-from gateway.routing.policy import AUTO_MODEL, ModelDefaults, ProviderConfig
 
 
 @dataclass(frozen=True)

@@ -45,8 +45,8 @@ from gateway.api.translation import Answer
 from gateway.errors import InvalidRequest, PayloadTooLarge, UpstreamError
 from gateway.formats.openai_chat.relay import chat_usage
 from gateway.metering.gate import Usage
+from gateway.policy import operations
 from gateway.providers.base import RawReply, unsupported
-from gateway.routing import operations
 from gateway.routing.router import Candidate
 from gateway.services import Services
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from gateway.cli.output import fail
 from gateway.data_dir import DataDirBusy, DataDirLock, private_files
-from gateway.routing.policy import PolicyError, load_policy_file
+from gateway.policy import PolicyError, load_policy_file
 from gateway.settings import Settings, ensure_secrets
 
 

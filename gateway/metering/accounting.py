@@ -28,7 +28,7 @@ from gateway.metering.gate import Usage, cost_of
 from gateway.metering.limits import Limiter, LimiterUnavailable, Reservation
 from gateway.metering.settler import SettleBatcher, Settlement
 from gateway.metrics import Metrics
-from gateway.routing.policy import Policy
+from gateway.policy import Policy
 from gateway.routing.router import RoutePlan
 
 

@@ -33,12 +33,12 @@ from gateway.formats.relay import usage_of
 from gateway.metering.limits import HomeChanged, KeyLimits, Limiter, LimiterUnavailable, Reservation
 from gateway.metering.moves import LimitMoves
 from gateway.metrics import Metrics
+from gateway.policy import Policy
 from gateway.routing.estimate import (
     estimate_prompt_tokens,
     expected_output_tokens,
     prompt_token_bound,
 )
-from gateway.routing.policy import Policy
 from gateway.routing.router import RoutePlan
 from gateway.settings import Settings
 

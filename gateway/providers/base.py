@@ -1,5 +1,5 @@
 """What every provider is to the rest of the gateway: the ``Provider`` protocol and the values
-it trades in. Implementations live beside it (``openai_compat.py``, ``local_host.py``); this
+it trades in. Implementations live beside it (``http_provider.py``, ``local_host.py``); this
 file holds only the interface, so the request path and the dispatcher never ask which kind of
 provider they hold.
 

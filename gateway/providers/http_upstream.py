@@ -2,7 +2,7 @@
 timeouts, caps on what is read, and failures made safe to relay.
 
 ``HttpUpstream(provider, settings, ...)`` is built once per provider and used by its adapter
-(``openai_compat``, ``anthropic``, ``azure_openai``, fleets); the adapter decides URLs, bodies
+(``http_provider`` and the ``anthropic``, ``azure_openai`` kinds, fleets); the adapter decides URLs, bodies
 and its own headers, this class does the call:
 
 - ``post_json(url, body, headers)`` → ``UpstreamResponse`` (a JSON object, read up to

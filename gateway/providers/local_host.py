@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 from gateway.data_dir import private_dir
 from gateway.errors import UpstreamError
 from gateway.formats.errors import ErrorInfo
+from gateway.policy import LocalEngineSettings, Policy, ProviderConfig
 from gateway.providers.base import (
     Headers,
     JsonCallOptions,
@@ -35,7 +36,6 @@ from gateway.providers.base import (
     local_stream_error,
     unsupported,
 )
-from gateway.routing.policy import LocalEngineSettings, Policy, ProviderConfig
 
 if TYPE_CHECKING:
     from engine.core.async_engine import AsyncEngine

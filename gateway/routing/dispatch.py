@@ -45,17 +45,19 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential_jitter
 
 from gateway.errors import UpstreamError
 from gateway.formats.errors import CONTEXT_LENGTH_EXCEEDED
+from gateway.policy import ProviderConfig
+from gateway.providers.base import Unavailable
+from gateway.providers.registry import ProviderRegistry
 from gateway.redact import redact
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.fault import counts_against_breaker
-from gateway.routing.policy import ProviderConfig
 from gateway.routing.router import Candidate, RoutePlan
 from gateway.routing.state import RoutingState
 from gateway.settings import Settings
@@ -65,23 +67,6 @@ T = TypeVar("T")
 # Configuration errors of a candidate: the next one is tried. They need not count against its
 # breaker (a 403 or 404 can follow from what the client sent: routing/fault.py).
 CONFIG_STATUSES = frozenset({401, 403, 404})
-
-
-class Unavailability(Protocol):
-    detail: str
-    spill: bool  # only busy (past spill_when), not broken: try the next candidates first
-
-
-class Availability(Protocol):
-    """The one question the dispatcher asks a provider (``gateway.providers.base.Provider``)."""
-
-    def unavailable(self) -> Unavailability | None: ...
-
-
-class Providers(Protocol):
-    """Where the providers of a plan are found (``gateway.providers.registry``)."""
-
-    def get(self, name: str, config: ProviderConfig) -> Availability: ...
 
 
 @dataclass(frozen=True)
@@ -264,7 +249,7 @@ class Dispatcher:
         env: Mapping[str, str] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
-        providers: Providers | None = None,
+        providers: ProviderRegistry | None = None,
     ) -> None:
         self.state = state
         self._providers = providers
@@ -446,7 +431,7 @@ class Dispatcher:
 
     def _unavailable(
         self, candidate: Candidate, provider: ProviderConfig | None
-    ) -> Unavailability | None:
+    ) -> Unavailable | None:
         if self._providers is None or provider is None:
             return None
         try:

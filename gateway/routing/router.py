@@ -22,10 +22,10 @@ from typing import Any, NoReturn
 
 from gateway.errors import ECHO_CHARS, InvalidRequest, NotFound, PermissionDenied, echo
 from gateway.money import format_usd_short
+from gateway.policy import AUTO_MODEL, Policy, TaskConfig
+from gateway.policy.store import PolicyStore
 from gateway.routing.canary import canary_bucket, in_canary
 from gateway.routing.estimate import estimate_prompt_tokens, expected_output_tokens
-from gateway.routing.policy import AUTO_MODEL, Policy, TaskConfig
-from gateway.routing.policy_store import PolicyStore
 from gateway.routing.state import RoutingState
 
 TASK_HEADER = "x-task-type"
@@ -129,7 +129,7 @@ class Router:
         allowed_models: frozenset[str] | None,
         operation: str | None = None,
     ) -> RoutePlan:
-        """``operation``: what the front door asks of the model (``routing/operations.py``);
+        """``operation``: what the front door asks of the model (``policy/operations.py``);
         a model that does not serve it is refused when pinned and dropped otherwise. None: not
         checked."""
         loaded = self.policies.current

@@ -20,12 +20,12 @@ from native_upstreams import NativeFleet
 from starlette.datastructures import Headers
 
 from gateway.errors import UpstreamError
+from gateway.policy import PolicyError, ProviderConfig, validate_policy_data
 from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.azure_openai import AzureOpenAIProvider
 from gateway.providers.base import Timeouts
 from gateway.providers.forwarding import forwarded_headers
 from gateway.providers.http_upstream import UpstreamSettings
-from gateway.routing.policy import PolicyError, ProviderConfig, validate_policy_data
 
 SETTINGS = UpstreamSettings(Timeouts(2, 5, 10))
 HOSTILE = {

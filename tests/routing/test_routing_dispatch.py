@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 from fake_provider import Step
 
+from gateway.policy.store import PolicyStore
 from gateway.routing.breaker import BreakerSettings
 from gateway.routing.dispatch import Dispatcher, DispatchFailed, RetrySettings
-from gateway.routing.policy_store import PolicyStore
 from gateway.routing.router import Router
 from gateway.routing.state import RoutingState
 
