@@ -178,8 +178,9 @@ def exporter(usage_buffer: UsageBuffer, usage_store: UsageStore) -> UsageExporte
     (``await exporter.drain()``), not started."""
     import structlog
 
-    from gateway.metering.exporter import ExportSettings, UsageExporter
+    from gateway.metering.exporter import UsageExporter
     from gateway.metrics import Metrics
+    from gateway.settings import ExportSettings
 
     return UsageExporter(
         usage_buffer, usage_store, ExportSettings(), Metrics(), structlog.get_logger()

@@ -32,15 +32,6 @@ from gateway.tracing.spans import EnginePhases
 
 
 @dataclass(frozen=True)
-class Timeouts:
-    """Upstream HTTP limits in seconds: to connect, between bytes, and for the whole request."""
-
-    connect_s: float
-    read_s: float
-    total_s: float
-
-
-@dataclass(frozen=True)
 class UpstreamResponse:
     status: int
     body: bytes

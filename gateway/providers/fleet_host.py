@@ -23,8 +23,8 @@ from gateway.policy.store import PolicyStore
 from gateway.providers.fleet.explain import RoutePick, replica_label
 from gateway.providers.fleet.fleet import EventLog
 from gateway.providers.fleet_provider import FleetProvider
-from gateway.providers.http_upstream import UpstreamSettings
 from gateway.server.tasks import cancel_until_done
+from gateway.settings import UpstreamSettings
 
 FLEET_KIND = "engine_fleet"
 

@@ -55,7 +55,8 @@ from gateway.providers.fleet.picker import PickSettings, SpillWhen
 from gateway.providers.fleet.prefix import PrefixSettings, Tokenizer
 from gateway.providers.fleet.scrape import ScrapeSettings
 from gateway.providers.http_provider import HttpProvider
-from gateway.providers.http_upstream import SseStream, UpstreamSettings
+from gateway.providers.http_upstream import SseStream
+from gateway.settings import UpstreamSettings
 
 # Where vLLM, SGLang and Switchyard serve the OpenAI API on a replica.
 API_PREFIX = "/v1"

@@ -39,8 +39,9 @@ from gateway.providers.base import (
     UpstreamResponse,
     unsupported,
 )
-from gateway.providers.http_upstream import HttpUpstream, SseStream, UpstreamSettings
+from gateway.providers.http_upstream import HttpUpstream, SseStream
 from gateway.redact import secret_values
+from gateway.settings import UpstreamSettings
 
 JSON = "application/json"
 

@@ -60,34 +60,13 @@ from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.fault import counts_against_breaker
 from gateway.routing.router import Candidate, RoutePlan
 from gateway.routing.state import RoutingState
-from gateway.settings import Settings
+from gateway.settings import RetrySettings
 
 T = TypeVar("T")
 
 # Configuration errors of a candidate: the next one is tried. They need not count against its
 # breaker (a 403 or 404 can follow from what the client sent: routing/fault.py).
 CONFIG_STATUSES = frozenset({401, 403, 404})
-
-
-@dataclass(frozen=True)
-class RetrySettings:
-    max_tries_per_candidate: int = 3
-    initial_backoff_s: float = 0.25
-    max_backoff_s: float = 4.0
-    jitter_s: float = 0.25
-    max_retry_after_s: float = 10.0
-    total_budget_s: float = 30.0  # retries and backoff of the whole plan stop here
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> RetrySettings:
-        return cls(
-            max_tries_per_candidate=settings.upstream_max_tries,
-            initial_backoff_s=settings.upstream_backoff_initial_s,
-            max_backoff_s=settings.upstream_backoff_max_s,
-            jitter_s=settings.upstream_backoff_jitter_s,
-            max_retry_after_s=settings.upstream_max_retry_after_s,
-            total_budget_s=settings.upstream_retry_budget_s,
-        )
 
 
 @dataclass

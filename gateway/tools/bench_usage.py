@@ -39,8 +39,9 @@ from gateway.ledger import UsageEvent, UsageStore, open_store
 from gateway.ledger.bench import make_events
 from gateway.ledger.scratch_postgres import ScratchPostgres
 from gateway.metering.buffer import UsageBuffer
-from gateway.metering.exporter import ExportSettings, UsageExporter
+from gateway.metering.exporter import UsageExporter
 from gateway.metrics import Metrics
+from gateway.settings import ExportSettings
 from gateway.store.embedded import EmbeddedRedis, free_port
 from gateway.store.scripts import ScriptBatch
 from gateway.tools.bench import (

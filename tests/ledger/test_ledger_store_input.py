@@ -147,7 +147,7 @@ def test_settings_name_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
         load_settings()
     monkeypatch.setenv("SWITCHYARD_USAGE_RETENTION_DAYS", "30")
     settings = load_settings()
-    assert (settings.usage_store_url, settings.usage_retention_days) == (
+    assert (settings.usage_store.url, settings.usage_store.retention_days) == (
         "postgresql://gw@db.internal/usage",
         30,
     )

@@ -22,8 +22,9 @@ from gateway.ledger import EventQuery, RollupQuery, UsageEvent, UsageStore, open
 from gateway.ledger.dead_letters import DeadLetterQuery
 from gateway.metering.buffer import FIELD, UsageBuffer
 from gateway.metering.dead_letters import DeadLetters
-from gateway.metering.exporter import ExportSettings, UsageExporter
+from gateway.metering.exporter import UsageExporter
 from gateway.metrics import Metrics
+from gateway.settings import ExportSettings
 from gateway.store.scripts import ScriptBatch
 
 

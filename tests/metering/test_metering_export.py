@@ -22,11 +22,12 @@ from usage_events import make_events
 from gateway.ledger import EventQuery, RollupQuery, UsageEvent, UsageStore, open_store
 from gateway.ledger.event import day_of
 from gateway.metering.buffer import FIELD, UsageBuffer
-from gateway.metering.exporter import ExportFailed, ExportSettings, UsageExporter
+from gateway.metering.exporter import ExportFailed, UsageExporter
 from gateway.metering.recorder import UsageRecorder
 from gateway.metering.reports import UsageReports
 from gateway.metering.spool import Spool
 from gateway.metrics import Metrics
+from gateway.settings import ExportSettings
 from gateway.store.scripts import ScriptBatch
 
 

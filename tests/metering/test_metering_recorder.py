@@ -207,8 +207,8 @@ async def test_outage_spools_and_replay_counts_each_event_once(
 def _exporter_parts() -> tuple[object, ...]:
     import structlog
 
-    from gateway.metering.exporter import ExportSettings
     from gateway.metrics import Metrics
+    from gateway.settings import ExportSettings
 
     return ExportSettings(), Metrics(), structlog.get_logger()
 

@@ -21,13 +21,12 @@ from gateway_runner import unused_port
 from gateway.errors import UpstreamError
 from gateway.policy import ProviderConfig
 from gateway.policy.store import PolicyStore
-from gateway.providers.base import Timeouts
 from gateway.providers.fleet.prefix import PrefixSettings, prefix_hashes
 from gateway.providers.fleet_host import FleetHost
 from gateway.providers.fleet_provider import FleetProvider
-from gateway.providers.http_upstream import UpstreamSettings
+from gateway.settings import UpstreamSettings
 
-UPSTREAM = UpstreamSettings(Timeouts(connect_s=1.0, read_s=10.0, total_s=30.0))
+UPSTREAM = UpstreamSettings(connect_timeout_s=1.0, read_timeout_s=10.0, total_timeout_s=30.0)
 CHAT = "/chat/completions"
 StartReplica = Callable[[str], Awaitable[FakeReplica]]
 StartFleet = Callable[..., Awaitable[FleetProvider]]

@@ -16,15 +16,16 @@ import structlog
 from redis.asyncio.cluster import RedisCluster
 from redis_helpers import LoopbackCluster, settle_parts, settle_round
 
-from gateway.access.auth import Authenticator, AuthSettings
+from gateway.access.auth import Authenticator
 from gateway.access.keys import KeyStore, parse_key, record_key
 from gateway.errors import AuthenticationFailed
 from gateway.ledger import UsageEvent, UsageStore
-from gateway.metering.exporter import ExportSettings, UsageExporter
+from gateway.metering.exporter import UsageExporter
 from gateway.metering.limits import KeyLimits
 from gateway.metering.reports import UsageReports
 from gateway.metrics import Metrics
 from gateway.money import usd_to_nanos
+from gateway.settings import AuthSettings, ExportSettings
 from gateway.store.connect import connect_redis
 
 PEPPER = b"cluster-test-pepper-0123456789"
@@ -85,8 +86,9 @@ async def test_rotation_is_idempotent_and_revocation_reaches_the_cache(
 ) -> None:
     store = KeyStore(client, PEPPER)
     watcher_store = KeyStore(connect_redis(cluster.url, timeout_s=2.0), PEPPER)
-    # A cache TTL far beyond the test: only the change feed can evict the entry in time.
-    auth = Authenticator(watcher_store, AuthSettings(cache_ttl_s=60, fail_open_window_s=0))
+    # A cache TTL far beyond the test (and past the 1 s an operator may set, hence unchecked):
+    # only the change feed can evict the entry in time.
+    auth = Authenticator(watcher_store, AuthSettings.model_construct(cache_ttl_s=60))
     watcher = asyncio.create_task(auth.watch_changes(watcher_store.redis, structlog.get_logger()))
     try:
         created = [await store.create({"name": f"k{i}"}) for i in range(6)]
