@@ -39,7 +39,7 @@ from gateway.api.envelopes import error_response, stream_error
 from gateway.api.http import JSON, read_body
 from gateway.api.request_end import ClosingStreamingResponse, V1Call, durable
 from gateway.api.strict_json import parse_json_object
-from gateway.api.translation import Answer, Exchange, broken_answer
+from gateway.api.translation import Answer, ClientRequest, broken_answer
 from gateway.errors import GatewayError, RateLimited, ServiceUnavailable, UpstreamError
 from gateway.formats.errors import FormatError
 from gateway.formats.internal import FormatName
@@ -137,7 +137,7 @@ async def _pipeline(call: V1Call, door: Door) -> Response:
     principal = await authenticate(call)
     raw = parse_json_object(body)  # after auth: strangers learn nothing of the schema
     attribute(call, raw, principal)
-    exchange = Exchange(door, raw, door.check(raw))
+    exchange = ClientRequest(door, raw, door.check(raw))
     call.trace.request(door.route, raw)
     directive = cache_directive(call)
     plan = plan_route(call, raw, principal, door)
@@ -307,7 +307,7 @@ def refused(call: V1Call, door: Door, exc: GatewayError) -> Response:
 
 
 def _prepare_try(
-    call: V1Call, exchange: Exchange, candidate: Candidate, *, stream: bool
+    call: V1Call, exchange: ClientRequest, candidate: Candidate, *, stream: bool
 ) -> tuple[Upstream, FormatName, str, dict[str, Any], AttemptTrace]:
     """One upstream try's provider, wire format, path and body, and its trace span."""
     upstream = Upstream(call, candidate)
@@ -326,7 +326,7 @@ def _prepare_try(
 
 
 def _json_attempt(
-    call: V1Call, exchange: Exchange
+    call: V1Call, exchange: ClientRequest
 ) -> Callable[[Candidate], Awaitable[AttemptReply]]:
     receive = call.request.receive
 
@@ -353,7 +353,7 @@ def _json_attempt(
 
 
 async def _stream(
-    call: V1Call, exchange: Exchange, plan: RoutePlan, cached: CachedRequest | None
+    call: V1Call, exchange: ClientRequest, plan: RoutePlan, cached: CachedRequest | None
 ) -> Response:
     services, outcome, books = call.services, call.outcome, call.books
     assert books is not None

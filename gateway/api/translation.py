@@ -1,7 +1,7 @@
 """One /v1 request on its way to each candidate: its body in the provider's format, the answer
 back in the client's.
 
-``Exchange.target(formats)`` picks the provider's format: the door's own when the provider
+``ClientRequest.target(formats)`` picks the provider's format: the door's own when the provider
 speaks it (then the body passes untouched, only ``model`` replaced), else the provider's
 first. A translation goes through the internal shape (``gateway/formats``): the client's body
 is parsed once, when a provider first needs it, and rendered for each format asked. No pair
@@ -74,7 +74,7 @@ def broken_answer(exc: FormatError, provider: str) -> UpstreamError:
     )
 
 
-class Exchange:
+class ClientRequest:
     """The client's side of one request: its door, its body as sent, and (once needed) the
     internal request it parses into."""
 

@@ -37,8 +37,7 @@ import aiohttp
 
 from gateway.errors import UpstreamError
 from gateway.formats.errors import ErrorInfo
-from gateway.policy import FleetConfig, ProviderConfig
-from gateway.policy import SpillWhen as PolicySpillWhen
+from gateway.policy import FleetConfig, ProviderConfig, SpillWhen
 from gateway.providers.base import (
     ForwardOptions,
     Headers,
@@ -51,7 +50,7 @@ from gateway.providers.fleet.discovery import Discovery, DnsDiscovery, StaticDis
 from gateway.providers.fleet.explain import RoutePick
 from gateway.providers.fleet.fleet import EventLog, Fleet, FleetSettings
 from gateway.providers.fleet.health import HealthSettings
-from gateway.providers.fleet.picker import PickSettings, SpillWhen
+from gateway.providers.fleet.picker import PickSettings
 from gateway.providers.fleet.prefix import PrefixSettings, Tokenizer
 from gateway.providers.fleet.scrape import ScrapeSettings
 from gateway.providers.http_provider import HttpProvider
@@ -74,7 +73,7 @@ OnPick = Callable[[str, RoutePick], None]
 T = TypeVar("T")
 
 
-def fleet_settings(config: FleetConfig, spill: PolicySpillWhen | None) -> FleetSettings:
+def fleet_settings(config: FleetConfig, spill: SpillWhen | None) -> FleetSettings:
     """The fleet's settings from the policy's ``fleet:`` block and ``spill_when``."""
     scrape = config.scrape
     return FleetSettings(
@@ -93,7 +92,7 @@ def fleet_settings(config: FleetConfig, spill: PolicySpillWhen | None) -> FleetS
             routing=config.routing,
             load_factor=config.load_factor,
             memory_entries=config.memory_entries,
-            spill=SpillWhen() if spill is None else SpillWhen(spill.waiting, spill.kv_usage),
+            spill=SpillWhen() if spill is None else spill,
         ),
         prefix=PrefixSettings(
             blocks=config.prefix.blocks,
