@@ -63,7 +63,7 @@ from gateway.tracing import Tracing, TracingConfigError, build_tracing
 
 
 class PageRenderer(Protocol):
-    """Draws the dashboard's HTML pages (``gateway.api.dashboard_view.DashboardRenderer``)."""
+    """Draws the dashboard's HTML pages (``gateway.api.dashboard.view.DashboardRenderer``)."""
 
     def render(self, template: str, **context: Any) -> str: ...
 

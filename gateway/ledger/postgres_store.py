@@ -1,7 +1,7 @@
 """The usage store on a shared PostgreSQL server, through an asyncpg connection pool.
 
 asyncpg and COPY were chosen by measurement over psycopg 3 and over unnest, executemany or
-multi-row VALUES (``python -m gateway.ledger.bench``; figures in docs/usage.md). A batch is one
+multi-row VALUES (``python -m bench.ledger``; figures in docs/usage.md). A batch is one
 transaction: binary COPY into the connection's temp staging table (created when the pool opens
 the connection, emptied at every commit), then one ``INSERT ... SELECT ... ON CONFLICT DO
 NOTHING RETURNING`` statement that also updates the rollups (``postgres_sql.INSERT_FROM_STAGE``).

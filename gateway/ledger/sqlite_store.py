@@ -8,7 +8,7 @@ one hop to the writer thread; aiosqlite would hop once per statement for the sam
 Journal: WAL with ``synchronous=FULL``: the WAL is fsynced at every commit, so a batch the
 store has acknowledged survives power loss, not only a crash of the process. The exporter trims
 its Redis buffer once ``insert`` returns, so an acknowledged batch must not be lost. With one
-commit per batch the fsync costs little (``gateway.ledger.bench`` times FULL against NORMAL).
+commit per batch the fsync costs little (``bench.ledger`` times FULL against NORMAL).
 
 Writes use ``BEGIN IMMEDIATE`` with a busy timeout, so several processes may share the file.
 An event row that ``ON CONFLICT DO NOTHING`` skipped (``rowcount`` 0) adds nothing to the

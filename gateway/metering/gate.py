@@ -27,9 +27,7 @@ from gateway.access.auth import Principal
 from gateway.access.keys import KeyRecord
 from gateway.access.teams import team_of_home
 from gateway.errors import ServiceUnavailable
-from gateway.formats.internal import FormatName
-from gateway.formats.internal import Usage as FormatUsage
-from gateway.formats.relay import usage_of
+from gateway.formats.internal import Usage
 from gateway.metering.limits import HomeChanged, KeyLimits, Limiter, LimiterUnavailable, Reservation
 from gateway.metering.moves import LimitMoves
 from gateway.metrics import Metrics
@@ -41,42 +39,6 @@ from gateway.routing.estimate import (
 )
 from gateway.routing.router import RoutePlan
 from gateway.settings import LimiterSettings
-
-
-@dataclass(frozen=True)
-class Usage:
-    """What one request is charged for. ``prompt_tokens`` counts every input token; of them,
-    ``cached_tokens`` were read from a provider's prompt cache and ``cache_write_tokens``
-    written to it (each priced apart), whatever the wire format said."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int = 0
-    cache_write_tokens: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    @classmethod
-    def of(cls, usage: FormatUsage | None) -> Usage | None:
-        """The record of a format's usage (``gateway.formats.internal.Usage``)."""
-        if usage is None:
-            return None
-        return cls(
-            usage.prompt_tokens,
-            usage.completion_tokens,
-            usage.cached_tokens,
-            usage.cache_write_tokens,
-        )
-
-
-def usage_from(data: Any, wire_format: FormatName = "openai_chat") -> Usage | None:
-    """The usage a whole answer in ``wire_format`` reports, if it has one."""
-    if not isinstance(data, Mapping):
-        return None
-    return Usage.of(usage_of(wire_format, dict(data)))
-
 
 # Routes whose answers produce no completion tokens: their estimate is the prompt alone.
 PROMPT_ONLY_ROUTES = frozenset(
@@ -186,7 +148,7 @@ class LimitsGate:
         priced = in_team or (limits is not None and limits.budget_nanos is not None)
         cost = worst_case_cost(policy, plan, bound) if priced else 0
         try:
-            reservation = await self._reserve(record, cost, bound.total, reservation_id)
+            reservation = await self._reserve(record, cost, bound.total_tokens, reservation_id)
         except LimiterUnavailable:
             if self.settings.on_redis_failure != "open":
                 raise

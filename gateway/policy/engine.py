@@ -48,6 +48,16 @@ class LocalEngineSettings(StrictModel):
     kv_cache_bytes: int | None = Field(default=None, gt=0, description="CPU KV pool size")
     num_gpu_blocks: int | None = Field(default=None, ge=1)
     attention_backend: Literal["auto", "torch", "triton"] = "auto"
+    quantization: Literal["auto", "none"] = Field(
+        default="auto",
+        description="quantized checkpoints (GGUF, AWQ, GPTQ): auto = weights stay quantized "
+        "where a kernel multiplies them (the CPU, one rank, float32); none = dequantized at load",
+    )
+    linear_kernel: Literal["auto", "torch", "onednn", "native"] = Field(
+        default="auto",
+        description="how the CPU's linear layers multiply: auto = the fastest, timed on the "
+        "machine at load and cached under DATA_DIR/kernels; the others force one",
+    )
     seed: int = 0
     default_max_tokens: int | None = Field(
         default=None,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal, get_args
 
-# The operation capability of each front door (api/doors.py, api/uploads.py).
+# The operation capability of each front door (api/v1/doors.py, api/v1/uploads.py).
 CHAT = "chat"  # /v1/chat/completions, /v1/messages (and count_tokens), /v1/responses
 COMPLETIONS = "completions"  # /v1/completions (legacy text completions)
 EMBEDDINGS = "embeddings"  # /v1/embeddings

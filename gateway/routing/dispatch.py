@@ -1,8 +1,9 @@
 """Runs a route plan: retries, fallbacks, circuit breakers and per-provider concurrency.
 
-``Dispatcher.run(plan, attempt)`` calls ``attempt(candidate)`` (an async callable that does the
-upstream call up to the point where the first byte would go to the client, raising
-``UpstreamError``) for each candidate in order until one succeeds:
+``Dispatcher.run(plan, attempt)`` calls ``attempt(candidate)`` (an ``Attempt``: the
+provider-side object of ``providers/attempt.py`` that does the upstream call up to the point
+where the first byte would go to the client, raising ``UpstreamError``) for each candidate in
+order until one succeeds:
 
 - retryable errors (connect, timeout, 429, 5xx) are retried with exponential backoff and
   jitter, or exactly the upstream's Retry-After, while the total time budget lasts; a
@@ -63,10 +64,17 @@ from gateway.routing.state import RoutingState
 from gateway.settings import RetrySettings
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 # Configuration errors of a candidate: the next one is tried. They need not count against its
 # breaker (a 403 or 404 can follow from what the client sent: routing/fault.py).
 CONFIG_STATUSES = frozenset({401, 403, 404})
+
+
+class Attempt(Protocol[T_co]):
+    """One try of a request at ``candidate``, up to its first byte for the client."""
+
+    async def __call__(self, candidate: Candidate) -> T_co: ...
 
 
 @dataclass
@@ -246,7 +254,7 @@ class Dispatcher:
     async def run(
         self,
         plan: RoutePlan,
-        attempt: Callable[[Candidate], Awaitable[T]],
+        attempt: Attempt[T],
         *,
         hold: bool = False,
     ) -> DispatchResult[T]:
@@ -342,9 +350,7 @@ class Dispatcher:
             raise DispatchFailed.all_skipped(attempts)
         raise DispatchFailed.from_error(last_error, attempts) from last_error
 
-    async def dispatch(
-        self, plan: RoutePlan, attempt: Callable[[Candidate], Awaitable[T]]
-    ) -> tuple[Candidate, T]:
+    async def dispatch(self, plan: RoutePlan, attempt: Attempt[T]) -> tuple[Candidate, T]:
         """``run`` in the shape of ``providers.first_candidate.Dispatch``: (served, value)."""
         result = await self.run(plan, attempt)
         return result.candidate, result.value
@@ -426,7 +432,7 @@ class Dispatcher:
         self,
         candidate: Candidate,
         provider: ProviderConfig | None,
-        attempt: Callable[[Candidate], Awaitable[T]],
+        attempt: Attempt[T],
         attempts: list[AttemptRecord],
         deadline: float,
         hold: bool,
@@ -451,7 +457,7 @@ class Dispatcher:
         candidate: Candidate,
         limit: int | None,
         breaker: CircuitBreaker,
-        attempt: Callable[[Candidate], Awaitable[T]],
+        attempt: Attempt[T],
         attempts: list[AttemptRecord],
         hold: bool,
     ) -> tuple[T, HeldCall | None]:

@@ -19,7 +19,7 @@ from dashboard_client import LOGIN_CSRF_COOKIE, SESSION_COOKIE, csrf_in
 from gateway_runner import ADMIN_KEY, GatewayThread, RunningGateway, make_settings
 from usage_events import expected_groups, make_events
 
-from gateway.api.dashboard_view import KEY_SERIES, TOP_KEYS
+from gateway.api.dashboard.view import KEY_SERIES, TOP_KEYS
 from gateway.ledger import UsageEvent
 from gateway.metering.exporter import UsageExporter
 from gateway.metering.recorder import UsageRecorder

@@ -163,7 +163,7 @@ async def test_a_newer_schema_is_refused(store_url: str, store: UsageStore, tmp_
 
 
 async def test_an_unreachable_postgres_is_a_clear_error(tmp_path: Path) -> None:
-    from gateway.store.embedded import free_port
+    from ports import free_port
 
     url = f"postgresql://gw:topsecret@127.0.0.1:{free_port()}/usage"
     with pytest.raises(StoreConfigError) as error:

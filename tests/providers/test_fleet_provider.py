@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import pytest
 from fleet_replica import EventRecorder, FakeReplica, body_homed_on, until
-from gateway_runner import unused_port
+from ports import free_port
 
 from gateway.errors import UpstreamError
 from gateway.policy import ProviderConfig
@@ -91,7 +91,7 @@ async def test_a_refused_replica_is_ejected_and_the_request_served_by_the_next(
     replica: StartReplica, fleet: StartFleet
 ) -> None:
     live = await replica("b")
-    dead = f"http://127.0.0.1:{unused_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     provider = await fleet(config([dead, live.url]))
     body = body_homed_on(provider.fleet, dead)
     answer = await provider.post_json(CHAT, body)
@@ -197,7 +197,7 @@ async def test_a_fleet_past_spill_when_spills_yet_serves_as_the_last_resort(
 
 
 async def test_with_no_replica_left_the_last_error_is_raised_then_a_503(fleet: StartFleet) -> None:
-    dead = [f"http://127.0.0.1:{unused_port()}" for _ in range(2)]
+    dead = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
     provider = await fleet(config(dead, probe_backoff_s=30, probe_backoff_max_s=30))
     with pytest.raises(UpstreamError) as raised:
         await provider.post_json(CHAT, {"model": "tiny"})

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import httpx
 import openai
-
-from gateway.store.embedded import free_port
+from ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 ADMIN_KEY = "sy-admin-serve-0123456789abcdef"

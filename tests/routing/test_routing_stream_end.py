@@ -20,7 +20,7 @@ from fake_provider import FakeProviderFleet
 from gateway_runner import make_settings
 from route_rig import base_policy
 
-from gateway.api.request_end import ClosingStreamingResponse
+from gateway.api.v1.request_end import ClosingStreamingResponse
 from gateway.app import create_app
 from gateway.settings import BreakerSettings
 

@@ -17,12 +17,13 @@ import pytest
 import redis as sync_redis
 import redis.asyncio
 from gateway_runner import GatewayThread, RunningGateway, make_settings
+from ports import free_port
 
 from gateway.metering.limits import KeyLimits, Limiter
 from gateway.money import usd_to_nanos
 from gateway.store.connect import connect_redis
 from gateway.store.direct import DirectRedis
-from gateway.store.embedded import EmbeddedRedis, free_port, redis_server_binary
+from gateway.store.embedded import EmbeddedRedis, redis_server_binary
 from gateway.store.scripts import LuaScript, ScriptBatch
 
 HI = [{"role": "user", "content": "x" * 24}]
