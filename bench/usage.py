@@ -49,8 +49,8 @@ from bench.ledger import make_events
 from gateway.ledger import UsageEvent, UsageStore, open_store
 from gateway.metering.buffer import UsageBuffer
 from gateway.metering.exporter import UsageExporter
-from gateway.settings import ExportSettings
 from gateway.metrics import Metrics
+from gateway.settings import ExportSettings
 from gateway.store.embedded import EmbeddedRedis
 from gateway.store.scripts import ScriptBatch
 

@@ -23,19 +23,16 @@ from typing import TYPE_CHECKING, Any, Unpack
 import orjson
 
 from gateway.errors import UpstreamError
-from gateway.policy import LocalEngineSettings
 from gateway.formats import openai_chat
-from gateway.formats.errors import ErrorInfo, FormatError
+from gateway.formats.errors import FormatError
 from gateway.formats.internal import ChatRequest
+from gateway.policy import LocalEngineSettings
 from gateway.providers.base import (
     ClientGone,
     Headers,
     JsonCallOptions,
-    RawReply,
     UpstreamResponse,
-    local_stream_error,
     refused_request,
-    unsupported,
 )
 from gateway.providers.local_openai import (
     Choice,

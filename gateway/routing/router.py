@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, NoReturn
 
-from gateway.cache.config import CachePolicy, effective_cache
 from gateway.errors import ECHO_CHARS, InvalidRequest, NotFound, PermissionDenied, echo
 from gateway.money import format_usd_short
-from gateway.policy import AUTO_MODEL, Policy, TaskConfig
+from gateway.policy import AUTO_MODEL, CachePolicy, Policy, TaskConfig, effective_cache
 from gateway.policy.store import PolicyStore
 from gateway.routing.canary import canary_bucket, in_canary
 from gateway.routing.estimate import estimate_prompt_tokens, expected_output_tokens

@@ -14,7 +14,6 @@ import uvicorn
 from ports import free_port
 
 from gateway.ledger import UsageEvent
-from gateway.ledger.event import day_of
 
 MODELS = ("gpt-4.1-mini", "qwen3:0.6b", "llama|3.1-8b")
 PROVIDERS = {"gpt-4.1-mini": "openai", "qwen3:0.6b": "local", "llama|3.1-8b": "vllm-east"}
