@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 from scratch_postgres import ScratchPostgres
 
-from gateway.ledger.event import LedgerEvent
+from gateway.ledger.event import UsageEvent
 from gateway.ledger.postgres_sql import (
     CREATE_STAGE,
     CREATE_VERSION_TABLE,
@@ -55,10 +55,10 @@ TRUNCATE = "TRUNCATE usage_events, usage_rollup, usage_rollup_tag, usage_rollup_
 _STAGE_INSERT_ARGS = ", ".join(f"${index}" for index in range(1, len(EVENT_COLUMNS) + 1))
 STAGE_INSERT = f"INSERT INTO {STAGE_TABLE} VALUES ({_STAGE_INSERT_ARGS})"
 
-InsertBatch = Callable[[list[LedgerEvent]], Awaitable[int]]
+InsertBatch = Callable[[list[UsageEvent]], Awaitable[int]]
 
 
-def make_events(count: int, seed: int) -> list[LedgerEvent]:
+def make_events(count: int, seed: int) -> list[UsageEvent]:
     """Unique events of the current day, in a realistic spread of keys and models."""
     rng = random.Random(seed)
     now_ms = int(time.time() * 1000)
@@ -69,7 +69,7 @@ def make_events(count: int, seed: int) -> list[LedgerEvent]:
         model, provider = rng.choice(models)
         prompt = rng.randint(10, 4000)
         events.append(
-            LedgerEvent(
+            UsageEvent(
                 event_id=uuid.UUID(int=rng.getrandbits(128)).hex,
                 time_ms=now_ms - rng.randint(0, 1000),
                 key_id=f"key{rng.randint(1, 50):04d}",
@@ -94,7 +94,7 @@ def make_events(count: int, seed: int) -> list[LedgerEvent]:
     return events
 
 
-def _sorted_rows(events: list[LedgerEvent]) -> list[tuple[Any, ...]]:
+def _sorted_rows(events: list[UsageEvent]) -> list[tuple[Any, ...]]:
     return sorted((event_row(event) for event in events), key=lambda row: (row[0], row[1]))
 
 
@@ -110,7 +110,7 @@ async def asyncpg_method(
     conn = await asyncpg.connect(url)
     await conn.execute(CREATE_STAGE)
 
-    async def insert(events: list[LedgerEvent]) -> int:
+    async def insert(events: list[UsageEvent]) -> int:
         rows = _sorted_rows(events)
         if method == "unnest":
             return await conn.fetchval(INSERT_UNNEST, *unnest_columns(rows))
@@ -138,7 +138,7 @@ async def psycopg_method(
     stage_sql = _psycopg_sql(STAGE_INSERT)
     copy_sql = f"COPY {STAGE_TABLE} ({', '.join(EVENT_COLUMNS)}) FROM STDIN"
 
-    async def insert(events: list[LedgerEvent]) -> int:
+    async def insert(events: list[UsageEvent]) -> int:
         rows = _sorted_rows(events)
         async with conn.transaction(), conn.cursor() as cur:
             if method == "unnest":
@@ -191,7 +191,7 @@ async def truncate(url: str) -> None:
 
 
 async def time_inserts(
-    insert: InsertBatch, events: list[LedgerEvent], batch: int
+    insert: InsertBatch, events: list[UsageEvent], batch: int
 ) -> tuple[float, float]:
     """Events per second of inserting ``events`` in batches of ``batch``, one after another,
     and this process's CPU microseconds per event (the driver's share, less load-sensitive)."""

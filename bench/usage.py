@@ -46,12 +46,11 @@ from bench.gateway import (
     wait_http,
 )
 from bench.ledger import make_events
-from gateway.ledger import UsageStore, open_store
-from gateway.ledger.event import LedgerEvent
+from gateway.ledger import UsageEvent, UsageStore, open_store
 from gateway.metering.buffer import UsageBuffer
-from gateway.metering.exporter import ExportSettings, UsageExporter
-from gateway.metering.ledger import UsageEvent
+from gateway.metering.exporter import UsageExporter
 from gateway.metrics import Metrics
+from gateway.settings import ExportSettings
 from gateway.store.embedded import EmbeddedRedis
 from gateway.store.scripts import ScriptBatch
 
@@ -210,24 +209,14 @@ def make_usage_events(count: int, seed: int) -> list[UsageEvent]:
     """The ledger benchmark's events (``bench.ledger.make_events``: unique, of the
     current day, over 50 keys, 6 models, 3 teams and 3 tasks) as the gateway records them;
     without end users and tags, so that the export figures stay comparable with earlier ones."""
-    recorded = {field.name for field in dataclasses.fields(UsageEvent)}
-    shared = recorded & {field.name for field in dataclasses.fields(LedgerEvent)}
-    shared -= {"end_user", "tags"}
-    return [
-        UsageEvent(
-            time=event.time_ms / 1000,
-            request_id=event.event_id,
-            **{name: getattr(event, name) for name in shared},
-        )
-        for event in make_events(count, seed)
-    ]
+    return [dataclasses.replace(event, end_user="", tags=()) for event in make_events(count, seed)]
 
 
 async def fill(buffer: UsageBuffer, events: list[UsageEvent]) -> None:
     for start in range(0, len(events), 1000):
         batch = ScriptBatch()
         for event in events[start : start + 1000]:
-            buffer.queue_append(batch, event.request_id, event.to_json())
+            buffer.queue_append(batch, event.event_id, event.to_json())
         await batch.execute(buffer.redis)
 
 

@@ -1,7 +1,7 @@
 """Shared fixtures: a real Redis server process (embedded, or SWITCHYARD_REDIS_URL), Redis
 clients like a gateway replica's, a real PostgreSQL server (a scratch one in a temp dir, or
 SWITCHYARD_TEST_POSTGRES_URL), the usage pipeline on them (a SQLite usage store, its Redis
-buffer, the ledger that records into it, the exporter that empties it into the store, and the
+buffer, the recorder that records into it, the exporter that empties it into the store, and the
 reports on the store), and a real gateway in front of the loopback fake upstream.
 
 Test folders mirror ``gateway/``, ``engine/`` and ``bench/`` and have no ``__init__.py``: pytest
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from gateway.ledger import UsageStore
     from gateway.metering.buffer import UsageBuffer
     from gateway.metering.exporter import UsageExporter
-    from gateway.metering.ledger import UsageLedger
+    from gateway.metering.recorder import UsageRecorder
     from gateway.metering.reports import UsageReports
     from gateway.store.embedded import EmbeddedRedis
 
@@ -164,12 +164,12 @@ def usage_buffer(redis_client: Redis, usage_store: UsageStore) -> UsageBuffer:
 
 
 @pytest.fixture
-def ledger(usage_buffer: UsageBuffer, tmp_path: Path) -> UsageLedger:
-    """The usage ledger recording into ``usage_buffer`` (spool under tmp_path)."""
-    from gateway.metering.ledger import UsageLedger
+def recorder(usage_buffer: UsageBuffer, tmp_path: Path) -> UsageRecorder:
+    """The usage recorder recording into ``usage_buffer`` (spool under tmp_path)."""
+    from gateway.metering.recorder import UsageRecorder
     from gateway.metering.spool import Spool
 
-    return UsageLedger(usage_buffer, spool=Spool(tmp_path / "spool"))
+    return UsageRecorder(usage_buffer, spool=Spool(tmp_path / "spool"))
 
 
 @pytest.fixture
@@ -178,8 +178,9 @@ def exporter(usage_buffer: UsageBuffer, usage_store: UsageStore) -> UsageExporte
     (``await exporter.drain()``), not started."""
     import structlog
 
-    from gateway.metering.exporter import ExportSettings, UsageExporter
+    from gateway.metering.exporter import UsageExporter
     from gateway.metrics import Metrics
+    from gateway.settings import ExportSettings
 
     return UsageExporter(
         usage_buffer, usage_store, ExportSettings(), Metrics(), structlog.get_logger()

@@ -16,16 +16,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.cache.config import CachePolicy
 from gateway.cache.controls import CacheDirective, CacheHeaderError, directive_of
 from gateway.cache.entry import CachedUsage, CacheEntry
-from gateway.cache.key import CacheScope, Mode, Routed, nondeterminism, request_key
+from gateway.cache.key import CacheScope, Mode, nondeterminism, request_key
 from gateway.cache.recorder import StreamRecorder
 from gateway.cache.store import ResponseCache
 from gateway.errors import InvalidRequest
 from gateway.formats.internal import Usage
 from gateway.formats.openai_chat.relay import ChatRelay
 from gateway.formats.relay import StreamRelay
+from gateway.policy import CachePolicy
+from gateway.routing.router import Candidate
 
 # Doors whose answers are text the model computed from the body alone (not uploads, audio or
 # images, whose answers are large or sampled; not token counting, which costs nothing).
@@ -60,7 +61,7 @@ def cached_request(
     route: str,
     body: Mapping[str, Any],
     stream: bool,
-    first: Routed,
+    first: Candidate,
     config: CachePolicy | None,
     directive: CacheDirective,
     team: str | None,
@@ -101,7 +102,7 @@ def _may_store(cache: ResponseCache, cached: CachedRequest) -> bool:
 
 
 def keep_json(
-    cache: ResponseCache, cached: CachedRequest, served: Routed, body: bytes, usage: Usage | None
+    cache: ResponseCache, cached: CachedRequest, served: Candidate, body: bytes, usage: Usage | None
 ) -> None:
     """Store a JSON answer beside the request (it goes out meanwhile)."""
     if not _may_store(cache, cached):
@@ -140,7 +141,7 @@ class StreamKeeper:
         cached = self._cached
         self._cache.note(cached.scope, "skip_incomplete", cached.policy)
 
-    def keep(self, served: Routed, usage: Usage | None) -> None:
+    def keep(self, served: Candidate, usage: Usage | None) -> None:
         cache, cached = self._cache, self._cached
         if not _may_store(cache, cached):
             return

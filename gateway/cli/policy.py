@@ -18,7 +18,7 @@ from typing import Any
 from gateway.cli.admin_api import AdminApi
 from gateway.cli.output import fail
 from gateway.errors import GatewayError
-from gateway.routing.policy import PolicyError, load_policy_file
+from gateway.policy import PolicyError, load_policy_file
 from gateway.settings import Settings
 
 YAML = {"content-type": "application/yaml"}

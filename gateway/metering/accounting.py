@@ -25,13 +25,13 @@ from typing import Any
 
 from gateway.cache import BYPASS, HIT
 from gateway.formats.internal import Usage
+from gateway.ledger import UsageError, UsageEvent
 from gateway.metering.attribution import NOBODY, Attribution
 from gateway.metering.gate import cost_of
-from gateway.metering.ledger import UsageError, UsageEvent
 from gateway.metering.limits import Limiter, LimiterUnavailable, Reservation
 from gateway.metering.settler import SettleBatcher, Settlement
 from gateway.metrics import Metrics
-from gateway.routing.policy import Policy
+from gateway.policy import Policy
 from gateway.routing.router import RoutePlan
 
 
@@ -112,8 +112,8 @@ class Accountant:
             source, tokens, cost = "cache", 0, 0
         try:
             event = UsageEvent(
-                time=time.time(),
-                request_id=books.record_id,
+                event_id=books.record_id,
+                time_ms=int(time.time() * 1000),
                 key_id=books.key_id,
                 model=model,
                 provider=provider,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from gateway.access.auth import Principal
 from gateway.access.keys import KeyRecord
@@ -31,14 +31,14 @@ from gateway.formats.internal import Usage
 from gateway.metering.limits import HomeChanged, KeyLimits, Limiter, LimiterUnavailable, Reservation
 from gateway.metering.moves import LimitMoves
 from gateway.metrics import Metrics
+from gateway.policy import Policy
 from gateway.routing.estimate import (
     estimate_prompt_tokens,
     expected_output_tokens,
     prompt_token_bound,
 )
-from gateway.routing.policy import Policy
 from gateway.routing.router import RoutePlan
-from gateway.settings import Settings
+from gateway.settings import LimiterSettings
 
 # Routes whose answers produce no completion tokens: their estimate is the prompt alone.
 PROMPT_ONLY_ROUTES = frozenset(
@@ -107,19 +107,6 @@ def _usage(prompt: int, body: Mapping[str, Any], route: str, default_max_tokens:
     if route in PROMPT_ONLY_ROUTES:
         return Usage(prompt, 0)
     return Usage(prompt, expected_output_tokens(body, default_max_tokens))
-
-
-@dataclass(frozen=True)
-class LimiterSettings:
-    """What the gate needs of the settings: the output estimate for a request without
-    ``max_tokens``, and what a Redis outage means (``closed`` = 503, ``open`` = unlimited)."""
-
-    default_max_tokens: int = 256
-    on_redis_failure: Literal["closed", "open"] = "closed"
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> LimiterSettings:
-        return cls(settings.default_max_tokens, settings.limits_on_redis_failure)
 
 
 @dataclass(eq=False)

@@ -1,5 +1,5 @@
 """What every provider is to the rest of the gateway: the ``Provider`` protocol and the values
-it trades in. Implementations live beside it (``openai_compat.py``, ``local_host.py``); this
+it trades in. Implementations live beside it (``http_provider.py``, ``local_host.py``); this
 file holds only the interface, so the request path and the dispatcher never ask which kind of
 provider they hold.
 
@@ -30,15 +30,6 @@ from gateway.errors import UpstreamError
 from gateway.formats.errors import ErrorInfo, FormatError
 from gateway.formats.internal import ChatRequest
 from gateway.tracing.spans import EnginePhases
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    """Upstream HTTP limits in seconds: to connect, between bytes, and for the whole request."""
-
-    connect_s: float
-    read_s: float
-    total_s: float
 
 
 @dataclass(frozen=True)

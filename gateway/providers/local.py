@@ -24,17 +24,15 @@ import orjson
 
 from gateway.errors import UpstreamError
 from gateway.formats import openai_chat
-from gateway.formats.errors import ErrorInfo, FormatError
+from gateway.formats.errors import FormatError
 from gateway.formats.internal import ChatRequest
+from gateway.policy import LocalEngineSettings
 from gateway.providers.base import (
     ClientGone,
     Headers,
     JsonCallOptions,
-    RawReply,
     UpstreamResponse,
-    local_stream_error,
     refused_request,
-    unsupported,
 )
 from gateway.providers.local_openai import (
     Choice,
@@ -51,7 +49,6 @@ from gateway.providers.local_openai import (
     usage,
 )
 from gateway.providers.local_tools import default_parser
-from gateway.routing.policy import LocalEngineSettings
 from gateway.tracing.spans import EnginePhases
 
 if TYPE_CHECKING:
@@ -78,7 +75,10 @@ _END = object()  # a producer finished
 
 
 class LocalProvider:
-    formats: tuple[str, ...] = ("openai_chat",)
+    """The engine's side of the local provider: a chat or text completion run on the engine,
+    answered as JSON or streamed. The registry's ``Provider`` is ``local_host.HostedProvider``,
+    which owns what does not need the engine (formats, availability, errors, other operations)
+    and sends these two calls here once the engine is loaded."""
 
     def __init__(
         self,
@@ -108,9 +108,6 @@ class LocalProvider:
             self.sampling_defaults,
             self.tool_parser,
         )
-
-    async def close(self) -> None:
-        """Nothing pooled to close: the engine host owns the engine."""
 
     def _prepare(self, path: str, body: dict[str, Any]) -> LocalRequest:
         """A body for ``path``: a text completion's, or a chat request's (parsed by
@@ -221,12 +218,6 @@ class LocalProvider:
         await self._compile(request)
         options = body.get("stream_options") or {}
         return LocalStream(self, request, include_usage=options.get("include_usage") is True)
-
-    async def forward(self, path: str, body: Any, **_: Any) -> RawReply:
-        raise unsupported(self.name, path, "the local engine generates text only")
-
-    def stream_error(self, info: ErrorInfo) -> UpstreamError:
-        return local_stream_error(self.name, info)
 
 
 async def _gather(run: LocalRun, choices: list[Choice]) -> None:

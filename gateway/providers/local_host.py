@@ -26,6 +26,7 @@ from gateway.data_dir import private_dir
 from gateway.errors import UpstreamError
 from gateway.formats.errors import ErrorInfo
 from gateway.formats.internal import ChatRequest
+from gateway.policy import LocalEngineSettings, Policy, ProviderConfig
 from gateway.providers.base import (
     ClientGone,
     Headers,
@@ -37,7 +38,6 @@ from gateway.providers.base import (
     local_stream_error,
     unsupported,
 )
-from gateway.routing.policy import LocalEngineSettings, Policy, ProviderConfig
 
 if TYPE_CHECKING:
     from engine import AsyncEngine, Tokenizer

@@ -20,13 +20,12 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, NoReturn
 
-from gateway.cache.config import CachePolicy, effective_cache
 from gateway.errors import ECHO_CHARS, InvalidRequest, NotFound, PermissionDenied, echo
 from gateway.money import format_usd_short
+from gateway.policy import AUTO_MODEL, CachePolicy, Policy, TaskConfig, effective_cache
+from gateway.policy.store import PolicyStore
 from gateway.routing.canary import canary_bucket, in_canary
 from gateway.routing.estimate import estimate_prompt_tokens, expected_output_tokens
-from gateway.routing.policy import AUTO_MODEL, Policy, TaskConfig
-from gateway.routing.policy_store import PolicyStore
 from gateway.routing.state import RoutingState
 
 TASK_HEADER = "x-task-type"
@@ -152,7 +151,7 @@ class Router:
         allowed_models: frozenset[str] | None,
         operation: str | None = None,
     ) -> RoutePlan:
-        """``operation``: what the front door asks of the model (``routing/operations.py``);
+        """``operation``: what the front door asks of the model (``policy/operations.py``);
         a model that does not serve it is refused when pinned and dropped otherwise. None: not
         checked."""
         loaded = self.policies.current

@@ -15,7 +15,7 @@ async def test_export_round_moves_every_event_into_the_store(
     clean_redis: str, tmp_path: Path
 ) -> None:
     events = make_usage_events(1500, seed=7)
-    assert len({event.request_id for event in events}) == 1500
+    assert len({event.event_id for event in events}) == 1500
     store = await open_store("", data_dir=tmp_path)
     try:
         rate, cpu_us = await export_round(clean_redis, store, events, batch=400, exporters=2)
@@ -28,5 +28,5 @@ async def test_export_round_moves_every_event_into_the_store(
     finally:
         await store.close()
     assert rate > 0 and cpu_us > 0
-    assert sorted(row.event_id for row in rows) == sorted(e.request_id for e in events)
+    assert sorted(row.event_id for row in rows) == sorted(e.event_id for e in events)
     assert sum(row.cost_nanos for row in rows) == sum(e.cost_nanos for e in events)

@@ -22,7 +22,7 @@ from route_rig import base_policy
 
 from gateway.api.v1.request_end import ClosingStreamingResponse
 from gateway.app import create_app
-from gateway.routing.breaker import BreakerSettings
+from gateway.settings import BreakerSettings
 
 
 async def test_the_body_ends_when_it_never_relayed() -> None:

@@ -97,7 +97,7 @@ async def _assert_books(
     assert usage["requests"] == requests
     assert usage["total_tokens"] == tokens
     assert status["budget"]["spent_nanos"] == usage["total_cost_nanos"]
-    assert gateway.services.ledger.spool_depth() == 0  # nothing fell back to the spool
+    assert gateway.services.recorder.spool_depth() == 0  # nothing fell back to the spool
 
 
 async def test_script_flush_between_requests_loses_and_doubles_nothing(

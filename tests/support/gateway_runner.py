@@ -26,7 +26,7 @@ from ports import free_port
 from serve_process import launch_serve, serve_env
 
 from gateway.app import create_app
-from gateway.server.http_guard import HttpGuardSettings, guarded_protocol
+from gateway.server.http_guard import guarded_protocol
 from gateway.server.proxies import proxy_options
 from gateway.settings import Settings
 
@@ -212,7 +212,7 @@ class GatewayThread:
         self.app = create_app(self.settings, log_stream=self.log)
         options: dict[str, Any] = {"http": "httptools"}
         if self.guarded:
-            guard = HttpGuardSettings.from_settings(self.settings)
+            guard = self.settings.http_guard
             options = {
                 "http": guarded_protocol(guard, self.app.state.record_wire_rejection),
                 "timeout_keep_alive": self.settings.keep_alive_timeout_s,

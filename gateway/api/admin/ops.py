@@ -31,7 +31,7 @@ from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import error_response, json_response
 from gateway.api.openapi.document import openapi_json
 from gateway.errors import AuthenticationFailed
-from gateway.routing.policy import Policy
+from gateway.policy import Policy
 from gateway.services import Services
 from gateway.store.connect import REDIS_FAILURES
 

@@ -32,9 +32,9 @@ from gateway.api.payloads import parse_payload
 from gateway.api.request_headers import check_headers
 from gateway.api.v1.validation import validate_routed
 from gateway.errors import InvalidRequest, PermissionDenied, clip
-from gateway.routing.operations import Operation
-from gateway.routing.policy import PolicyError
-from gateway.routing.policy_store import policy_body
+from gateway.policy import PolicyError
+from gateway.policy.operations import Operation
+from gateway.policy.store import policy_body
 from gateway.routing.router import RoutePlan
 from gateway.services import Services
 

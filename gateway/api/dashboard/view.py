@@ -24,6 +24,7 @@ from gateway.metering.reports import (
     Totals,
     days_between,
     group_cells,
+    report_row,
     total_of,
 )
 from gateway.money import NANOS_PER_USD, format_usd_money, stored_usd_to_nanos
@@ -336,6 +337,7 @@ class DashboardRenderer:
         # A key's budget is stored as USD: ``$50.00``, never ``$50.0``.
         self.env.filters["usd_amount"] = lambda usd: format_usd_money(stored_usd_to_nanos(usd))
         self.env.filters["count"] = format_count
+        self.env.filters["report_row"] = report_row  # the row the usage API shows
 
     def render(self, template: str, **context: Any) -> str:
         return self.env.get_template(template).render(**context)

@@ -29,7 +29,7 @@ from gateway.formats import anthropic_messages, openai_responses
 from gateway.formats.errors import FormatError
 from gateway.formats.internal import ChatRequest, FormatName
 from gateway.formats.translation import ClientSide
-from gateway.routing import operations
+from gateway.policy import operations
 
 # A door's check of a parsed JSON body: a 400 for a bad one; the internal request when the
 # check parsed it into one anyway (None: parsed later, only if a translation needs it).
@@ -42,7 +42,7 @@ class Door:
     path: str
     format: FormatName
     check: Check
-    # What it asks of the model (routing/operations.py): a model that does not serve it is
+    # What it asks of the model (policy/operations.py): a model that does not serve it is
     # refused at the door, never sent upstream.
     operation: str = field(kw_only=True)
     translatable: bool = False

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.policy import Policy
 from gateway.routing.dispatch import Dispatcher
-from gateway.routing.policy import Policy
 
 
 def _reason(model: str, policy: Policy, dispatcher: Dispatcher) -> str | None:

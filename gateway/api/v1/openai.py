@@ -23,7 +23,7 @@ from gateway.api.v1.model_availability import availability
 from gateway.api.v1.pipeline import allowed_models, door_route
 from gateway.api.v1.uploads import answer_speech
 from gateway.errors import GatewayError, InvalidRequest, NotFound, ServiceUnavailable, echo
-from gateway.routing.policy import Policy
+from gateway.policy import Policy
 from gateway.services import Services
 
 

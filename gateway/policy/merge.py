@@ -20,7 +20,9 @@ import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from gateway.routing.policy import Policy, PolicyError, parse_policy, validate_policy_data
+from gateway.policy.base import PolicyError
+from gateway.policy.document import Policy
+from gateway.policy.parse import parse_policy, validate_policy_data
 
 # Past this many added keys, leaving out defaults one by one would cost a validation each.
 _MAX_PRUNE_TRIALS = 300

@@ -22,18 +22,18 @@ import orjson
 import structlog
 
 from gateway.errors import ServiceUnavailable
-from gateway.routing.policy import (
+from gateway.policy.base import PolicyError
+from gateway.policy.bounded_yaml import nesting_depth_exceeds
+from gateway.policy.document import Policy
+from gateway.policy.headers import masked_policy
+from gateway.policy.merge import merge_policy_yaml
+from gateway.policy.parse import (
     MAX_POLICY_BYTES,
     MAX_POLICY_DEPTH,
-    Policy,
-    PolicyError,
     parse_policy,
     policy_version,
     validate_policy_data,
 )
-from gateway.routing.policy_merge import merge_policy_yaml
-from gateway.routing.policy_yaml import nesting_depth_exceeds
-from gateway.routing.provider_headers import masked_policy
 from gateway.server.tasks import cancel_until_done
 
 
@@ -58,7 +58,7 @@ _TOO_DEEP = f"the policy is nested more than {MAX_POLICY_DEPTH} levels deep"
 @dataclass(frozen=True)
 class PolicyBody:
     """A PUT/validate body: YAML text kept verbatim (comments and all), or JSON data that is
-    merged into the file in force when it is stored (``policy_merge``)."""
+    merged into the file in force when it is stored (``gateway.policy.merge``)."""
 
     text: str | None = None
     data: dict[str, Any] | None = None

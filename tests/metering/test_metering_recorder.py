@@ -1,4 +1,4 @@
-"""The ledger against a real Redis and a real usage store: events go to the buffer in the
+"""The usage recorder against a real Redis and a real usage store: events go to the buffer in the
 caller's round trip, reach the store once each, and survive outages through the spool."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 from redis.asyncio import Redis
 from usage_events import expected_groups, make_events, pick
 
-from gateway.ledger import UsageStore
+from gateway.ledger import UsageError, UsageEvent, UsageStore
 from gateway.metering.buffer import UsageBuffer
 from gateway.metering.exporter import UsageExporter
-from gateway.metering.ledger import RecordOutcome, UsageError, UsageEvent, UsageLedger
+from gateway.metering.recorder import RecordOutcome, UsageRecorder
 from gateway.metering.reports import UsageReports
 from gateway.metering.spool import Spool
 from gateway.money import usd_to_nanos
@@ -25,8 +25,8 @@ from gateway.store.scripts import ScriptBatch
 
 def event(request_id: str = "req-1", **overrides: object) -> UsageEvent:
     fields: dict[str, object] = {
-        "time": time.time(),
-        "request_id": request_id,
+        "event_id": request_id,
+        "time_ms": int(time.time() * 1000),
         "key_id": "key-a",
         "model": "gpt-4.1-mini",
         "provider": "openai",
@@ -38,21 +38,21 @@ def event(request_id: str = "req-1", **overrides: object) -> UsageEvent:
     return UsageEvent(**fields)  # type: ignore[arg-type]
 
 
-def on_redis(client: Redis, store: UsageStore, spool_dir: Path, **options: float) -> UsageLedger:
-    """A ledger on another Redis client (a private server), feeding ``store``."""
+def on_redis(client: Redis, store: UsageStore, spool_dir: Path, **options: float) -> UsageRecorder:
+    """A recorder on another Redis client (a private server), feeding ``store``."""
     buffer = UsageBuffer(client)
     buffer.bind(store.store_id)
-    return UsageLedger(buffer, spool=Spool(spool_dir), **options)  # type: ignore[arg-type]
+    return UsageRecorder(buffer, spool=Spool(spool_dir), **options)  # type: ignore[arg-type]
 
 
 async def test_same_request_id_is_stored_once(
-    ledger: UsageLedger, exporter: UsageExporter, reports: UsageReports, redis_client: Redis
+    recorder: UsageRecorder, exporter: UsageExporter, reports: UsageReports, redis_client: Redis
 ) -> None:
-    assert await ledger.record(event()) is RecordOutcome.RECORDED
+    assert await recorder.record(event()) is RecordOutcome.RECORDED
     # A retry of the same request with other numbers goes to the buffer too: the store keeps
     # the first copy only.
-    assert await ledger.record(event(prompt_tokens=999)) is RecordOutcome.RECORDED
-    assert (await ledger.buffer.stats()).backlog == 2
+    assert await recorder.record(event(prompt_tokens=999)) is RecordOutcome.RECORDED
+    assert (await recorder.buffer.stats()).backlog == 2
     assert await exporter.drain() == 2
     usage = await reports.usage_for_key("key-a", days=1)
     assert usage["requests"] == 1
@@ -61,17 +61,17 @@ async def test_same_request_id_is_stored_once(
     assert usage["total_cost"] == 0.000123456
     assert usage["pending_export"] == 0
     # Nothing of the request is left in Redis: the shard streams (and their group) only.
-    assert await redis_client.dbsize() == len(ledger.buffer.keys)
-    assert all([await redis_client.xlen(key) == 0 for key in ledger.buffer.keys])
+    assert await redis_client.dbsize() == len(recorder.buffer.keys)
+    assert all([await redis_client.xlen(key) == 0 for key in recorder.buffer.keys])
 
 
 async def test_record_shares_a_callers_round_trip(
-    ledger: UsageLedger, exporter: UsageExporter, reports: UsageReports, redis_client: Redis
+    recorder: UsageRecorder, exporter: UsageExporter, reports: UsageReports, redis_client: Redis
 ) -> None:
     """The limiter's settle and the record go into one batch: one round trip."""
     batch = ScriptBatch()
     batch.command("INCRBY", "sy:{key:key-a}:limits:tokens", 120)  # stands in for a settle
-    position = ledger.queue_record(batch, event("req-shared"))
+    position = recorder.queue_record(batch, event("req-shared"))
     batch.command("INCRBY", "sy:{key:key-a}:limits:cost", 7)  # queued after: still fine
     replies = await batch.execute(redis_client)
     assert replies[0] == 120 and replies[-1] == 7
@@ -81,7 +81,7 @@ async def test_record_shares_a_callers_round_trip(
 
 
 async def test_reports_equal_event_sums_with_replays_and_two_exporters(
-    ledger: UsageLedger,
+    recorder: UsageRecorder,
     exporter: UsageExporter,
     usage_buffer: UsageBuffer,
     usage_store: UsageStore,
@@ -100,7 +100,7 @@ async def test_reports_equal_event_sums_with_replays_and_two_exporters(
             await asyncio.sleep(0.005)
 
     outcomes, _ = await asyncio.gather(
-        asyncio.gather(*(ledger.record(e) for e in [*events, *replays])),
+        asyncio.gather(*(recorder.record(e) for e in [*events, *replays])),
         export_while_recording(),
     )
     assert set(outcomes) == {RecordOutcome.RECORDED}
@@ -122,7 +122,7 @@ async def test_reports_equal_event_sums_with_replays_and_two_exporters(
 
 async def test_event_validation_names_the_field() -> None:
     cases = {
-        "request_id": {"request_id": ""},
+        "event_id": {"event_id": ""},
         "key_id": {"key_id": "a{b}"},
         "prompt_tokens": {"prompt_tokens": -1},
         "cached_tokens": {"cached_tokens": 101},
@@ -138,10 +138,15 @@ async def test_event_validation_names_the_field() -> None:
     with pytest.raises(UsageError) as caught:
         UsageEvent.from_json(b'{"time": 1, "request_id": "r", "bogus": 1}')
     assert caught.value.field == "bogus"
-    # cost_usd is only a rendering of the integer: setting it alone is refused, not rounded.
+    # The JSON form names the fields it names otherwise in its own terms.
     with pytest.raises(UsageError) as caught:
-        event(cost_nanos=0, cost_usd=0.0000025)
-    assert caught.value.field == "cost_usd"
+        UsageEvent.from_dict({**event().to_dict(), "request_id": ""})
+    assert caught.value.field == "request_id"
+    with pytest.raises(UsageError) as caught:
+        UsageEvent.from_dict({**event().to_dict(), "time": "noon"})
+    assert caught.value.field == "time"
+    # cost_usd is only a rendering of the integer: read JSON re-derives it, never rounds it in.
+    assert UsageEvent.from_dict({**event(cost_nanos=0).to_dict(), "cost_usd": 2.5e-6}).cost_usd == 0
     assert usd_to_nanos(0.0000025) == 2500  # exact from the decimal text: no float artefact
     assert event(cost_nanos=2500).cost_usd == 0.0000025
     # An event recorded before nano-dollars (a spool line, a stream entry) reads x1000.
@@ -151,10 +156,11 @@ async def test_event_validation_names_the_field() -> None:
     assert UsageEvent.from_dict(legacy).cost_nanos == 7000
     original = event(ttft_ms=12, streamed=True, usage_source="estimated")
     assert UsageEvent.from_json(original.to_json()) == original
-    # As the store keeps it: the same numbers, the time in whole milliseconds.
-    stored = original.to_ledger()
-    assert stored.event_id == original.request_id and stored.cost_nanos == original.cost_nanos
-    assert stored.time_ms == int(original.time * 1000) and stored.ttft_ms == 12
+    # The JSON's time in epoch seconds reads back to the same millisecond, also for times
+    # (2004, 2038) whose ``time_ms / 1000`` would read back as one less.
+    for time_ms in (1_084_202_825_932, 1_700_000_000_123, 2_152_570_672_398, 2_163_418_283_996):
+        assert int(time_ms / 1000 * 1000) != time_ms or time_ms == 1_700_000_000_123
+        assert UsageEvent.from_json(event(time_ms=time_ms).to_json()).time_ms == time_ms
 
 
 async def test_outage_spools_and_replay_counts_each_event_once(
@@ -162,32 +168,32 @@ async def test_outage_spools_and_replay_counts_each_event_once(
 ) -> None:
     client = Redis.from_url(own_redis.url, socket_connect_timeout=1, socket_timeout=2)
     spool = Spool(tmp_path / "spool")
-    ledger = on_redis(client, usage_store, tmp_path / "spool")
-    exporter = UsageExporter(ledger.buffer, usage_store, *_exporter_parts())
-    reports = UsageReports(usage_store, ledger.buffer)
+    recorder = on_redis(client, usage_store, tmp_path / "spool")
+    exporter = UsageExporter(recorder.buffer, usage_store, *_exporter_parts())
+    reports = UsageReports(usage_store, recorder.buffer)
     events = make_events(120, seed=11, days=1)
     try:
         for e in events[:40]:
-            assert await ledger.record(e) is RecordOutcome.RECORDED
+            assert await recorder.record(e) is RecordOutcome.RECORDED
         own_redis.kill()
-        outcomes = await asyncio.gather(*(ledger.record(e) for e in events[40:]))
+        outcomes = await asyncio.gather(*(recorder.record(e) for e in events[40:]))
         assert set(outcomes) == {RecordOutcome.SPOOLED}
-        assert ledger.spool_depth() == 80
+        assert recorder.spool_depth() == 80
         with pytest.raises(Exception):  # noqa: B017 - any Redis error: still down
-            await ledger.replay_spool()
-        assert ledger.spool_depth() == 80  # nothing truncated by a failed replay
+            await recorder.replay_spool()
+        assert recorder.spool_depth() == 80  # nothing truncated by a failed replay
 
         own_redis.start()
         # Keep a copy of the frozen segment to replay it again as if the first run had died
         # just before truncating.
         async with spool.replaying() as segments:
             saved = [(s.path, s.path.read_bytes()) for s in segments]
-        assert await ledger.replay_spool() == 80
-        assert ledger.spool_depth() == 0
+        assert await recorder.replay_spool() == 80
+        assert recorder.spool_depth() == 0
         for path, data in saved:
             path.write_bytes(data)
-        assert ledger.spool_depth() == 80
-        assert await ledger.replay_spool() == 80  # in the buffer again ...
+        assert recorder.spool_depth() == 80
+        assert await recorder.replay_spool() == 80  # in the buffer again ...
         assert await exporter.drain() == 200
         day = events[0].day
         for by in ("key", "model"):  # ... and stored once
@@ -201,22 +207,22 @@ async def test_outage_spools_and_replay_counts_each_event_once(
 def _exporter_parts() -> tuple[object, ...]:
     import structlog
 
-    from gateway.metering.exporter import ExportSettings
     from gateway.metrics import Metrics
+    from gateway.settings import ExportSettings
 
     return ExportSettings(), Metrics(), structlog.get_logger()
 
 
 async def test_torn_spool_line_is_kept_aside_not_replayed_forever(
-    ledger: UsageLedger, exporter: UsageExporter, reports: UsageReports
+    recorder: UsageRecorder, exporter: UsageExporter, reports: UsageReports
 ) -> None:
     good = event("req-good")
-    ledger.spool.append_sync(good.to_json())
-    ledger.spool.append_sync(b'{"time": 17, "request_id": "req-torn", "key_')
-    assert ledger.spool_depth() == 2
-    assert await ledger.replay_spool() == 1
-    assert ledger.spool_depth() == 0
-    assert b"req-torn" in ledger.spool.rejected_path.read_bytes()
+    recorder.spool.append_sync(good.to_json())
+    recorder.spool.append_sync(b'{"time": 17, "request_id": "req-torn", "key_')
+    assert recorder.spool_depth() == 2
+    assert await recorder.replay_spool() == 1
+    assert recorder.spool_depth() == 0
+    assert b"req-torn" in recorder.spool.rejected_path.read_bytes()
     await exporter.drain()
     assert (await reports.usage_for_key("key-a", days=1))["requests"] == 1
 
@@ -225,21 +231,21 @@ async def test_background_task_replays_when_redis_returns(
     own_redis: EmbeddedRedis, usage_store: UsageStore, tmp_path: Path
 ) -> None:
     client = Redis.from_url(own_redis.url, socket_connect_timeout=1, socket_timeout=2)
-    ledger = on_redis(client, usage_store, tmp_path / "spool", replay_interval_s=0.1)
-    await ledger.start()
+    recorder = on_redis(client, usage_store, tmp_path / "spool", replay_interval_s=0.1)
+    await recorder.start()
     try:
         own_redis.kill()
-        assert await ledger.record(event("req-bg")) is RecordOutcome.SPOOLED
+        assert await recorder.record(event("req-bg")) is RecordOutcome.SPOOLED
         await asyncio.sleep(0.3)  # a few failed attempts while Redis is down
-        assert ledger.spool_depth() == 1
+        assert recorder.spool_depth() == 1
         own_redis.start()
         deadline = time.monotonic() + 15
-        while ledger.spool_depth() and time.monotonic() < deadline:
+        while recorder.spool_depth() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        assert ledger.spool_depth() == 0
-        assert (await ledger.buffer.stats()).backlog == 1
+        assert recorder.spool_depth() == 0
+        assert (await recorder.buffer.stats()).backlog == 1
     finally:
-        await ledger.stop()
+        await recorder.stop()
         await client.aclose()
 
 
@@ -263,18 +269,18 @@ async def test_redis_and_disk_both_failing_is_reported_not_raised(
 ) -> None:
     client = Redis.from_url(own_redis.url, socket_connect_timeout=1, socket_timeout=2)
     spool_dir = tmp_path / "spool"
-    ledger = on_redis(client, usage_store, spool_dir)
+    recorder = on_redis(client, usage_store, spool_dir)
     try:
         own_redis.kill()
         shutil.rmtree(spool_dir)
         spool_dir.write_text("not a directory")  # the disk path is broken too
-        assert await ledger.record(event("req-lost")) is RecordOutcome.LOST
+        assert await recorder.record(event("req-lost")) is RecordOutcome.LOST
     finally:
         await client.aclose()
 
 
 async def test_settle_and_record_share_one_round_trip_with_the_real_limiter(
-    ledger: UsageLedger, exporter: UsageExporter, reports: UsageReports, redis_client: Redis
+    recorder: UsageRecorder, exporter: UsageExporter, reports: UsageReports, redis_client: Redis
 ) -> None:
     from gateway.metering.limits import KeyLimits, Limiter
 
@@ -286,7 +292,7 @@ async def test_settle_and_record_share_one_round_trip_with_the_real_limiter(
     used = event("req-limited", prompt_tokens=100, completion_tokens=20, cost_nanos=123_456)
     batch = ScriptBatch()
     limiter.queue_settle(batch, reservation, tokens=used.total_tokens, cost_nanos=used.cost_nanos)
-    ledger.queue_record(batch, used)
+    recorder.queue_record(batch, used)
     replies = await batch.execute(redis_client)
     assert len(replies) == 2  # one settle, one record: one round trip
     status = await limiter.status("key-a", limits)
