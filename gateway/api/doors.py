@@ -34,6 +34,9 @@ CHAT_PATHS: dict[FormatName, str] = {
     "openai_chat": "/chat/completions",
     "anthropic_messages": "/messages",
     "openai_responses": "/responses",
+    # Formats only upstreams speak: the provider turns the operation into its own URL.
+    "gemini": "/generateContent",
+    "bedrock_converse": "/converse",
 }
 
 # A door's check of a parsed JSON body: a 400 for a bad one; the internal request when the

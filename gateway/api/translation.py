@@ -23,7 +23,7 @@ import orjson
 
 from gateway.api.doors import CHAT_PATHS, Door
 from gateway.errors import UpstreamError
-from gateway.formats import anthropic_messages, wire_format
+from gateway.formats import anthropic_messages, upstream_format, wire_format
 from gateway.formats.errors import FormatError, Untranslatable
 from gateway.formats.internal import ChatRequest, FormatName
 from gateway.formats.openai_chat.relay import ChatRelay
@@ -152,7 +152,7 @@ class Exchange:
                 default = config.default_max_tokens or anthropic_messages.DEFAULT_MAX_TOKENS
                 body = anthropic_messages.render_request(request, model, default_max_tokens=default)
             else:
-                body = wire_format(target).render_request(request, model)
+                body = upstream_format(target).render_request(request, model)
         except Untranslatable as exc:
             raise _refusal(exc, provider, "untranslatable") from None
         except FormatError as exc:
@@ -165,7 +165,7 @@ class Exchange:
         if target == client:
             return Answer(upstream.body, Usage.of(usage_of(client, upstream.data)))
         try:
-            response = wire_format(target).parse_response(upstream.data)
+            response = upstream_format(target).parse_response(upstream.data)
             rendered = wire_format(client).render_response(response, self.request(provider))
         except FormatError as exc:
             raise broken_answer(exc, provider) from None

@@ -31,6 +31,13 @@ from gateway.cache.config import CachePolicy
 from gateway.ledger.record import label_problem
 from gateway.money import MAX_PRICE_PER_MTOK, price_to_nanos_per_token
 from gateway.routing.operations import declared_operations, serves
+from gateway.routing.policy_clouds import (
+    BedrockConfig,
+    VertexConfig,
+    check_cloud_fields,
+    cloud_base_url,
+    cloud_formats,
+)
 from gateway.routing.policy_yaml import DocumentTooComplex, load_yaml
 from gateway.routing.provider_headers import HeaderValue, missing_header_env
 
@@ -134,8 +141,20 @@ class LocalEngineSettings(_Strict):
         return self
 
 
-ProviderKind = Literal["openai_compatible", "azure_openai", "anthropic", "local", "engine_fleet"]
-ChatFormat = Literal["openai_chat", "anthropic_messages", "openai_responses"]
+ProviderKind = Literal[
+    "openai_compatible",
+    "azure_openai",
+    "anthropic",
+    "local",
+    "engine_fleet",
+    "gemini",
+    "vertex_ai",
+    "bedrock",
+]
+# The last two only upstreams speak (Gemini's generateContent, Bedrock's Converse).
+ChatFormat = Literal[
+    "openai_chat", "anthropic_messages", "openai_responses", "gemini", "bedrock_converse"
+]
 # The chat wire formats each kind speaks natively, and those it may be told it also speaks.
 NATIVE_FORMATS: dict[str, tuple[ChatFormat, ...]] = {
     "openai_compatible": ("openai_chat",),
@@ -143,6 +162,10 @@ NATIVE_FORMATS: dict[str, tuple[ChatFormat, ...]] = {
     "anthropic": ("anthropic_messages",),
     "local": ("openai_chat",),
     "engine_fleet": ("openai_chat",),
+    # the cloud kinds (routing/policy_clouds.py): vertex_ai's follow its publisher
+    "gemini": ("gemini",),
+    "vertex_ai": ("gemini",),
+    "bedrock": ("bedrock_converse",),
 }
 _OPTIONAL_FORMATS: dict[str, frozenset[str]] = {
     "openai_compatible": frozenset({"openai_chat", "openai_responses"}),
@@ -276,7 +299,8 @@ class ProviderConfig(_Strict):
     base_url: str | None = Field(
         default=None,
         description="openai_compatible: the /v1 base; azure_openai: the resource endpoint "
-        "(https://NAME.openai.azure.com); anthropic: default https://api.anthropic.com/v1",
+        "(https://NAME.openai.azure.com); anthropic: default https://api.anthropic.com/v1; "
+        "gemini, vertex_ai, bedrock: default the provider's public endpoint",
     )
     api_key_env: str | None = Field(
         default=None, description="env var holding the key; unset at runtime = provider unusable"
@@ -315,7 +339,8 @@ class ProviderConfig(_Strict):
     default_max_tokens: int | None = Field(
         default=None,
         ge=1,
-        description="anthropic: max_tokens sent for requests that set none (default 4096)",
+        description="anthropic (and vertex_ai of publisher anthropic): max_tokens sent for "
+        "requests that set none (default 4096)",
     )
     engine: dict[str, Any] | None = Field(
         default=None, description="local engine settings (kind: local only)"
@@ -326,10 +351,17 @@ class ProviderConfig(_Strict):
     spill_when: SpillWhen | None = Field(
         default=None, description="local and engine_fleet: busier than this = skipped (spill)"
     )
+    vertex: VertexConfig | None = Field(
+        default=None, description="vertex_ai: project, location, publisher, credentials"
+    )
+    bedrock: BedrockConfig | None = Field(
+        default=None, description="bedrock: the AWS region (and profile)"
+    )
 
     @model_validator(mode="after")
     def _kind_fields(self) -> ProviderConfig:
         kind = self.kind
+        check_cloud_fields(kind, self.vertex, self.bedrock)
         if kind in ("openai_compatible", "azure_openai") and not self.base_url:
             raise ValueError(f"base_url is required for an {kind} provider")
         if kind not in ("local", "engine_fleet") and self.spill_when is not None:
@@ -349,10 +381,14 @@ class ProviderConfig(_Strict):
             raise ValueError("api_version and deployments apply only to an azure_openai provider")
         if kind != "anthropic" and self.anthropic_version is not None:
             raise ValueError("anthropic_version applies only to an anthropic provider")
-        if kind != "anthropic" and self.default_max_tokens is not None:
-            raise ValueError("default_max_tokens applies only to an anthropic provider")
+        speaks_messages = "anthropic_messages" in self.native_formats
+        if not speaks_messages and self.default_max_tokens is not None:
+            raise ValueError(
+                "default_max_tokens applies only to a provider of Anthropic's format "
+                "(anthropic, vertex_ai with publisher anthropic)"
+            )
         if self.formats is not None:
-            allowed = _OPTIONAL_FORMATS.get(kind, frozenset(NATIVE_FORMATS[kind]))
+            allowed = _OPTIONAL_FORMATS.get(kind, frozenset(self._kind_formats))
             wrong = [name for name in self.formats if name not in allowed]
             if wrong or not self.formats:
                 raise ValueError(
@@ -377,12 +413,19 @@ class ProviderConfig(_Strict):
     @property
     def native_formats(self) -> tuple[ChatFormat, ...]:
         """The chat formats this provider speaks without translation, preferred first."""
-        return tuple(self.formats) if self.formats else NATIVE_FORMATS[self.kind]
+        return tuple(self.formats) if self.formats else self._kind_formats
+
+    @property
+    def _kind_formats(self) -> tuple[ChatFormat, ...]:
+        return cloud_formats(self.kind, self.vertex) or NATIVE_FORMATS[self.kind]
 
     @property
     def url(self) -> str:
         """The base URL, with the kind's default when the policy leaves it unset."""
-        return (self.base_url or DEFAULT_BASE_URLS.get(self.kind, "")).rstrip("/")
+        default = DEFAULT_BASE_URLS.get(self.kind) or cloud_base_url(
+            self.kind, self.vertex, self.bedrock
+        )
+        return (self.base_url or default).rstrip("/")
 
     @property
     def engine_settings(self) -> LocalEngineSettings:
