@@ -115,6 +115,8 @@ class LedgerEvent(JsonRecord):
     policy_version: str = ""
     end_user: str = ""
     tags: tuple[str, ...] = ()
+    # The price catalogue its cost came from ("genai-prices 0.2.3"); "" = the policy's price.
+    price_catalogue: str = ""
 
     def __post_init__(self) -> None:
         check_id(LedgerError, "event_id", self.event_id)
@@ -123,7 +125,16 @@ class LedgerEvent(JsonRecord):
         if not MIN_TIME_MS <= self.time_ms < MAX_TIME_MS:
             raise LedgerError("time_ms", "out of range (epoch milliseconds expected)")
         check_id(LedgerError, "key_id", self.key_id)
-        for name in ("model", "provider", "team", "task", "route", "policy_version", "end_user"):
+        for name in (
+            "model",
+            "provider",
+            "team",
+            "task",
+            "route",
+            "policy_version",
+            "end_user",
+            "price_catalogue",
+        ):
             check_label(LedgerError, name, getattr(self, name))
         for name in ("prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens"):
             _check_int(name, getattr(self, name), MAX_TOKENS)

@@ -90,6 +90,8 @@ class UsageEvent(JsonRecord):
     # Attribution (gateway/metering/attribution.py): the end user and the request's tags.
     end_user: str = ""
     tags: tuple[str, ...] = ()
+    # The price catalogue its cost came from ("genai-prices 0.2.3"); "" = the policy's price.
+    price_catalogue: str = ""
 
     def __post_init__(self) -> None:
         if isinstance(self.time, bool) or not isinstance(self.time, int | float):
@@ -98,7 +100,16 @@ class UsageEvent(JsonRecord):
             raise UsageError("time", "out of range")
         check_id(UsageError, "request_id", self.request_id)
         check_id(UsageError, "key_id", self.key_id)
-        for name in ("model", "provider", "team", "task", "route", "policy_version", "end_user"):
+        for name in (
+            "model",
+            "provider",
+            "team",
+            "task",
+            "route",
+            "policy_version",
+            "end_user",
+            "price_catalogue",
+        ):
             value = getattr(self, name)
             if not isinstance(value, str) or len(value) > MAX_ID_LENGTH:
                 raise UsageError(name, f"must be a string of at most {MAX_ID_LENGTH} characters")
@@ -168,6 +179,7 @@ class UsageEvent(JsonRecord):
             policy_version=self.policy_version,
             end_user=self.end_user,
             tags=self.tags,
+            price_catalogue=self.price_catalogue,
         )
 
 

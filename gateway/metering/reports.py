@@ -230,6 +230,7 @@ def event_view(event: LedgerEvent) -> dict[str, Any]:
         "attempts": event.attempts,
         "end_user": event.end_user,
         "tags": list(event.tags),
+        "price_catalogue": event.price_catalogue,
     }
 
 

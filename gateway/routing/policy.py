@@ -521,6 +521,22 @@ class ModelConfig(_Strict):
     defaults: ModelDefaults | None = Field(
         default=None, description="sampling for requests that set none (routing.md)"
     )
+    # Without a ``price:``, the price catalogue's (gateway/pricing), set when the policy loads.
+    _catalogue: Any = PrivateAttr(default=None)
+
+    def set_catalogue_price(self, price: Any) -> None:
+        self._catalogue = price
+
+    @property
+    def pricing(self) -> Any:
+        """What this model is costed at: its ``price:``, else the catalogue's (a
+        ``CataloguePrice``), else the zero price. Both have ``cost_nanos``."""
+        return self._catalogue if self._catalogue is not None else self.price
+
+    @property
+    def price_catalogue(self) -> str:
+        """The catalogue version its price comes from ("" when the policy's own)."""
+        return self._catalogue.version if self._catalogue is not None else ""
 
 
 class TaskConfig(_Strict):
@@ -598,6 +614,14 @@ class Policy(_Strict):
             if source in seen_sources:
                 raise PolicyError(f"{path}.from", f"{source!r} already has a canary")
             seen_sources.add(source)
+        return self
+
+    @model_validator(mode="after")
+    def _catalogue_prices(self) -> Policy:
+        """Models without a ``price:`` take the price catalogue's (gateway/pricing)."""
+        from gateway.pricing.catalogue import price_unpriced_models  # it imports this module
+
+        price_unpriced_models(self)
         return self
 
     @model_validator(mode="after")
@@ -702,8 +726,9 @@ class Policy(_Strict):
         """Why ``model`` breaks the task's constraints, or None when it meets them."""
         config = self.models[model]
         limit = task.max_price_per_mtok
-        if limit is not None and config.price.highest_per_mtok > limit:
-            return f"price ${config.price.highest_per_mtok}/Mtok over max ${limit}/Mtok"
+        highest = config.pricing.highest_per_mtok
+        if limit is not None and highest > limit:
+            return f"price ${highest}/Mtok over max ${limit}/Mtok"
         missing = [c for c in task.require_capabilities if c not in config.capabilities]
         if missing:
             return f"lacks capabilities {', '.join(missing)}"

@@ -185,7 +185,7 @@ def _tokens(usage: Any) -> tuple[int, int]:
 def test_every_door_reaches_every_cloud_kind_with_tools(
     clouds: tuple[RunningGateway, CloudUpstreams], door: str
 ) -> None:
-    gateway, fleet = clouds
+    gateway, _ = clouds
     _, key = gateway.create_key(name=f"clouds-{door}")
     for model in CLOUD_MODELS:
         for stream in (False, True):
@@ -274,14 +274,19 @@ def test_each_upstream_saw_its_own_authentication_and_paths(
 def test_a_throttled_bedrock_model_falls_back(
     clouds: tuple[RunningGateway, CloudUpstreams],
 ) -> None:
+    """Bedrock's ThrottlingException is a 429: the dispatcher moves on to the fallback."""
     gateway, fleet = clouds
     _, key = gateway.create_key(name="cloud-throttle")
     client = openai.OpenAI(base_url=gateway.v1, api_key=key, max_retries=0, timeout=30)
-    reply = client.chat.completions.with_raw_response.create(
-        model="bedrock-throttled", messages=[{"role": "user", "content": "hi"}]
-    )
-    assert reply.parse().choices[0].message.content == "bedrock says: hi"
-    assert (
-        "bedrock-claude" in reply.headers["x-switchyard-route"]
-        or reply.headers.get("x-switchyard-model") == "bedrock-claude"
-    )
+    for stream in (False, True):
+        reply = client.chat.completions.with_raw_response.create(
+            model="bedrock-throttled", messages=[{"role": "user", "content": "hi"}], stream=stream
+        )
+        assert reply.headers["x-switchyard-model"] == "bedrock-claude"
+        if stream:
+            text = "".join(c.choices[0].delta.content or "" for c in reply.parse() if c.choices)
+        else:
+            text = reply.parse().choices[0].message.content
+        assert text == "bedrock says: hi"
+    throttled = [s for s in fleet["bedrock"].seen if "throttled-model" in s.path]
+    assert len(throttled) >= 2

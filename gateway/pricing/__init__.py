@@ -1,0 +1,1 @@
+"""Model prices beyond the policy's: the maintained price catalogue (``catalogue.py``)."""
