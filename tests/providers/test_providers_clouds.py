@@ -14,6 +14,7 @@ nano-dollar; a throttled Bedrock model falls back; a wrong credential is the gat
 from __future__ import annotations
 
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import openai
 import orjson
 import pytest
 from cloud_gateway import (
+    CATALOGUE_MODEL,
     CLOUD_MODELS,
     CLOUD_PRICES,
     CloudUpstreams,
@@ -31,6 +33,8 @@ from cloud_gateway import (
     price_cost,
 )
 from gateway_runner import GatewayThread, RunningGateway, make_settings
+from genai_prices import Usage as PriceUsage
+from genai_prices import calc_price
 
 PROMPT = "What is the weather in Paris?"
 TOOL = {
@@ -290,3 +294,57 @@ def test_a_throttled_bedrock_model_falls_back(
         assert text == "bedrock says: hi"
     throttled = [s for s in fleet["bedrock"].seen if "throttled-model" in s.path]
     assert len(throttled) >= 2
+
+
+def test_a_gemini_model_without_a_price_is_costed_from_the_catalogue(
+    clouds: tuple[RunningGateway, CloudUpstreams],
+) -> None:
+    """``gemini-catalogue`` has no ``price:``: its cost is the catalogue's price of the tokens
+    Gemini counted, to the nano-dollar (computed here by genai-prices itself, in Decimal), and
+    each of its usage events names the catalogue's version."""
+    gateway, fleet = clouds
+    fleet.reset()
+    key_id, key = gateway.create_key(name="cloud-catalogue")
+    client = openai.OpenAI(base_url=gateway.v1, api_key=key, max_retries=0, timeout=30)
+    for stream in (False, True):
+        messages = [
+            {"role": "system", "content": "Be brief."},  # an implicit cache hit at the fake
+            {"role": "user", "content": "hello"},
+        ]
+        reply = client.chat.completions.create(
+            model="gemini-catalogue", messages=messages, stream=stream
+        )
+        if stream:
+            list(reply)
+    book = fleet["gemini"].books()[CATALOGUE_MODEL]
+    assert book["requests"] == 2 and book["cached_tokens"] > 0
+    cost = calc_price(
+        PriceUsage(
+            input_tokens=book["prompt_tokens"],
+            cache_read_tokens=book["cached_tokens"],
+            output_tokens=book["completion_tokens"],
+        ),
+        CATALOGUE_MODEL,
+        provider_id="google",
+    ).total_price
+    nanos = cost.scaleb(9)
+    assert nanos == nanos.to_integral_value()  # whole nano-dollars: nothing was rounded
+    version = f"genai-prices {metadata.version('genai-prices')}"
+    gateway.wait_exported()
+    with gateway.admin() as admin:
+        events = admin.get("/admin/usage/events", params={"key": key_id, "limit": 10}).json()
+        explained = admin.post(
+            "/admin/route/explain", json={"body": {"model": "gemini-catalogue"}}
+        ).json()
+    assert len(events["data"]) == 2
+    assert {event["price_catalogue"] for event in events["data"]} == {version}
+    assert sum(event["cost_nanos"] for event in events["data"]) == int(nanos)
+    price = explained["candidates"][0]["price"]
+    assert price["source"] == version and price["catalogue_model"] == CATALOGUE_MODEL
+    report = httpx.get(
+        gateway.v1 + "/usage", headers={"Authorization": f"Bearer {key}"}, timeout=30
+    ).json()
+    assert report["total_cost_nanos"] == int(nanos)
+    with gateway.admin() as admin:
+        priced = admin.post("/admin/route/explain", json={"body": {"model": "gemini-flash"}}).json()
+    assert priced["candidates"][0]["price"]["source"] == "policy"
