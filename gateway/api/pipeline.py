@@ -309,7 +309,8 @@ def _prepare_try(
 ) -> tuple[Upstream, FormatName, str, dict[str, Any], AttemptTrace]:
     """One upstream try's provider, wire format, path and body, and its trace span."""
     upstream = Upstream(call, candidate)
-    target = exchange.target(candidate.provider, upstream.provider.formats)
+    provider = upstream.provider
+    target = exchange.target(candidate.provider, provider.formats, provider.door_paths)
     assert call.books is not None and call.books.policy is not None
     model = call.books.policy.models.get(candidate.model)
     path, body = exchange.upstream_body(

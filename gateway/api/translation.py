@@ -83,11 +83,14 @@ class Exchange:
         self.raw = raw
         self._parsed = parsed
 
-    def target(self, provider: str, formats: tuple[str, ...]) -> FormatName:
+    def target(
+        self, provider: str, formats: tuple[str, ...], door_paths: frozenset[str] = frozenset()
+    ) -> FormatName:
         """The format a provider speaking ``formats`` gets this request in; a door that does
-        not translate reaches only providers of its own format."""
+        not translate reaches only providers of its own format, or those that serve its
+        operation from its body on their own (``door_paths``: Gemini's embeddings)."""
         door = self.door
-        if door.format in formats:
+        if door.format in formats or door.path in door_paths:
             return door.format
         if not door.translatable:
             raise unsupported(provider, door.path, f"it does not speak {door.format}")

@@ -10,12 +10,20 @@ binary event stream: ``BedrockEventStream`` decodes it as it arrives (CRC-checke
 Converse stream parser reads. An exception event mid-stream (a throttle, a model error) ends
 the stream with that error; a ``ThrottlingException`` before any byte is a 429, which the
 dispatcher falls back on and the breaker counts.
+
+Two operations of other doors are served from their bodies: ``/v1/embeddings`` (OpenAI's) as
+``InvokeModel`` on Amazon Titan (one text a call, the calls side by side; Titan counts the
+tokens) or Cohere embedding models (all texts in one call; Cohere's body counts none, so the
+gateway estimates), and ``/v1/messages/count_tokens`` (Anthropic's) as ``CountTokens`` over
+the Converse form of the request.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import quote
 
 import aiohttp
@@ -23,16 +31,26 @@ import orjson
 from yarl import URL
 
 from gateway.errors import UpstreamError, UpstreamTimeout
-from gateway.formats import bedrock_converse
-from gateway.formats.errors import ErrorInfo
+from gateway.formats import anthropic_messages, bedrock_converse
+from gateway.formats.errors import ErrorInfo, FormatError, InvalidRequest, UpstreamProtocolError
+from gateway.formats.openai_embeddings import (
+    embedding_dimensions,
+    embedding_inputs,
+    render_embeddings,
+)
 from gateway.providers.aws_eventstream import EventMessage, EventStreamDecoder, EventStreamError
 from gateway.providers.aws_sigv4 import AwsCredentialSource, missing_botocore, sign_v4
-from gateway.providers.base import Headers
+from gateway.providers.base import ClientGone, Headers, UpstreamResponse
 from gateway.providers.cloud_http import CloudHttpProvider
 from gateway.providers.http_upstream import HttpUpstream, UpstreamSettings
 from gateway.routing.policy import ProviderConfig
 
 CHAT_PATH = "/converse"
+EMBEDDINGS_PATH = "/embeddings"
+COUNT_TOKENS_PATH = "/messages/count_tokens"
+_OPERATIONS = {EMBEDDINGS_PATH: "invoke", COUNT_TOKENS_PATH: "count-tokens"}
+# Titan embeds one text a call: at most this many calls of one request at once.
+TITAN_PARALLEL = 8
 
 
 def botocore_installed() -> bool:
@@ -41,6 +59,8 @@ def botocore_installed() -> bool:
         return importlib.util.find_spec("botocore") is not None
     except ValueError:  # in sys.modules as None: blocked
         return False
+
+
 JSON = "application/json"
 
 
@@ -53,11 +73,13 @@ class BedrockProvider(CloudHttpProvider):
         self.credentials = AwsCredentialSource(name, config.bedrock.profile)
         super().__init__(name, config, upstream)
 
+    door_paths = frozenset({EMBEDDINGS_PATH, COUNT_TOKENS_PATH})
+
     def serves(self, path: str) -> bool:
-        return path == CHAT_PATH
+        return path == CHAT_PATH or path in self.door_paths
 
     def endpoint(self, path: str, model: str, *, stream: bool) -> str:
-        operation = "converse-stream" if stream else "converse"
+        operation = _OPERATIONS.get(path) or ("converse-stream" if stream else "converse")
         return f"{self.base_url}/model/{quote(model, safe='')}/{operation}"
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
@@ -70,6 +92,101 @@ class BedrockProvider(CloudHttpProvider):
 
     def read_error(self, status: int, body: bytes) -> ErrorInfo:
         return bedrock_converse.parse_error(status, body)
+
+    async def post_json(
+        self,
+        path: str,
+        body: dict[str, Any],
+        *,
+        headers: Headers | None = None,
+        client_gone: ClientGone | None = None,
+    ) -> UpstreamResponse:
+        if path == EMBEDDINGS_PATH:
+            return await self.embeddings(body, headers)
+        if path == COUNT_TOKENS_PATH:
+            return await self.count_tokens(body, headers)
+        return await super().post_json(path, body, headers=headers)
+
+    async def embeddings(self, body: dict[str, Any], headers: Headers | None) -> UpstreamResponse:
+        model = str(body.get("model") or "")
+        try:
+            texts, dimensions = embedding_inputs(body), embedding_dimensions(body)
+            if "titan-embed" not in model and "cohere.embed" not in model:
+                raise InvalidRequest(
+                    f"model: Bedrock embeds with Amazon Titan or Cohere models, not {model!r}",
+                    param="model",
+                )
+        except FormatError as exc:
+            raise self.refusal(exc) from None
+        if "titan-embed" in model:
+            return await self._titan(body, model, texts, dimensions, headers)
+        if dimensions is not None:
+            raise self.refusal(
+                InvalidRequest(
+                    "dimensions: Cohere models on Bedrock embed at their own size",
+                    param="dimensions",
+                )
+            )
+        payload: dict[str, Any] = {"texts": texts, "input_type": "search_document"}
+        reply = await self.call_json(EMBEDDINGS_PATH, model, payload, headers)
+        vectors = reply.data.get("embeddings")
+        if isinstance(vectors, dict):  # embedding_types asked: {"float": [...]}
+            vectors = vectors.get("float")
+        if not isinstance(vectors, list) or len(vectors) != len(texts):
+            raise self.http.protocol_error("answered InvokeModel with other embeddings")
+        return self._answered(body, vectors, model, None)
+
+    async def _titan(
+        self,
+        body: dict[str, Any],
+        model: str,
+        texts: list[str],
+        dimensions: int | None,
+        headers: Headers | None,
+    ) -> UpstreamResponse:
+        gate = asyncio.Semaphore(TITAN_PARALLEL)
+
+        async def embed(text: str) -> dict[str, Any]:
+            payload: dict[str, Any] = {"inputText": text}
+            if dimensions is not None:
+                payload["dimensions"] = dimensions
+            async with gate:
+                return (await self.call_json(EMBEDDINGS_PATH, model, payload, headers)).data
+
+        answers = await asyncio.gather(*(embed(text) for text in texts))
+        tokens = 0
+        for answer in answers:
+            count = answer.get("inputTextTokenCount")
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise self.http.protocol_error("answered InvokeModel without a token count")
+            tokens += count
+        return self._answered(body, [a.get("embedding") for a in answers], model, tokens)
+
+    def _answered(
+        self, body: dict[str, Any], vectors: list[Any], model: str, tokens: int | None
+    ) -> UpstreamResponse:
+        try:
+            data = render_embeddings(body, vectors, model, tokens)
+        except UpstreamProtocolError as exc:
+            raise self.http.protocol_error(exc.message) from None
+        return UpstreamResponse(200, orjson.dumps(data), data)
+
+    async def count_tokens(self, body: dict[str, Any], headers: Headers | None) -> UpstreamResponse:
+        model = str(body.get("model") or "")
+        try:
+            request = anthropic_messages.parse_request({"max_tokens": 1, **body})
+            converse = bedrock_converse.render_request(request, model)
+        except FormatError as exc:
+            raise self.refusal(exc) from None
+        counted = {k: converse[k] for k in ("messages", "system", "toolConfig") if k in converse}
+        reply = await self.call_json(
+            COUNT_TOKENS_PATH, model, {"input": {"converse": counted}}, headers
+        )
+        total = reply.data.get("inputTokens")
+        if not isinstance(total, int) or isinstance(total, bool) or total < 0:
+            raise self.http.protocol_error("answered CountTokens without inputTokens")
+        data = {"input_tokens": total}
+        return UpstreamResponse(200, orjson.dumps(data), data)
 
     async def open_stream(  # type: ignore[override]
         self, path: str, body: dict[str, object], *, headers: Headers | None = None

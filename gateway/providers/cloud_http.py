@@ -8,6 +8,11 @@ A kind says where an operation goes (``endpoint``), how a request is authorized
 (``authorize``) and what of the body is sent (``outbound_body``); the calls, pooling, caps and
 error mapping stay ``HttpUpstream``'s. URLs go out exactly as built (``encoded=True``): the
 path a Signature V4 covers is the path on the wire.
+
+Operations of other doors that a kind serves by translating their body itself (embeddings,
+token counting: ``door_paths``) call ``call_json`` with the body they built; a client body
+they cannot carry is ``refusal(...)``: a 400 naming the field, and the dispatcher moves on
+to a candidate that may take it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from typing import Any
 import orjson
 from yarl import URL
 
+from gateway.errors import UpstreamError
+from gateway.formats.errors import FormatError
 from gateway.providers.base import ClientGone, Headers, UpstreamResponse, unsupported
 from gateway.providers.http_provider import HttpProvider
 from gateway.providers.http_upstream import SseStream
@@ -64,3 +71,32 @@ class CloudHttpProvider(HttpProvider):
         url = self.endpoint(path, model if isinstance(model, str) else "", stream=stream)
         payload = orjson.dumps(self.outbound_body(path, body))
         return url, payload, await self.authorize(url, payload, self._headers(headers))
+
+    async def call_json(
+        self, path: str, model: str, payload: dict[str, Any], headers: Headers | None
+    ) -> UpstreamResponse:
+        """POST ``payload`` (already in the provider's format) to operation ``path``."""
+        url = self.endpoint(path, model, stream=False)
+        raw = orjson.dumps(payload)
+        outbound = await self.authorize(url, raw, self._headers(headers))
+        return await self.http.post_json(URL(url, encoded=True), raw, outbound)
+
+    def refusal(self, exc: FormatError) -> UpstreamError:
+        """A client body this kind cannot carry, as the 400 the dispatcher moves on from."""
+        return UpstreamError(
+            exc.message,
+            status=400,
+            retryable=False,
+            kind="untranslatable",
+            provider=self.name,
+            code=exc.code,
+            param=exc.param,
+            upstream_body={
+                "error": {
+                    "message": exc.message,
+                    "type": "invalid_request_error",
+                    "param": exc.param,
+                    "code": exc.code,
+                }
+            },
+        )

@@ -70,6 +70,7 @@ _END = object()  # a producer finished
 
 class LocalProvider:
     formats: tuple[str, ...] = ("openai_chat",)
+    door_paths: frozenset[str] = frozenset()
 
     def __init__(
         self,

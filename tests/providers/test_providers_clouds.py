@@ -348,3 +348,64 @@ def test_a_gemini_model_without_a_price_is_costed_from_the_catalogue(
     with gateway.admin() as admin:
         priced = admin.post("/admin/route/explain", json={"body": {"model": "gemini-flash"}}).json()
     assert priced["candidates"][0]["price"]["source"] == "policy"
+
+
+# model -> (fake, upstream model, whether the provider counts the tokens)
+EMBEDDERS = {
+    "gemini-embed": ("gemini", "text-embedding-004", False),
+    "vertex-embed": ("vertex", "text-embedding-005", True),
+    "bedrock-titan": ("bedrock", "amazon.titan-embed-text-v2:0", True),
+    "bedrock-cohere": ("bedrock", "cohere.embed-english-v3", False),
+}
+
+
+def test_embeddings_reach_every_cloud_kind(clouds: tuple[RunningGateway, CloudUpstreams]) -> None:
+    """The openai SDK asks for base64 by default; floats are asked for too. What a provider
+    counts is what is recorded; Gemini's and Cohere's embeddings count nothing: estimated."""
+    gateway, fleet = clouds
+    fleet.reset()
+    key_id, key = gateway.create_key(name="cloud-embed")
+    client = openai.OpenAI(base_url=gateway.v1, api_key=key, max_retries=0, timeout=30)
+    texts = ["the weather in Paris", "rain"]
+    for model, (fake, upstream_model, counted) in EMBEDDERS.items():
+        reply = client.embeddings.create(model=model, input=texts)
+        floats = client.embeddings.create(model=model, input="rain", encoding_format="float")
+        assert [item.index for item in reply.data] == [0, 1]
+        assert reply.data[1].embedding == floats.data[0].embedding  # base64 decodes the same
+        assert len(reply.data[0].embedding) >= 2
+        if counted:
+            book = fleet[fake].books()[upstream_model]
+            assert reply.usage.prompt_tokens + floats.usage.prompt_tokens == book["prompt_tokens"]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.embeddings.create(model="gemini-embed", input=[[1, 2, 3]])
+    assert refused.value.body["param"] == "input[0]"  # type: ignore[index]
+    gateway.wait_exported()
+    with gateway.admin() as admin:
+        events = admin.get("/admin/usage/events", params={"key": key_id, "limit": 50}).json()
+    sources = {(e["model"], e["usage_source"]) for e in events["data"] if e["status"] == 200}
+    assert sources == {
+        (model, "provider" if counted else "estimated")
+        for model, (_, _, counted) in EMBEDDERS.items()
+    }
+
+
+def test_token_counting_reaches_every_cloud_kind(
+    clouds: tuple[RunningGateway, CloudUpstreams],
+) -> None:
+    gateway, _ = clouds
+    _, key = gateway.create_key(name="cloud-count")
+    client = anthropic.Anthropic(base_url=gateway.base_url, api_key=key, max_retries=0)
+    messages = [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "hi"},
+        {"role": "user", "content": "weather?"},
+    ]
+    expected = {"gemini-flash": 24, "vertex-gemini": 24, "vertex-claude": 19, "bedrock-claude": 24}
+    for model, tokens in expected.items():
+        counted = client.messages.count_tokens(
+            model=model,
+            messages=messages,
+            system="Be brief.",
+            tools=[{"name": "get_weather", "input_schema": TOOL["parameters"]}],
+        )
+        assert counted.input_tokens == tokens, model

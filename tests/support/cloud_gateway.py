@@ -143,6 +143,26 @@ models:
     provider: bedrock
     upstream_model: throttled-model
     price: {_price("bedrock-claude")}
+  gemini-embed:
+    provider: gemini
+    upstream_model: text-embedding-004
+    capabilities: [embeddings]
+    price: {{input: 0.15}}
+  vertex-embed:
+    provider: vertex
+    upstream_model: text-embedding-005
+    capabilities: [embeddings]
+    price: {{input: 0.025}}
+  bedrock-titan:
+    provider: bedrock
+    upstream_model: "amazon.titan-embed-text-v2:0"
+    capabilities: [embeddings]
+    price: {{input: 0.02}}
+  bedrock-cohere:
+    provider: bedrock
+    upstream_model: cohere.embed-english-v3
+    capabilities: [embeddings]
+    price: {{input: 0.1}}
 fallbacks:
   bedrock-throttled: [bedrock-claude]
 """

@@ -13,6 +13,10 @@ Usage: ``inputTokens`` is ``15 + 3 x messages``; a request with a ``cachePoint``
 30 tokens written to and 40 read from the cache. Model names trigger errors: ``throttled`` (429
 ``ThrottlingException``), ``ctx-overflow`` (the too-long-input 400), ``stream-throttled`` (a
 ``throttlingException`` event after the stream's first events).
+
+``/invoke`` embeds as Amazon Titan (``inputText``; ``inputTextTokenCount`` is 2 a word) or Cohere
+(``texts``; no count in the body) do, and ``/count-tokens`` counts a Converse request
+(``15 + 3 x messages``), its body checked against botocore's model of ``CountTokens``.
 """
 
 from __future__ import annotations
@@ -199,6 +203,10 @@ class FakeBedrock(NativeUpstream):
             return self.aws_error(403, "InvalidSignatureException", problem)
         model = request.match_info["model"]  # percent-decoded, as Bedrock reads the id
         operation = request.match_info["operation"]
+        if operation == "invoke":
+            return self.invoke(seen.body, model)
+        if operation == "count-tokens":
+            return self.count_tokens(seen.body, model)
         if operation not in ("converse", "converse-stream"):
             return self.aws_error(404, "UnknownOperationException", operation)
         stream = operation == "converse-stream"
@@ -214,6 +222,40 @@ class FakeBedrock(NativeUpstream):
                 400, "ValidationException", "Input is too long for requested model."
             )
         return await self.converse(request, seen.body, model, stream)
+
+    def invoke(self, body: Any, model: str) -> web.Response:
+        if "titan-embed" in model:
+            if not isinstance(body, dict) or set(body) - {"inputText", "dimensions", "normalize"}:
+                return self.aws_error(400, "ValidationException", "malformed Titan input")
+            text = body["inputText"]
+            count = 2 * len(text.split())
+            self._book(model, count, 0, 0, 0)
+            vector = [float(len(text)), 0.25, 0.5][: body.get("dimensions", 3)]
+            return web.json_response({"embedding": vector, "inputTextTokenCount": count})
+        if "cohere.embed" in model:
+            if not isinstance(body, dict) or "texts" not in body or "input_type" not in body:
+                return self.aws_error(400, "ValidationException", "malformed Cohere input")
+            self._book(model, 0, 0, 0, 0)
+            vectors = [[float(len(text)), 0.75] for text in body["texts"]]
+            return web.json_response(
+                {
+                    "id": "e1",
+                    "embeddings": vectors,
+                    "texts": body["texts"],
+                    "response_type": "embeddings_floats",
+                }
+            )
+        return self.aws_error(400, "ValidationException", f"{model} does not embed here")
+
+    def count_tokens(self, body: Any, model: str) -> web.Response:
+        shape = get_session().get_service_model("bedrock-runtime").operation_model("CountTokens")
+        report = ParamValidator().validate({**body, "modelId": model}, shape.input_shape)
+        if report.has_errors():
+            return self.aws_error(400, "ValidationException", report.generate_report())
+        self._book(f"count:{model}", 0, 0, 0, 0)
+        return web.json_response(
+            {"inputTokens": 15 + 3 * len(body["input"]["converse"]["messages"])}
+        )
 
     async def _receive_raw(self, request: web.Request, raw: bytes) -> tuple[Seen, str | None]:
         headers = {key.lower(): value for key, value in request.headers.items()}

@@ -17,6 +17,10 @@ Gemini models at ``/v1/projects/{p}/locations/{l}/publishers/google/models/{m}:.
 Claude at ``.../publishers/anthropic/models/{m}:rawPredict`` and ``:streamRawPredict`` (the
 Messages format with ``anthropic_version: vertex-2023-10-16`` and no ``model`` in the body).
 
+Both embed (``:batchEmbedContents`` at the Gemini API, answering no token count as Google does;
+``:predict`` at Vertex, whose statistics count 2 tokens a word) and count tokens
+(``:countTokens``: ``12 + 4 x turns``, the prompt count of generateContent).
+
 Usage: the prompt counts ``12 + 4 x turns`` tokens, of which 8 are an implicit cache hit when
 there is a system instruction; the answer counts one token a word plus 3 thinking tokens.
 Model names trigger errors: ``ctx-overflow`` (the context-window 400), ``exhausted`` (429
@@ -202,8 +206,21 @@ def google_error(status: int, code_name: str, message: str, **extra: Any) -> web
     return web.json_response({"error": error}, status=status)
 
 
+def vector(text: str) -> list[float]:
+    """A made-up embedding that tells the texts apart."""
+    return [float(len(text)), float(sum(map(ord, text)) % 97), 0.5]
+
+
 class GeminiAnswers(NativeUpstream):
     """The generateContent answers the Gemini API and Vertex AI share."""
+
+    def count_tokens(self, request_body: Any, model: str) -> web.Response:
+        problem = check_generate_request(request_body)
+        if problem:
+            return google_error(400, "INVALID_ARGUMENT", problem)
+        self._book(f"count:{model}", 0, 0, 0, 0)
+        prompt = PROMPT_BASE + PROMPT_PER_TURN * len(request_body["contents"])
+        return web.json_response({"totalTokens": prompt})
 
     async def generate(self, request: web.Request, seen: Seen, model: str, method: str):
         if method not in ("generateContent", "streamGenerateContent"):
@@ -338,7 +355,30 @@ class FakeGemini(GeminiAnswers):
                 details=details,
             )
         model, _, method = request.match_info["call"].partition(":")
+        body = seen.body
+        if method == "countTokens":
+            inner = body.get("generateContentRequest") if isinstance(body, dict) else None
+            if not isinstance(inner, dict) or inner.get("model") != f"models/{model}":
+                return google_error(400, "INVALID_ARGUMENT", "generateContentRequest.model")
+            return self.count_tokens({k: v for k, v in inner.items() if k != "model"}, model)
+        if method == "batchEmbedContents":
+            return self.batch_embed(body, model)
         return await self.generate(request, seen, model, method)
+
+    def batch_embed(self, body: Any, model: str) -> web.Response:
+        requests = body.get("requests") if isinstance(body, dict) else None
+        if set(body) != {"requests"} or not isinstance(requests, list) or not requests:
+            return google_error(400, "INVALID_ARGUMENT", "requests is required")
+        vectors = []
+        for index, item in enumerate(requests):
+            if set(item) - {"model", "content", "outputDimensionality", "taskType"}:
+                return google_error(400, "INVALID_ARGUMENT", f"Unknown name at requests[{index}]")
+            if item.get("model") != f"models/{model}":
+                return google_error(400, "INVALID_ARGUMENT", "the requests' model must match")
+            text = " ".join(p.get("text", "") for p in item["content"]["parts"])
+            vectors.append({"values": vector(text)[: item.get("outputDimensionality", 3)]})
+        self._book(model, 0, 0, 0, 0)
+        return web.json_response({"embeddings": vectors})
 
 
 def service_account_key() -> rsa.RSAPrivateKey:
@@ -456,6 +496,10 @@ class FakeVertex(GeminiAnswers, FakeAnthropic):
             return google_error(401, "UNAUTHENTICATED", refused)
         model, _, method = request.match_info["call"].partition(":")
         if request.match_info["publisher"] == "google":
+            if method == "countTokens":
+                return self.count_tokens(seen.body, model)
+            if method == "predict":
+                return self.predict(seen.body, model)
             return await self.generate(request, seen, model, method)
         if request.match_info["publisher"] != "anthropic":
             return google_error(404, "NOT_FOUND", "unknown publisher")
@@ -471,3 +515,19 @@ class FakeVertex(GeminiAnswers, FakeAnthropic):
             return self.error(400, "invalid_request_error", "stream does not match the method")
         request_body = {k: v for k, v in body.items() if k != "anthropic_version"}
         return await self.answer(request, {**request_body, "model": model})
+
+    def predict(self, body: Any, model: str) -> web.Response:
+        """Vertex's text embeddings: ``instances`` of ``content``; statistics count tokens."""
+        instances = body.get("instances") if isinstance(body, dict) else None
+        if not isinstance(instances, list) or not instances:
+            return google_error(400, "INVALID_ARGUMENT", "instances is required")
+        size = (body.get("parameters") or {}).get("outputDimensionality", 3)
+        predictions, tokens = [], 0
+        for instance in instances:
+            count = 2 * len(instance["content"].split())
+            tokens += count
+            statistics = {"truncated": False, "token_count": count}
+            values = vector(instance["content"])[:size]
+            predictions.append({"embeddings": {"values": values, "statistics": statistics}})
+        self._book(model, tokens, 0, 0, 0)
+        return web.json_response({"predictions": predictions})
