@@ -4,7 +4,7 @@ A table (``--json``: the rows) of USD per 1M tokens for input, output, cache rea
 writes, and where the price comes from: ``policy``, the price catalogue's version (with the
 catalogue's name of the model; ``*`` marks a price with higher tiers for long prompts, ``^``
 one rounded up to a whole nano-dollar a token), or ``none``. The policy text is parsed here,
-so the rows are those the gateway computes from it (``gateway/pricing/view.py``).
+so the rows are those the gateway computes from it (``gateway/routing/price_view.py``).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.cli.output import answer, columns, fail
-from gateway.pricing.view import FIELDS, price_table
 from gateway.routing.policy import PolicyError, parse_policy
+from gateway.routing.price_view import FIELDS, price_table
 
 HEADER = ("model", "provider", "upstream model", "source")
 PRICE_HEADER = ("input", "output", "cache read", "cache write")

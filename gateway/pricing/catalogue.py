@@ -22,13 +22,12 @@ as the provider bills.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from gateway.routing.policy import Policy, Price, ProviderConfig
+from gateway.money import price_to_nanos_per_token, tokens_cost_nanos
 
 CATALOGUE_NAME = "genai-prices"
 # Provider kind -> the catalogue's provider id (openai_compatible: matched by base URL).
@@ -39,7 +38,7 @@ CATALOGUE_PROVIDERS = {
     "vertex_ai": "google",
     "bedrock": "aws",
 }
-# The catalogue's price fields -> ``Price``'s.
+# The catalogue's price fields -> the policy's price fields.
 _FIELDS = {
     "input_mtok": "input",
     "output_mtok": "output",
@@ -50,16 +49,41 @@ _THOUSANDTH = Decimal("0.001")
 
 
 @dataclass(frozen=True)
-class CataloguePrice:
-    """A catalogue entry as the gateway costs it: a ``Price`` per tier, the first from 0
-    prompt tokens, each next one for requests of more prompt tokens than its threshold."""
+class TierPrice:
+    """One tier's prices in USD per 1M tokens, as the gateway costs them (whole nano-dollars
+    a token); a cache price the catalogue has not is the input price, as in a policy."""
 
-    tiers: tuple[tuple[int, Price], ...]
+    input: Decimal
+    output: Decimal
+    cached_input: Decimal
+    cache_write_input: Decimal
+
+    @property
+    def rates(self) -> tuple[int, int, int, int]:
+        """Nano-dollars a token: input, output, cache reads, cache writes."""
+        return (
+            price_to_nanos_per_token(self.input),
+            price_to_nanos_per_token(self.output),
+            price_to_nanos_per_token(self.cached_input),
+            price_to_nanos_per_token(self.cache_write_input),
+        )
+
+    @property
+    def highest_per_mtok(self) -> float:
+        return float(max(self.input, self.output))
+
+
+@dataclass(frozen=True)
+class CataloguePrice:
+    """A catalogue entry as the gateway costs it: a price per tier, the first from 0 prompt
+    tokens, each next one for requests of more prompt tokens than its threshold."""
+
+    tiers: tuple[tuple[int, TierPrice], ...]
     version: str  # "genai-prices 0.2.3": what the usage events record
     model_id: str  # the catalogue's name of the model
-    exact: dict[str, str]  # the catalogue's own prices (base tier), as Decimal text
+    exact: dict[str, str]  # the catalogue's own prices (first tier), as Decimal text
 
-    def tier(self, prompt_tokens: int) -> Price:
+    def tier(self, prompt_tokens: int) -> TierPrice:
         chosen = self.tiers[0][1]
         for threshold, price in self.tiers[1:]:
             if prompt_tokens > threshold:
@@ -73,13 +97,17 @@ class CataloguePrice:
         cached_tokens: int = 0,
         cache_write_tokens: int = 0,
     ) -> int:
-        return self.tier(prompt_tokens).cost_nanos(
-            prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens
+        return tokens_cost_nanos(
+            self.tier(prompt_tokens).rates,
+            prompt_tokens,
+            completion_tokens,
+            cached_tokens,
+            cache_write_tokens,
         )
 
     @property
     def highest_per_mtok(self) -> float:
-        """The base tier's (what a request within the first tier costs)."""
+        """The first tier's (what a request within it costs)."""
         return self.tiers[0][1].highest_per_mtok
 
 
@@ -94,11 +122,10 @@ class PriceCatalogue:
         self.version = f"{CATALOGUE_NAME} {version('genai-prices')}"
         self._snapshot = data_snapshot.get_snapshot()
 
-    def lookup(self, provider: ProviderConfig, model: str) -> CataloguePrice | None:
-        """The price of ``model`` at a provider of this config, or None when the catalogue
-        has no such provider or model (the model then costs nothing, as before)."""
-        provider_id = CATALOGUE_PROVIDERS.get(provider.kind)
-        api_url = provider.url if provider.kind == "openai_compatible" else None
+    def lookup(self, kind: str, api_url: str | None, model: str) -> CataloguePrice | None:
+        """The price of ``model`` at a provider of ``kind`` (an ``openai_compatible`` one by
+        its ``api_url``), or None when the catalogue has no such provider or model."""
+        provider_id = CATALOGUE_PROVIDERS.get(kind)
         if provider_id is None and api_url is None:
             return None
         try:
@@ -112,33 +139,39 @@ class PriceCatalogue:
         thresholds = sorted(
             {tier.start for value in values.values() for tier in getattr(value, "tiers", ())}
         )
-        tiers = tuple(
-            (start, _price({name: _at(value, start) for name, value in values.items()}))
-            for start in (0, *thresholds)
-        )
+        tiers = tuple((start, _tier_price(values, start)) for start in (0, *thresholds))
         exact = {name: str(_at(value, 0)) for name, value in values.items() if value is not None}
         return CataloguePrice(tiers, self.version, info.id, exact)
 
 
 def _at(value: Any, prompt_tokens: int) -> Decimal | None:
-    """A catalogue price (plain or tiered) for requests of more than ``prompt_tokens``."""
+    """A catalogue price (plain or tiered) for requests past ``prompt_tokens`` (a tier's
+    threshold; 0 for the first tier)."""
     if value is None or isinstance(value, Decimal):
         return value
     chosen = value.base
     for tier in value.tiers:
-        if prompt_tokens >= tier.start and tier.start > 0:
+        if 0 < tier.start <= prompt_tokens:
             chosen = tier.price
     return chosen
 
 
-def _price(values: dict[str, Decimal | None]) -> Price:
-    """A ``Price`` of catalogue decimals, each rounded up to a whole nano-dollar a token."""
-    fields = {
-        name: str(value.quantize(_THOUSANDTH, rounding=ROUND_CEILING))
-        for name, value in values.items()
-        if value is not None and math.isfinite(value)
-    }
-    return Price(**fields)
+def _tier_price(values: dict[str, Any], start: int) -> TierPrice:
+    """The prices of one tier, each rounded up to a whole nano-dollar a token."""
+
+    def rounded(name: str, fallback: Decimal) -> Decimal:
+        value = _at(values[name], start)
+        exact = fallback if value is None else value
+        return exact.quantize(_THOUSANDTH, rounding=ROUND_CEILING).normalize()
+
+    zero = Decimal(0)
+    base = rounded("input", zero)
+    return TierPrice(
+        input=base,
+        output=rounded("output", zero),
+        cached_input=rounded("cached_input", base),
+        cache_write_input=rounded("cache_write_input", base),
+    )
 
 
 @functools.cache
@@ -147,16 +180,3 @@ def bundled_catalogue() -> PriceCatalogue:
     never changes while the process runs): about half a second, on the first policy that
     leaves a model unpriced."""
     return PriceCatalogue()
-
-
-def price_unpriced_models(policy: Policy) -> None:
-    """Give each model whose policy entry has no ``price`` its catalogue price, if any."""
-    for name, config in policy.models.items():
-        if "price" in config.model_fields_set:
-            continue
-        provider = policy.providers[config.provider]
-        if provider.kind in ("local", "engine_fleet"):
-            continue
-        found = bundled_catalogue().lookup(provider, config.upstream_model or name)
-        if found is not None:
-            config.set_catalogue_price(found)

@@ -29,7 +29,8 @@ from pydantic import (
 
 from gateway.cache.config import CachePolicy
 from gateway.ledger.record import label_problem
-from gateway.money import MAX_PRICE_PER_MTOK, price_to_nanos_per_token
+from gateway.money import MAX_PRICE_PER_MTOK, price_to_nanos_per_token, tokens_cost_nanos
+from gateway.pricing.catalogue import bundled_catalogue
 from gateway.routing.operations import declared_operations, serves
 from gateway.routing.policy_clouds import (
     BedrockConfig,
@@ -482,14 +483,9 @@ class Price(_Strict):
         """Exact cost in nano-dollars. ``prompt_tokens`` counts every input token; of them,
         cache reads cost ``cached_input`` and cache writes ``cache_write_input`` (each the
         input price when unset)."""
-        prompt = max(prompt_tokens, 0)
-        cached = min(max(cached_tokens, 0), prompt)
-        written = min(max(cache_write_tokens, 0), prompt - cached)
-        return (
-            (prompt - cached - written) * self._input_nanos
-            + cached * self._cached_nanos
-            + written * self._cache_write_nanos
-            + completion_tokens * self._output_nanos
+        rates = (self._input_nanos, self._output_nanos, self._cached_nanos, self._cache_write_nanos)
+        return tokens_cost_nanos(
+            rates, prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens
         )
 
     @property
@@ -618,10 +614,16 @@ class Policy(_Strict):
 
     @model_validator(mode="after")
     def _catalogue_prices(self) -> Policy:
-        """Models without a ``price:`` take the price catalogue's (gateway/pricing)."""
-        from gateway.pricing.catalogue import price_unpriced_models  # it imports this module
-
-        price_unpriced_models(self)
+        """Models without a ``price:`` take the price catalogue's (gateway/pricing); the
+        local engine and engine fleets are never priced from it."""
+        for name, config in self.models.items():
+            provider = self.providers[config.provider]
+            if "price" in config.model_fields_set or provider.kind in ("local", "engine_fleet"):
+                continue
+            api_url = provider.url if provider.kind == "openai_compatible" else None
+            found = bundled_catalogue().lookup(provider.kind, api_url, self.upstream_model(name))
+            if found is not None:
+                config.set_catalogue_price(found)
         return self
 
     @model_validator(mode="after")

@@ -22,11 +22,11 @@ from typing import Any, NoReturn
 
 from gateway.errors import ECHO_CHARS, InvalidRequest, NotFound, PermissionDenied, echo
 from gateway.money import format_usd_short
-from gateway.pricing.view import price_view
 from gateway.routing.canary import canary_bucket, in_canary
 from gateway.routing.estimate import estimate_prompt_tokens, expected_output_tokens
 from gateway.routing.policy import AUTO_MODEL, Policy, TaskConfig
 from gateway.routing.policy_store import PolicyStore
+from gateway.routing.price_view import price_view
 from gateway.routing.state import RoutingState
 
 TASK_HEADER = "x-task-type"

@@ -14,13 +14,16 @@ from decimal import Decimal
 from typing import Any
 
 from gateway.money import exact_decimal
+from gateway.pricing.catalogue import TierPrice
 from gateway.routing.policy import ModelConfig, Policy, Price
 
 FIELDS = ("input", "output", "cached_input", "cache_write_input")
 
 
-def _per_mtok(price: Price) -> dict[str, str]:
+def _per_mtok(price: Price | TierPrice) -> dict[str, str]:
     """Each field as decimal text, unset cache prices as the input price they fall back to."""
+    if isinstance(price, TierPrice):
+        return {name: _text(getattr(price, name)) for name in FIELDS}
     values = {
         "input": price.input,
         "output": price.output,
