@@ -11,7 +11,9 @@ and its own headers, this class does the call:
   event's ``data`` payload (``[DONE]`` last when the upstream sends one) and simply ends when
   the upstream's body ends: whether the stream was *complete* is its wire format's to say;
 - ``forward(url, body, headers)`` → ``RawReply``: any body out (bytes or an async iterator of
-  chunks, a multipart upload streamed through), any 2xx body back (audio, text), capped.
+  chunks, a multipart upload streamed through), any 2xx body back (audio, text), capped;
+- ``open_response(url, body, headers)``: a status-checked answer whose body the caller reads
+  (a stream framed other than as SSE: Bedrock's event stream).
 
 aiohttp was chosen by measurement on this box (one client, keep-alive, small JSON bodies):
 aiohttp.ClientSession ~1,560 / 2,390 req/s at concurrency 1 / 64, plain httpx.AsyncClient

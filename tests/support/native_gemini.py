@@ -6,7 +6,9 @@
 them) and checks its API key in ``x-goog-api-key`` the way the Gemini API does: a wrong key is
 a 400 ``INVALID_ARGUMENT`` whose details say ``API_KEY_INVALID``, a missing one a 403. Bodies
 are read as strictly as Google's JSON parser reads them: an unknown field anywhere is a 400
-naming it, and so is a role other than ``user`` and ``model``.
+naming it, and so is a role other than ``user`` and ``model``; as Gemini 3 does, the first
+function call of each model turn must carry a thought signature (the one the fake gave, or
+Google's placeholder for calls of another model).
 
 ``FakeVertex`` is Vertex AI with its own OAuth token endpoint (``/token``): a service account
 posts a JWT assertion, the fake verifies its RS256 signature with the public half of the test
@@ -57,6 +59,10 @@ CLOUD_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 # assertion is posted (google-auth writes it so, and Google checks it).
 GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"
 PROMPT_BASE, PROMPT_PER_TURN, IMPLICIT_CACHE, THOUGHTS = 12, 4, 8, 3
+# The proof the fake signs its function calls with, and the placeholder Google documents for
+# calls no Gemini model made (a history from another provider).
+CALL_SIGNATURE = "c2lnbmVkLWJ5LWdlbWluaQ=="
+ACCEPTED_SIGNATURES = (CALL_SIGNATURE, "context_engineering_is_the_way_to_go")
 
 # Google's JSON parser refuses unknown fields: the fields of each object the fake reads.
 _FIELDS: dict[str, frozenset[str]] = {
@@ -140,6 +146,10 @@ def check_generate_request(body: Any) -> str | None:
             return problem
         if content.get("role") not in ("user", "model"):
             return f"Please use a valid role: user, model. (contents[{i}].role)"
+        calls = [p for p in content.get("parts") or [] if "functionCall" in p]
+        if calls and calls[0].get("thoughtSignature") not in ACCEPTED_SIGNATURES:
+            # Gemini 3 checks the proof of the first function call of each model turn.
+            return f"Function call is missing a thought_signature in contents[{i}]"
         for j, part in enumerate(content.get("parts") or []):
             where = f"contents[{i}].parts[{j}]"
             problem = _unknown("part", part, where)
@@ -256,7 +266,7 @@ class GeminiAnswers(NativeUpstream):
             parts: list[dict[str, Any]] = [
                 {
                     "functionCall": {"name": turn.tool_names[0], "args": TOOL_ARGUMENTS},
-                    "thoughtSignature": "c2lnbmVkLWJ5LWdlbWluaQ==",
+                    "thoughtSignature": CALL_SIGNATURE,
                 }
             ]
         else:
