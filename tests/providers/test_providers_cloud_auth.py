@@ -142,6 +142,16 @@ async def test_a_vertex_token_is_minted_then_refreshed_before_it_expires(
     assert third not in (first, second) and len(vertex.assertions) == before + 3
 
 
+async def test_application_default_credentials_find_the_key_file(
+    upstreams: CloudUpstreams, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ``credentials_file``: google-auth's default chain reads
+    ``GOOGLE_APPLICATION_CREDENTIALS`` (on GKE it would reach the metadata server instead)."""
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(upstreams.key_file))
+    token = await GoogleTokenSource("vertex").token()
+    assert upstreams["vertex"].issued(token)
+
+
 async def test_a_service_account_key_the_endpoint_refuses_is_a_502(
     upstreams: CloudUpstreams, tmp_path: Path
 ) -> None:

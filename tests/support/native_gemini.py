@@ -457,6 +457,11 @@ class FakeVertex(GeminiAnswers, FakeAnthropic):
             return "an API key reached Vertex"
         return None
 
+    def issued(self, token: str) -> bool:
+        """Whether the token endpoint minted ``token``."""
+        with self._token_lock:
+            return token in self._tokens
+
     def verify_assertion(self, assertion: str) -> dict[str, Any] | None:
         """The JWT's claims when Google would accept it: RS256 by the key, for this endpoint."""
         try:
