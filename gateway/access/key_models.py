@@ -23,14 +23,15 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
+    WithJsonSchema,
     field_validator,
 )
 
 from gateway.errors import InvalidRequest, invalid_input
-from gateway.ledger.event import clean_tags
+from gateway.ledger.event import MAX_TAG_LENGTH, MAX_TAGS, clean_tags
 from gateway.ledger.record import MAX_LABEL_LENGTH, label_problem
 from gateway.money import MAX_BUDGET_USD, usd_to_nanos
-from gateway.routing.policy import Policy
+from gateway.policy import Policy
 
 MAX_METADATA_BYTES = 4096
 MAX_GRACE_S = 30 * 24 * 3600
@@ -44,18 +45,36 @@ def ledger_label(value: str) -> str:
     return value
 
 
+# The label rule as the OpenAPI document states it: the rule refuses every non-printable
+# character, the pattern names the ASCII and Latin-1 ones.
+PRINTABLE = {
+    "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*$",
+    "description": "printable characters only (no tab, newline or other control character)",
+}
 # A key's name and team, a team's or admin token's name, an allow-listed model: the ledger's
 # label rule, so nothing accepted here can make the usage store refuse an event later.
 Name = Annotated[
-    StrictStr, Field(min_length=1, max_length=MAX_LABEL_LENGTH), AfterValidator(ledger_label)
+    StrictStr,
+    Field(min_length=1, max_length=MAX_LABEL_LENGTH, json_schema_extra=PRINTABLE),
+    AfterValidator(ledger_label),
 ]
 Rpm = Annotated[StrictInt, Field(ge=0, le=10_000_000)]
 Tpm = Annotated[StrictInt, Field(ge=0, le=10_000_000_000)]
 Parallel = Annotated[StrictInt, Field(ge=0, le=1_000_000)]
 BudgetPeriod = Literal["day", "week", "month", "total"]
-BudgetMode = Literal["hard", "soft"]
+BudgetMode = Annotated[
+    Literal["hard", "soft"], Field(description="hard refuses past the budget; soft only alerts")
+]
 # USD, exact to the nano-dollar, and small enough that the limiter's Lua doubles stay exact.
-Budget = Annotated[StrictFloat | StrictInt, Field(ge=0, le=MAX_BUDGET_USD, allow_inf_nan=False)]
+Budget = Annotated[
+    StrictFloat | StrictInt,
+    Field(
+        ge=0,
+        le=MAX_BUDGET_USD,
+        allow_inf_nan=False,
+        description="USD with at most 9 decimal places (kept as integer nano-dollars)",
+    ),
+]
 MetadataValue = StrictStr | StrictInt | StrictFloat | bool | None
 
 
@@ -79,8 +98,35 @@ def unique_thresholds(value: list[int] | None) -> list[int] | None:
 # Alert thresholds: whole percents of a budget, at most 10 of them, kept ascending.
 AlertThresholds = Annotated[
     list[Annotated[StrictInt, Field(ge=1, le=100)]],
-    Field(max_length=10),
+    Field(
+        max_length=10,
+        description="percents of the budget; each crossing is a signed webhook",
+        json_schema_extra={"uniqueItems": True},
+    ),
     AfterValidator(unique_thresholds),
+]
+# Tags, checked by the ledger's tag rule (``clean_tags``, which also drops repeats).
+Tags = Annotated[
+    list[Any],
+    WithJsonSchema(
+        {
+            "type": "array",
+            "maxItems": MAX_TAGS,
+            "items": {"type": "string", "minLength": 1, "maxLength": MAX_TAG_LENGTH},
+            "description": "letters, digits and - _ . : / = @",
+        }
+    ),
+]
+# ``expires_at``: read by ``_timestamp``.
+Expiry = Annotated[
+    Any,
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "string"}],
+            "description": "unix timestamp (a number, or a string of one) or ISO 8601 "
+            "date-time (UTC if no zone), in the future",
+        }
+    ),
 ]
 
 
@@ -120,9 +166,13 @@ class _KeyFields(BaseModel):
     max_parallel_requests: Parallel | None = None
     budget_mode: BudgetMode | None = None
     alert_thresholds: AlertThresholds | None = None
-    tags: list[Any] | None = None
-    expires_at: Any = None
-    metadata: dict[Annotated[str, Field(max_length=100)], MetadataValue] | None = None
+    tags: Tags | None = Field(
+        None, description="tags of the key's requests that name none of their own"
+    )
+    expires_at: Expiry | None = None
+    metadata: dict[Annotated[str, Field(max_length=100)], MetadataValue] | None = Field(
+        None, description=f"at most {MAX_METADATA_BYTES} bytes as JSON"
+    )
 
     @field_validator("expires_at", mode="before")
     @classmethod
@@ -165,7 +215,9 @@ class KeyListQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     limit: Annotated[int, Field(ge=1, le=1000)] = 50
-    after: Annotated[str, Field(max_length=200)] | None = None
+    after: (
+        Annotated[str, Field(max_length=200, description="the last id of the previous page")] | None
+    ) = None
     team: Annotated[str, Field(max_length=200)] | None = None
     status: Literal["active", "revoked", "expired"] | None = None
 

@@ -37,7 +37,9 @@ class _TeamFields(BaseModel):
     rpm: Rpm | None = None
     tpm: Tpm | None = None
     max_parallel_requests: Parallel | None = None
-    budgets_usd: dict[BudgetPeriod, Budget] | None = None
+    budgets_usd: dict[BudgetPeriod, Budget] | None = Field(
+        None, description="USD per period, at most 9 decimal places each"
+    )
     budget_mode: BudgetMode | None = None
     alert_thresholds: AlertThresholds | None = None
 

@@ -21,7 +21,7 @@ from gateway.cli.admin_api import AdminApi
 from gateway.cli.output import fail
 from gateway.cli.policy_prices import print_prices
 from gateway.errors import GatewayError
-from gateway.routing.policy import PolicyError, load_policy_file
+from gateway.policy import PolicyError, load_policy_file
 from gateway.settings import Settings
 
 YAML = {"content-type": "application/yaml"}

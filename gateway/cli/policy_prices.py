@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.cli.output import answer, columns, fail
-from gateway.routing.policy import PolicyError, parse_policy
+from gateway.policy import PolicyError, parse_policy
 from gateway.routing.price_view import FIELDS, price_table
 
 HEADER = ("model", "provider", "upstream model", "source")

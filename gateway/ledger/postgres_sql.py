@@ -22,7 +22,7 @@ from typing import Any
 
 from gateway.ledger.audit import POSTGRES_MIGRATION as AUDIT_MIGRATION
 from gateway.ledger.dead_letters import POSTGRES_MIGRATION as DEAD_LETTER_MIGRATION
-from gateway.ledger.event import LedgerEvent
+from gateway.ledger.event import UsageEvent
 from gateway.ledger.tables import (
     COUNTERS,
     EVENT_COLUMNS,
@@ -213,7 +213,7 @@ def values_source(rows: int) -> str:
     return f"SELECT * FROM (VALUES {', '.join(tuples)}) AS v({_EVENT_LIST})"
 
 
-def event_row(event: LedgerEvent) -> tuple[Any, ...]:
+def event_row(event: UsageEvent) -> tuple[Any, ...]:
     """An event as a row in EVENT_COLUMNS order."""
     return row_values(event, day=event.day, streamed=event.streamed, tags=list(event.tags))
 

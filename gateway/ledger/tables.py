@@ -5,8 +5,8 @@ Each backend writes its own statements and the rest of its DDL (column types, pa
 placeholders differ); what is named here is what they must agree on, so that one set of tests
 proves both.
 ``EVENT_COLUMNS`` is the column order of ``usage_events`` and of every row a backend writes;
-``EVENT_SELECT`` reads the columns back in ``LedgerEvent`` field order, so a row (once its
-values are Python types again) is ``LedgerEvent(*row)``.
+``EVENT_SELECT`` reads the columns back in ``UsageEvent`` field order, so a row (once its
+values are Python types again) is ``UsageEvent(*row)``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.ledger.event import LedgerEvent
+from gateway.ledger.event import UsageEvent
 
 # The columns of schema version 1, which its migration renders (never changes).
 EVENT_COLUMNS_V1 = (
@@ -46,7 +46,7 @@ EVENT_COLUMNS_V1 = (
 # Added by later migrations, in order: 5, the price catalogue an event was costed from.
 EVENT_COLUMNS = (*EVENT_COLUMNS_V1, "price_catalogue")
 EVENT_SELECT = (
-    f"SELECT {', '.join(field.name for field in dataclasses.fields(LedgerEvent))} FROM usage_events"
+    f"SELECT {', '.join(field.name for field in dataclasses.fields(UsageEvent))} FROM usage_events"
 )
 # The rollup table a report reads, by the attribution column it needs ("" for none).
 ROLLUP_TABLES = {"": "usage_rollup", "tag": "usage_rollup_tag", "end_user": "usage_rollup_user"}
@@ -113,7 +113,7 @@ CREATE TABLE usage_rollup_user (
 """
 
 
-def row_values(event: LedgerEvent, *, day: Any, streamed: Any, tags: Any) -> tuple[Any, ...]:
+def row_values(event: UsageEvent, *, day: Any, streamed: Any, tags: Any) -> tuple[Any, ...]:
     """An event as a row in ``EVENT_COLUMNS`` order. The three columns each backend stores in
     its own type (the day, the streamed flag, the tags) come in already converted."""
     return (

@@ -43,7 +43,7 @@ from gateway.providers.aws_sigv4 import AwsCredentialSource, missing_botocore, s
 from gateway.providers.base import ClientGone, Headers, UpstreamResponse
 from gateway.providers.cloud_http import CloudHttpProvider
 from gateway.providers.http_upstream import HttpUpstream, UpstreamSettings
-from gateway.routing.policy import ProviderConfig
+from gateway.policy import ProviderConfig
 
 CHAT_PATH = "/converse"
 EMBEDDINGS_PATH = "/embeddings"

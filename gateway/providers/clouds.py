@@ -1,5 +1,5 @@
 """The factories of the cloud provider kinds, for the registry: ``gemini``, ``vertex_ai`` and
-``bedrock`` (each its own module; ``routing/policy_clouds.py`` holds their policy blocks)."""
+``bedrock`` (each its own module; ``policy/clouds.py`` holds their policy blocks)."""
 
 from __future__ import annotations
 

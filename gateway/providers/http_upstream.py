@@ -2,11 +2,11 @@
 timeouts, caps on what is read, and failures made safe to relay.
 
 ``HttpUpstream(provider, settings, ...)`` is built once per provider and used by its adapter
-(``openai_compat``, ``anthropic``, ``azure_openai``, fleets); the adapter decides URLs, bodies
+(``http_provider`` and the ``anthropic``, ``azure_openai`` kinds, fleets); the adapter decides URLs, bodies
 and its own headers, this class does the call:
 
 - ``post_json(url, body, headers)`` → ``UpstreamResponse`` (a JSON object, read up to
-  ``ResponseLimits.max_body_bytes``);
+  ``UpstreamSettings.max_body_bytes``);
 - ``open_stream(url, body, headers)`` → ``SseStream``, whose ``events()`` yields each SSE
   event's ``data`` payload (``[DONE]`` last when the upstream sends one) and simply ends when
   the upstream's body ends: whether the stream was *complete* is its wire format's to say;
@@ -34,7 +34,6 @@ buffered.
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
 
 import aiohttp
 import orjson
@@ -45,10 +44,10 @@ from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.formats import openai_errors
 from gateway.formats.error_body import error_member
 from gateway.formats.errors import ErrorInfo
-from gateway.providers.base import RawReply, Timeouts, UpstreamResponse
+from gateway.providers.base import RawReply, UpstreamResponse
 from gateway.providers.capped_read import BodyTooLarge, read_capped
 from gateway.redact import redact
-from gateway.settings import Settings
+from gateway.settings import UpstreamSettings
 
 _CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ClientOSError, ConnectionError)
 _RETRYABLE_4XX = frozenset({408, 409, 429})
@@ -59,37 +58,6 @@ _MAX_ERROR_FIELD_CHARS = 100  # type, code and param of a relayed upstream error
 
 # A wire format's reading of an error body: ``(status, body) -> ErrorInfo``.
 ErrorReader = Callable[[int, bytes], ErrorInfo]
-
-
-@dataclass(frozen=True)
-class ResponseLimits:
-    """How much of an upstream answer the gateway reads before it gives up with a 502."""
-
-    max_body_bytes: int = 64 * 1024 * 1024
-    max_event_bytes: int = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class UpstreamSettings:
-    """What every HTTP upstream shares: the gateway's timeouts (a provider's own may only be
-    shorter), the connection pool per provider (unless its ``max_concurrency`` says
-    otherwise) and the caps on what is read of an answer."""
-
-    timeouts: Timeouts
-    pool_size: int = 512
-    limits: ResponseLimits = ResponseLimits()
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> UpstreamSettings:
-        return cls(
-            Timeouts(
-                settings.upstream_connect_timeout_s,
-                settings.upstream_read_timeout_s,
-                settings.upstream_total_timeout_s,
-            ),
-            settings.upstream_pool_size,
-            ResponseLimits(settings.upstream_max_body_bytes, settings.upstream_max_event_bytes),
-        )
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -147,12 +115,13 @@ class HttpUpstream:
         read_error: ErrorReader = openai_errors.parse_error,
     ) -> None:
         self.provider = provider
-        self.limits = settings.limits
-        timeouts = settings.timeouts
+        self.settings = settings
         self.timeout = aiohttp.ClientTimeout(
-            total=timeouts.total_s,
-            connect=min(timeouts.connect_s, connect_timeout_s or timeouts.connect_s),
-            sock_read=min(timeouts.read_s, read_timeout_s or timeouts.read_s),
+            total=settings.total_timeout_s,
+            connect=min(
+                settings.connect_timeout_s, connect_timeout_s or settings.connect_timeout_s
+            ),
+            sock_read=min(settings.read_timeout_s, read_timeout_s or settings.read_timeout_s),
         )
         self.secrets = secrets
         self.pool_size = pool_size or settings.pool_size
@@ -202,7 +171,7 @@ class HttpUpstream:
     async def _call(
         self, url: StrOrURL, body: bytes | AsyncIterable[bytes], headers: Mapping[str, str]
     ) -> RawReply:
-        cap = self.limits.max_body_bytes
+        cap = self.settings.max_body_bytes
         try:
             async with self._client().post(url, data=body, headers=dict(headers)) as response:
                 status = response.status
@@ -360,7 +329,7 @@ class SseStream:
         data_lines: list[bytes] = []
         upstream = self.upstream
         name = upstream.provider
-        cap = upstream.limits.max_event_bytes
+        cap = upstream.settings.max_event_bytes
         size = 0
         try:
             while True:

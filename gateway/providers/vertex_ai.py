@@ -37,8 +37,8 @@ from gateway.providers.gemini import (
 )
 from gateway.providers.google_auth import GoogleTokenSource
 from gateway.providers.http_upstream import UpstreamSettings
-from gateway.routing.policy import ProviderConfig
-from gateway.routing.policy_clouds import VERTEX_ANTHROPIC_VERSION
+from gateway.policy import ProviderConfig
+from gateway.policy.clouds import VERTEX_ANTHROPIC_VERSION
 
 MESSAGES_PATHS = frozenset({"/messages", "/messages/count_tokens"})
 _GOOGLE_METHODS = {EMBEDDINGS_PATH: ":predict", COUNT_TOKENS_PATH: ":countTokens"}

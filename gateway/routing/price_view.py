@@ -15,7 +15,7 @@ from typing import Any
 
 from gateway.money import exact_decimal
 from gateway.pricing.catalogue import TierPrice
-from gateway.routing.policy import ModelConfig, Policy, Price
+from gateway.policy import ModelConfig, Policy, Price
 
 FIELDS = ("input", "output", "cached_input", "cache_write_input")
 

@@ -35,7 +35,7 @@ from gateway.providers.gemini import GeminiProvider
 from gateway.providers.google_auth import REFRESH_BEFORE_S, GoogleTokenSource
 from gateway.providers.http_upstream import UpstreamSettings
 from gateway.routing.fault import counts_against_breaker
-from gateway.routing.policy import ProviderConfig
+from gateway.policy import ProviderConfig
 
 SETTINGS = UpstreamSettings(Timeouts(2, 5, 10))
 STAMP = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -236,7 +236,7 @@ from gateway.errors import UpstreamError
 from gateway.providers.base import Timeouts
 from gateway.providers.bedrock import BedrockProvider
 from gateway.providers.http_upstream import UpstreamSettings
-from gateway.routing.policy import ProviderConfig
+from gateway.policy import ProviderConfig
 config = ProviderConfig(kind="bedrock", bedrock={"region": "us-east-1"})
 try:
     BedrockProvider("aws", config, UpstreamSettings(Timeouts(1, 1, 1)))

@@ -1,0 +1,117 @@
+"""The OpenAPI document the gateway serves, generated from its routes and models, against the
+one written by hand before it was (``openapi_baseline.json``): every path, method, status code
+and media type, parameter and body field (names, required-ness, types) is kept, but for the
+differences listed here, each a place where the code, not the old text, is right.
+
+``openapi_baseline.json`` is ``GET /openapi.json`` as served at commit 5a68701, the last with
+the hand-written document, written once by
+``python -c 'import json; from gateway.api.openapi.document import openapi_document;
+print(json.dumps(openapi_document(), indent=1, sort_keys=True))'``; it is not regenerated.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from gateway_runner import RunningGateway
+from openapi_facts import differences
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway.api.openapi.document import openapi_document
+
+BASELINE = json.loads((Path(__file__).parent / "openapi_baseline.json").read_text())
+_ITEM = "GET /v1/models 200 application/json .data[]"
+# What the hand-written document had wrong, each fact: (before, after).
+CORRECTED = {
+    # GET /v1/models lists each model as GET /v1/models/{id} shows it (api/openai.py _entry):
+    # the list's items were written as a subset of it, now they are the one Model schema.
+    f"{_ITEM}.available": ("(absent)", "required; boolean"),
+    f"{_ITEM}.answered_by": ("(absent)", "optional; string"),
+    f"{_ITEM}.context_window": ("(absent)", "optional; integer"),
+    f"{_ITEM}.description": ("(absent)", "optional; string"),
+    f"{_ITEM}.unavailable_reason": ("(absent)", "optional; string"),
+}
+
+
+def _served(gateway: RunningGateway) -> dict[str, Any]:
+    answer = httpx.get(gateway.base_url + "/openapi.json")
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_the_served_document_keeps_every_fact_of_the_hand_written_one(
+    gateway: RunningGateway,
+) -> None:
+    expected = sorted(f"{fact}: {old} -> {new}" for fact, (old, new) in CORRECTED.items())
+    found = differences(BASELINE, _served(gateway))
+    assert found == expected, "\n".join(sorted(set(found) ^ set(expected)))
+
+
+def _changed(edit: Any) -> dict[str, Any]:
+    document = copy.deepcopy(BASELINE)
+    edit(document["paths"], document["components"]["schemas"])
+    return document
+
+
+def _limit_as_text(paths: dict[str, Any], schemas: dict[str, Any]) -> None:
+    for parameter in paths["/admin/keys"]["get"]["parameters"]:
+        if parameter["name"] == "limit":
+            parameter["schema"] = {"type": "string"}
+
+
+# Each kind of fact, changed in a copy of the baseline, and the difference that names it.
+CHANGES = {
+    "DELETE /admin/cache: operation -> (absent)": lambda paths, _: paths["/admin/cache"].pop(
+        "delete"
+    ),
+    "POST /v1/chat/completions 504: answer -> (absent)": lambda paths, _: paths[
+        "/v1/chat/completions"
+    ]["post"]["responses"].pop("504"),
+    "GET /v1/models 200 application/json : object -> (absent)": lambda paths, _: paths[
+        "/v1/models"
+    ]["get"]["responses"]["200"].pop("content"),
+    "GET /admin/keys parameter query limit: optional; integer -> optional; string": (
+        _limit_as_text
+    ),
+    "GET /admin/keys/{key_id} 200 application/json .tags: optional; array -> (absent)": (
+        lambda _, schemas: schemas["Key"]["properties"].pop("tags")
+    ),
+    "POST /admin/keys body application/json .rpm: optional; integer|null -> optional; string": (
+        lambda _, schemas: schemas["KeyCreate"]["properties"].update(rpm={"type": "string"})
+    ),
+    "POST /admin/keys 400 application/json .error: required; object -> optional; object": (
+        lambda _, schemas: schemas["Error"].update(required=[])
+    ),
+}
+
+
+@pytest.mark.parametrize("expected", CHANGES)
+def test_the_comparison_names_each_kind_of_change(expected: str) -> None:
+    assert expected in differences(BASELINE, _changed(CHANGES[expected]))
+
+
+async def _answer(request: Any) -> Response:
+    return Response()
+
+
+def test_a_route_without_an_entry_or_an_entry_without_a_route_is_an_error() -> None:
+    routes = [Route("/healthz", _answer, methods=["GET"])]
+    with pytest.raises(LookupError, match="documented but not served"):
+        openapi_document(routes)
+    served = [
+        Route(path, _answer, methods=[method])
+        for path, item in BASELINE["paths"].items()
+        for method in item
+    ]
+    assert set(openapi_document(served)["paths"]) == set(BASELINE["paths"])
+    with pytest.raises(LookupError, match="GET /admin/extra is served but has no entry"):
+        openapi_document([*served, Route("/admin/extra", _answer, methods=["GET"])])
+    # The dashboard's pages are for browsers, not part of the API.
+    pages = [*served, Route("/admin/ui/extra", _answer, methods=["GET"])]
+    assert "/admin/ui/extra" not in openapi_document(pages)["paths"]
