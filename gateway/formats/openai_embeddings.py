@@ -15,7 +15,7 @@ import base64
 import struct
 from typing import Any
 
-from gateway.formats.errors import InvalidRequest, UpstreamProtocolError
+from gateway.formats.errors import MalformedRequest, UpstreamProtocolError
 
 
 def embedding_inputs(body: dict[str, Any]) -> list[str]:
@@ -23,12 +23,12 @@ def embedding_inputs(body: dict[str, Any]) -> list[str]:
     value = body.get("input")
     texts = [value] if isinstance(value, str) else value
     if not isinstance(texts, list) or not texts:
-        raise InvalidRequest(
+        raise MalformedRequest(
             "input must be a string or a non-empty array of strings", param="input"
         )
     for index, text in enumerate(texts):
         if not isinstance(text, str):
-            raise InvalidRequest(
+            raise MalformedRequest(
                 f"input[{index}] must be a string: this provider embeds text, not token ids",
                 param=f"input[{index}]",
             )
@@ -40,7 +40,7 @@ def embedding_dimensions(body: dict[str, Any]) -> int | None:
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidRequest("dimensions must be a positive integer", param="dimensions")
+        raise MalformedRequest("dimensions must be a positive integer", param="dimensions")
     return value
 
 

@@ -120,7 +120,6 @@ def check_tag(tag: object) -> None:
         raise UsageError("tags", problem)
 
 
-@dataclass(frozen=True, slots=True)
 # The event's free-text labels: each a bounded string, printable once stored.
 LABELS = (
     "model",
@@ -134,6 +133,7 @@ LABELS = (
 )
 
 
+@dataclass(frozen=True, slots=True)
 class UsageEvent(JsonRecord):
     """One request's usage. ``cost_nanos`` is exact integer nano-dollars. The fields are in
     the column order of the store's ``usage_events`` (``tables.EVENT_SELECT``)."""

@@ -32,18 +32,19 @@ from yarl import URL
 
 from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.formats import anthropic_messages, bedrock_converse
-from gateway.formats.errors import ErrorInfo, FormatError, InvalidRequest, UpstreamProtocolError
+from gateway.formats.errors import ErrorInfo, FormatError, MalformedRequest, UpstreamProtocolError
 from gateway.formats.openai_embeddings import (
     embedding_dimensions,
     embedding_inputs,
     render_embeddings,
 )
+from gateway.policy import ProviderConfig
 from gateway.providers.aws_eventstream import EventMessage, EventStreamDecoder, EventStreamError
 from gateway.providers.aws_sigv4 import AwsCredentialSource, missing_botocore, sign_v4
 from gateway.providers.base import ClientGone, Headers, UpstreamResponse
 from gateway.providers.cloud_http import CloudHttpProvider
-from gateway.providers.http_upstream import HttpUpstream, UpstreamSettings
-from gateway.policy import ProviderConfig
+from gateway.providers.http_upstream import HttpUpstream
+from gateway.settings import UpstreamSettings
 
 CHAT_PATH = "/converse"
 EMBEDDINGS_PATH = "/embeddings"
@@ -112,7 +113,7 @@ class BedrockProvider(CloudHttpProvider):
         try:
             texts, dimensions = embedding_inputs(body), embedding_dimensions(body)
             if "titan-embed" not in model and "cohere.embed" not in model:
-                raise InvalidRequest(
+                raise MalformedRequest(
                     f"model: Bedrock embeds with Amazon Titan or Cohere models, not {model!r}",
                     param="model",
                 )
@@ -122,7 +123,7 @@ class BedrockProvider(CloudHttpProvider):
             return await self._titan(body, model, texts, dimensions, headers)
         if dimensions is not None:
             raise self.refusal(
-                InvalidRequest(
+                MalformedRequest(
                     "dimensions: Cohere models on Bedrock embed at their own size",
                     param="dimensions",
                 )

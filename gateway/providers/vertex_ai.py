@@ -25,6 +25,8 @@ from gateway.formats.openai_embeddings import (
     embedding_inputs,
     render_embeddings,
 )
+from gateway.policy import ProviderConfig
+from gateway.policy.clouds import VERTEX_ANTHROPIC_VERSION
 from gateway.providers.base import ClientGone, Headers, UpstreamResponse
 from gateway.providers.cloud_http import CloudHttpProvider
 from gateway.providers.gemini import (
@@ -36,9 +38,7 @@ from gateway.providers.gemini import (
     method_suffix,
 )
 from gateway.providers.google_auth import GoogleTokenSource
-from gateway.providers.http_upstream import UpstreamSettings
-from gateway.policy import ProviderConfig
-from gateway.policy.clouds import VERTEX_ANTHROPIC_VERSION
+from gateway.settings import UpstreamSettings
 
 MESSAGES_PATHS = frozenset({"/messages", "/messages/count_tokens"})
 _GOOGLE_METHODS = {EMBEDDINGS_PATH: ":predict", COUNT_TOKENS_PATH: ":countTokens"}

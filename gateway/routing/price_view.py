@@ -14,8 +14,8 @@ from decimal import Decimal
 from typing import Any
 
 from gateway.money import exact_decimal
-from gateway.pricing.catalogue import TierPrice
 from gateway.policy import ModelConfig, Policy, Price
+from gateway.pricing.catalogue import TierPrice
 
 FIELDS = ("input", "output", "cached_input", "cache_write_input")
 

@@ -27,17 +27,16 @@ from cloud_gateway import (
 from native_bedrock import encode_message, event_frame, exception_frame
 
 from gateway.errors import UpstreamError
+from gateway.policy import ProviderConfig
 from gateway.providers.aws_eventstream import EventStreamDecoder, EventStreamError
 from gateway.providers.aws_sigv4 import AwsCredentials, sign_v4
-from gateway.providers.base import Timeouts
 from gateway.providers.bedrock import BedrockProvider
 from gateway.providers.gemini import GeminiProvider
 from gateway.providers.google_auth import REFRESH_BEFORE_S, GoogleTokenSource
-from gateway.providers.http_upstream import UpstreamSettings
 from gateway.routing.fault import counts_against_breaker
-from gateway.policy import ProviderConfig
+from gateway.settings import UpstreamSettings
 
-SETTINGS = UpstreamSettings(Timeouts(2, 5, 10))
+SETTINGS = UpstreamSettings(connect_timeout_s=2, read_timeout_s=5, total_timeout_s=10)
 STAMP = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
@@ -233,13 +232,12 @@ def test_a_bedrock_provider_without_botocore_says_what_to_install() -> None:
 import sys
 sys.modules["botocore"] = None  # the bedrock extra not installed
 from gateway.errors import UpstreamError
-from gateway.providers.base import Timeouts
 from gateway.providers.bedrock import BedrockProvider
-from gateway.providers.http_upstream import UpstreamSettings
+from gateway.settings import UpstreamSettings
 from gateway.policy import ProviderConfig
 config = ProviderConfig(kind="bedrock", bedrock={"region": "us-east-1"})
 try:
-    BedrockProvider("aws", config, UpstreamSettings(Timeouts(1, 1, 1)))
+    BedrockProvider("aws", config, UpstreamSettings(connect_timeout_s=1, read_timeout_s=1, total_timeout_s=1))
 except UpstreamError as exc:
     print(exc.status, exc.code, exc.message)
 """
