@@ -254,7 +254,7 @@ class UsageEvent(JsonRecord):
         """The event's JSON form, key for key as every version wrote it. ``time`` is the middle
         of the event's millisecond, so that any reader's ``int(time * 1000)`` gets the same
         millisecond back (``time_ms / 1000`` would, for some values, read as one less)."""
-        return {
+        form = {
             "time": (self.time_ms + 0.5) / 1000,
             "request_id": self.event_id,
             "key_id": self.key_id,
@@ -279,6 +279,9 @@ class UsageEvent(JsonRecord):
             "end_user": self.end_user,
             "tags": list(self.tags),
         }
+        if self.price_catalogue:  # only then: a replica of before migration 5 reads the rest
+            form["price_catalogue"] = self.price_catalogue
+        return form
 
     def to_json(self) -> bytes:
         return orjson.dumps(self.to_dict())

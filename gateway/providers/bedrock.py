@@ -209,7 +209,7 @@ class BedrockEventStream:
 
     async def events(self) -> AsyncIterator[bytes]:
         name = self.upstream.provider
-        decoder = EventStreamDecoder(self.upstream.limits.max_event_bytes)
+        decoder = EventStreamDecoder(self.upstream.settings.max_event_bytes)
         try:
             while True:
                 chunk = await self.response.content.readany()

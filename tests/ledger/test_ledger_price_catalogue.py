@@ -4,9 +4,11 @@ then read as costed at the policy's own prices ("")."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from sqlstore_support import make_events, raw_sql, with_changes
 
-from gateway.ledger import EventQuery
+from gateway.ledger import EventQuery, UsageEvent
 from gateway.ledger.sqlite_store import SCHEMA_VERSION
 
 CATALOGUE = "genai-prices 0.2.3"
@@ -28,3 +30,27 @@ async def test_a_store_made_before_the_column_gains_it(open_ledger) -> None:
     by_id = {event.event_id: event for event in page.events}
     assert {by_id[e.event_id].price_catalogue for e in old} == {""}
     assert [by_id[e.event_id] for e in new] == new
+
+
+def test_every_field_survives_the_json_form_the_buffer_and_spool_carry() -> None:
+    """The recorder sends each event to Redis (and the spool) as JSON: a field the JSON form
+    leaves out is lost on the way to the store, however well the store keeps it."""
+    event = with_changes(
+        make_events(1, seed=5)[0],
+        price_catalogue=CATALOGUE,
+        end_user="u-1",
+        tags=("a", "b"),
+        team="t",
+        cache_write_tokens=1,
+        status=500,
+        usage_source="estimated",
+        ttft_ms=7,
+    )
+    assert all(
+        getattr(event, field.name) != field.default
+        for field in dataclasses.fields(event)
+        if field.default is not dataclasses.MISSING
+    ), "every optional field set, so that a dropped one shows"
+    assert UsageEvent.from_json(event.to_json()) == event
+    unpriced = with_changes(event, price_catalogue="")
+    assert "price_catalogue" not in UsageEvent.from_json(unpriced.to_json()).to_dict()
