@@ -47,6 +47,7 @@ from gateway.policy import PolicyError
 from gateway.policy.store import PolicyStore
 from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.azure_openai import AzureOpenAIProvider
+from gateway.providers.clouds import cloud_factories
 from gateway.providers.fleet_host import FleetHost
 from gateway.providers.http_provider import HttpProvider
 from gateway.providers.local_host import LocalEngineHost
@@ -180,6 +181,7 @@ def build_services(
             "anthropic": lambda name, config: AnthropicProvider(name, config, upstream),
             "local": local_engine.provider_for,
             "engine_fleet": fleets.provider_for,
+            **cloud_factories(upstream),  # gemini, vertex_ai, bedrock
         }
     )
     return Services(

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from gateway.formats import anthropic_messages, wire_format
+from gateway.formats import anthropic_messages, upstream_format, wire_format
 from gateway.formats.internal import ChatRequest, FormatName, Usage
 from gateway.formats.openai_chat.relay import ChatRelay
 from gateway.formats.relay import StreamRelay, stream_relay, usage_of
@@ -34,6 +34,9 @@ CHAT_PATHS: dict[FormatName, str] = {
     "openai_chat": "/chat/completions",
     "anthropic_messages": "/messages",
     "openai_responses": "/responses",
+    # Formats only upstreams speak: the provider turns the operation into its own URL.
+    "gemini": "/generateContent",
+    "bedrock_converse": "/converse",
 }
 # A body without ``model`` (task routing: the plan names the model) parses with this one.
 _ROUTED_LATER = "auto"
@@ -61,11 +64,15 @@ class Translation:
         self.raw = raw
         self._parsed = parsed
 
-    def target(self, formats: tuple[str, ...]) -> FormatName | None:
+    def target(
+        self, formats: tuple[str, ...], door_paths: frozenset[str] = frozenset()
+    ) -> FormatName | None:
         """The format a provider speaking ``formats`` gets this request in; None: it cannot
-        take it (a door that does not translate reaches only providers of its own format)."""
+        take it (a door that does not translate reaches only providers of its own format, or
+        those that serve its operation from its body on their own: ``door_paths``, Gemini's
+        embeddings)."""
         client = self.client
-        if client.format in formats:
+        if client.format in formats or client.path in door_paths:
             return client.format
         if not client.translates:
             return None
@@ -136,7 +143,7 @@ class Translation:
             default = default_max_tokens or anthropic_messages.DEFAULT_MAX_TOKENS
             body = anthropic_messages.render_request(request, model, default_max_tokens=default)
         else:
-            body = wire_format(target).render_request(request, model)
+            body = upstream_format(target).render_request(request, model)
         return CHAT_PATHS[target], body
 
     def answer(
@@ -147,7 +154,7 @@ class Translation:
         client = self.client.format
         if target == client:
             return body, usage_of(client, data)
-        response = wire_format(target).parse_response(data)
+        response = upstream_format(target).parse_response(data)
         rendered = wire_format(client).render_response(response, self.request())
         return orjson.dumps(rendered), response.usage
 

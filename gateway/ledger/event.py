@@ -120,6 +120,19 @@ def check_tag(tag: object) -> None:
         raise UsageError("tags", problem)
 
 
+# The event's free-text labels: each a bounded string, printable once stored.
+LABELS = (
+    "model",
+    "provider",
+    "team",
+    "task",
+    "route",
+    "policy_version",
+    "end_user",
+    "price_catalogue",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class UsageEvent(JsonRecord):
     """One request's usage. ``cost_nanos`` is exact integer nano-dollars. The fields are in
@@ -151,6 +164,8 @@ class UsageEvent(JsonRecord):
     # Attribution (gateway/metering/attribution.py): the end user and the request's tags.
     end_user: str = ""
     tags: tuple[str, ...] = ()
+    # The price catalogue its cost came from ("genai-prices 0.2.3"); "" = the policy's price.
+    price_catalogue: str = ""
 
     def __post_init__(self) -> None:
         check_id(UsageError, "event_id", self.event_id)
@@ -159,7 +174,7 @@ class UsageEvent(JsonRecord):
         if not 0 < self.time_ms < MAX_TIME_MS:
             raise UsageError("time_ms", "out of range (epoch milliseconds expected)")
         check_id(UsageError, "key_id", self.key_id)
-        for name in ("model", "provider", "team", "task", "route", "policy_version", "end_user"):
+        for name in LABELS:
             value = getattr(self, name)
             if not isinstance(value, str) or len(value) > MAX_ID_LENGTH:
                 raise UsageError(name, f"must be a string of at most {MAX_ID_LENGTH} characters")
@@ -193,7 +208,7 @@ class UsageEvent(JsonRecord):
         rule, a time after 2001 (epoch seconds passed by mistake)."""
         if self.time_ms < MIN_TIME_MS:
             raise UsageError("time_ms", "out of range (epoch milliseconds expected)")
-        for name in ("model", "provider", "team", "task", "route", "policy_version", "end_user"):
+        for name in LABELS:
             check_label(UsageError, name, getattr(self, name))
         for name in ("prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens"):
             _check_bound(name, getattr(self, name), MAX_TOKENS)
@@ -239,7 +254,7 @@ class UsageEvent(JsonRecord):
         """The event's JSON form, key for key as every version wrote it. ``time`` is the middle
         of the event's millisecond, so that any reader's ``int(time * 1000)`` gets the same
         millisecond back (``time_ms / 1000`` would, for some values, read as one less)."""
-        return {
+        form = {
             "time": (self.time_ms + 0.5) / 1000,
             "request_id": self.event_id,
             "key_id": self.key_id,
@@ -264,6 +279,9 @@ class UsageEvent(JsonRecord):
             "end_user": self.end_user,
             "tags": list(self.tags),
         }
+        if self.price_catalogue:  # only then: a replica of before migration 5 reads the rest
+            form["price_catalogue"] = self.price_catalogue
+        return form
 
     def to_json(self) -> bytes:
         return orjson.dumps(self.to_dict())

@@ -61,7 +61,7 @@ BUSY_TIMEOUT_MS = 30_000
 DELETE_CHUNK = 5_000
 
 _TEXT = {"event_id", "key_id", "team", "model", "provider", "task", "route", "usage_source"}
-_TEXT |= {"policy_version", "end_user", "tags"}
+_TEXT |= {"policy_version", "end_user", "tags", "price_catalogue"}
 _EVENT_TYPES = tuple("TEXT" if name in _TEXT else "INTEGER" for name in EVENT_COLUMNS)
 
 # Each entry upgrades the schema by one version; never edit one that has shipped.
@@ -77,6 +77,8 @@ CREATE TABLE usage_store_identity (
 INSERT INTO usage_store_identity (singleton, store_id) VALUES (1, lower(hex(randomblob(8))));
 """,
     DEAD_LETTER_MIGRATION,  # 4: events the store could not keep (gateway/ledger/dead_letters.py)
+    # 5: the price catalogue an event was costed from ("" for the policy's own price).
+    "ALTER TABLE usage_events ADD COLUMN price_catalogue TEXT NOT NULL DEFAULT '';",
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 CREATE_VERSION_TABLE = (

@@ -108,6 +108,8 @@ class Accountant:
         provider = books.served_provider or books.plan.candidates[0].provider
         tokens = usage.total_tokens if usage else 0
         cost = cost_of(books.policy, model, usage) if usage else 0
+        priced = books.policy.models.get(model)
+        catalogue = priced.price_catalogue if priced is not None else ""
         if books.cache_hit:
             source, tokens, cost = "cache", 0, 0
         try:
@@ -134,6 +136,7 @@ class Accountant:
                 attempts=max(books.attempts, 1),
                 end_user=books.attribution.end_user,
                 tags=books.attribution.tags,
+                price_catalogue=catalogue,
             )
         except UsageError as exc:  # never fail a served request over its bookkeeping
             self.log.error("usage_event_invalid", record_id=books.record_id, error=str(exc))

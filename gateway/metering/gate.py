@@ -71,7 +71,7 @@ def cost_of(policy: Policy, model: str, usage: Usage) -> int:
     config = policy.models.get(model)
     if config is None:
         return 0
-    return config.price.cost_nanos(
+    return config.pricing.cost_nanos(
         usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.cache_write_tokens
     )
 

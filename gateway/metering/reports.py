@@ -221,6 +221,7 @@ def event_view(event: UsageEvent) -> dict[str, Any]:
         "attempts": event.attempts,
         "end_user": event.end_user,
         "tags": list(event.tags),
+        "price_catalogue": event.price_catalogue,
     }
 
 

@@ -11,6 +11,7 @@ from gateway.policy.models import ModelConfig
 from gateway.policy.operations import declared_operations, serves
 from gateway.policy.providers import ProviderConfig
 from gateway.policy.tasks import TaskConfig
+from gateway.pricing.catalogue import bundled_catalogue
 
 # The model value that asks for task routing instead of naming a model (an absent model too).
 AUTO_MODEL = "auto"
@@ -65,6 +66,20 @@ class Policy(StrictModel):
             if source in seen_sources:
                 raise PolicyError(f"{path}.from", f"{source!r} already has a canary")
             seen_sources.add(source)
+        return self
+
+    @model_validator(mode="after")
+    def _catalogue_prices(self) -> Policy:
+        """Models without a ``price:`` take the price catalogue's (gateway/pricing); the
+        local engine and engine fleets are never priced from it."""
+        for name, config in self.models.items():
+            provider = self.providers[config.provider]
+            if "price" in config.model_fields_set or provider.kind in ("local", "engine_fleet"):
+                continue
+            api_url = provider.url if provider.kind == "openai_compatible" else None
+            found = bundled_catalogue().lookup(provider.kind, api_url, self.upstream_model(name))
+            if found is not None:
+                config.set_catalogue_price(found)
         return self
 
     @model_validator(mode="after")
@@ -169,8 +184,9 @@ class Policy(StrictModel):
         """Why ``model`` breaks the task's constraints, or None when it meets them."""
         config = self.models[model]
         limit = task.max_price_per_mtok
-        if limit is not None and config.price.highest_per_mtok > limit:
-            return f"price ${config.price.highest_per_mtok}/Mtok over max ${limit}/Mtok"
+        highest = config.pricing.highest_per_mtok
+        if limit is not None and highest > limit:
+            return f"price ${highest}/Mtok over max ${limit}/Mtok"
         missing = [c for c in task.require_capabilities if c not in config.capabilities]
         if missing:
             return f"lacks capabilities {', '.join(missing)}"

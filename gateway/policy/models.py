@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field, PrivateAttr, field_validator
 
-from gateway.money import MAX_PRICE_PER_MTOK, price_to_nanos_per_token
+from gateway.money import MAX_PRICE_PER_MTOK, price_to_nanos_per_token, tokens_cost_nanos
 from gateway.policy.base import StrictModel
 from gateway.policy.cache import CachePolicy
 
@@ -61,14 +61,9 @@ class Price(StrictModel):
         """Exact cost in nano-dollars. ``prompt_tokens`` counts every input token; of them,
         cache reads cost ``cached_input`` and cache writes ``cache_write_input`` (each the
         input price when unset)."""
-        prompt = max(prompt_tokens, 0)
-        cached = min(max(cached_tokens, 0), prompt)
-        written = min(max(cache_write_tokens, 0), prompt - cached)
-        return (
-            (prompt - cached - written) * self._input_nanos
-            + cached * self._cached_nanos
-            + written * self._cache_write_nanos
-            + completion_tokens * self._output_nanos
+        rates = (self._input_nanos, self._output_nanos, self._cached_nanos, self._cache_write_nanos)
+        return tokens_cost_nanos(
+            rates, prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens
         )
 
     @property
@@ -100,3 +95,19 @@ class ModelConfig(StrictModel):
     defaults: ModelDefaults | None = Field(
         default=None, description="sampling for requests that set none (routing.md)"
     )
+    # Without a ``price:``, the price catalogue's (gateway/pricing), set when the policy loads.
+    _catalogue: Any = PrivateAttr(default=None)
+
+    def set_catalogue_price(self, price: Any) -> None:
+        self._catalogue = price
+
+    @property
+    def pricing(self) -> Any:
+        """What this model is costed at: its ``price:``, else the catalogue's (a
+        ``CataloguePrice``), else the zero price. Both have ``cost_nanos``."""
+        return self._catalogue if self._catalogue is not None else self.price
+
+    @property
+    def price_catalogue(self) -> str:
+        """The catalogue version its price comes from ("" when the policy's own)."""
+        return self._catalogue.version if self._catalogue is not None else ""

@@ -8,12 +8,31 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from gateway.policy.base import StrictModel
+from gateway.policy.clouds import (
+    BedrockConfig,
+    VertexConfig,
+    check_cloud_fields,
+    cloud_base_url,
+    cloud_formats,
+)
 from gateway.policy.engine import LocalEngineSettings, SpillWhen
 from gateway.policy.fleet import FleetConfig
 from gateway.policy.headers import HeaderValue, missing_header_env
 
-ProviderKind = Literal["openai_compatible", "azure_openai", "anthropic", "local", "engine_fleet"]
-ChatFormat = Literal["openai_chat", "anthropic_messages", "openai_responses"]
+ProviderKind = Literal[
+    "openai_compatible",
+    "azure_openai",
+    "anthropic",
+    "local",
+    "engine_fleet",
+    "gemini",
+    "vertex_ai",
+    "bedrock",
+]
+# The last two only upstreams speak (Gemini's generateContent, Bedrock's Converse).
+ChatFormat = Literal[
+    "openai_chat", "anthropic_messages", "openai_responses", "gemini", "bedrock_converse"
+]
 # The chat wire formats each kind speaks natively, and those it may be told it also speaks.
 NATIVE_FORMATS: dict[str, tuple[ChatFormat, ...]] = {
     "openai_compatible": ("openai_chat",),
@@ -21,6 +40,10 @@ NATIVE_FORMATS: dict[str, tuple[ChatFormat, ...]] = {
     "anthropic": ("anthropic_messages",),
     "local": ("openai_chat",),
     "engine_fleet": ("openai_chat",),
+    # the cloud kinds (policy/clouds.py): vertex_ai's follow its publisher
+    "gemini": ("gemini",),
+    "vertex_ai": ("gemini",),
+    "bedrock": ("bedrock_converse",),
 }
 _OPTIONAL_FORMATS: dict[str, frozenset[str]] = {
     "openai_compatible": frozenset({"openai_chat", "openai_responses"}),
@@ -71,7 +94,8 @@ class ProviderConfig(StrictModel):
     base_url: str | None = Field(
         default=None,
         description="openai_compatible: the /v1 base; azure_openai: the resource endpoint "
-        "(https://NAME.openai.azure.com); anthropic: default https://api.anthropic.com/v1",
+        "(https://NAME.openai.azure.com); anthropic: default https://api.anthropic.com/v1; "
+        "gemini, vertex_ai, bedrock: default the provider's public endpoint",
     )
     api_key_env: str | None = Field(
         default=None, description="env var holding the key; unset at runtime = provider unusable"
@@ -110,7 +134,8 @@ class ProviderConfig(StrictModel):
     default_max_tokens: int | None = Field(
         default=None,
         ge=1,
-        description="anthropic: max_tokens sent for requests that set none (default 4096)",
+        description="anthropic (and vertex_ai of publisher anthropic): max_tokens sent for "
+        "requests that set none (default 4096)",
     )
     engine: dict[str, Any] | None = Field(
         default=None, description="local engine settings (kind: local only)"
@@ -121,10 +146,17 @@ class ProviderConfig(StrictModel):
     spill_when: SpillWhen | None = Field(
         default=None, description="local and engine_fleet: busier than this = skipped (spill)"
     )
+    vertex: VertexConfig | None = Field(
+        default=None, description="vertex_ai: project, location, publisher, credentials"
+    )
+    bedrock: BedrockConfig | None = Field(
+        default=None, description="bedrock: the AWS region (and profile)"
+    )
 
     @model_validator(mode="after")
     def _kind_fields(self) -> ProviderConfig:
         kind = self.kind
+        check_cloud_fields(kind, self.vertex, self.bedrock)
         if kind in ("openai_compatible", "azure_openai") and not self.base_url:
             raise ValueError(f"base_url is required for an {kind} provider")
         if kind not in ("local", "engine_fleet") and self.spill_when is not None:
@@ -144,10 +176,14 @@ class ProviderConfig(StrictModel):
             raise ValueError("api_version and deployments apply only to an azure_openai provider")
         if kind != "anthropic" and self.anthropic_version is not None:
             raise ValueError("anthropic_version applies only to an anthropic provider")
-        if kind != "anthropic" and self.default_max_tokens is not None:
-            raise ValueError("default_max_tokens applies only to an anthropic provider")
+        speaks_messages = "anthropic_messages" in self.native_formats
+        if not speaks_messages and self.default_max_tokens is not None:
+            raise ValueError(
+                "default_max_tokens applies only to a provider of Anthropic's format "
+                "(anthropic, vertex_ai with publisher anthropic)"
+            )
         if self.formats is not None:
-            allowed = _OPTIONAL_FORMATS.get(kind, frozenset(NATIVE_FORMATS[kind]))
+            allowed = _OPTIONAL_FORMATS.get(kind, frozenset(self._kind_formats))
             wrong = [name for name in self.formats if name not in allowed]
             if wrong or not self.formats:
                 raise ValueError(
@@ -172,12 +208,19 @@ class ProviderConfig(StrictModel):
     @property
     def native_formats(self) -> tuple[ChatFormat, ...]:
         """The chat formats this provider speaks without translation, preferred first."""
-        return tuple(self.formats) if self.formats else NATIVE_FORMATS[self.kind]
+        return tuple(self.formats) if self.formats else self._kind_formats
+
+    @property
+    def _kind_formats(self) -> tuple[ChatFormat, ...]:
+        return cloud_formats(self.kind, self.vertex) or NATIVE_FORMATS[self.kind]
 
     @property
     def url(self) -> str:
         """The base URL, with the kind's default when the policy leaves it unset."""
-        return (self.base_url or DEFAULT_BASE_URLS.get(self.kind, "")).rstrip("/")
+        default = DEFAULT_BASE_URLS.get(self.kind) or cloud_base_url(
+            self.kind, self.vertex, self.bedrock
+        )
+        return (self.base_url or default).rstrip("/")
 
     @property
     def engine_settings(self) -> LocalEngineSettings:

@@ -154,7 +154,8 @@ class _ChatCall:
     stream: ClassVar[bool]
 
     def target(self, candidate: Candidate, upstream: Upstream) -> FormatName:
-        target = self.translation.target(upstream.provider.formats)
+        provider = upstream.provider
+        target = self.translation.target(provider.formats, provider.door_paths)
         if target is None:
             client = self.translation.client
             raise unsupported(candidate.provider, client.path, f"it does not speak {client.format}")

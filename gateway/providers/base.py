@@ -107,6 +107,9 @@ class ForwardOptions(TypedDict, total=False):
 class Provider(Protocol):
     name: str
     formats: tuple[str, ...]  # the chat wire formats it speaks natively, preferred first
+    # The operations of doors in another format that it serves from that format's body all
+    # the same, translating on its own (Gemini: /embeddings, /messages/count_tokens).
+    door_paths: frozenset[str]
 
     async def post_json(
         self, path: str, body: dict[str, Any], **options: Unpack[JsonCallOptions]

@@ -150,6 +150,7 @@ class FleetProvider:
         # timeouts, caps and error mapping.
         self.http = HttpProvider(name, config, upstream)
         self.formats = self.http.formats
+        self.door_paths = self.http.door_paths
         token_env = config.fleet.metrics_token_env
         token = env.get(token_env) if token_env else None
         self.fleet = Fleet(

@@ -50,6 +50,8 @@ class HttpProvider:
     """The calls every HTTP provider makes, with OpenAI's URLs, bearer key and error bodies;
     another kind overrides ``url``, ``serves``, ``auth_headers`` and ``read_error``."""
 
+    door_paths: frozenset[str] = frozenset()  # a door of another format: none here
+
     def __init__(self, name: str, config: ProviderConfig, upstream: UpstreamSettings) -> None:
         self.name = name
         self.config = config

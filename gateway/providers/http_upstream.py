@@ -11,7 +11,9 @@ and its own headers, this class does the call:
   event's ``data`` payload (``[DONE]`` last when the upstream sends one) and simply ends when
   the upstream's body ends: whether the stream was *complete* is its wire format's to say;
 - ``forward(url, body, headers)`` → ``RawReply``: any body out (bytes or an async iterator of
-  chunks, a multipart upload streamed through), any 2xx body back (audio, text), capped.
+  chunks, a multipart upload streamed through), any 2xx body back (audio, text), capped;
+- ``open_response(url, body, headers)``: a status-checked answer whose body the caller reads
+  (a stream framed other than as SSE: Bedrock's event stream).
 
 aiohttp was chosen by measurement on this box (one client, keep-alive, small JSON bodies):
 aiohttp.ClientSession ~1,560 / 2,390 req/s at concurrency 1 / 64, plain httpx.AsyncClient
@@ -36,6 +38,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 import aiohttp
 import orjson
 from aiohttp.http_exceptions import LineTooLong
+from aiohttp.typedefs import StrOrURL
 
 from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.formats import openai_errors
@@ -144,7 +147,7 @@ class HttpUpstream:
     # -- calls ---------------------------------------------------------------------------
 
     async def post_json(
-        self, url: str, body: bytes, headers: Mapping[str, str]
+        self, url: StrOrURL, body: bytes, headers: Mapping[str, str]
     ) -> UpstreamResponse:
         """POST ``body``; the answer must be a JSON object within the body cap."""
         reply = await self._call(url, body, headers)
@@ -166,7 +169,7 @@ class HttpUpstream:
         return await self._call(url, body, headers)
 
     async def _call(
-        self, url: str, body: bytes | AsyncIterable[bytes], headers: Mapping[str, str]
+        self, url: StrOrURL, body: bytes | AsyncIterable[bytes], headers: Mapping[str, str]
     ) -> RawReply:
         cap = self.settings.max_body_bytes
         try:
@@ -189,8 +192,17 @@ class HttpUpstream:
             raise self.error_from_status(status, raw, retry_after)
         return RawReply(status, raw, content_type)
 
-    async def open_stream(self, url: str, body: bytes, headers: Mapping[str, str]) -> SseStream:
+    async def open_stream(
+        self, url: StrOrURL, body: bytes, headers: Mapping[str, str]
+    ) -> SseStream:
         """Send the request and check the status; the caller then reads ``events()``."""
+        return SseStream(self, await self.open_response(url, body, headers))
+
+    async def open_response(
+        self, url: StrOrURL, body: bytes, headers: Mapping[str, str]
+    ) -> aiohttp.ClientResponse:
+        """Send the request and check the status: the answer's body is the caller's to read
+        (a stream framed other than as SSE: Bedrock's event stream) and to release."""
         try:
             response = await self._client().post(url, data=body, headers=dict(headers))
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
@@ -203,7 +215,7 @@ class HttpUpstream:
             finally:
                 response.release()
             raise self.error_from_status(response.status, raw, response.headers.get("Retry-After"))
-        return SseStream(self, response)
+        return response
 
     # -- failures ------------------------------------------------------------------------
 
@@ -239,8 +251,10 @@ class HttpUpstream:
     ) -> UpstreamError:
         """An upstream's error answer as the scrubbed error the gateway relays."""
         provider, secrets = self.provider, self.secrets
-        if status in _AUTH_STATUSES:
+        info = self.read_error(status, body)
+        if status in _AUTH_STATUSES or info.kind == "authentication":
             # Our credentials were refused: the client's own key is fine, so never a 401 for it.
+            # (Gemini says so with a 400 whose details name the key: a 401 all the same.)
             return UpstreamError(
                 f"provider '{provider}' rejected the gateway's credentials (upstream HTTP {status})",
                 status=502,
@@ -248,11 +262,10 @@ class HttpUpstream:
                 kind="auth",
                 provider=provider,
                 code="upstream_auth_failed",
-                upstream_status=status,
+                upstream_status=status if status in _AUTH_STATUSES else 401,
             )
-        info = self.read_error(status, body)
-        if not isinstance(error_member(body), dict):
-            # Not an error envelope: its text, scrubbed, says more than the status alone.
+        if info.message == f"upstream returned HTTP {status}":
+            # No message the format could read: its text, scrubbed, says more than the status.
             text = body[:_ERROR_BODY_BYTES].decode("utf-8", "replace").strip()
             info = ErrorInfo(status, text or info.message, info.kind, info.code, info.param)
         message = redact(info.message, secrets) or f"upstream returned HTTP {status}"

@@ -288,6 +288,7 @@ class HostedProvider:
     raised as ``UpstreamError``, while it cannot serve)."""
 
     formats: tuple[str, ...] = ("openai_chat",)
+    door_paths: frozenset[str] = frozenset()
 
     def __init__(self, host: LocalEngineHost, name: str, config: ProviderConfig) -> None:
         self.name = name

@@ -26,6 +26,7 @@ from gateway.policy import AUTO_MODEL, CachePolicy, Policy, TaskConfig, effectiv
 from gateway.policy.store import PolicyStore
 from gateway.routing.canary import canary_bucket, in_canary
 from gateway.routing.estimate import estimate_prompt_tokens, expected_output_tokens
+from gateway.routing.price_view import price_view
 from gateway.routing.state import RoutingState
 
 TASK_HEADER = "x-task-type"
@@ -102,6 +103,9 @@ class RoutePlan:
             }
             if candidate.context_window is not None:
                 out["context_window"] = candidate.context_window
+            model = self.policy.models.get(candidate.model) if self.policy else None
+            if model is not None:  # what it is costed at, and whose price that is
+                out["price"] = price_view(model)
             return out
 
         return {
@@ -315,7 +319,7 @@ class Router:
     ) -> list[tuple[str, str]]:
         prompt = estimate_prompt_tokens(body)
         completion = expected_output_tokens(body, task.expected_output_tokens)
-        costs = {m: policy.models[m].price.cost_nanos(prompt, completion) for m in models}
+        costs = {m: policy.models[m].pricing.cost_nanos(prompt, completion) for m in models}
         ranked = sorted(models, key=lambda m: costs[m])  # stable: ties keep the listed order
         return [(m, f"cheapest: est {format_usd_short(costs[m])}") for m in ranked]
 
