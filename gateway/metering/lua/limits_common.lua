@@ -1,9 +1,10 @@
--- Shared prelude of the limiter scripts (prepended to each one by gateway/metering/limits.py).
+-- Shared prelude of the limiter scripts (prepended to each one by gateway/metering/limits.py,
+-- with the parts it calls: limits_windows.lua, limits_calendar.lua, limits_holds.lua).
 -- A scope is the limiter state of one API key, or of one team; its 10 keys sit in one hash
 -- slot ({key:<id>} for a key without a team, {team:<t>} for a team and every key of it):
---   1 rpm      hash  sub-bucket index -> requests
---   2 tpm      hash  sub-bucket index -> tokens
---   3 held     hash  request id -> "tokens nanos bucket periods windows n[ r]"
+--   1 rpm      hash  sub-bucket index -> requests; total, oldest, newest (limits_windows.lua)
+--   2 tpm      hash  sub-bucket index -> tokens; total, oldest, newest
+--   3 held     hash  request id -> "tokens nanos bucket periods windows n f|-[ r]"
 --   4 leases   zset  request id -> lease deadline (ms); a crashed holder's budget comes back
 --   5..8       hash  budget:day / :month / :total / :week -> window, spent, reserved
 --                    (nano-USD), unit = 'nano' (week came last, after the others)
