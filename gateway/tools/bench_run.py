@@ -10,8 +10,9 @@ For each run it reads the embedded Redis's ``INFO cpu`` and ``INFO commandstats`
 after (once the exporter has emptied the usage buffer, so the export of the run's events counts
 too), and prints, per concurrency: req/s, p50/p99 and what the gateway adds to them, the
 gateway's CPU per request (``/proc``), Redis's CPU per request (user + system, from ``INFO``),
-and for the highest concurrency each Redis command's calls per request and µs per call
-(commands that scripts call are counted apart, inside their script's time). Streams: 16 clients
+and per concurrency each Redis command's calls per request and µs per call (commands that
+scripts call are counted apart, inside their script's time) and what the SLOWLOG caught over
+1 ms. Streams: 16 clients
 each reading whole streams for the run's length (aiohttp, on the load's core): streams/s and
 the time to first byte the gateway adds. Each cell is the median of ``--repeat`` runs; the load
 average is printed beside the figures (the box may be shared).
@@ -150,23 +151,42 @@ class Measured:
     run: Run
     redis_cpu_us: float
     redis: RedisSample
+    # SLOWLOG entries of the run (commands over SLOW_US): command -> (count, longest µs)
+    slow: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+SLOW_US = 1000
+
+
+def slow_commands(client: redis.Redis) -> dict[str, tuple[int, int]]:
+    """What the SLOWLOG holds, by command: how many, and the longest (µs)."""
+    found: dict[str, tuple[int, int]] = {}
+    for entry in client.slowlog_get(1024):
+        name = entry["command"].split(b" ", 1)[0].decode().lower()
+        count, longest = found.get(name, (0, 0))
+        found[name] = (count + 1, max(longest, int(entry["duration"])))
+    return found
 
 
 def measure(served: Served | None, drive: Callable[[], Run]) -> Measured:
-    """``drive`` (one load run) with the gateway's and its Redis's CPU per request."""
+    """``drive`` (one load run) with the gateway's and its Redis's CPU per request, and the
+    Redis commands that took longer than ``SLOW_US``."""
     if served is None:
         return Measured(drive(), math.nan, RedisSample(0, {}))
     served.wait_exported()
+    served.redis.config_set("slowlog-log-slower-than", SLOW_US)
+    served.redis.slowlog_reset()
     redis_before = RedisSample.of(served.redis)
     cpu_before = process_cpu_s(served.pid)
     run = drive()
     served.wait_exported()  # the export of the run's events is part of its cost
     cpu_s = process_cpu_s(served.pid) - cpu_before
     spent = RedisSample.of(served.redis).since(redis_before)
+    slow = slow_commands(served.redis)
     if not run.requests:
-        return Measured(run, math.nan, spent)
+        return Measured(run, math.nan, spent, slow)
     run = replace(run, cpu_us=cpu_s / run.requests * 1e6)
-    return Measured(run, spent.cpu_s / run.requests * 1e6, spent)
+    return Measured(run, spent.cpu_s / run.requests * 1e6, spent, slow)
 
 
 # -- streams -------------------------------------------------------------------------------
@@ -403,6 +423,16 @@ def print_commands(label: str, runs: list[Measured]) -> None:
     print(f"\nRedis commands per request at {label} (calls/request, µs/call, µs/request):")
     for name, calls_req, usec_call in sorted(rows, key=lambda r: -r[1] * r[2]):
         print(f"  {name:>14} {calls_req:>8.3f} {usec_call:>8.2f} {calls_req * usec_call:>8.2f}")
+    slow: dict[str, tuple[int, int]] = {}
+    for m in runs:
+        for name, (count, longest) in m.slow.items():
+            total, most = slow.get(name, (0, 0))
+            slow[name] = (total + count, max(most, longest))
+    listed = ", ".join(
+        f"{name} {count} (longest {longest / 1000:.1f} ms)"
+        for name, (count, longest) in sorted(slow.items(), key=lambda item: -item[1][0])
+    )
+    print(f"  SLOWLOG over {SLOW_US / 1000:g} ms, {len(runs)} runs: {listed or 'none'}")
 
 
 if __name__ == "__main__":
