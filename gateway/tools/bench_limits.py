@@ -4,9 +4,11 @@ starts it (AOF on), without a gateway in the way.
 Concurrent workers (``--concurrency``, default 1 and 64) each reserve for one key (rpm, tpm and
 a monthly budget, as ``make bench-run``'s key), wait 0.5 ms (the upstream), and hand the
 reservation to a settle batch of the kind the gateway runs (every settle of one event-loop turn
-in one round trip). The key's windows start a minute deep (60 busy sub-buckets). Printed per
-tree and concurrency: Redis CPU per request (``INFO cpu``, user + system), script calls per
-request and their µs per call (``INFO commandstats``), the medians of ``--repeat`` runs.
+in one round trip). ``--team``: the key belongs to a team with rpm, tpm, a day and a month
+budget and an in-flight cap, checked in the same script. The key's windows (and the team's)
+start a minute deep (60 busy sub-buckets). Printed per tree and concurrency: Redis CPU per
+request (``INFO cpu``, user + system), script calls per request and their µs per call
+(``INFO commandstats``), the medians of ``--repeat`` runs.
 
 ``--trees BEFORE AFTER`` runs each checkout's own limiter (this file run with that checkout
 first on the path), interleaved, so a busy box drifts on all of them alike.
@@ -30,7 +32,7 @@ from typing import Any
 SETTLE_TOKENS, SETTLE_NANOS = 50, 500
 
 
-async def _run(requests: int, concurrency: int) -> dict[str, float]:
+async def _run(requests: int, concurrency: int, team: bool) -> dict[str, float]:
     import redis
     import redis.asyncio
 
@@ -46,11 +48,27 @@ async def _run(requests: int, concurrency: int) -> dict[str, float]:
     limiter = Limiter(client)
     direct = DirectRedis(client)
     limits = KeyLimits(rpm=10_000_000, tpm=10_000_000_000, budget_nanos=10**15)
-    rpm, tpm = limiter.keys("bench")[:2]
+    home = None
+    if team:
+        home = "team:bench"
+        sync.hset(
+            "sy:{team:bench}",
+            mapping={
+                "rpm": 10_000_000,
+                "tpm": 10_000_000_000,
+                "max_parallel_requests": 100_000,
+                "budget_day_nanos": 10**15,
+                "budget_month_nanos": 10**15,
+            },
+        )
+    windows = [limiter.keys("bench", home)[:2]]
+    if team:
+        windows.append(limiter.team_keys("bench")[:2])
     now = int(time.time())
-    for bucket in range(now - 58, now + 1):  # a busy minute behind
-        sync.hset(rpm, str(bucket), 5)
-        sync.hset(tpm, str(bucket), 500)
+    for rpm, tpm in windows:
+        for bucket in range(now - 58, now + 1):  # a busy minute behind
+            sync.hset(rpm, str(bucket), 5)
+            sync.hset(tpm, str(bucket), 500)
     pending: list[tuple[Any, asyncio.Future[None]]] = []
     flushes: set[asyncio.Future[None]] = set()
 
@@ -72,7 +90,12 @@ async def _run(requests: int, concurrency: int) -> dict[str, float]:
     async def worker(count: int) -> None:
         for _ in range(count):
             held = await limiter.reserve(
-                "bench", limits, tokens=100, cost_nanos=1000, request_id=uuid.uuid4().hex
+                "bench",
+                limits,
+                tokens=100,
+                cost_nanos=1000,
+                request_id=uuid.uuid4().hex,
+                home=home,
             )
             done = asyncio.get_running_loop().create_future()
             if not pending:
@@ -105,11 +128,11 @@ async def _run(requests: int, concurrency: int) -> dict[str, float]:
     }
 
 
-def _child(requests: int, concurrency: int) -> dict[str, float]:
+def _child(requests: int, concurrency: int, team: bool) -> dict[str, float]:
     """This file run again with ``tree`` first on the path: that checkout's limiter."""
     return json.loads(
         subprocess.run(
-            [sys.executable, __file__, "--child", str(requests), str(concurrency)],
+            [sys.executable, __file__, "--child", str(requests), str(concurrency), str(int(team))],
             env={**os.environ, "PYTHONPATH": os.environ["BENCH_LIMITS_TREE"]},
             capture_output=True,
             text=True,
@@ -120,13 +143,15 @@ def _child(requests: int, concurrency: int) -> dict[str, float]:
 
 def main() -> None:
     if sys.argv[1:2] == ["--child"]:
-        print(json.dumps(asyncio.run(_run(int(sys.argv[2]), int(sys.argv[3])))))
+        requests, concurrency, team = (int(a) for a in sys.argv[2:5])
+        print(json.dumps(asyncio.run(_run(requests, concurrency, bool(team)))))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--concurrency", default="1,64")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--trees", nargs="+", type=Path, default=[Path(".")])
+    parser.add_argument("--team", action="store_true", help="a key of a team with every limit")
     args = parser.parse_args()
     from gateway.tools.machine import cpu_model
 
@@ -138,8 +163,11 @@ def main() -> None:
             for tree in args.trees:
                 os.environ["BENCH_LIMITS_TREE"] = str(tree.resolve())
                 requests = args.requests if level > 1 else args.requests // 4
-                results.setdefault((str(tree), level), []).append(_child(requests, level))
-    print(f"\nThe limiter alone: reserve + settle (median of {args.repeat} runs)")
+                results.setdefault((str(tree), level), []).append(
+                    _child(requests, level, args.team)
+                )
+    whose = "a key of a team" if args.team else "a key of no team"
+    print(f"\nThe limiter alone: reserve + settle, {whose} (median of {args.repeat} runs)")
     print(
         f"CPU: {cpu_model()}; load average {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after"
     )
