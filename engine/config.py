@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -39,6 +40,13 @@ class EngineConfig:
     # ignores them, a directory reads its file; the override goes over either
     generation_config: str = "auto"
     override_generation_config: dict[str, Any] | None = None
+    # quantized checkpoints (GGUF blocks, AWQ, GPTQ): "auto" keeps the weights quantized where
+    # a kernel multiplies them (the CPU, one rank, float32), "none" dequantizes them at load
+    quantization: str = "auto"
+    # how the CPU's linears multiply: "auto" times the candidates on the machine at load
+    # (cached under kernel_cache_dir); "torch", "onednn" or "native" force one
+    linear_kernel: str = "auto"
+    kernel_cache_dir: str | None = None  # None: "kernels" beside download_dir
 
     def __post_init__(self) -> None:
         self.validate()
@@ -96,6 +104,13 @@ class EngineConfig:
                 f"generation_config must be auto, vllm or a directory, not {self.generation_config!r}"
             )
 
+        if self.quantization not in ("auto", "none"):
+            raise ConfigError(f"quantization must be auto or none, not {self.quantization!r}")
+        if self.linear_kernel not in ("auto", "torch", "onednn", "native"):
+            raise ConfigError(
+                f"linear_kernel must be auto, torch, onednn or native, not {self.linear_kernel!r}"
+            )
+
         if self.async_scheduling and self.tensor_parallel_size > 1:
             raise ConfigError("async_scheduling needs tensor_parallel_size 1")
 
@@ -132,6 +147,24 @@ class EngineConfig:
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ConfigError("device='cuda' was requested but no CUDA device is available")
         return torch.device(self.device)
+
+    def resolve_kernel_cache_dir(self) -> Path:
+        """Where compiled CPU kernels and the linear-kernel choices are kept: DATA_DIR/kernels
+        under the gateway, whose download_dir is DATA_DIR/models."""
+        if self.kernel_cache_dir:
+            return Path(self.kernel_cache_dir).expanduser()
+        models = Path(self.download_dir or "~/.cache/switchyard/models").expanduser()
+        return models.parent / "kernels"
+
+    def keeps_quantized(self, device: torch.device, dtype: torch.dtype) -> bool:
+        """Quantized weights stay quantized where a tested kernel multiplies them: the CPU,
+        one rank, float32 activations (elsewhere they are dequantized at load)."""
+        return (
+            self.quantization == "auto"
+            and device.type == "cpu"
+            and dtype == torch.float32
+            and self.tensor_parallel_size == 1
+        )
 
     def resolve_dtype(self, checkpoint_dtype: str | None, device: torch.device) -> torch.dtype:
         """`auto` keeps the checkpoint's dtype on CUDA and uses fp32 on the CPU."""

@@ -3,7 +3,8 @@
 `config.json` picks the architecture; `*.safetensors` (single file, or shards listed in
 `model.safetensors.index.json`) supply the weights. A `.gguf` file is first turned into an
 HF-format directory under the download dir (`engine.gguf.convert`, once per file), whose
-weights are the GGUF's, dequantized while loading. Every failure is a `LoaderError` that names
+weights are the GGUF's, kept quantized (`keep_quantized`) or dequantized while loading. AWQ and
+GPTQ checkpoints (`quantization_config`) load the same two ways (`engine.quant.hf_formats`). Every failure is a `LoaderError` that names
 the file or tensor at fault.
 """
 
@@ -19,8 +20,14 @@ import torch
 from engine.errors import LoaderError, UnsupportedModelError, WeightShapeError
 from engine.gguf.convert import prepare_gguf, view_weights
 from engine.kernels import Backend
-from engine.layers.linear import WeightSource, default_weight_loader
+from engine.layers.linear import (
+    QuantizedSource,
+    TensorSource,
+    WeightSource,
+    default_weight_loader,
+)
 from engine.models.llama import LlamaForCausalLM, ModelArgs, ParallelSpec
+from engine.quant.hf_formats import assemble, check_config
 
 INDEX_FILE = "model.safetensors.index.json"
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
@@ -72,23 +79,25 @@ def read_config(path: Path) -> dict[str, Any]:
         raise LoaderError(f"config.json in {path} is not valid JSON: {exc}") from exc
 
 
-def refuse_quantized(config: dict[str, Any], path: Path) -> None:
-    """A quantized checkpoint's weights mean nothing without their scales and kernels, which
-    this engine does not implement: refuse it by name rather than serve wrong numbers."""
+def quantization_config(config: dict[str, Any], path: Path) -> dict[str, Any] | None:
+    """A checkpoint's `quantization_config` when the engine can serve it (AWQ, GPTQ; see
+    `engine.quant.hf_formats`), None for a float checkpoint; a `LoaderError` with the reason
+    for any other."""
     quantization = config.get("quantization_config")
     if quantization is None:
-        return
-    method = quantization.get("quant_method") if isinstance(quantization, dict) else None
-    raise LoaderError(
-        f"checkpoint {path} is quantized ({method or 'unknown method'}, see quantization_config "
-        "in config.json); the engine serves float weights only (float32, float16, bfloat16) "
-        "and GGUF files, which it dequantizes"
-    )
+        return None
+    if not isinstance(quantization, dict):
+        raise LoaderError(f"checkpoint {path}: quantization_config is not an object")
+    try:
+        check_config(quantization)
+    except LoaderError as exc:
+        raise LoaderError(f"checkpoint {path} is quantized and cannot be served: {exc}") from exc
+    return quantization
 
 
 def load_model_args(path: Path) -> ModelArgs:
     config = read_config(path)
-    refuse_quantized(config, path)
+    quantization_config(config, path)
     try:
         return ModelArgs.from_hf_config(config)
     except UnsupportedModelError as exc:
@@ -127,11 +136,19 @@ class SafetensorsSlice:
         return self._slice[:]
 
 
-def _iter_tensors(path: Path) -> Iterator[tuple[str, WeightSource]]:
+def _iter_tensors(path: Path, keep_quantized: bool) -> Iterator[tuple[str, WeightSource]]:
     gguf = view_weights(path)
     if gguf is not None:
-        yield from gguf.tensors()
+        yield from gguf.tensors(keep_quantized)
         return
+    quantization = quantization_config(read_config(path), path)
+    if quantization is not None:
+        yield from assemble(_safetensors(path), quantization)
+    else:
+        yield from _safetensors(path)
+
+
+def _safetensors(path: Path) -> Iterator[tuple[str, WeightSource]]:
     from safetensors import safe_open
 
     for file in safetensors_files(path):
@@ -153,7 +170,11 @@ def _count_tensors(path: Path) -> int:
     return total
 
 
-def load_weights(model: LlamaForCausalLM, path: Path, progress: bool = True) -> None:
+def load_weights(
+    model: LlamaForCausalLM, path: Path, progress: bool = True, keep_quantized: bool = False
+) -> None:
+    """Fill `model` from `path`. With `keep_quantized`, quantized weights (GGUF blocks, AWQ,
+    GPTQ) stay quantized in the layers (`quantized`); otherwise they are dequantized."""
     from tqdm import tqdm
 
     if view_weights(path) is None:
@@ -176,7 +197,9 @@ def load_weights(model: LlamaForCausalLM, path: Path, progress: bool = True) -> 
         else None
     )
     try:
-        for name, source in _iter_tensors(path):
+        for name, source in _iter_tensors(path, keep_quantized):
+            if not keep_quantized and isinstance(source, QuantizedSource):
+                source = TensorSource(source.full())
             if bar is not None:
                 bar.update(1)
             if name.endswith(IGNORED_SUFFIXES) or (tied and name == "lm_head.weight"):
@@ -206,6 +229,15 @@ def load_weights(model: LlamaForCausalLM, path: Path, progress: bool = True) -> 
     missing = sorted(n for n, need in shards_needed.items() if shards_loaded[n] < need)
     if missing:
         raise LoaderError(f"checkpoint {path} lacks weights for: {', '.join(missing)}")
+    for module_name, module in model.named_modules():
+        finish = getattr(module, "finish_quantized", None)
+        try:
+            if finish is not None:
+                finish()
+        except WeightShapeError as exc:
+            raise LoaderError(f"{module_name}: {exc}") from exc
+    if tied:  # the head multiplies by the embedding's quantized rows
+        model.lm_head.quantized = model.model.embed_tokens.quantized
 
 
 def build_model(
@@ -217,6 +249,7 @@ def build_model(
     progress: bool = True,
     tp: ParallelSpec | None = None,
     max_position: int | None = None,
+    keep_quantized: bool = False,
 ) -> LlamaForCausalLM:
     """The model with only this rank's share of each weight (all of it when `tp` is None);
     `max_position` sizes the RoPE table (the longest sequence the engine will serve)."""
@@ -227,5 +260,5 @@ def build_model(
             model = LlamaForCausalLM(args, tp, backend=backend, max_position=max_position)
     finally:
         torch.set_default_dtype(previous)
-    load_weights(model, path, progress=progress)
+    load_weights(model, path, progress=progress, keep_quantized=keep_quantized)
     return model.eval()

@@ -23,27 +23,24 @@ from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from gateway.api import (
-    admin,
-    anthropic,
+from gateway.api.admin import (
     audit,
-    cache_admin,
-    dashboard,
-    dashboard_manage,
     dead_letters,
-    openai,
+    keys,
     ops,
     policy,
-    responses,
     teams,
     tokens,
-    uploads,
     usage,
 )
-from gateway.api.dashboard_view import DashboardRenderer
+from gateway.api.admin import cache as cache_admin
+from gateway.api.dashboard import home, manage
+from gateway.api.dashboard.view import DashboardRenderer
 from gateway.api.http import error_response
-from gateway.api.openapi import OpenApiDocument
+from gateway.api.openapi.document import OpenApiDocument
 from gateway.api.request_headers import HeaderGuardMiddleware
+from gateway.api.v1 import anthropic, openai, responses, uploads
+from gateway.api.v1.pipeline import V1Pipeline
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, echo
 from gateway.logs import LazyFlushStream, build_logger
 from gateway.server.exchange import ExchangeMiddleware, record_wire_rejection, request_id_of
@@ -98,7 +95,11 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
                 # for tests; handlers get theirs from the lifespan state.
                 app.state.services = services
                 with sigterm_drain(drain, settings.shutdown_grace_s, log), _startup_frozen():
-                    yield {"services": services, "openapi": OpenApiDocument(app.routes)}
+                    yield {
+                        "services": services,
+                        "v1": V1Pipeline(services),
+                        "openapi": OpenApiDocument(app.routes),
+                    }
         except SettingsError as exc:
             # Start-up refused (a pepper that does not match this Redis's): said once, plainly.
             app.state.startup_error = str(exc)
@@ -116,7 +117,7 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
             *anthropic.routes,
             *responses.routes,
             *uploads.routes,
-            *admin.routes,
+            *keys.routes,
             *teams.routes,
             *tokens.routes,
             *audit.routes,
@@ -124,8 +125,8 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
             *dead_letters.routes,
             *cache_admin.routes,
             *policy.routes,
-            *dashboard.routes,
-            *dashboard_manage.routes,
+            *home.routes,
+            *manage.routes,
             *ops.routes,
         ],
         lifespan=lifespan,

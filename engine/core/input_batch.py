@@ -61,6 +61,9 @@ class StepInputs:
     released_seq_ids: list[int] = field(default_factory=list)  # seeded and done
     prev_token_positions: np.ndarray = field(default_factory=lambda: _EMPTY)
     prev_token_indices: np.ndarray = field(default_factory=lambda: _EMPTY)
+    # every input token is the previous step's sampled token at the same index (a steady
+    # decode): the device takes those tokens as they are, without the gather
+    inputs_are_last_sampled: bool = False
     # structured outputs: the constrained rows' positions among the sampled rows and their
     # allowed tokens ([k, ceil(vocab / 32)] int32 bits), filled by the engine after `build`
     grammar_positions: np.ndarray = field(default_factory=lambda: _EMPTY)
@@ -98,19 +101,22 @@ class InputBatch:
         # which rows have one, so a step finds its constrained rows with one numpy gather
         self.matchers: list[GrammarMatcher | None] = [None] * max_num_seqs
         self.constrained = np.zeros(max_num_seqs, dtype=bool)
+        self.num_constrained = 0  # rows whose latest sequence has a grammar
         self.num_bitmask_words = -(-vocab_size // 32)
 
     def build(self, step: SchedulerOutput, released_seq_ids: list[int]) -> StepInputs:
         tables = self.block_tables
         rows: list[int] = []
         starts: list[int] = []
-        query_lens: list[int] = []
         input_ids: list[int] = []
         sampled: list[int] = []  # batch positions of the sampled sequences
         prev_positions: list[int] = []
         prev_indices: list[int] = []
         new_rows: list[RowSetup] = []
+        add_row, add_start, add_id = rows.append, starts.append, input_ids.append
         all_single = True
+        in_order = True
+        num_tokens = 0
         for position, item in enumerate(step.scheduled):
             seq = item.seq
             row = seq.row
@@ -122,23 +128,27 @@ class InputBatch:
             if seq.row_is_new:
                 new_rows.append(self._row_setup(seq))
                 self.matchers[row] = seq.grammar
-                self.constrained[row] = seq.grammar is not None
+                constrained = seq.grammar is not None
+                self.num_constrained += constrained - bool(self.constrained[row])
+                self.constrained[row] = constrained
                 seq.row_is_new = False
             start = seq.num_computed_tokens
             count = item.num_tokens
-            rows.append(row)
-            starts.append(start)
-            query_lens.append(count)
+            add_row(row)
+            add_start(start)
             if count == 1:
-                if start < len(seq.token_ids):
-                    input_ids.append(seq.token_ids[start])
+                token_ids = seq.token_ids
+                if start < len(token_ids):
+                    add_id(token_ids[start])
                 else:  # sampled last step, still on the device
-                    prev_positions.append(len(input_ids))
+                    in_order = in_order and seq.pending_index == num_tokens
+                    prev_positions.append(num_tokens)
                     prev_indices.append(seq.pending_index)
-                    input_ids.append(0)
+                    add_id(0)
             else:
                 all_single = False
                 input_ids.extend(seq.token_ids[start : start + count])
+            num_tokens += count
             if item.sample:
                 sampled.append(position)
 
@@ -152,7 +162,7 @@ class InputBatch:
             cu_seqlens = np.arange(len(rows) + 1, dtype=np.int32)
             max_query_len = 1
         else:
-            lens = np.array(query_lens, dtype=np.int32)
+            lens = np.array([item.num_tokens for item in step.scheduled], dtype=np.int32)
             cu_seqlens = np.zeros(len(rows) + 1, dtype=np.int32)
             np.cumsum(lens, out=cu_seqlens[1:])
             token_rows = np.repeat(rows_np, lens)
@@ -160,11 +170,15 @@ class InputBatch:
             positions = (np.arange(cu_seqlens[-1], dtype=np.int32) + offsets).astype(np.int32)
             context_lens = starts_np + lens
             max_query_len = int(lens.max())
-        slots = tables[token_rows, positions // size] * size + positions % size
+        blocks, in_block = np.divmod(positions, size)
+        slots = tables[token_rows, blocks] * size + in_block
         max_context_len = int(context_lens.max())
         width = -(-max_context_len // size)
-        sampled_np = np.array(sampled, dtype=np.int32)
-        sample_rows = rows_np[sampled_np]
+        if len(sampled) == len(rows):  # every sequence samples (a decode step)
+            sample_rows, logits_indices = rows_np, cu_seqlens[1:] - 1
+        else:
+            sampled_np = np.array(sampled, dtype=np.int32)
+            sample_rows, logits_indices = rows_np[sampled_np], cu_seqlens[1:][sampled_np] - 1
         inputs = StepInputs(
             input_ids=np.array(input_ids, dtype=np.int32),
             positions=positions,
@@ -174,17 +188,20 @@ class InputBatch:
             block_tables=tables[rows_np, :width],
             max_query_len=max_query_len,
             max_context_len=max_context_len,
-            logits_indices=cu_seqlens[1:][sampled_np] - 1,
+            logits_indices=logits_indices,
             sample_rows=sample_rows,
             block_copies=step.block_copies,
             new_rows=new_rows,
             released_seq_ids=list(released_seq_ids),
-            prev_token_positions=np.array(prev_positions, dtype=np.int32),
-            prev_token_indices=np.array(prev_indices, dtype=np.int32),
         )
-        constrained = np.flatnonzero(self.constrained[sample_rows])
-        if len(constrained):
-            self._fill_grammar(inputs, constrained)
+        if prev_positions:
+            inputs.prev_token_positions = np.array(prev_positions, dtype=np.int32)
+            inputs.prev_token_indices = np.array(prev_indices, dtype=np.int32)
+            inputs.inputs_are_last_sampled = in_order and len(prev_positions) == num_tokens
+        if self.num_constrained:
+            constrained = np.flatnonzero(self.constrained[sample_rows])
+            if len(constrained):
+                self._fill_grammar(inputs, constrained)
         return inputs
 
     def _fill_grammar(self, inputs: StepInputs, positions: np.ndarray) -> None:

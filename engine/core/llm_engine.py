@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,7 +207,7 @@ class LLMEngine:
 
     def _new_seq(self, request: Request, index: int) -> Sequence:
         # a seeded sequence's generator lives with the sampler (in the runner, on rank 0)
-        seq = Sequence(next(self._seq_ids), request, index)
+        seq = Sequence(next(self._seq_ids), request, index, self.eos_token_ids)
         if request.grammar is not None:
             seq.grammar = self.grammars.matcher(request.grammar)
         request.seqs.append(seq)
@@ -286,12 +287,13 @@ class LLMEngine:
             )
         return deltas
 
-    def step_core(self) -> StepOutput | None:
+    def step_core(self, before_wait: Callable[[], None] | None = None) -> StepOutput | None:
         """Schedule, launch and commit a step; return the tokens of the step that completed
-        (with asynchronous scheduling, the one launched before), or None."""
+        (with asynchronous scheduling, the one launched before), or None. `before_wait` is
+        called when the step thread is about to wait for the device."""
         step = self.scheduler.schedule()
         if step.is_empty:
-            out = self._drain()
+            out = self._drain(before_wait)
             self._record_gauges()
             return out
         inputs = self.input_batch.build(step, self._released_seq_ids)
@@ -305,14 +307,14 @@ class LLMEngine:
         previous, self._in_flight = self._in_flight, launched
         if previous is None:
             return None
-        return self._complete(previous.sampled, previous.handle.result())
+        return self._complete(previous.sampled, previous.handle.result(before_wait))
 
-    def _drain(self) -> StepOutput | None:
+    def _drain(self, before_wait: Callable[[], None] | None) -> StepOutput | None:
         """Nothing to schedule: read back the step in flight, if any."""
         previous, self._in_flight = self._in_flight, None
         if previous is None:
             return None
-        return self._complete(previous.sampled, previous.handle.result())
+        return self._complete(previous.sampled, previous.handle.result(before_wait))
 
     def _commit(self, step: SchedulerOutput) -> list[Sequence]:
         self.scheduler.commit(step)
@@ -335,27 +337,26 @@ class LLMEngine:
         """The step's tokens reached the host: append them, finish what must stop."""
         now = time.monotonic()
         tokens = result.token_ids
-        eos = self.eos_token_ids
         max_len = self.max_model_len
         finished: dict[int, str] = {}
         dropped: list[int] = []
-        for position, seq in enumerate(sampled):
+        for position, (seq, token) in enumerate(zip(sampled, tokens, strict=True)):
             if seq.status is SequenceStatus.FINISHED:
                 dropped.append(position)  # aborted or stopped while the step ran
                 continue
-            token = tokens[position]
-            seq.token_ids.append(token)
+            token_ids = seq.token_ids
+            token_ids.append(token)
             seq.num_pending -= 1
-            params = seq.params
-            num_output = len(seq.token_ids) - seq.num_prompt_tokens
+            num_tokens = len(token_ids)
             grammar = seq.grammar
             if grammar is not None and (not grammar.accept(token) or grammar.is_terminated):
                 finished[position] = "stop"  # the grammar ended (it allowed only EOS)
-            elif num_output >= params.min_tokens and (
-                token in params.stop_token_ids or (not params.ignore_eos and token in eos)
+            elif (
+                token in seq.stop_ids
+                and num_tokens - seq.num_prompt_tokens >= seq.params.min_tokens
             ):
                 finished[position] = "stop"
-            elif num_output >= params.max_tokens or len(seq.token_ids) >= max_len:
+            elif num_tokens >= seq.token_limit or num_tokens >= max_len:
                 finished[position] = "length"
         for position, reason in finished.items():
             seq = sampled[position]

@@ -12,6 +12,7 @@ tensor parallelism only rank 0 samples.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from math import inf
 from pathlib import Path
@@ -32,7 +33,7 @@ from engine.core.sampling_rows import SamplingRows
 from engine.errors import ConfigError
 from engine.kernels import resolve_backend
 from engine.kernels.reference import AttentionMetadata, plan_paged_attention
-from engine.layers.cpu_matmul import pack_model
+from engine.layers.kernel_choice import choose_kernels
 from engine.layers.linear import kv_heads_per_rank
 from engine.layers.sampler import Sampler, SamplerOutput
 from engine.loader import build_model, load_model_args
@@ -81,7 +82,10 @@ class StepHandle:
         return cls(None, None, None, 0)
 
     @classmethod
-    def start(cls, out: SamplerOutput, wanted: np.ndarray, device: torch.device) -> StepHandle:
+    def start(
+        cls, out: SamplerOutput, wanted: np.ndarray | None, device: torch.device
+    ) -> StepHandle:
+        """`wanted`: the logprobs each row asked for, when the sampler made logprobs."""
         if out.logprobs is None:
             packed, wanted_rows, k = out.token_ids, None, 0
         else:
@@ -105,10 +109,13 @@ class StepHandle:
         event.record()
         return cls(host, event, wanted_rows, k)
 
-    def result(self) -> StepResult:
+    def result(self, before_wait: Callable[[], None] | None = None) -> StepResult:
+        """The step's tokens; `before_wait` runs first if they are not on the host yet."""
         if self._host is None:
             return StepResult([], None)
         if self._event is not None:
+            if before_wait is not None and not self._event.query():
+                before_wait()
             self._event.synchronize()
         if self._wanted is None:
             return StepResult(self._host.tolist(), None)
@@ -139,30 +146,33 @@ class BatchInputs:
 
 
 class InputStaging:
-    """The step's int32 arrays packed into one buffer and copied to the device at once.
+    """The step's int32 arrays packed into one preallocated buffer (no allocation per step),
+    copied to the device at once.
 
-    On CUDA the buffer is pinned and there are two, used in turn: the copy of step k+1
-    is written while step k may still read its own (at most one step is in flight).
+    There are two buffers, used in turn: step k+1 is written while step k may still read
+    its own (at most one step is in flight). On CUDA they are pinned and the copy is
+    asynchronous; on the CPU the model reads the buffer itself.
     """
 
     def __init__(self, device: torch.device, capacity: int) -> None:
         self.device = device
         self._pinned = device.type == "cuda"
-        self._buffers = [self._new(capacity) for _ in range(2 if self._pinned else 0)]
+        self._buffers = [self._new(capacity) for _ in range(2)]
         self._turn = 0
 
-    def _new(self, capacity: int) -> torch.Tensor:
-        return torch.empty(capacity, dtype=torch.int32, pin_memory=self._pinned)
+    def _new(self, capacity: int) -> tuple[torch.Tensor, np.ndarray]:
+        buffer = torch.empty(capacity, dtype=torch.int32, pin_memory=self._pinned)
+        return buffer, buffer.numpy()
 
     def to_device(self, parts: list[np.ndarray]) -> torch.Tensor:
         total = sum(len(part) for part in parts)
-        if not self._pinned:
-            return torch.from_numpy(np.concatenate(parts))
         self._turn ^= 1
-        if self._buffers[self._turn].numel() < total:
+        if len(self._buffers[self._turn][1]) < total:
             self._buffers[self._turn] = self._new(2 * total)
-        staging = self._buffers[self._turn]
-        np.concatenate(parts, out=staging.numpy()[:total])
+        staging, host = self._buffers[self._turn]
+        np.concatenate(parts, out=host[:total])
+        if not self._pinned:
+            return staging[:total]
         return staging[:total].to(self.device, non_blocking=True)
 
 
@@ -192,9 +202,16 @@ class ModelRunner:
         self.model = build_model(
             model_path, self.args, self.device, self.dtype, self.backend, progress, self.tp,
             max_position=self.max_model_len,
+            keep_quantized=config.keeps_quantized(self.device, self.dtype),
         )  # fmt: skip
-        # the CPU's matmuls through oneDNN with packed weights (2-3x MKL's for decodes)
-        self.packed_bytes = pack_model(self.model) if self.device.type == "cpu" else 0
+        # each CPU linear's fastest method on this machine (timed once, cached); the bytes of
+        # weights held outside parameters: quantized planes, oneDNN's packed copies
+        self.packed_bytes = 0
+        if self.device.type == "cpu":
+            self.packed_bytes = choose_kernels(
+                self.model, config.resolve_kernel_cache_dir(), config.linear_kernel,
+                max_rows=config.max_num_batched_tokens, max_seqs=config.max_num_seqs,
+            )  # fmt: skip
         self._init_step_state()
         self.num_blocks = self._size_kv_pool()
         self.kv_cache = self._bind_kv_cache(self.num_blocks)
@@ -375,33 +392,37 @@ class ModelRunner:
     def _to_device(self, inputs: StepInputs) -> BatchInputs:
         t, b, s = inputs.num_tokens, inputs.num_seqs, inputs.num_sampled
         p = len(inputs.prev_token_positions)
+        # the arrays the model indexes with first (int64 on the device), then the int32 ones;
+        # cut apart by one split per dtype: every torch call costs host time each step
         packed = self._staging.to_device(
             [
                 inputs.input_ids,
                 inputs.positions,
                 inputs.slot_mapping,
-                inputs.cu_seqlens_q,
-                inputs.context_lens,
                 inputs.logits_indices,
                 inputs.sample_rows,
                 inputs.prev_token_positions,
                 inputs.prev_token_indices,
+                inputs.cu_seqlens_q,
+                inputs.context_lens,
                 inputs.block_tables.reshape(-1),
             ]
         )
-        ends = np.cumsum([t, t, t, b + 1, b, s, s, p, p])
-        longs = packed[: ends[2]].long()
+        num_longs = 3 * t + 2 * s + 2 * p
+        int32s = packed.split_with_sizes([num_longs, b + 1, b, inputs.block_tables.size])
+        longs = int32s[0].long().split_with_sizes([t, t, t, s, s, p, p])
         # from this step's real longest context (the torch reference ignores it)
         splits = choose_kv_splits(
             b, self.num_kv_heads, inputs.max_query_len, inputs.max_context_len, self.num_sms
         )
         meta = AttentionMetadata(
-            slot_mapping=longs[2 * t : 3 * t],
-            cu_seqlens_q=packed[ends[2] : ends[3]],
-            context_lens=packed[ends[3] : ends[4]],
-            block_tables=packed[ends[8] :].view(b, -1),
+            slot_mapping=longs[2],
+            cu_seqlens_q=int32s[1],
+            context_lens=int32s[2],
+            block_tables=int32s[3].view(b, -1),
             max_query_len=inputs.max_query_len,
             num_kv_splits=splits,
+            all_slots_valid=True,  # every slot comes from a block table: no padding
         )
         if self.backend == "torch":  # how its attention batches this step, once for all layers
             meta.torch_plan = plan_paged_attention(
@@ -413,15 +434,14 @@ class ModelRunner:
                 self.num_kv_heads,
                 self.args.head_dim,
             )
-        tail = packed[ends[4] : ends[8]].long()
         return BatchInputs(
-            input_ids=longs[:t],
-            positions=longs[t : 2 * t],
+            input_ids=longs[0],
+            positions=longs[1],
             meta=meta,
-            logits_indices=tail[:s],
-            sample_rows=tail[s : 2 * s],
-            prev_positions=tail[2 * s : 2 * s + p],
-            prev_indices=tail[2 * s + p :],
+            logits_indices=longs[3],
+            sample_rows=longs[4],
+            prev_positions=longs[5],
+            prev_indices=longs[6],
         )
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
@@ -445,6 +465,18 @@ class ModelRunner:
             )
         return self.model(batch.input_ids, batch.positions, batch.meta)
 
+    def _take_last_sampled(self, inputs: StepInputs, batch: BatchInputs) -> None:
+        """Decode inputs sampled by the step before are still on the device: fill them in."""
+        if not len(inputs.prev_token_positions):
+            return
+        last = self._last_sampled
+        assert last is not None, "no previous step to take tokens from"
+        if inputs.inputs_are_last_sampled:  # all of them, in order: no gather
+            t = inputs.num_tokens
+            batch.input_ids = last if last.shape[0] == t else last[:t]
+        else:
+            batch.input_ids[batch.prev_positions] = last[batch.prev_indices]
+
     @torch.inference_mode()
     def launch(self, inputs: StepInputs) -> StepHandle:
         """Start one step on the device; the handle's `result()` waits for its tokens."""
@@ -454,9 +486,7 @@ class ModelRunner:
             rows.setup(inputs.new_rows)
         self.copy_blocks(inputs.block_copies)
         batch = self._to_device(inputs)
-        if len(batch.prev_positions):  # decode inputs sampled by the step before, on device
-            assert self._last_sampled is not None, "no previous step to take tokens from"
-            batch.input_ids[batch.prev_positions] = self._last_sampled[batch.prev_indices]
+        self._take_last_sampled(inputs, batch)
         hidden = self._forward(batch, inputs)
         if not inputs.num_sampled:
             return StepHandle.empty()
@@ -473,7 +503,8 @@ class ModelRunner:
         out = self.sampler(logits, sampling)
         rows.record(inputs.sample_rows, batch.sample_rows, out.token_ids)
         self._last_sampled = out.token_ids
-        return StepHandle.start(out, rows.num_logprobs[inputs.sample_rows], self.device)
+        wanted = None if out.logprobs is None else rows.num_logprobs[inputs.sample_rows]
+        return StepHandle.start(out, wanted, self.device)
 
     def execute(self, inputs: StepInputs) -> StepResult:
         """Run one step to the end; returns one token per sampled row (none off rank 0)."""

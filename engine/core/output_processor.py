@@ -3,7 +3,8 @@
 The step thread hands over a `StepOutput` (the sequences sampled, their tokens, which of
 them finished by a stop token, EOS or length) and moves on. `process_step` runs where
 the client is: on the consumer's event loop for `AsyncEngine`, inline for the synchronous
-`LLMEngine.step`. It advances one `RequestState` per request (core/request_state.py): an
+`LLMEngine.step`; `process_steps` takes several steps at once (`AsyncEngine` hands a busy
+loop its steps in batches). It advances one `RequestState` per request (core/request_state.py): an
 incremental detokenizer per sample, the text not yet streamed (a suffix that could still
 become a stop string is held back), and the token ids and logprobs the client has seen. A
 stop string cuts the text before it (after it with `include_stop_str_in_output`) and
@@ -46,81 +47,86 @@ class RequestDelta:
 def process_step(
     out: StepOutput, states: Mapping[str, RequestState], stats: EngineStats | None
 ) -> tuple[list[tuple[RequestState, list[StreamOutput]]], list[tuple[str, int]]]:
-    """Turn a step's tokens into outputs for the requests in `states` (others are skipped).
+    """`process_steps` of one step."""
+    return process_steps([out], states, stats)
 
-    Returns each touched request's outputs (one per sample that got a token) and the
-    (request id, index) of every sample a stop string finished, for the engine to stop.
+
+def process_steps(
+    outs: list[StepOutput], states: Mapping[str, RequestState], stats: EngineStats | None
+) -> tuple[list[tuple[RequestState, list[StreamOutput]]], list[tuple[str, int]]]:
+    """Turn steps' tokens into outputs for the requests in `states` (others are skipped).
+
+    Returns each touched request's outputs (one per sample per step that gave it a token, in
+    step order) and the (request id, index) of every sample a stop string finished, for the
+    engine to stop.
     """
-    results: list[tuple[RequestState, list[StreamOutput]]] = []
-    grouped: dict[str, list[StreamOutput]] = {}  # requests with n > 1
+    touched: dict[RequestState, list[StreamOutput]] = {}
     stops: list[tuple[str, int]] = []
     first_token: list[float] = []
     inter_token: list[float] = []
     finished_requests: list[float] = []
-    now = out.time
-    logprobs = out.logprobs
-    finished = out.finished
-    for position, seq in enumerate(out.seqs):
-        request_id = seq.request.request_id
-        state = states.get(request_id)
-        if state is None:
-            continue
-        sample = state.samples[seq.index]
-        if sample.finish_reason is not None:
-            continue  # a stop string ended it; the engine has not heard yet
-        token = out.token_ids[position]
-        sample.token_ids.append(token)
-        entry = None if logprobs is None else logprobs[position]
-        if entry is not None:
-            sample.logprobs.append(entry)
-        first = sample.last_time is None
-        if first:
-            first_token.append(now - state.arrival_time)
-        else:
-            inter_token.append(now - sample.last_time)
-        sample.last_time = now
-        piece = sample.detokenizer.push(token)
-        reason = finished.get(position) if finished else None
-        params = state.params
-        if params.stop:
-            piece, stopped = _apply_stops(sample, piece, params, reason is not None)
-            if stopped:
-                reason = "stop"
-                stops.append((request_id, seq.index))
-        if piece:
-            sample.pieces.append(piece)
-        if reason is not None:
-            sample.finish_reason = reason
-            state.num_unfinished -= 1
-            if not state.num_unfinished:
-                finished_requests.append(now - state.arrival_time)
-        output = StreamOutput(
-            request_id,
-            seq.index,
-            piece,
-            [token],
-            None if params.logprobs is None else ([entry] if entry else []),
-            reason,
-            state.num_prompt_tokens,
-            len(sample.token_ids),
-            False,
-            now,
-            seq.scheduled_at if first else None,
-        )
-        if params.n == 1:
-            output.finished = reason is not None
-            results.append((state, [output]))
-        elif request_id in grouped:
-            grouped[request_id].append(output)
-        else:
-            grouped[request_id] = outputs = [output]
-            results.append((state, outputs))
-    if grouped:
-        for outputs in grouped.values():
-            outputs[-1].finished = states[outputs[-1].request_id].finished
+    add_inter_token = inter_token.append
+    for out in outs:
+        now = out.time
+        logprobs = out.logprobs
+        finished = out.finished
+        for position, (seq, token) in enumerate(zip(out.seqs, out.token_ids, strict=True)):
+            request_id = seq.request.request_id
+            state = states.get(request_id)
+            if state is None:
+                continue
+            sample = state.samples[seq.index]
+            if sample.finish_reason is not None:
+                continue  # a stop string ended it; the engine has not heard yet
+            sample.token_ids.append(token)
+            entry = None if logprobs is None else logprobs[position]
+            if entry is not None:
+                sample.logprobs.append(entry)
+            last_time = sample.last_time
+            if last_time is None:
+                first_token.append(now - state.arrival_time)
+            else:
+                add_inter_token(now - last_time)
+            sample.last_time = now
+            piece = sample.detokenizer.push(token)
+            reason = finished.get(position) if finished else None
+            params = state.params
+            if params.stop:
+                piece, stopped = _apply_stops(sample, piece, params, reason is not None)
+                if stopped:
+                    reason = "stop"
+                    stops.append((request_id, seq.index))
+            if piece:
+                sample.pieces.append(piece)
+            if reason is not None:
+                sample.finish_reason = reason
+                state.num_unfinished -= 1
+                if not state.num_unfinished:
+                    finished_requests.append(now - state.arrival_time)
+            output = StreamOutput(
+                request_id,
+                seq.index,
+                piece,
+                [token],
+                None if params.logprobs is None else ([entry] if entry else []),
+                reason,
+                len(state.prompt_token_ids),
+                len(sample.token_ids),
+                reason is not None and params.n == 1,
+                now,
+                seq.scheduled_at if last_time is None else None,
+            )
+            outputs = touched.get(state)
+            if outputs is None:
+                touched[state] = [output]
+            else:
+                outputs.append(output)
+    for state, outputs in touched.items():
+        if state.params.n > 1:  # the request's very last output says the request is done
+            outputs[-1].finished = state.finished
     if stats is not None and (first_token or inter_token or finished_requests):
         stats.record_latencies(first_token, inter_token, finished_requests)
-    return results, stops
+    return list(touched.items()), stops
 
 
 def _apply_stops(

@@ -16,6 +16,8 @@ in one copy.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import numpy as np
 import torch
 
@@ -49,6 +51,9 @@ class SamplingRows:
         self.counts = torch.zeros(max_rows, vocab_size, dtype=torch.int32, device=device)
         self.seen = torch.zeros(max_rows, vocab_size, dtype=torch.bool, device=device)
         self.generators: dict[int, torch.Generator] = {}  # seeded sequences, by seq_id
+        # The last step's batch (grammar aside) and its rows: a decode step samples the same
+        # rows as the one before until a row changes hands, so its settings are reused.
+        self._cached: _CachedBatch | None = None
 
     @property
     def state_bytes(self) -> int:
@@ -58,6 +63,8 @@ class SamplingRows:
     # --- rows changing hands -----------------------------------------------------------
 
     def setup(self, rows: list[RowSetup]) -> None:
+        if rows:
+            self._cached = None
         for setup in rows:
             row, params = setup.row, setup.params
             values, flags = self.values, self.flags
@@ -101,6 +108,8 @@ class SamplingRows:
         return torch.tensor(token_ids, dtype=torch.int64).to(self.device, non_blocking=True)
 
     def release(self, seq_ids: list[int]) -> None:
+        if seq_ids:
+            self._cached = None
         for seq_id in seq_ids:
             self.generators.pop(seq_id, None)
 
@@ -116,28 +125,43 @@ class SamplingRows:
     ) -> SamplingBatch:
         """The sampled rows' settings on the device (`rows_on_device`: the same rows, int64);
         `grammar_positions` (among `rows`) and their `grammar_bitmask` for constrained rows."""
+        cached = self._cached
+        if cached is None or cached.rows_key != rows.tobytes():
+            # its own copy of the rows: a step's input tensors are not kept past the step
+            rows_on_device = rows_on_device.clone()
+            cached = self._cached = self._batch(rows, rows_on_device, default_generator)
+        batch = cached.batch
+        if cached.uses_min_tokens:  # who is under min_tokens changes as tokens are made
+            under_min = self.num_output[rows] < self.min_tokens[rows]
+            banned = self._banned_mask(rows, under_min) if under_min.any() else None
+            batch = replace(batch, banned=banned)
+        grammar = self._grammar(grammar_positions, grammar_bitmask)
+        if grammar is not None:
+            batch = replace(batch, grammar=grammar)
+        return batch
+
+    def _batch(
+        self, rows: np.ndarray, rows_on_device: torch.Tensor, default_generator: torch.Generator
+    ) -> _CachedBatch:
         uses = self.flags[:, rows].any(axis=1)
         values = torch.from_numpy(self.values[:, rows])
         if self.device.type == "cuda":
             values = values.pin_memory().to(self.device, non_blocking=True)
         greedy = self.values[GREEDY, rows]
         all_greedy = bool(greedy.all())
-        counted = repetition = banned = None
+        counted = repetition = None
         # the sampler gathers the rows it needs of the state tables on the device
         if uses[USES_PENALTIES]:
             presence, frequency = values[PRESENCE], values[FREQUENCY]
             counted = CountPenalties(presence, frequency, self.counts, rows_on_device)
         if uses[USES_REPETITION]:
             repetition = RepetitionPenalty(values[REPETITION], self.seen, rows_on_device)
-        under_min = self.num_output[rows] < self.min_tokens[rows]
-        if under_min.any():
-            banned = self._banned_mask(rows, under_min)
         seeded = []
         if uses[SEEDED]:
             for position in np.flatnonzero(self.flags[SEEDED, rows]).tolist():
                 seeded.append((position, self.generators[int(self.seq_ids[rows[position]])]))
         wanted = int(self.num_logprobs[rows].max()) if len(rows) else -1
-        return SamplingBatch(
+        batch = SamplingBatch(
             temperatures=values[TEMPERATURE],
             greedy=values[GREEDY] > 0.5,
             all_greedy=all_greedy,
@@ -146,12 +170,19 @@ class SamplingRows:
             min_p=values[MIN_P] if uses[USES_MIN_P] else None,
             count_penalties=counted,
             repetition=repetition,
-            banned=banned,
+            banned=None,
             seeded=seeded,
             default_generator=default_generator,
             num_logprobs=max(wanted, 1) if wanted >= 0 else 0,
-            grammar=self._grammar(grammar_positions, grammar_bitmask),
             logit_bias=self._logit_bias(rows) if uses[USES_BIAS] else None,
+        )
+        return _CachedBatch(
+            rows_key=rows.tobytes(),
+            num_rows=len(rows),
+            batch=batch,
+            uses_min_tokens=bool(self.min_tokens[rows].any()),
+            counts_tokens=bool(uses[USES_PENALTIES]),
+            marks_seen=bool(uses[USES_REPETITION]),
         )
 
     def _grammar(
@@ -195,13 +226,26 @@ class SamplingRows:
         return mask
 
     def record(self, rows: np.ndarray, rows_on_device: torch.Tensor, tokens: torch.Tensor) -> None:
-        """The step sampled `tokens` for `rows`: count and mark them on the device (penalties).
+        """The step sampled `tokens` for `rows` (the rows of the last `batch`): count and mark
+        them on the device (penalties).
 
         Rows without the penalty are written too (one scatter, no host-side selection):
         `setup` clears a row's state before a sequence that uses it."""
         self.num_output[rows] += 1
-        if self.flags[USES_PENALTIES, rows].any():
+        cached = self._cached
+        assert cached is not None and cached.num_rows == len(rows), "record follows batch"
+        if cached.counts_tokens:
             ones = torch.ones_like(tokens, dtype=torch.int32)
             self.counts.index_put_((rows_on_device, tokens), ones, accumulate=True)
-        if self.flags[USES_REPETITION, rows].any():
+        if cached.marks_seen:
             self.seen[rows_on_device, tokens] = True
+
+
+@dataclass
+class _CachedBatch:
+    rows_key: bytes  # the rows' bytes: compared with the next step's
+    num_rows: int
+    batch: SamplingBatch  # without a grammar mask or min_tokens bans (made per step)
+    uses_min_tokens: bool  # a row has min_tokens: its bans are checked every step
+    counts_tokens: bool  # presence/frequency penalties: `record` counts the tokens
+    marks_seen: bool  # repetition penalty: `record` marks the tokens seen

@@ -157,30 +157,37 @@ class Scheduler:
         running = SequenceStatus.RUNNING
         size = self.block_manager.block_size
         blocks = self.block_manager.blocks
+        max_len = self.max_model_len
         for seq in tuple(self.running):
             if budget <= 0:
                 break
             if seq.status is not running:
                 continue  # preempted by an older sequence this step
             computed = seq.num_computed_tokens
-            remaining = seq.compute_target() - computed
+            pending = seq.num_pending
+            num_tokens = len(seq.token_ids) + pending  # `seq.num_tokens`, inlined: hot loop
+            forking = seq.request.pending_forks
+            remaining = (seq.compute_target() if forking else num_tokens) - computed
             if remaining != 1:
                 if remaining > 1:
                     prefills.append(seq)
                 continue
-            if seq.num_pending and (seq.grammar is not None or self._reaches_a_limit(seq)):
+            if pending and (
+                seq.grammar is not None or num_tokens >= seq.token_limit or num_tokens >= max_len
+            ):
                 # its last token is in flight: it finishes when that lands, or (structured
                 # outputs) its grammar must see it before the next token's mask is made
                 continue
             table = seq.block_table
             if computed < len(table) * size and blocks[table[computed // size]].ref_count == 1:
                 # the common decode: room in its own last block, nothing to allocate
-                chosen[seq.seq_id] = ScheduledSeq(
-                    seq,
-                    1,
-                    sample=not seq.request.pending_forks,
-                    is_prefill=computed < seq.num_prompt_tokens,
-                )
+                if forking or computed < seq.num_prompt_tokens:
+                    entry = ScheduledSeq(seq, 1, not forking, computed < seq.num_prompt_tokens)
+                else:  # the same every step: made once per sequence
+                    entry = seq.decode_entry
+                    if entry is None:
+                        entry = seq.decode_entry = ScheduledSeq(seq, 1, True, False)
+                chosen[seq.seq_id] = entry
                 budget -= 1
                 continue
             budget = self._schedule(seq, 1, budget, chosen, copies, out, is_decode=True)
@@ -203,11 +210,6 @@ class Scheduler:
         if copies:
             out.block_copies = [pair for seq_copies in copies.values() for pair in seq_copies]
         return out
-
-    def _reaches_a_limit(self, seq: Sequence) -> bool:
-        return seq.num_output_tokens >= seq.params.max_tokens or seq.num_tokens >= (
-            self.max_model_len
-        )
 
     def _schedule(
         self,
@@ -355,25 +357,27 @@ class Scheduler:
         register = self.block_manager.register_full_blocks
         size = self.block_manager.block_size
         sampled = step.sampled
-        request_ids = step.request_ids
+        add_sampled = sampled.append
+        add_request_id = step.request_ids.append
         tokens = 0
         for item in step.scheduled:
             seq = item.seq
             request = seq.request
-            request_ids.append(request.request_id)
-            seq.num_computed_tokens = computed = seq.num_computed_tokens + item.num_tokens
-            tokens += item.num_tokens
+            add_request_id(request.request_id)
+            count = item.num_tokens
+            seq.num_computed_tokens = computed = seq.num_computed_tokens + count
+            tokens += count
             if item.is_prefill:
                 step.num_prefill_seqs += 1
-                step.num_prefill_tokens += item.num_tokens
+                step.num_prefill_tokens += count
                 if request.pending_forks and computed == seq.compute_target():
                     step.ready_to_fork.append(request)
             if item.sample:
                 seq.num_pending += 1  # 2 for a moment: the step before is read back next
                 seq.pending_index = len(sampled)
-                sampled.append(seq)
-            if caching and (len(seq.block_hashes) + 1) * size <= computed:
-                register(seq)  # a block filled up (hashed once its tokens are all known)
+                add_sampled(seq)
+            if caching and (len(seq.block_hashes) + 1) * size <= min(computed, len(seq.token_ids)):
+                register(seq)  # a block filled up and its tokens are all on the host
         self.num_running_tokens += tokens
 
     def finish(self, seq: Sequence) -> None:

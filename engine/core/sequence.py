@@ -17,6 +17,7 @@ from engine.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from engine.core.request_state import RequestState
+    from engine.core.scheduler import ScheduledSeq
     from engine.structured.compiler import CompiledGrammar
     from engine.structured.matcher import GrammarMatcher
 
@@ -28,7 +29,13 @@ class SequenceStatus(enum.Enum):
 
 
 class Sequence:
-    def __init__(self, seq_id: int, request: Request, index: int) -> None:
+    def __init__(
+        self,
+        seq_id: int,
+        request: Request,
+        index: int,
+        eos_token_ids: frozenset[int] = frozenset(),
+    ) -> None:
         self.seq_id = seq_id
         self.request = request
         self.params = request.params
@@ -36,6 +43,11 @@ class Sequence:
         self.age = (request.arrival_time, seq_id)  # older first: scheduling, preemption
         self.token_ids: list[int] = list(request.prompt_token_ids)
         self.num_prompt_tokens = len(request.prompt_token_ids)
+        self.token_limit = self.num_prompt_tokens + self.params.max_tokens  # max_tokens reached
+        # the tokens that end it once it has min_tokens: stop ids, and EOS unless ignored
+        self.stop_ids = frozenset(self.params.stop_token_ids)
+        if not self.params.ignore_eos:
+            self.stop_ids |= eos_token_ids
         self.status = SequenceStatus.WAITING
         self.block_table: list[int] = []
         self.num_computed_tokens = 0  # tokens whose K/V are in the cache
@@ -54,6 +66,8 @@ class Sequence:
         self.synced_blocks = 0  # block-table entries already written to the row
         # structured outputs: this sample's grammar state, advanced by each token on the host
         self.grammar: GrammarMatcher | None = None
+        # the scheduler's entry for a plain decode of this sequence (one token, sampled)
+        self.decode_entry: ScheduledSeq | None = None
 
     @property
     def num_tokens(self) -> int:

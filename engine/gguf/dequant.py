@@ -40,17 +40,17 @@ BLOCK_LAYOUT: dict[str, tuple[int, int]] = {
 }
 
 
-def _f16(blocks: torch.Tensor, start: int) -> torch.Tensor:
+def block_f16(blocks: torch.Tensor, start: int) -> torch.Tensor:
     """The fp16 at byte `start` of every block, as a float32 column."""
     return blocks[:, start : start + 2].contiguous().view(torch.float16).float()
 
 
-def _nibbles(packed: torch.Tensor) -> torch.Tensor:
+def low_then_high_nibbles(packed: torch.Tensor) -> torch.Tensor:
     """[n, k] bytes -> [n, 2k]: all low nibbles first, then all high nibbles (ggml's order)."""
     return torch.cat([packed & 0x0F, packed >> 4], dim=-1)
 
 
-def _bits(packed: torch.Tensor, width: int) -> torch.Tensor:
+def bit_fields(packed: torch.Tensor, width: int) -> torch.Tensor:
     """[n, k] bytes -> [n, 8/width, k]: field i of every byte is bits [i*width, (i+1)*width)."""
     shifts = torch.arange(0, 8, width, dtype=torch.uint8, device=packed.device)
     mask = (1 << width) - 1
@@ -58,34 +58,34 @@ def _bits(packed: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def _q8_0(b: torch.Tensor) -> torch.Tensor:
-    return b[:, 2:].contiguous().view(torch.int8).float() * _f16(b, 0)
+    return b[:, 2:].contiguous().view(torch.int8).float() * block_f16(b, 0)
 
 
 def _q4_0(b: torch.Tensor) -> torch.Tensor:
-    q = _nibbles(b[:, 2:]).to(torch.int8) - 8
-    return _f16(b, 0) * q.float()
+    q = low_then_high_nibbles(b[:, 2:]).to(torch.int8) - 8
+    return block_f16(b, 0) * q.float()
 
 
 def _q4_1(b: torch.Tensor) -> torch.Tensor:
-    return _f16(b, 0) * _nibbles(b[:, 4:]).float() + _f16(b, 2)
+    return block_f16(b, 0) * low_then_high_nibbles(b[:, 4:]).float() + block_f16(b, 2)
 
 
-def _fifth_bits(qh: torch.Tensor) -> torch.Tensor:
+def fifth_bits(qh: torch.Tensor) -> torch.Tensor:
     """Q5_0/Q5_1: 4 bytes, bit j (little-endian) is the fifth bit of value j."""
-    return _bits(qh, 1).transpose(-1, -2).reshape(qh.shape[0], QK)
+    return bit_fields(qh, 1).transpose(-1, -2).reshape(qh.shape[0], QK)
 
 
 def _q5_0(b: torch.Tensor) -> torch.Tensor:
-    q = _nibbles(b[:, 6:]) | (_fifth_bits(b[:, 2:6]) << 4)
-    return _f16(b, 0) * (q.to(torch.int8) - 16).float()
+    q = low_then_high_nibbles(b[:, 6:]) | (fifth_bits(b[:, 2:6]) << 4)
+    return block_f16(b, 0) * (q.to(torch.int8) - 16).float()
 
 
 def _q5_1(b: torch.Tensor) -> torch.Tensor:
-    q = _nibbles(b[:, 8:]) | (_fifth_bits(b[:, 4:8]) << 4)
-    return _f16(b, 0) * q.float() + _f16(b, 2)
+    q = low_then_high_nibbles(b[:, 8:]) | (fifth_bits(b[:, 4:8]) << 4)
+    return block_f16(b, 0) * q.float() + block_f16(b, 2)
 
 
-def _k_scale_min(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def k_scale_min(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Q4_K/Q5_K: 12 bytes -> eight 6-bit scales and eight 6-bit mins."""
     low, high, extra = packed[:, 0:4], packed[:, 4:8], packed[:, 8:12]
     scales = torch.cat([low & 0x3F, (extra & 0x0F) | ((low >> 2) & 0x30)], dim=-1)
@@ -96,43 +96,43 @@ def _k_scale_min(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def _q2_k(b: torch.Tensor) -> torch.Tensor:
     n = b.shape[0]
     scales, qs = b[:, :16], b[:, 16:80]
-    d, dmin = _f16(b, 80), _f16(b, 82)
+    d, dmin = block_f16(b, 80), block_f16(b, 82)
     dl = (d * (scales & 0x0F).float()).view(n, 16, 1)
     ml = (dmin * (scales >> 4).float()).view(n, 16, 1)
     # two halves of 32 bytes; in each, 2-bit field i of byte j is value 32*i + j
-    q = _bits(qs.view(n, 2, 32), 2).reshape(n, 16, 16).float()
+    q = bit_fields(qs.view(n, 2, 32), 2).reshape(n, 16, 16).float()
     return (dl * q - ml).view(n, QK_K)
 
 
 def _q3_k(b: torch.Tensor) -> torch.Tensor:
     n = b.shape[0]
     hmask, qs, packed = b[:, :32], b[:, 32:96], b[:, 96:108]
-    d = _f16(b, 108)
-    low = _nibbles(packed[:, :8])  # 16 low 4-bit parts
-    high = _bits(packed[:, 8:12], 2).reshape(n, 16)  # 16 high 2-bit parts
+    d = block_f16(b, 108)
+    low = low_then_high_nibbles(packed[:, :8])  # 16 low 4-bit parts
+    high = bit_fields(packed[:, 8:12], 2).reshape(n, 16)  # 16 high 2-bit parts
     scales = ((low | (high << 4)).to(torch.int8) - 32).float()
     dl = (d * scales).view(n, 16, 1)
-    ql = _bits(qs.view(n, 2, 32), 2).reshape(n, 16, 16)
+    ql = bit_fields(qs.view(n, 2, 32), 2).reshape(n, 16, 16)
     # the high bit is a *minus four* when the mask bit is clear
-    qh = _bits(hmask, 1).reshape(n, 16, 16) ^ 1
+    qh = bit_fields(hmask, 1).reshape(n, 16, 16) ^ 1
     q = (ql.to(torch.int8) - (qh << 2).to(torch.int8)).float()
     return (dl * q).view(n, QK_K)
 
 
 def _q4_k(b: torch.Tensor) -> torch.Tensor:
     n = b.shape[0]
-    d, dmin = _f16(b, 0), _f16(b, 2)
-    scales, mins = _k_scale_min(b[:, 4:16])
-    q = _nibbles(b[:, 16:].reshape(n, 4, 32)).view(n, 8, 32).float()
+    d, dmin = block_f16(b, 0), block_f16(b, 2)
+    scales, mins = k_scale_min(b[:, 4:16])
+    q = low_then_high_nibbles(b[:, 16:].reshape(n, 4, 32)).view(n, 8, 32).float()
     return ((d * scales).view(n, 8, 1) * q - (dmin * mins).view(n, 8, 1)).view(n, QK_K)
 
 
 def _q5_k(b: torch.Tensor) -> torch.Tensor:
     n = b.shape[0]
-    d, dmin = _f16(b, 0), _f16(b, 2)
-    scales, mins = _k_scale_min(b[:, 4:16])
-    qh = _bits(b[:, 16:48], 1).view(n, 8, 32)  # bit i of byte j: fifth bit of value 32*i + j
-    ql = _nibbles(b[:, 48:].reshape(n, 4, 32)).view(n, 8, 32)
+    d, dmin = block_f16(b, 0), block_f16(b, 2)
+    scales, mins = k_scale_min(b[:, 4:16])
+    qh = bit_fields(b[:, 16:48], 1).view(n, 8, 32)  # bit i of byte j: fifth bit of value 32*i + j
+    ql = low_then_high_nibbles(b[:, 48:].reshape(n, 4, 32)).view(n, 8, 32)
     q = (ql | (qh << 4)).float()
     return ((d * scales).view(n, 8, 1) * q - (dmin * mins).view(n, 8, 1)).view(n, QK_K)
 
@@ -141,9 +141,9 @@ def _q6_k(b: torch.Tensor) -> torch.Tensor:
     n = b.shape[0]
     ql, qh = b[:, :128], b[:, 128:192]
     scales = b[:, 192:208].contiguous().view(torch.int8).float()
-    d = (_f16(b, 208) * scales).view(n, 16, 1)
-    low = _nibbles(ql.reshape(n, 2, 64)).view(n, 8, 32)
-    high = _bits(qh.reshape(n, 2, 32), 2).reshape(n, 8, 32)
+    d = (block_f16(b, 208) * scales).view(n, 16, 1)
+    low = low_then_high_nibbles(ql.reshape(n, 2, 64)).view(n, 8, 32)
+    high = bit_fields(qh.reshape(n, 2, 32), 2).reshape(n, 8, 32)
     q = ((low | (high << 4)).to(torch.int8) - 32).view(n, 16, 16).float()
     return (d * q).view(n, QK_K)
 

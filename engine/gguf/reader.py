@@ -2,7 +2,8 @@
 
 `GGUFCheckpoint(path)` maps llama.cpp's metadata to HF `config.json` fields (`hf_config()`) and
 its tensors to HF names and file offsets (`tensor_table()`); `GGUFWeights(path, table)` then
-reads them through a memory map, dequantized to float32 one at a time by `engine.gguf.dequant`. llama.cpp stores the Llama q/k projections with their rows permuted for
+reads them through a memory map, dequantized to float32 one at a time by `engine.gguf.dequant`,
+or kept in their quantized blocks (`engine.gguf.planes`) for the layers that multiply by them. llama.cpp stores the Llama q/k projections with their rows permuted for
 its rotary layout; they are put back here. Supported architectures: llama (Llama, Mistral,
 SmolLM), qwen2 and qwen3. Anything this engine would compute wrongly (another architecture, a
 RoPE scaling it does not implement, per-dimension `rope_freqs`) is a `LoaderError` that names
@@ -21,7 +22,9 @@ import torch
 
 from engine.errors import LoaderError
 from engine.gguf.dequant import dequantize
-from engine.layers.linear import TensorSource
+from engine.gguf.planes import KEPT_TYPES, quantized_weight
+from engine.layers.linear import QuantizedSource, TensorSource, WeightSource
+from engine.quant.weight import QuantizedWeight
 
 # GGUF `general.architecture` -> HF `architectures[0]`
 ARCHITECTURES = {
@@ -214,8 +217,9 @@ class GGUFWeights:
     def __len__(self) -> int:
         return len(self.table)
 
-    def tensors(self) -> Iterator[tuple[str, TensorSource]]:
-        """(HF name, float32 tensor) for every tensor the engine uses, read one at a time."""
+    def tensors(self, keep_quantized: bool = False) -> Iterator[tuple[str, WeightSource]]:
+        """(HF name, float32 tensor) for every tensor the engine uses, read one at a time;
+        with `keep_quantized`, 2-D weights of a quantized type come as a `QuantizedSource`."""
         try:
             mapped = np.memmap(self.path, dtype=np.uint8, mode="r")
         except OSError as exc:
@@ -225,6 +229,17 @@ class GGUFWeights:
             if start + size > mapped.shape[0]:
                 raise LoaderError(f"GGUF tensor {entry['gguf_name']!r} lies past the end of file")
             raw = torch.from_numpy(np.array(mapped[start : start + size]))
+            shape = tuple(entry["shape"])
+            if keep_quantized and entry["type"] in KEPT_TYPES and len(shape) == 2:
+                weight = quantized_weight(raw, entry["type"], shape)
+                if entry["rotary_heads"]:
+                    weight = QuantizedWeight(
+                        *(unpermute_rotary_rows(plane, entry["rotary_heads"]) for plane in
+                          (weight.codes, weight.scales, weight.offsets)),
+                        weight.bits, weight.group_size, weight.source_format,
+                    )  # fmt: skip
+                yield entry["name"], QuantizedSource(weight)
+                continue
             try:
                 values = dequantize(raw, entry["type"], tuple(entry["shape"]))
             except LoaderError as exc:

@@ -37,13 +37,15 @@ def store_kv(
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
     backend: Backend = "torch",
+    all_slots_valid: bool = False,
 ) -> None:
+    """``all_slots_valid``: no slot is -1 (padding), so the torch path looks for none."""
     if backend == "triton":
         from engine.kernels.kv_store import store_kv_triton
 
         store_kv_triton(key, value, k_cache, v_cache, slot_mapping)
     else:
-        store_kv_ref(key, value, k_cache, v_cache, slot_mapping)
+        store_kv_ref(key, value, k_cache, v_cache, slot_mapping, all_slots_valid)
 
 
 def paged_attention(

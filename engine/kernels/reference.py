@@ -19,17 +19,21 @@ def store_kv_ref(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
+    all_slots_valid: bool = False,
 ) -> None:
-    """Write ``key``/``value`` ``[num_tokens, num_kv_heads, head_dim]`` into their slots."""
+    """Write ``key``/``value`` ``[num_tokens, num_kv_heads, head_dim]`` into their slots;
+    ``all_slots_valid``: the caller knows no slot is padding, so none is looked for."""
     num_blocks, block_size, num_kv_heads, head_dim = k_cache.shape
     flat_k = k_cache.view(num_blocks * block_size, num_kv_heads, head_dim)
     flat_v = v_cache.view(num_blocks * block_size, num_kv_heads, head_dim)
-    slots = slot_mapping.long()
-    if not bool((slots >= 0).all()):  # padding rows: keep the others
+    slots = slot_mapping if slot_mapping.dtype == torch.int64 else slot_mapping.long()
+    if not all_slots_valid and not bool((slots >= 0).all()):  # padding rows: keep the others
         valid = slots >= 0
         slots, key, value = slots[valid], key[valid], value[valid]
-    flat_k.index_copy_(0, slots, key.to(k_cache.dtype))
-    flat_v.index_copy_(0, slots, value.to(v_cache.dtype))
+    if key.dtype != k_cache.dtype:
+        key, value = key.to(k_cache.dtype), value.to(v_cache.dtype)
+    flat_k.index_copy_(0, slots, key)
+    flat_v.index_copy_(0, slots, value)
 
 
 # Elements of one batched attention's largest temporary (scores, or gathered keys): 32 MiB
@@ -78,6 +82,7 @@ class AttentionMetadata:
     max_query_len: int | None = None  # the longest run of new tokens; None: read on the host
     num_kv_splits: int | None = None  # flash-decoding splits (Triton); None: the kernel picks
     torch_plan: PagedAttentionPlan | None = None  # the torch path's layout, once per step
+    all_slots_valid: bool = False  # no slot is -1 (padding): the torch path checks none
 
 
 def plan_paged_attention(
@@ -213,18 +218,19 @@ def paged_attention_ref(
         # [n, kv_heads, keys, head_dim], strided: SDPA reads it as it is
         k = flat_k.index_select(0, g.slots).view(n, keys, num_kv_heads, head_dim)
         v = flat_v.index_select(0, g.slots).view(n, keys, num_kv_heads, head_dim)
-        k, v = k.transpose(1, 2).float(), v.transpose(1, 2).float()
+        k, v = _fp32(k.transpose(1, 2)), _fp32(v.transpose(1, 2))
         # query head h uses kv head h // group: a kv head's query heads are its query rows
         if rows == 1:
             q = query[:n] if g.in_order else query.index_select(0, g.first)
-            q = q.float().reshape(n, num_kv_heads, group, head_dim)
+            q = _fp32(q).reshape(n, num_kv_heads, group, head_dim)
         else:
             assert g.tokens is not None and g.real is not None
-            q = query[g.tokens].float().view(n, rows, num_kv_heads, group, head_dim)
+            q = _fp32(query[g.tokens]).view(n, rows, num_kv_heads, group, head_dim)
             q = q.permute(0, 2, 3, 1, 4).reshape(n, num_kv_heads, group * rows, head_dim)
         attended = F.scaled_dot_product_attention(q, k, v, attn_mask=g.mask, scale=scale)
         if out is None:
-            return attended.reshape(n, num_heads, head_dim).to(query.dtype)
+            attended = attended.reshape(n, num_heads, head_dim)
+            return attended if attended.dtype == query.dtype else attended.to(query.dtype)
         if rows == 1:
             out.index_copy_(0, g.first, attended.reshape(n, num_heads, head_dim).to(out.dtype))
             continue
@@ -247,10 +253,18 @@ def rms_norm_ref(
     """
     if residual is not None:
         x = x + residual
-    x32 = x.float()
-    normed = (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    x32 = _fp32(x)
+    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    if normed.dtype != x.dtype:
+        normed = normed.to(x.dtype)
     out = weight * normed
     return out if residual is None else (out, x)
+
+
+def _fp32(x: torch.Tensor) -> torch.Tensor:
+    """``x.float()`` without the call when it is float32 already (every call costs host time
+    on each layer of each step)."""
+    return x if x.dtype == torch.float32 else x.float()
 
 
 def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:

@@ -43,6 +43,7 @@ class Attention(nn.Module):
             self.v_cache,
             meta.slot_mapping,
             self.backend,
+            meta.all_slots_valid,
         )
         out = kernels.paged_attention(
             q.contiguous(), self.k_cache, self.v_cache, meta, self.scale, self.backend

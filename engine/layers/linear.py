@@ -10,6 +10,7 @@ all-gathers, and only when `tp_size > 1`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
@@ -18,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.errors import WeightShapeError
-from engine.layers import cpu_matmul
+from engine.quant.weight import QuantizedWeight, concat_rows
 
 SERVABLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -49,6 +50,26 @@ class TensorSource:
 
     def full(self) -> torch.Tensor:
         return self.tensor
+
+
+class QuantizedSource:
+    """A checkpoint weight kept quantized; `full()`/`narrow()` dequantize it for a layer that
+    holds float weights (another device, tensor parallelism, `quantization: none`)."""
+
+    def __init__(self, weight: QuantizedWeight) -> None:
+        self.weight = weight
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.weight.shape
+
+    def narrow(self, dim: int, start: int, length: int) -> torch.Tensor:
+        if dim == 0:
+            return self.weight.rows(start, length).dequantize()
+        return self.full().narrow(dim, start, length)
+
+    def full(self) -> torch.Tensor:
+        return self.weight.dequantize()
 
 
 def as_source(loaded: WeightSource | torch.Tensor) -> WeightSource:
@@ -137,32 +158,70 @@ class _RankLoaded(nn.Module):
         loaded: WeightSource | torch.Tensor,
         shard_id: ShardId = None,
     ) -> None:
-        """Copy this rank's part of ``loaded`` into ``param``."""
+        """Copy this rank's part of ``loaded`` into ``param`` (or keep it quantized)."""
+        if isinstance(loaded, QuantizedSource) and param is getattr(self, "weight", None):
+            self._hold_quantized(loaded.weight, shard_id)
+            return
         self._load(param, as_source(loaded), shard_id)
 
     def _load(self, param: nn.Parameter, source: WeightSource, shard_id: ShardId) -> None:
         """Each layer kind defines which slice of ``source`` this rank keeps (abstract)."""
         raise NotImplementedError(f"{type(self).__name__} does not say how it loads weights")
 
+    def _quantized_rows(self, shard_id: ShardId) -> int:
+        """Where the rows of part `shard_id` start in the (fused) weight; 0 when unfused."""
+        return 0
 
-class _CpuPacked:
-    """A layer that multiplies by its `weight`, through oneDNN's packed copy once made."""
+    def _hold_quantized(self, part: QuantizedWeight, shard_id: ShardId) -> None:
+        if self.tp_size != 1:
+            raise WeightShapeError("quantized weights are kept only without tensor parallelism")
+        if part.shape[1] != self.weight.shape[1]:
+            raise WeightShapeError(f"expected {self.weight.shape[1]} inputs, got {part.shape[1]}")
+        parts = self.__dict__.setdefault("_quantized_parts", {})
+        parts[self._quantized_rows(shard_id)] = part
+
+    def finish_quantized(self) -> bool:
+        """After loading: stack the quantized parts into `quantized` and drop the float
+        placeholder; False when the weight came as floats."""
+        parts: dict[int, QuantizedWeight] = self.__dict__.pop("_quantized_parts", {})
+        if not parts:
+            return False
+        rows = 0
+        for start in sorted(parts):
+            if start != rows:
+                raise WeightShapeError(f"quantized rows {rows}..{start} are missing")
+            rows += parts[start].shape[0]
+        if rows != self.weight.shape[0]:
+            raise WeightShapeError(f"expected {self.weight.shape[0]} rows, got {rows}")
+        ordered = [parts[start] for start in sorted(parts)]
+        self.quantized = ordered[0] if len(ordered) == 1 else concat_rows(ordered)
+        self.weight.data = torch.empty(0, dtype=self.weight.dtype, device=self.weight.device)
+        return True
+
+
+class LinearMethod(Protocol):
+    """How a layer multiplies: chosen at load (`engine.layers.kernel_choice`)."""
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor: ...
+
+
+class _Multiplied:
+    """A layer that multiplies by its weight: `F.linear`, or the `method` chosen at load for
+    the machine (oneDNN's packed copy, a quantized kernel, ...)."""
 
     weight: nn.Parameter
-    packed: torch.Tensor | None = None  # oneDNN's copy of the weight (CPU)
-
-    def pack_for_cpu(self) -> bool:
-        """After loading: multiply through oneDNN's packed copy of the weight, if it can."""
-        self.packed = cpu_matmul.pack(self.weight)
-        return self.packed is not None
+    quantized: QuantizedWeight | None = None  # the weight, when kept quantized
+    method: LinearMethod | None = None
 
     def _linear(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        if self.packed is not None:
-            return cpu_matmul.packed_linear(x, self.packed, bias)
+        if self.method is not None:
+            return self.method(x, bias)
+        if self.quantized is not None:  # the reference, before any kernel was chosen
+            return F.linear(x, self.quantized.dequantize().to(x.dtype), bias)
         return F.linear(x, self.weight, bias)
 
 
-class _ShardedLinear(_CpuPacked, _RankLoaded):
+class _ShardedLinear(_Multiplied, _RankLoaded):
     """Holds this rank's `[out_local, in_local]` weight; subclasses say how to slice."""
 
     def __init__(self, in_local: int, out_local: int, bias: bool, tp: ParallelSpec) -> None:
@@ -231,6 +290,10 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
         target = param.data.narrow(0, sum(local_sizes[:shard_id]), size)
         _copy_rank_part(target, source, 0, self.output_sizes[shard_id], self.tp_rank * size)
 
+    def _quantized_rows(self, shard_id: ShardId) -> int:
+        assert isinstance(shard_id, int)
+        return sum(self.output_sizes[:shard_id])
+
 
 class QKVParallelLinear(_ShardedLinear):
     """q, k and v projections fused; heads (not rows) are what gets split across ranks.
@@ -278,6 +341,10 @@ class QKVParallelLinear(_ShardedLinear):
             raise WeightShapeError(f"unknown qkv shard {shard_id!r}")
         _copy_rank_part(param.data.narrow(0, offset, size), source, 0, full, start)
 
+    def _quantized_rows(self, shard_id: ShardId) -> int:
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        return {"q": 0, "k": q_size, "v": q_size + kv_size}[str(shard_id)]
+
 
 class RowParallelLinear(_EvenlySplitLinear):
     """Splits the input dimension; partial outputs are summed across ranks."""
@@ -306,7 +373,14 @@ class VocabParallelEmbedding(_RankLoaded):
         if rows:
             _copy_checked(param.data[:rows], source.narrow(0, self.vocab_start, rows))
 
+    quantized: QuantizedWeight | None = None  # the rows, when kept quantized
+    # looks rows up in `quantized` (set at load; the torch reference until then)
+    row_decoder: Callable[[QuantizedWeight, torch.Tensor], torch.Tensor] | None = None
+
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
+        if self.quantized is not None:
+            decode = self.row_decoder or QuantizedWeight.dequantize
+            return decode(self.quantized, token_ids.reshape(-1)).view(*token_ids.shape, -1)
         if self.tp_size == 1:
             return F.embedding(token_ids, self.weight)
         local = token_ids - self.vocab_start
@@ -316,7 +390,7 @@ class VocabParallelEmbedding(_RankLoaded):
         return _all_reduce(out, self.tp_size)
 
 
-class ParallelLMHead(_CpuPacked, VocabParallelEmbedding):
+class ParallelLMHead(_Multiplied, VocabParallelEmbedding):
     """The output projection; shares the embedding's sharding (and weight when tied)."""
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # type: ignore[override]

@@ -24,6 +24,8 @@ class RMSNorm(nn.Module):
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """With `residual`, returns (norm(x + residual), x + residual) for the next block."""
+        if x.dim() == 2:  # the hidden states `[tokens, hidden]`: no reshaping calls
+            return kernels.rms_norm(x, self.weight, self.eps, residual, backend=self.backend)
         shape = x.shape
         flat = x.reshape(-1, shape[-1]).contiguous()
         if residual is None:

@@ -73,7 +73,14 @@ def rotate(
     return _rotate(query, cos, sin), _rotate(key, cos, sin)
 
 
+def rotate_heads(angles: Angles, heads: torch.Tensor) -> torch.Tensor:
+    """Rotate `[num_tokens, heads, head_dim]` (query and key heads side by side: one set of
+    calls for both, the same arithmetic) by `RotaryEmbedding.angles`."""
+    cos, sin = angles
+    return _rotate(heads, cos, sin)
+
+
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    first, second = x.float().chunk(2, dim=-1)
+    first, second = (x if x.dtype == torch.float32 else x.float()).chunk(2, dim=-1)
     out = torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
-    return out.to(x.dtype)
+    return out if out.dtype == x.dtype else out.to(x.dtype)

@@ -27,7 +27,7 @@ from engine.layers.linear import (
     VocabParallelEmbedding,
 )
 from engine.layers.norm import RMSNorm
-from engine.layers.rotary import Angles, RotaryEmbedding, rotate
+from engine.layers.rotary import Angles, RotaryEmbedding, rotate, rotate_heads
 
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM",
@@ -132,13 +132,19 @@ class DecoderAttention(nn.Module):
     ) -> torch.Tensor:
         q_size = self.num_heads * self.head_dim
         kv_size = self.num_kv_heads * self.head_dim
-        q, k, v = self.qkv_proj(hidden).split([q_size, kv_size, kv_size], dim=-1)
-        q = q.reshape(-1, self.num_heads, self.head_dim)
-        k = k.reshape(-1, self.num_kv_heads, self.head_dim)
-        v = v.reshape(-1, self.num_kv_heads, self.head_dim)
+        qkv = self.qkv_proj(hidden)
         if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rotate(angles, q, k)
+            q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
+            q = self.q_norm(q.reshape(-1, self.num_heads, self.head_dim))
+            k = self.k_norm(k.reshape(-1, self.num_kv_heads, self.head_dim))
+            q, k = rotate(angles, q, k)
+        else:  # query and key heads rotated together: half the calls per layer
+            qk, v = qkv.split([q_size + kv_size, kv_size], dim=-1)
+            qk = rotate_heads(
+                angles, qk.reshape(-1, self.num_heads + self.num_kv_heads, self.head_dim)
+            )
+            q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
+        v = v.reshape(-1, self.num_kv_heads, self.head_dim)
         return self.o_proj(self.attn(q, k, v, meta))
 
 

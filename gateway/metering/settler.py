@@ -27,7 +27,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from gateway.alerts.outbox import Alert, AlertOutbox
-from gateway.metering.ledger import UsageEvent, UsageLedger
+from gateway.ledger import UsageEvent
 from gateway.metering.limits import (
     BudgetCrossing,
     Limiter,
@@ -35,6 +35,7 @@ from gateway.metering.limits import (
     settle_crossings,
     settles_crossings,
 )
+from gateway.metering.recorder import UsageRecorder
 from gateway.metering.settle_spool import SettleLineError, SpooledSettle
 from gateway.metering.spool import Segment, Spool
 from gateway.server.tasks import cancel_until_done
@@ -55,7 +56,7 @@ class SettleBatcher:
         self,
         redis: Redis,
         limiter: Limiter,
-        ledger: UsageLedger,
+        recorder: UsageRecorder,
         log: Any,
         alerts: AlertOutbox | None = None,
         *,
@@ -75,7 +76,7 @@ class SettleBatcher:
         self.alerts = alerts
         self._direct = DirectRedis(redis)  # one round trip per batch, without pool machinery
         self.limiter = limiter
-        self.ledger = ledger
+        self.recorder = recorder
         self.log = log
         self._pending: list[tuple[Settlement, asyncio.Future[None]]] = []
         self._flushes: set[asyncio.Task[None]] = set()
@@ -146,7 +147,7 @@ class SettleBatcher:
         try:
             commands = ScriptBatch()
             # One script run per key settles all its reservations of the batch, as EVALSHA (a
-            # NOSCRIPT resends it as EVAL: idempotent); records go as XADD.
+            # NOSCRIPT reloads and resends it: idempotent); records go as XADD.
             settles = self.limiter.queue_settles(
                 commands,
                 [
@@ -156,7 +157,7 @@ class SettleBatcher:
                 ],
             )
             for event in events:
-                self.ledger.queue_record(commands, event)
+                self.recorder.queue_record(commands, event)
             replies = await commands.execute(self._direct)
         except Exception as exc:  # not only REDIS_FAILURES: see below
             # Whatever broke the write (redis-py can also fail with a non-Redis error when a
@@ -169,7 +170,7 @@ class SettleBatcher:
                 for item in batch
                 if item.reservation is not None
             ]
-            await asyncio.gather(self.ledger.spool_events(events, reason=exc), self.retry(held))
+            await asyncio.gather(self.recorder.spool_events(events, reason=exc), self.retry(held))
             return []
         return [c for at, held in settles for c in settles_crossings(held, replies[at])]
 

@@ -78,6 +78,7 @@ def llm(model_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
         download_dir=str(tmp_path_factory.mktemp("models")),
         max_num_seqs=len(CONVERSATIONS),
         kv_cache_bytes=64 * 1024 * 1024,
+        quantization="none",  # the float32 path: HF dequantizes the file too
     )
     yield engine
     engine.shutdown()
