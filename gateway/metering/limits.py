@@ -14,7 +14,9 @@ See docs/limits.md for the algorithm, the admission rule and how a key changes t
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
@@ -130,6 +132,17 @@ class Reservation:
         return team_of_home(self.home) if self.home else None
 
 
+@dataclass(slots=True)
+class _Ask:
+    """One request's reserve in a script call of several: its reply comes to ``reply`` (None:
+    the request that makes the call)."""
+
+    request_id: str
+    tokens: int
+    nanos: int
+    reply: asyncio.Future[Any] | None
+
+
 @dataclass(frozen=True)
 class BudgetCrossing:
     """One alert threshold of a budget that a settle's spend crossed (exactly one settle
@@ -145,12 +158,19 @@ class BudgetCrossing:
 
 
 def settle_crossings(reservation: Reservation, reply: Any) -> list[BudgetCrossing]:
-    """The alert thresholds a settle's reply says it crossed."""
+    """The alert thresholds the reply of one reservation's settle says it crossed."""
+    return settles_crossings([reservation], reply)
+
+
+def settles_crossings(reservations: Sequence[Reservation], reply: Any) -> list[BudgetCrossing]:
+    """The alert thresholds a settle script's reply says its ``reservations`` (in the order
+    they were queued) crossed (limits_settle.lua)."""
     if not isinstance(reply, list):
         return []
     out = []
-    for at in range(1, len(reply) - 5, 6):
-        scope, period, window, threshold, spent, budget = reply[at : at + 6]
+    for at in range(len(reservations), len(reply) - 6, 7):
+        item, scope, period, window, threshold, spent, budget = reply[at : at + 7]
+        reservation = reservations[int(item) - 1]
         team = int(scope) == 2
         out.append(
             BudgetCrossing(
@@ -194,9 +214,27 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+# The prelude parts (lua/limits_<part>.lua, after limits_common.lua) each script calls: Redis
+# runs a script's whole prelude on every call, so each takes only what it uses.
+SCRIPT_PARTS = {
+    "limits_reserve.lua": ("windows", "calendar", "holds"),
+    "limits_settle.lua": ("windows", "holds"),
+    "limits_status.lua": ("windows", "calendar", "holds"),
+    "limits_renew.lua": (),
+    "limits_move_out.lua": ("holds",),
+    "limits_move_in.lua": ("windows", "calendar", "holds"),
+    "limits_move_ack.lua": (),
+    "limits_move_done.lua": ("holds",),
+}
+
+
 def script_source(name: str) -> str:
     package = resources.files("gateway.metering") / "lua"
-    return (package / "limits_common.lua").read_text() + (package / name).read_text()
+    parts = ["common", *SCRIPT_PARTS[name]]
+    return (
+        "".join((package / f"limits_{part}.lua").read_text() for part in parts)
+        + (package / name).read_text()
+    )
 
 
 class Limiter:
@@ -237,6 +275,10 @@ class Limiter:
         # Reservations of this gateway holding in-flight leases: request id -> (reservation,
         # monotonic time taken). Renewed until settled or released.
         self._flying: dict[str, tuple[Reservation, float]] = {}
+        # Reserves of one key (and record) gathering in this event-loop turn, the first one
+        # first: they go to Redis in one script call.
+        self._gathering: dict[tuple[str, str | None, int, KeyLimits], list[_Ask]] = {}
+        self._tasks: set[asyncio.Future[Any]] = set()
 
     # -- key names -------------------------------------------------------------------------
 
@@ -280,19 +322,65 @@ class Limiter:
         """Take 1 request, ``tokens`` tokens, ``cost_nanos`` nano-dollars of budget and an
         in-flight slot in the key's scope and in its team's, or raise RateLimited (see
         docs/limits.md for the admission rule). ``home`` and ``epoch`` come from the key's
-        record; ``HomeChanged`` says the record is out of date or the key is changing teams."""
+        record; ``HomeChanged`` says the record is out of date or the key is changing teams.
+
+        The reserves of one key that start in the same event-loop turn go to Redis in one
+        script call, checked one after the other as separate calls would be."""
         nanos = _lua_nanos(cost_nanos)
         _check_tokens(tokens)
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
+        group = (key_id, home, epoch, limits)
+        gathering = self._gathering.get(group)
+        if gathering is not None:  # a reserve of this key is gathering this turn: join it
+            ask = _Ask(request_id, tokens, nanos, asyncio.get_running_loop().create_future())
+            gathering.append(ask)
+            reply = await ask.reply  # type: ignore[misc]
+        else:
+            asks = [_Ask(request_id, tokens, nanos, None)]
+            self._gathering[group] = asks
+            try:
+                await asyncio.sleep(0)  # the other requests of this turn join
+            except asyncio.CancelledError:
+                if len(asks) > 1:  # they go without this one
+                    self._spawn(self._send_reserves(key_id, limits, home, epoch, asks[1:]))
+                raise
+            finally:
+                del self._gathering[group]
+            if len(asks) == 1:
+                reply = (await self._call_reserve(key_id, limits, home, epoch, asks))[0]
+            else:  # its own task: a client gone while it runs must not fail the others'
+                sent = self._spawn(self._send_reserves(key_id, limits, home, epoch, asks))
+                reply = await asyncio.shield(sent)
+        return self._reservation(reply, key_id, limits, home, request_id, tokens, cost_nanos)
+
+    async def _send_reserves(
+        self, key_id: str, limits: KeyLimits, home: str | None, epoch: int, asks: list[_Ask]
+    ) -> Any:
+        """One script call for ``asks``; the others' replies go to their futures, and the
+        first's (when it waits on none) is returned."""
+        try:
+            replies = await self._call_reserve(key_id, limits, home, epoch, asks)
+        except BaseException as exc:
+            for ask in asks:
+                if ask.reply is not None and not ask.reply.done():
+                    ask.reply.set_exception(exc)
+            if asks[0].reply is None:
+                raise
+            return None
+        for ask, reply in zip(asks, replies, strict=True):
+            if ask.reply is not None and not ask.reply.done():
+                ask.reply.set_result(reply)
+        return replies[0]
+
+    async def _call_reserve(
+        self, key_id: str, limits: KeyLimits, home: str | None, epoch: int, asks: list[_Ask]
+    ) -> list[Any]:
         keys = self.keys(key_id, home)
         team = team_of_home(home) if home else None
         if team is not None:
             keys += self.team_keys(team)
-        args = [
-            request_id,
-            tokens,
-            nanos,
+        args: list[Any] = [
             self.window_ms,
             self.buckets,
             self.lease_ms,
@@ -305,12 +393,27 @@ class Limiter:
             -1 if limits.max_parallel is None else limits.max_parallel,
             1 if limits.budget_soft else 0,
         ]
-        reply = await self._call(self._reserve_lua, keys, args)
+        for ask in asks:
+            args += (ask.request_id, ask.tokens, ask.nanos)
+        return await self._call(self._reserve_lua, keys, args)
+
+    def _reservation(
+        self,
+        reply: Any,
+        key_id: str,
+        limits: KeyLimits,
+        home: str | None,
+        request_id: str,
+        tokens: int,
+        cost_nanos: int,
+    ) -> Reservation:
+        """One request's reply of the reserve script as its reservation, or the refusal."""
         status = int(reply[0])
         if status == -1:
             raise ValueError(f"request id {request_id!r} already holds a reservation")
         if status in (-2, -3):
             raise HomeChanged(key_id, moving=status == -3)
+        team = team_of_home(home) if home else None
         if status == 0:
             raise refusal(
                 reply, team=team, tokens=tokens, cost_nanos=cost_nanos, window_ms=self.window_ms
@@ -319,7 +422,7 @@ class Limiter:
             key_id=key_id,
             request_id=request_id,
             tokens=tokens,
-            cost_nanos=nanos,
+            cost_nanos=_lua_nanos(cost_nanos),
             at=int(reply[1]) / 1000,
             budget_window=_text(reply[2]) or None,
             headers=rate_headers(reply[4:]),
@@ -332,13 +435,42 @@ class Limiter:
             self._flying[request_id] = (reservation, time.monotonic())
         return reservation
 
+    def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
+        """A task kept until done; its failure, when nobody awaits it any more (the requests
+        were told through their futures), is not reported again."""
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(_forget)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
     def queue_settle(
         self, batch: ScriptBatch, reservation: Reservation, *, tokens: int, cost_nanos: int
     ) -> int:
         """Queue the settle on a ``ScriptBatch`` (EVALSHA, shares its round trip); returns the
-        position of its reply. The hot path's way: the batch recovers from NOSCRIPT itself."""
+        position of its reply. The batch recovers from NOSCRIPT itself."""
         keys, args = self._settle_call(reservation, "settle", tokens, cost_nanos)
         return batch.call(self._settle_lua, keys, args)
+
+    def queue_settles(
+        self, batch: ScriptBatch, settles: Sequence[tuple[Reservation, int, int]]
+    ) -> list[tuple[int, list[Reservation]]]:
+        """Queue the settles of many reservations (each with the tokens and nano-dollars it
+        used), one script run per key with its reservations in order; returns each run's reply
+        position and reservations, for ``settles_crossings``. The hot path's way: a burst of
+        one key's requests settles in one script."""
+        runs: dict[tuple[str, str | None], tuple[list[str], list[Any], list[Reservation]]] = {}
+        for held, tokens, cost_nanos in settles:
+            run = runs.get((held.key_id, held.home))
+            if run is None:
+                keys, args = self._settle_call(held, "settle", tokens, cost_nanos)
+                runs[(held.key_id, held.home)] = (keys, args, [held])
+            else:
+                run[1].extend(self._settle_item(held, "settle", tokens, cost_nanos))
+                run[2].append(held)
+        return [
+            (batch.call(self._settle_lua, keys, args), held) for keys, args, held in runs.values()
+        ]
 
     def queue_release(self, batch: ScriptBatch, reservation: Reservation) -> int:
         """Queue a release on a ``ScriptBatch`` (a spooled one, replayed); returns its reply's
@@ -377,16 +509,29 @@ class Limiter:
     def _settle_call(
         self, reservation: Reservation, mode: str, tokens: int, cost_nanos: int
     ) -> tuple[list[str], list[Any]]:
-        _check_tokens(tokens)
-        nanos = _lua_nanos(cost_nanos)
-        self._flying.pop(reservation.request_id, None)  # its in-flight leases end with it
         keys = self.reservation_keys(reservation.key_id, reservation.home)
         if reservation.team is not None:
             keys.append(self.team_keys(reservation.team)[-1])  # its budgets and thresholds
+        args = [self.window_ms, self.buckets]
+        return keys, [*args, *self._settle_item(reservation, mode, tokens, cost_nanos)]
+
+    def _settle_item(
+        self, reservation: Reservation, mode: str, tokens: int, cost_nanos: int
+    ) -> list[Any]:
+        """One reservation's arguments of the settle script."""
+        _check_tokens(tokens)
+        nanos = _lua_nanos(cost_nanos)
+        self._flying.pop(reservation.request_id, None)  # its in-flight leases end with it
         budget = reservation.alert_budget_nanos
         thresholds = ",".join(str(t) for t in reservation.alert_thresholds) or "-"
-        args = [reservation.request_id, mode, tokens, nanos, self.window_ms, self.buckets]
-        return keys, [*args, -1 if budget is None else budget, thresholds]
+        return [
+            reservation.request_id,
+            mode,
+            tokens,
+            nanos,
+            -1 if budget is None else budget,
+            thresholds,
+        ]
 
     # -- in-flight leases ----------------------------------------------------------------
 
@@ -525,6 +670,11 @@ class Limiter:
                 f"rate limiter unavailable: unexpected {type(exc).__name__} from Redis",
                 code="redis_unavailable",
             ) from exc
+
+
+def _forget(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _window_view(limit: int | None, used: int, reset_ms: int) -> dict[str, Any]:

@@ -28,7 +28,13 @@ from redis.asyncio import Redis
 
 from gateway.alerts.outbox import Alert, AlertOutbox
 from gateway.ledger import UsageEvent
-from gateway.metering.limits import BudgetCrossing, Limiter, Reservation, settle_crossings
+from gateway.metering.limits import (
+    BudgetCrossing,
+    Limiter,
+    Reservation,
+    settle_crossings,
+    settles_crossings,
+)
 from gateway.metering.recorder import UsageRecorder
 from gateway.metering.settle_spool import SettleLineError, SpooledSettle
 from gateway.metering.spool import Segment, Spool
@@ -140,17 +146,18 @@ class SettleBatcher:
         events = [item.event for item in batch if item.event is not None]
         try:
             commands = ScriptBatch()
-            settles: list[tuple[int, Reservation]] = []
-            for item in batch:
-                if item.reservation is not None:
-                    at = self.limiter.queue_settle(
-                        commands, item.reservation, tokens=item.tokens, cost_nanos=item.cost_nanos
-                    )
-                    settles.append((at, item.reservation))
-                if item.event is not None:
-                    self.recorder.queue_record(commands, item.event)
-            # Settles go as EVALSHA (a NOSCRIPT reloads and resends them: idempotent), records
-            # as XADD.
+            # One script run per key settles all its reservations of the batch, as EVALSHA (a
+            # NOSCRIPT reloads and resends it: idempotent); records go as XADD.
+            settles = self.limiter.queue_settles(
+                commands,
+                [
+                    (item.reservation, item.tokens, item.cost_nanos)
+                    for item in batch
+                    if item.reservation is not None
+                ],
+            )
+            for event in events:
+                self.recorder.queue_record(commands, event)
             replies = await commands.execute(self._direct)
         except Exception as exc:  # not only REDIS_FAILURES: see below
             # Whatever broke the write (redis-py can also fail with a non-Redis error when a
@@ -165,7 +172,7 @@ class SettleBatcher:
             ]
             await asyncio.gather(self.recorder.spool_events(events, reason=exc), self.retry(held))
             return []
-        return [c for at, held in settles for c in settle_crossings(held, replies[at])]
+        return [c for at, held in settles for c in settles_crossings(held, replies[at])]
 
     # -- the settle spool ------------------------------------------------------------------
 

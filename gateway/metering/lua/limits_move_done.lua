@@ -13,8 +13,9 @@ if in_flight(1, now_ms()) > 0 or redis.call('HGET', state, 'mirrored') == '1' th
   return 0
 end
 for _, slot in ipairs({RPM, TPM}) do
-  for _, amount in ipairs(redis.call('HVALS', key_of(1, slot))) do
-    if tonumber(amount) ~= 0 then
+  local flat = redis.call('HGETALL', key_of(1, slot))
+  for i = 1, #flat, 2 do
+    if tonumber(flat[i]) ~= nil and tonumber(flat[i + 1]) ~= 0 then -- a sub-bucket left
       return 0
     end
   end

@@ -14,15 +14,40 @@ end
 local now = now_ms()
 local cur = math.floor(now / bucket_ms)
 local items = split(ARGV[4], ' ')
+-- the request and token windows, opened with every sub-bucket the transfer adds to
+local windows = {}
+do
+  local wanted = {r = {}, t = {}}
+  local i = 1
+  while i <= #items do
+    local tag = items[i]
+    if tag == 'r' or tag == 't' then
+      local bucket = tonumber(items[i + 1])
+      if bucket > cur - buckets then
+        wanted[tag][#wanted[tag] + 1] = bucket
+      end
+      i = i + 3
+    elseif tag == 'b' then
+      i = i + 5
+    elseif tag == 'f' then
+      i = i + 2 + 2 * tonumber(items[i + 1])
+    else
+      return redis.error_reply('unknown transfer item ' .. tag)
+    end
+  end
+  for tag, slot in pairs({r = RPM, t = TPM}) do
+    if #wanted[tag] > 0 then
+      windows[tag] = window_open(key_of(1, slot), cur, buckets, wanted[tag])
+    end
+  end
+end
 local i = 1
 while i <= #items do
   local tag = items[i]
   if tag == 'r' or tag == 't' then
     local bucket, amount = tonumber(items[i + 1]), tonumber(items[i + 2])
-    local key = key_of(1, tag == 'r' and RPM or TPM)
     if bucket > cur - buckets then
-      redis.call('HINCRBY', key, int(bucket), int(amount))
-      redis.call('PEXPIRE', key, int(window_ms + bucket_ms))
+      window_add(windows[tag], bucket, amount)
     end
     i = i + 3
   elseif tag == 'b' then
@@ -63,9 +88,10 @@ while i <= #items do
       redis.call('PEXPIRE', key, int(latest - now + window_ms))
     end
     i = i + 2 + 2 * count
-  else
-    return redis.error_reply('unknown transfer item ' .. tag)
   end
+end
+for _, window in pairs(windows) do
+  window_save(window, now, bucket_ms)
 end
 redis.call('HSET', state, 'in:' .. source, int(seq))
 redis.call('PERSIST', state)

@@ -41,7 +41,7 @@ for _, window in ipairs({{'r', RPM}, {'t', TPM}}) do
   local flat = redis.call('HGETALL', key_of(1, slot))
   for i = 1, #flat, 2 do
     local bucket, amount = tonumber(flat[i]), tonumber(flat[i + 1])
-    if bucket > cur - buckets and amount ~= 0 then
+    if bucket ~= nil and bucket > cur - buckets and amount ~= 0 then -- not a running field
       add(tag, int(bucket), int(amount))
     end
   end

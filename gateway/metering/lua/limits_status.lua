@@ -7,11 +7,12 @@ local window_ms, buckets = tonumber(ARGV[1]), tonumber(ARGV[2])
 local bucket_ms = window_ms / buckets
 local now = now_ms()
 local cur = math.floor(now / bucket_ms)
-local rpm_used, rpm_newest = window_usage(key_of(1, RPM), cur - buckets + 1)
-local tpm_used, tpm_newest = window_usage(key_of(1, TPM), cur - buckets + 1)
-local reset_ms = window_reset(buckets, bucket_ms, now)
-local reply = {int(now), int(rpm_used), int(tpm_used), int(reset_ms(rpm_newest)),
-  int(reset_ms(tpm_newest)), redis.call('ZCARD', key_of(1, LEASES)), in_flight(1, now)}
+local requests = window_open(key_of(1, RPM), cur, buckets)
+local tokens = window_open(key_of(1, TPM), cur, buckets)
+window_save(requests, now, bucket_ms) -- the sub-buckets that slid out stay out
+window_save(tokens, now, bucket_ms)
+local reply = {now, requests.total, tokens.total, window_reset(requests, now, bucket_ms),
+  window_reset(tokens, now, bucket_ms), redis.call('ZCARD', key_of(1, LEASES)), in_flight(1, now)}
 for _, period in ipairs(PERIODS) do
   local window, window_end = budget_window(period, now)
   local stored, spent, held = budget_state(key_of(1, BUDGET_AT[period]))
