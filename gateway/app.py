@@ -27,10 +27,12 @@ from gateway.api import (
     admin,
     anthropic,
     audit,
+    batches,
     cache_admin,
     dashboard,
     dashboard_manage,
     dead_letters,
+    files,
     openai,
     ops,
     policy,
@@ -40,6 +42,7 @@ from gateway.api import (
     uploads,
     usage,
 )
+from gateway.api.batch_line import line_runner
 from gateway.api.dashboard_view import DashboardRenderer
 from gateway.api.http import error_response
 from gateway.api.openapi import OpenApiDocument
@@ -49,7 +52,8 @@ from gateway.logs import LazyFlushStream, build_logger
 from gateway.server.exchange import ExchangeMiddleware, record_wire_rejection, request_id_of
 from gateway.server.shutdown import Drain, DrainMiddleware, sigterm_drain
 from gateway.server.tasks import cancel_until_done
-from gateway.services import running_services
+from gateway.batches.service import build_runner
+from gateway.services import Services, running_services
 from gateway.settings import Settings, SettingsError, ensure_secrets, load_settings
 
 
@@ -93,7 +97,10 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         flusher = asyncio.create_task(_flush_logs(sink)) if sink is not None else None
         try:
-            async with running_services(settings, secrets, log, drain, pages) as services:
+            async with (
+                running_services(settings, secrets, log, drain, pages) as services,
+                running_batches(services),
+            ):
                 # For what runs outside a request (the HTTP server's wire-rejection hook) and
                 # for tests; handlers get theirs from the lifespan state.
                 app.state.services = services
@@ -116,6 +123,8 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
             *anthropic.routes,
             *responses.routes,
             *uploads.routes,
+            *files.routes,
+            *batches.routes,
             *admin.routes,
             *teams.routes,
             *tokens.routes,
@@ -153,6 +162,30 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
 def create_app_from_env() -> Starlette:
     """Factory for ``uvicorn --factory gateway.app:create_app_from_env`` (several workers)."""
     return create_app()
+
+
+@contextlib.asynccontextmanager
+async def running_batches(services: Services) -> AsyncIterator[None]:
+    """The batch runner, its lines run through this app's pipeline (``api/batch_line.py``);
+    none with ``SWITCHYARD_RUN_BATCHES=false``."""
+    if not services.batches.settings.run:
+        yield
+        return
+    runner = build_runner(
+        services.batches,
+        line_runner(services),
+        limiter=services.limiter,
+        keys=services.keys,
+        teams=services.teams,
+        local_engine=services.local_engine,
+        policies=services.policies,
+        log=services.log,
+    )
+    await runner.start()
+    try:
+        yield
+    finally:
+        await runner.stop()
 
 
 @contextlib.contextmanager

@@ -186,6 +186,22 @@ class Settings(BaseSettings):
     usage_export_interval_s: float = Field(default=0.5, ge=0.01, le=60)
     usage_export_claim_idle_s: float = Field(default=30.0, ge=0.1, le=86_400)
     usage_maintain_interval_s: float = Field(default=3600.0, ge=1, le=86_400)
+    # Batches (docs/batches.md): the largest input file, the most requests a batch may hold,
+    # the lines one replica runs at once, the share of a key's and team's RPM and TPM that
+    # batch lines may use, the lease a replica holds a line under (renewed while it runs;
+    # another replica takes the line over once it lapses), how often the runner looks for
+    # work, the longest back-off after a 429, and the share of the local engine's sequences
+    # batch lines may fill (they are admitted only while no request waits). RUN_BATCHES=false:
+    # this replica serves the batch API but runs no lines.
+    batch_max_file_bytes: int = Field(default=100 * 1024 * 1024, ge=1024, le=2 * 1024**3)
+    batch_max_lines: int = Field(default=50_000, ge=1, le=1_000_000)
+    batch_concurrency: int = Field(default=16, ge=1, le=10_000)
+    batch_limit_share: float = Field(default=0.5, gt=0, le=1)
+    batch_lease_s: float = Field(default=30.0, ge=0.5, le=3600)
+    batch_poll_interval_s: float = Field(default=0.5, ge=0.01, le=60)
+    batch_backoff_max_s: float = Field(default=60.0, ge=0.1, le=3600)
+    batch_local_share: float = Field(default=0.5, gt=0, le=1)
+    run_batches: bool = True
 
     @field_validator("trusted_proxies")
     @classmethod

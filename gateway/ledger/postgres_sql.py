@@ -21,6 +21,7 @@ from datetime import date, timedelta
 from typing import Any
 
 from gateway.ledger.audit import POSTGRES_MIGRATION as AUDIT_MIGRATION
+from gateway.ledger.batch_tables import POSTGRES_MIGRATION as BATCH_MIGRATION
 from gateway.ledger.dead_letters import POSTGRES_MIGRATION as DEAD_LETTER_MIGRATION
 from gateway.ledger.event import LedgerEvent
 from gateway.ledger.tables import (
@@ -80,6 +81,7 @@ INSERT INTO usage_store_identity (singleton, store_id)
   VALUES (1, substr(replace(gen_random_uuid()::text, '-', ''), 1, 16));
 """,
     DEAD_LETTER_MIGRATION,  # 4: events the store could not keep (gateway/ledger/dead_letters.py)
+    BATCH_MIGRATION,  # 5: batch files, batches and their lines (gateway/ledger/batch_tables.py)
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 SELECT_STORE_ID = "SELECT store_id FROM usage_store_identity"

@@ -58,6 +58,8 @@ class Accounting:
     cache_hit: bool = False
     # The end user and tags the request's cost is attributed to.
     attribution: Attribution = NOBODY
+    # A batch's line: priced at the models' batch prices (docs/batches.md).
+    batch: bool = False
 
 
 class Accountant:
@@ -92,7 +94,7 @@ class Accountant:
         model = books.served_model or books.plan.candidates[0].model
         provider = books.served_provider or books.plan.candidates[0].provider
         tokens = usage.total if usage else 0
-        cost = cost_of(books.policy, model, usage) if usage else 0
+        cost = cost_of(books.policy, model, usage, batch=books.batch) if usage else 0
         if books.cache_hit:
             source, tokens, cost = "cache", 0, 0
         try:

@@ -104,12 +104,14 @@ def key_limits(record: KeyRecord) -> KeyLimits | None:
 HOME_TRIES = 3
 
 
-def cost_of(policy: Policy, model: str, usage: Usage) -> int:
-    """Nano-dollars, exact: tokens times the model's per-token prices (0 for unknown models)."""
+def cost_of(policy: Policy, model: str, usage: Usage, *, batch: bool = False) -> int:
+    """Nano-dollars, exact: tokens times the model's per-token prices (0 for unknown models);
+    a batch's line at the model's batch price, if it has one."""
     config = policy.models.get(model)
     if config is None:
         return 0
-    return config.price.cost_nanos(
+    price = (config.price.batch or config.price) if batch else config.price
+    return price.cost_nanos(
         usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.cache_write_tokens
     )
 
