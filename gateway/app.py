@@ -27,6 +27,7 @@ from gateway.api import (
     admin,
     anthropic,
     audit,
+    batch_admin,
     batches,
     cache_admin,
     dashboard,
@@ -48,12 +49,12 @@ from gateway.api.dashboard_view import DashboardRenderer
 from gateway.api.http import error_response
 from gateway.api.openapi import OpenApiDocument
 from gateway.api.request_headers import HeaderGuardMiddleware
+from gateway.batches.service import build_runner
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, echo
 from gateway.logs import LazyFlushStream, build_logger
 from gateway.server.exchange import ExchangeMiddleware, record_wire_rejection, request_id_of
 from gateway.server.shutdown import Drain, DrainMiddleware, sigterm_drain
 from gateway.server.tasks import cancel_until_done
-from gateway.batches.service import build_runner
 from gateway.services import Services, running_services
 from gateway.settings import Settings, SettingsError, ensure_secrets, load_settings
 
@@ -128,6 +129,7 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
             *batches.routes,
             *message_batches.routes,
             *admin.routes,
+            *batch_admin.routes,
             *teams.routes,
             *tokens.routes,
             *audit.routes,

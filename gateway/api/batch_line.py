@@ -28,7 +28,7 @@ from gateway.api.translation import Exchange
 from gateway.batches.lines import LineCall, LineResult, LineRunner
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.ledger.event import MAX_TAGS
-from gateway.metering.attribution import Attribution, take_attribution
+from gateway.metering.attribution import Attribution, batch_tag, take_attribution
 from gateway.services import Services
 
 DOORS: dict[str, Door] = {
@@ -38,10 +38,6 @@ DOORS: dict[str, Door] = {
     "/v1/responses": RESPONSES,
     "/v1/messages": MESSAGES,
 }
-
-
-def batch_tag(batch_id: str) -> str:
-    return f"batch:{batch_id}"
 
 
 def line_runner(services: Services) -> LineRunner:
