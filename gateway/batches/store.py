@@ -308,14 +308,17 @@ class BatchStore:
         leased to ``owner``: pending ones, or those whose holder let its lease lapse."""
         m = self.sql.mark
         skip = " FOR UPDATE SKIP LOCKED" if self.sql.kind == "postgresql" else ""
+        # The pick is a CTE: PostgreSQL runs it once (a subquery under IN may be run again
+        # per row, and then take more than ``limit``).
         sql = (
-            f"UPDATE batch_lines SET state = 'leased', owner = {m(1)}, lease_until_ms = {m(2)},"
-            f" tries = tries + 1 WHERE batch_id = {m(3)} AND line_index IN ("
-            f"SELECT line_index FROM batch_lines WHERE batch_id = {m(3)}"
+            f"WITH picked AS (SELECT line_index FROM batch_lines WHERE batch_id = {m(3)}"
             f" AND (state = 'pending' OR (state = 'leased' AND lease_until_ms < {m(4)}))"
             f" AND EXISTS (SELECT 1 FROM batches WHERE batch_id = {m(3)}"
             f" AND status = 'in_progress' AND expires_ms > {m(4)})"
             f" ORDER BY line_index LIMIT {m(5)}{skip})"
+            f" UPDATE batch_lines SET state = 'leased', owner = {m(1)}, lease_until_ms = {m(2)},"
+            f" tries = tries + 1 WHERE batch_id = {m(3)}"
+            " AND line_index IN (SELECT line_index FROM picked)"
             " RETURNING line_index, custom_id, body, tries"
         )
         (rows,) = await self.sql.run(
