@@ -29,7 +29,9 @@ class AdminBatchQuery(BaseModel):
     key: Annotated[str, Field(max_length=200, description="a key id")] | None = None
     api: Literal["openai", "anthropic"] | None = None
     limit: Annotated[int, Field(ge=1, le=1000)] = 100
-    after: Annotated[str, Field(max_length=200, description="a batch id: the page after it")] | None = None
+    after: (
+        Annotated[str, Field(max_length=200, description="a batch id: the page after it")] | None
+    ) = None
 
 
 async def admin_view(services: Services, record: BatchRecord) -> dict[str, Any]:
