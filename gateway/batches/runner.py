@@ -214,14 +214,17 @@ class BatchRunner:
 
     async def _run(self, batch: BatchRecord, line: ClaimedLine) -> None:
         body = orjson.loads(line.body)
+        local: bool | None = None
         while True:
             # Read right before the call: no line starts once a cancel was answered.
             if await self._cancelled(batch.batch_id) or self.now_ms() >= batch.expires_ms:
                 await self.store.release(batch.batch_id, line.index, self.owner)
                 return
             wait = await self.headroom.wait_s(batch.key_id)
-            if wait <= 0 and (self.local is None or not self.local.busy(body)):
-                break
+            if wait <= 0:
+                local = self.local.admit(body) if self.local is not None else None
+                if local is not False:
+                    break
             await asyncio.sleep(wait if wait > 0 else ADMISSION_POLL_S)
         request_id = line_request_id(batch.batch_id, line.index)
         call = LineCall(batch.key_id, batch.endpoint, body, batch.batch_id, request_id)
@@ -230,6 +233,9 @@ class BatchRunner:
         except Exception as exc:  # a bug: the line is answered 500, never retried forever
             self.log.error("batch_line_crashed", batch_id=batch.batch_id, error=repr(exc))
             result = LineResult(500, SERVER_ERROR)
+        finally:
+            if local and self.local is not None:
+                self.local.done()
         if result.status == 429 and result.should_retry:
             pause = self.headroom.refused(batch.key_id, result.retry_after_s)
             self.log.info("batch_line_backoff", batch_id=batch.batch_id, pause_s=round(pause, 3))
