@@ -149,16 +149,28 @@ class BatchRunner:
         running = [batch for batch in batches if batch.status == "in_progress"]
         now = self.now_ms()
         for batch in batches:
-            if batch.status == "validating":
-                await self._validate(batch)
-            elif batch.status == "cancelling":
-                await self._close(batch, "cancelled")
-            elif batch.status == "finalizing":
-                await self._close(batch, "completed")
-            elif now >= batch.expires_ms:
-                await self._close(batch, "expired")
-            else:
-                await self._feed(batch, share=max(1, self._free() // max(len(running), 1)))
+            try:
+                await self._step(batch, now, share=max(1, self._free() // max(len(running), 1)))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # one batch's trouble holds up none of the others
+                self.log.warning(
+                    "batch_step_failed",
+                    batch_id=batch.batch_id,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+
+    async def _step(self, batch: BatchRecord, now: int, share: int) -> None:
+        if batch.status == "validating":
+            await self._validate(batch)
+        elif batch.status == "cancelling":
+            await self._close(batch, "cancelled")
+        elif batch.status == "finalizing":
+            await self._close(batch, "completed")
+        elif now >= batch.expires_ms:
+            await self._close(batch, "expired")
+        else:
+            await self._feed(batch, share)
 
     def _free(self) -> int:
         return self.settings.concurrency - len(self._lines)
