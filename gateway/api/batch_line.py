@@ -29,6 +29,7 @@ from gateway.batches.lines import LineCall, LineResult, LineRunner
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.ledger.event import MAX_TAGS
 from gateway.metering.attribution import Attribution, batch_tag, take_attribution
+from gateway.server.exchange import CLIENT_GONE
 from gateway.services import Services
 
 DOORS: dict[str, Door] = {
@@ -88,6 +89,9 @@ async def run_line(services: Services, line: LineCall) -> LineResult:
         response = answered(call, plan, result, door)
     except GatewayError as exc:
         response = refused(call, door, exc)
+    except asyncio.CancelledError:  # called back (the local engine is wanted), or shutdown
+        call.outcome.status = CLIENT_GONE
+        raise
     finally:
         recorded = call.end()
     await durable(recorded)  # answered once its usage is durable, as an interactive request

@@ -6,7 +6,8 @@ gateway itself (docs/batches.md).
 - ``jsonl``: the lines in (checked) and the answers out, in each API's JSONL;
 - ``runner``: every replica's share of the work: validate, claim and run lines through the
   pipeline (``lines.LineRunner``, bound by the app to ``gateway/api/batch_line.py``), close;
-- ``headroom``: batch lines use only the limits interactive traffic leaves, back off on 429s
-  and wait for room in the local engine; ``cancels``: the Redis marks a cancel leaves;
+- ``headroom``: batch lines use only the limits interactive traffic leaves and back off on
+  429s; ``local_admission``: they yield the local engine to interactive requests (admitted
+  only into an idle engine, called back when one arrives); ``cancels``: a cancel's Redis marks;
 - ``service``: what the API handlers get (``Batches``) and ``build_runner``.
 """

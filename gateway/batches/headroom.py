@@ -11,12 +11,7 @@ A 429 the line got anyway (a limit, or the provider's own) makes the key back of
 of the key waits, the pause doubling from one sub-bucket up to ``backoff_max_s`` while 429s
 go on, or the Retry-After asked for; a line that succeeds ends it.
 
-``LocalAdmission.admit(body)``: a line for a model that the in-process engine serves starts only
-while the engine runs no interactive request and has none waiting (its running requests are
-all this runner's batch lines), and those fill less than ``share`` of its ``max_num_seqs``. An
-interactive request that arrives finds a free sequence at once, and no further batch line
-starts until it is done; the batch lines already running finish (their ``max_tokens`` bound
-how long they share the engine with it).
+The local engine is ``local_admission.py``'s.
 """
 
 from __future__ import annotations
@@ -30,8 +25,6 @@ from typing import Any
 from gateway.access.keys import KeyRecord, KeyStore
 from gateway.access.teams import TeamStore
 from gateway.metering.limits import KeyLimits, Limiter
-from gateway.providers.local_host import LocalEngineHost
-from gateway.routing.policy_store import PolicyStore
 
 RECORD_TTL_S = 1.0
 
@@ -116,34 +109,3 @@ class Headroom:
 
     def answered(self, key_id: str) -> None:
         self._backoff.pop(key_id, None)
-
-
-class LocalAdmission:
-    def __init__(self, host: LocalEngineHost, policies: PolicyStore, *, share: float) -> None:
-        self.host = host
-        self.policies = policies
-        self.share = share
-        self.running = 0  # this runner's lines admitted to the engine and not done
-
-    def admit(self, body: dict[str, Any]) -> bool | None:
-        """None: the line is not for the local engine (nothing to hold); True: admitted (the
-        caller calls ``done()`` when the line ends); False: wait and ask again."""
-        engine, settings = self.host.engine, self.host.settings
-        policy = self.policies.policy_or_none()
-        model = body.get("model")
-        if engine is None or settings is None or policy is None or not isinstance(model, str):
-            return None
-        name = policy.resolve_model(model)
-        config = policy.models.get(name) if name is not None else None
-        if config is None or config.provider != self.host.provider_name:
-            return None
-        load = engine.load()
-        interactive = load["num_requests_running"] - self.running
-        room = max(1, math.floor(self.share * settings.max_num_seqs))
-        if load["num_requests_waiting"] > 0 or interactive > 0 or self.running >= room:
-            return False
-        self.running += 1
-        return True
-
-    def done(self) -> None:
-        self.running -= 1

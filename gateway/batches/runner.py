@@ -13,9 +13,10 @@ batches in the store, oldest first:
 - ``cancelling``: once no line runs any more, closed as ``cancelled``.
 - ``finalizing`` left behind by a replica that died while closing it: closed again.
 
-A line first waits for the key's headroom and, for a model of the local engine, for the engine
-to have room (``headroom.py``), then for nothing: right before its call the runner reads the
-batch's cancel mark (``cancels.py``). An answer is recorded once (``BatchStore.answer``); a 429
+A line first waits for the key's headroom (``headroom.py``) and, for a model of the local engine,
+for the engine to run no interactive request (``local_admission.py``, which also calls a line
+back when one arrives); right before its call the runner reads the batch's cancel mark
+(``cancels.py``). An answer is recorded once (``BatchStore.answer``); a 429
 that waiting can cure gives the line back and makes the key's lines back off. The runner renews
 its leases every third of ``lease_s``; a replica killed mid-batch stops renewing, and once its
 leases lapse the other replicas claim its lines again.
@@ -37,9 +38,10 @@ from typing import Any
 import orjson
 
 from gateway.batches.cancels import CancelMarks
-from gateway.batches.headroom import Headroom, LocalAdmission
+from gateway.batches.headroom import Headroom
 from gateway.batches.jsonl import InputRefused, OpenAiFiles, anthropic_results, openai_lines
 from gateway.batches.lines import LineCall, LineResult, LineRunner
+from gateway.batches.local_admission import LocalAdmission
 from gateway.batches.records import (
     OUTPUT_PURPOSE,
     BatchRecord,
@@ -105,6 +107,8 @@ class BatchRunner:
             asyncio.create_task(self._turns()),
             asyncio.create_task(self._renewals()),
         ]
+        if self.local is not None:
+            self._loops.append(asyncio.create_task(self.local.watch()))
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Stop claiming, give the lines in flight ``grace_s`` to end, then cancel the rest
@@ -242,6 +246,14 @@ class BatchRunner:
         call = LineCall(batch.key_id, batch.endpoint, body, batch.batch_id, request_id)
         try:
             result = await self.run_line(call)
+        except asyncio.CancelledError:
+            if not (local and self.local is not None and self.local.preempted()):
+                raise
+            # An interactive request came to the local engine: run this line again later.
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            self.log.info("batch_line_preempted", batch_id=batch.batch_id, line=line.index)
+            await self.store.release(batch.batch_id, line.index, self.owner)
+            return
         except Exception as exc:  # a bug: the line is answered 500, never retried forever
             self.log.error("batch_line_crashed", batch_id=batch.batch_id, error=repr(exc))
             result = LineResult(500, SERVER_ERROR)

@@ -13,8 +13,9 @@ from redis.asyncio import Redis
 from gateway.access.keys import KeyStore
 from gateway.access.teams import TeamStore
 from gateway.batches.cancels import CancelMarks
-from gateway.batches.headroom import Headroom, LocalAdmission
+from gateway.batches.headroom import Headroom
 from gateway.batches.lines import LineRunner
+from gateway.batches.local_admission import LocalAdmission
 from gateway.batches.runner import BatchRunner
 from gateway.batches.settings import BatchSettings
 from gateway.batches.store import BatchStore, make_batch_store

@@ -5,7 +5,8 @@ One gateway process serves the bundled SmolLM2-135M-Instruct on the in-process e
 on a Redis of its own. Rounds alternate the two phases, idle first in even rounds and busy first
 in odd ones, so a drift of the machine over the run falls on both alike:
 
-- idle: ``--requests`` chat completions one after another (``--max-tokens`` each, greedy);
+- idle: ``--requests`` chat completions one after another, ``--gap-s`` apart (``--max-tokens``
+  each, greedy);
 - busy: a batch of ``--lines`` lines of the same key and model is created, and once its first
   line is answered the same requests are sent; then the batch is cancelled, and the phase ends
   when it is ``cancelled`` (nothing of it runs in the next idle phase).
@@ -75,9 +76,10 @@ def batch_file(lines: int, max_tokens: int) -> bytes:
     return b"\n".join(rows) + b"\n"
 
 
-def interactive(client: OpenAI, count: int, max_tokens: int) -> list[float]:
+def interactive(client: OpenAI, count: int, max_tokens: int, gap_s: float = 0.0) -> list[float]:
     seconds = []
     for n in range(count):
+        time.sleep(gap_s)  # a client's pause between requests: the batch's chance
         started = time.perf_counter()
         client.chat.completions.create(
             model=MODEL,
@@ -90,7 +92,7 @@ def interactive(client: OpenAI, count: int, max_tokens: int) -> list[float]:
 
 
 def busy_phase(
-    client: OpenAI, data: bytes, count: int, max_tokens: int
+    client: OpenAI, data: bytes, count: int, max_tokens: int, gap_s: float
 ) -> tuple[list[float], int, float]:
     """The interactive requests while a batch runs; its lines answered, and the phase's time."""
     uploaded = client.files.create(file=("bench.jsonl", io.BytesIO(data)), purpose="batch")
@@ -105,7 +107,7 @@ def busy_phase(
         batch = client.batches.retrieve(batch.id)
     phase_started = time.monotonic()
     done_before = batch.request_counts.completed if batch.request_counts else 0
-    seconds = interactive(client, count, max_tokens)
+    seconds = interactive(client, count, max_tokens, gap_s)
     batch = client.batches.retrieve(batch.id)
     done = (batch.request_counts.completed if batch.request_counts else 0) - done_before
     elapsed = time.monotonic() - phase_started
@@ -123,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--requests", type=int, default=8, help="interactive requests a phase")
     parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--gap-s", type=float, default=1.0, help="pause before each request")
     parser.add_argument("--seqs", type=int, default=8, help="the engine's max_num_seqs")
     parser.add_argument("--local-share", default="0.5", help="SWITCHYARD_BATCH_LOCAL_SHARE")
     args = parser.parse_args(argv)
@@ -175,10 +178,10 @@ def main(argv: list[str] | None = None) -> int:
         for round_ in range(args.rounds):
             for phase in ("idle", "busy") if round_ % 2 == 0 else ("busy", "idle"):
                 if phase == "idle":
-                    idle += interactive(client, args.requests, args.max_tokens)
+                    idle += interactive(client, args.requests, args.max_tokens, args.gap_s)
                 else:
                     seconds, done, elapsed = busy_phase(
-                        client, data, args.requests, args.max_tokens
+                        client, data, args.requests, args.max_tokens, args.gap_s
                     )
                     busy += seconds
                     answered += done
@@ -188,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"engine max_num_seqs {args.seqs}, batch of {args.lines} lines, local share "
             f"{args.local_share}; {args.rounds} rounds x {args.requests} requests of "
-            f"{args.max_tokens} tokens"
+            f"{args.max_tokens} tokens, {args.gap_s} s apart"
         )
         for name, values in (("idle", idle), ("with the batch", busy)):
             print(
