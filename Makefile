@@ -60,52 +60,52 @@ fuzz: venv
 	status=$$?; echo "fuzz seed: $$seed"; exit $$status
 
 bench: venv
-	$(PY) -m gateway.tools.bench $(BENCH_ARGS)
+	$(PY) -m bench.gateway $(BENCH_ARGS)
 	$(MAKE) --no-print-directory bench-usage
 
 # What usage costs Redis per request (100,000 requests, once export has caught up) and the
 # exporter's events/s into PostgreSQL and SQLite; e.g. make bench-usage
 # USAGE_MEMORY_ARGS="--requests 20000" USAGE_EXPORT_ARGS="--events 20000 --repeat 1"
 bench-usage: venv
-	$(PY) -m gateway.tools.bench_usage memory $(USAGE_MEMORY_ARGS)
-	$(PY) -m gateway.tools.bench_usage export $(USAGE_EXPORT_ARGS)
+	$(PY) -m bench.usage memory $(USAGE_MEMORY_ARGS)
+	$(PY) -m bench.usage export $(USAGE_EXPORT_ARGS)
 
 # Tracing off and on, cache hits and misses, interleaved in one sitting (docs/benchmarks.md).
 bench-modes: venv
-	$(PY) -m gateway.tools.bench --modes plain,traced,cache-hit,cache-miss $(BENCH_ARGS)
+	$(PY) -m bench.gateway --modes plain,traced,cache-hit,cache-miss $(BENCH_ARGS)
 
 # Before and after in one sitting: the same load on the code of each checkout, interleaved,
 # with the gateway's CPU per request; e.g. git worktree add /tmp/before <rev>, then
 # make bench-trees TREES="/tmp/before ."
 TREES ?= .
 bench-trees: venv
-	$(PY) -m gateway.tools.bench_trees $(TREES) $(BENCH_ARGS)
+	$(PY) -m bench.trees $(TREES) $(BENCH_ARGS)
 
 bench-engine: venv
-	$(PY) -m engine.bench
+	$(PY) -m bench.engine
 
 # Prefix affinity against round robin: three engine processes behind one gateway (~1-2 min);
 # e.g. make bench-fleet FLEET_BENCH_ARGS="--repeat 5 --concurrency 16"
 bench-fleet: venv
-	$(PY) -m gateway.tools.bench_fleet $(FLEET_BENCH_ARGS)
+	$(PY) -m bench.fleet $(FLEET_BENCH_ARGS)
 
 # Usage-store inserts per driver and method on a throwaway PostgreSQL, and SQLite; e.g.
 # make bench-ledger LEDGER_BENCH_ARGS="--events 20000 --repeat 5"
 bench-ledger: venv
-	$(PY) -m gateway.ledger.bench $(LEDGER_BENCH_ARGS)
+	$(PY) -m bench.ledger $(LEDGER_BENCH_ARGS)
 
 # Fixed-rate mixed load for a set time (default 10 min); prints RSS over time.
 # e.g. make soak SOAK_ARGS="--rate 100 --duration 300"
 soak: venv
-	$(PY) -m gateway.tools.soak $(SOAK_ARGS)
+	$(PY) -m bench.soak $(SOAK_ARGS)
 
 lint: venv
-	$(BIN)/ruff check gateway engine tests
-	$(BIN)/ruff format --check gateway engine tests
+	$(BIN)/ruff check gateway engine bench tests
+	$(BIN)/ruff format --check gateway engine bench tests
 
 format: venv
-	$(BIN)/ruff format gateway engine tests
-	$(BIN)/ruff check --fix gateway engine tests
+	$(BIN)/ruff format gateway engine bench tests
+	$(BIN)/ruff check --fix gateway engine bench tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,6 +1,6 @@
 """The host bench's load through nano-vllm's scheduler and input preparation, beside ours.
 
-``python -m engine.bench --workload host --nano-vllm PATH [--repeats N]``: PATH is a checkout
+``python -m bench.engine --workload host --nano-vllm PATH [--repeats N]``: PATH is a checkout
 of nano-vllm (github.com/GeeeekExplorer/nano-vllm; it needs ``xxhash``). Nothing of it is
 copied here: its own modules are imported from PATH and driven as its `LLMEngine.step` drives
 them, with the model call replaced by random tokens, as our stub runner does. A decode step
@@ -22,7 +22,6 @@ import importlib
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,8 +31,9 @@ from typing import Any
 
 import torch
 
+from bench.engine_host import HostLoad, clean_tokens, run_host, write_host_model
+from bench.machine import cpu_model
 from engine.tokenizer import Tokenizer
-from engine.tools.host_bench import HostLoad, clean_tokens, run_host, write_host_model
 
 NANO_BLOCK_SIZE = 256  # nano-vllm's smallest KV block
 
@@ -150,24 +150,6 @@ def run_nano(
         "step_cpu_ms_p50": round(1000 * statistics.median(cpus), 4) if cpus else None,
         "wall_s": round(time.perf_counter() - began, 3),
     }
-
-
-def cpu_model() -> str:
-    """`lscpu`'s model name, and the cores this process may use."""
-    name = ""
-    try:
-        listing = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-        name = next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in listing.splitlines()
-                if "Model name" in line
-            ),
-            "",
-        )
-    except OSError:
-        pass
-    return f"{name or 'unknown CPU'}, {len(os.sched_getaffinity(0))} cores"
 
 
 def run_side_by_side(load: HostLoad, nano_path: Path, repeats: int, seed: int) -> dict[str, Any]:

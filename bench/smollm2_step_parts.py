@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bench.nano_vllm_host import cpu_model
+from bench.machine import cpu_model
 from engine.core.llm_engine import LLM
 from engine.gguf.bundled import find_bundled_model
 from engine.layers.activation import SiluAndMul

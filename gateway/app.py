@@ -23,33 +23,27 @@ from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from gateway.api import (
-    admin,
-    anthropic,
+from gateway.api.admin import (
     audit,
-    batch_admin,
-    batches,
-    cache_admin,
-    dashboard,
-    dashboard_batches,
-    dashboard_manage,
     dead_letters,
-    files,
-    message_batches,
-    openai,
+    keys,
     ops,
     policy,
-    responses,
     teams,
     tokens,
-    uploads,
     usage,
 )
-from gateway.api.batch_line import line_runner
-from gateway.api.dashboard_view import DashboardRenderer
+from gateway.api.admin import batches as batch_admin
+from gateway.api.admin import cache as cache_admin
+from gateway.api.dashboard import batches as dashboard_batches
+from gateway.api.dashboard import home, manage
+from gateway.api.dashboard.view import DashboardRenderer
 from gateway.api.http import error_response
-from gateway.api.openapi import OpenApiDocument
+from gateway.api.openapi.document import OpenApiDocument
 from gateway.api.request_headers import HeaderGuardMiddleware
+from gateway.api.v1 import anthropic, batches, files, message_batches, openai, responses, uploads
+from gateway.api.v1.batch_line import line_runner
+from gateway.api.v1.pipeline import V1Pipeline
 from gateway.batches.service import build_runner
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, echo
 from gateway.logs import LazyFlushStream, build_logger
@@ -100,15 +94,18 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         flusher = asyncio.create_task(_flush_logs(sink)) if sink is not None else None
         try:
-            async with (
-                running_services(settings, secrets, log, drain, pages) as services,
-                running_batches(services),
-            ):
-                # For what runs outside a request (the HTTP server's wire-rejection hook) and
-                # for tests; handlers get theirs from the lifespan state.
-                app.state.services = services
-                with sigterm_drain(drain, settings.shutdown_grace_s, log), _startup_frozen():
-                    yield {"services": services, "openapi": OpenApiDocument(app.routes)}
+            async with running_services(settings, secrets, log, drain, pages) as services:
+                v1 = V1Pipeline(services)
+                async with running_batches(services, v1):
+                    # For what runs outside a request (the HTTP server's wire-rejection hook)
+                    # and for tests; handlers get theirs from the lifespan state.
+                    app.state.services = services
+                    with sigterm_drain(drain, settings.shutdown_grace_s, log), _startup_frozen():
+                        yield {
+                            "services": services,
+                            "v1": v1,
+                            "openapi": OpenApiDocument(app.routes),
+                        }
         except SettingsError as exc:
             # Start-up refused (a pepper that does not match this Redis's): said once, plainly.
             app.state.startup_error = str(exc)
@@ -129,7 +126,7 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
             *files.routes,
             *batches.routes,
             *message_batches.routes,
-            *admin.routes,
+            *keys.routes,
             *batch_admin.routes,
             *teams.routes,
             *tokens.routes,
@@ -138,8 +135,8 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
             *dead_letters.routes,
             *cache_admin.routes,
             *policy.routes,
-            *dashboard.routes,
-            *dashboard_manage.routes,
+            *home.routes,
+            *manage.routes,
             *dashboard_batches.routes,
             *ops.routes,
         ],
@@ -171,15 +168,15 @@ def create_app_from_env() -> Starlette:
 
 
 @contextlib.asynccontextmanager
-async def running_batches(services: Services) -> AsyncIterator[None]:
-    """The batch runner, its lines run through this app's pipeline (``api/batch_line.py``);
-    none with ``SWITCHYARD_RUN_BATCHES=false``."""
+async def running_batches(services: Services, v1: V1Pipeline) -> AsyncIterator[None]:
+    """The batch runner, its lines run through this app's /v1 pipeline
+    (``api/v1/batch_line.py``); none with ``SWITCHYARD_RUN_BATCHES=false``."""
     if not services.batches.settings.run:
         yield
         return
     runner = build_runner(
         services.batches,
-        line_runner(services),
+        line_runner(v1),
         limiter=services.limiter,
         keys=services.keys,
         teams=services.teams,

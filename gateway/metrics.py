@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-
-if TYPE_CHECKING:
-    from gateway.routing.state import RoutingState
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 # switchyard_breaker_state values (the usual closed/open/half-open gauge encoding).
@@ -22,30 +19,32 @@ class RoutingCollector(Collector):
     """Reads the routing health at scrape time, so a breaker that cooled down shows half-open
     without waiting for a request to notice."""
 
-    def __init__(self, state: RoutingState) -> None:
-        self.state = state
+    def __init__(self, snapshot: Callable[[], Mapping[str, Mapping[str, Any]]]) -> None:
+        # ``RoutingState.snapshot``: breakers, latency_ewma_s and inflight, read at scrape time.
+        self.snapshot = snapshot
 
     def collect(self) -> Iterator[Metric]:
+        snapshot = self.snapshot()
         breakers = GaugeMetricFamily(
             "switchyard_breaker_state",
             "Circuit breaker per provider/model target: 0 closed, 1 open, 2 half-open.",
             labels=["target"],
         )
-        for target, state in sorted(self.state.breakers.states().items()):
+        for target, state in sorted(snapshot["breakers"].items()):
             breakers.add_metric([target], BREAKER_STATE_CODES[state])
         latency = GaugeMetricFamily(
             "switchyard_route_latency_ewma_seconds",
             "EWMA of time to first byte per model, as lowest_latency routing sees it.",
             labels=["model"],
         )
-        for model, seconds in sorted(self.state.latency.snapshot().items()):
+        for model, seconds in sorted(snapshot["latency_ewma_s"].items()):
             latency.add_metric([model], seconds)
         inflight = GaugeMetricFamily(
             "switchyard_upstream_inflight",
             "Requests in flight per provider (max_concurrency skips a provider at its limit).",
             labels=["provider"],
         )
-        for provider, count in sorted(self.state.inflight.snapshot().items()):
+        for provider, count in sorted(snapshot["inflight"].items()):
             inflight.add_metric([provider], count)
         return iter((breakers, latency, inflight))
 
@@ -142,10 +141,8 @@ class FleetCollector(Collector):
 
 
 class Metrics:
-    def __init__(self, routing: RoutingState | None = None) -> None:
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        if routing is not None:
-            self.registry.register(RoutingCollector(routing))
         self.requests = Counter(
             "switchyard_requests_total",
             "Requests by route, model, provider and status.",
@@ -310,6 +307,11 @@ class Metrics:
             Histogram(name, doc, buckets=ENGINE_LATENCY_BUCKETS, registry=self.registry)
             for name, doc in histograms
         )
+
+    def watch_routing(self, snapshot: Callable[[], Mapping[str, Mapping[str, Any]]]) -> None:
+        """Read the routing health (breaker states, latency averages, requests in flight) at
+        scrape time, from ``RoutingState.snapshot``."""
+        self.registry.register(RoutingCollector(snapshot))
 
     def watch_fleets(self, rows: Callable[[], Iterable[FleetReplicaGauge]]) -> None:
         """Read the engine fleets' replicas at scrape time."""

@@ -81,6 +81,28 @@ def price_to_nanos_per_token(value: object) -> int:
     return int(per_token)
 
 
+def tokens_cost_nanos(
+    rates: tuple[int, int, int, int],
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_tokens: int = 0,
+    cache_write_tokens: int = 0,
+) -> int:
+    """The exact cost of a request's tokens at ``rates`` (nano-dollars a token for input,
+    output, cache reads and cache writes). ``prompt_tokens`` counts every input token; of
+    them, the cache reads and writes cost their own rates and the rest the input rate."""
+    input_rate, output_rate, cached_rate, written_rate = rates
+    prompt = max(prompt_tokens, 0)
+    cached = min(max(cached_tokens, 0), prompt)
+    written = min(max(cache_write_tokens, 0), prompt - cached)
+    return (
+        (prompt - cached - written) * input_rate
+        + cached * cached_rate
+        + written * written_rate
+        + completion_tokens * output_rate
+    )
+
+
 def nanos_to_usd(nanos: int) -> float:
     """A float rendering for JSON convenience; the integer stays the authoritative figure."""
     return nanos / NANOS_PER_USD

@@ -1,8 +1,8 @@
 """The running gateway's parts: ``Services`` (what a request handler is handed) and
 ``running_services``, which builds them from the settings and starts them.
 
-Building is plain construction, no I/O: every part takes the settings of its own
-(``RetrySettings.from_settings(settings)`` and the like). Starting walks one list of ``Part``s
+Building is plain construction, no I/O: every part takes its own section of the settings
+(``settings.retry``, ``settings.breaker`` and the like). Starting walks one list of ``Part``s
 in order (embedded Redis, the Redis client and its key-pepper check, the policy, the engine,
 ...); each part started is stopped again in reverse order, also when a later part fails to
 start, so a refused start never leaves the embedded Redis behind.
@@ -21,40 +21,39 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.access.admins import AdminTokens
-from gateway.access.auth import Authenticator, AuthSettings
+from gateway.access.auth import Authenticator
 from gateway.access.keys import PEPPER_FINGERPRINT_KEY, KeyStore, PepperMismatch, check_pepper
 from gateway.access.sessions import SessionStore
 from gateway.access.teams import TeamStore
-from gateway.access.throttle import AuthThrottle, ThrottleSettings
-from gateway.alerts.deliverer import AlertDeliverer, AlertSettings
+from gateway.access.throttle import AuthThrottle
+from gateway.alerts.deliverer import AlertDeliverer
 from gateway.alerts.outbox import AlertOutbox
-from gateway.audit.trail import AuditSettings, AuditTrail
+from gateway.audit.trail import AuditTrail
 from gateway.batches.service import Batches
-from gateway.batches.settings import BatchSettings
 from gateway.cache import ResponseCache
 from gateway.ledger import StoreConfigError, UsageStore, make_store
 from gateway.metering.accounting import Accountant
 from gateway.metering.buffer import UsageBuffer
-from gateway.metering.exporter import ExportSettings, UsageExporter
-from gateway.metering.gate import LimiterSettings, LimitsGate
-from gateway.metering.ledger import UsageLedger
+from gateway.metering.exporter import UsageExporter
+from gateway.metering.gate import LimitsGate
 from gateway.metering.legacy import LegacyImport
 from gateway.metering.limits import Limiter, LimiterUnavailable
 from gateway.metering.moves import LimitMoves
+from gateway.metering.recorder import UsageRecorder
 from gateway.metering.reports import UsageReports
 from gateway.metering.settler import SettleBatcher
 from gateway.metering.spool import Spool
 from gateway.metrics import Metrics
+from gateway.policy import PolicyError
+from gateway.policy.store import PolicyStore
 from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.azure_openai import AzureOpenAIProvider
+from gateway.providers.clouds import cloud_factories
 from gateway.providers.fleet_host import FleetHost
-from gateway.providers.http_upstream import UpstreamSettings
+from gateway.providers.http_provider import HttpProvider
 from gateway.providers.local_host import LocalEngineHost
-from gateway.providers.openai_compat import OpenAICompatProvider
 from gateway.providers.registry import ProviderRegistry
-from gateway.routing.dispatch import Dispatcher, RetrySettings
-from gateway.routing.policy import PolicyError
-from gateway.routing.policy_store import PolicyStore
+from gateway.routing.dispatch import Dispatcher
 from gateway.routing.router import Router
 from gateway.routing.state import RoutingState
 from gateway.server.shutdown import Drain
@@ -66,7 +65,7 @@ from gateway.tracing import Tracing, TracingConfigError, build_tracing
 
 
 class PageRenderer(Protocol):
-    """Draws the dashboard's HTML pages (``gateway.api.dashboard_view.DashboardRenderer``)."""
+    """Draws the dashboard's HTML pages (``gateway.api.dashboard.view.DashboardRenderer``)."""
 
     def render(self, template: str, **context: Any) -> str: ...
 
@@ -96,7 +95,7 @@ class Services:
     alerts: AlertDeliverer
     # Settles and records each request once it ends.
     accountant: Accountant
-    ledger: UsageLedger
+    recorder: UsageRecorder
     # Every usage event, in SQL (embedded SQLite or a shared PostgreSQL): what reports read.
     usage_store: UsageStore
     # Moves usage events from the Redis buffer into the store, beside the requests.
@@ -140,35 +139,40 @@ def build_services(
     policies = PolicyStore(settings.policy_file, fallback=settings.policy_fallback)
     keys = KeyStore(redis, secrets.key_pepper)
     limiter = Limiter(redis, in_flight_lease_s=settings.inflight_lease_s)
-    auth = Authenticator(keys, AuthSettings.from_settings(settings))
+    auth = Authenticator(keys, settings.auth, fail_open=settings.limits.fail_open)
     moves = LimitMoves(redis, keys, limiter, log)
     admins = AdminTokens(redis, secrets.key_pepper, secrets.admin_key)
     usage_store = make_store(
-        settings.usage_store_url,
+        settings.usage_store.url,
         data_dir=settings.data_dir,
-        retention_days=settings.usage_retention_days,
+        retention_days=settings.usage_store.retention_days,
     )
     buffer = UsageBuffer(redis)  # named after the store once it is open
-    ledger = UsageLedger(buffer, spool=Spool(settings.data_dir / "spool"))
-    alert_settings = AlertSettings.from_settings(settings)
-    outbox = AlertOutbox(redis) if alert_settings.enabled else None
+    recorder = UsageRecorder(buffer, spool=Spool(settings.data_dir / "spool"))
+    outbox = AlertOutbox(redis) if settings.alerts.enabled else None
     settler = SettleBatcher(
-        redis, limiter, ledger, log, alerts=outbox, spool=Spool(settings.data_dir / "settle-spool")
+        redis,
+        limiter,
+        recorder,
+        log,
+        alerts=outbox,
+        spool=Spool(settings.data_dir / "settle-spool"),
     )
-    state = RoutingState.from_settings(settings)
-    metrics = Metrics(routing=state)
+    state = RoutingState.build(settings.breaker, settings.route_latency_alpha)
+    metrics = Metrics()
+    metrics.watch_routing(state.snapshot)
     exporter = UsageExporter(
         buffer,
         usage_store,
-        ExportSettings.from_settings(settings),
+        settings.export,
         metrics,
         log,
         legacy=LegacyImport(redis, usage_store, log),
     )
-    metrics.watch_spool(ledger.spool_depth, settler.spool_depth)
+    metrics.watch_spool(recorder.spool_depth, settler.spool_depth)
     # The in-process engine (only if the policy has a local provider), loaded when started.
     local_engine = LocalEngineHost(settings.data_dir, metrics, log)
-    upstream = UpstreamSettings.from_settings(settings)
+    upstream = settings.upstream
     try:
         tracing = build_tracing(capture_prompts=settings.trace_capture_prompts)
     except TracingConfigError as exc:
@@ -176,11 +180,12 @@ def build_services(
     fleets = FleetHost(upstream, metrics, log)
     providers = ProviderRegistry(
         {
-            "openai_compatible": lambda name, config: OpenAICompatProvider(name, config, upstream),
+            "openai_compatible": lambda name, config: HttpProvider(name, config, upstream),
             "azure_openai": lambda name, config: AzureOpenAIProvider(name, config, upstream),
             "anthropic": lambda name, config: AnthropicProvider(name, config, upstream),
             "local": local_engine.provider_for,
             "engine_fleet": fleets.provider_for,
+            **cloud_factories(upstream),  # gemini, vertex_ai, bedrock
         }
     )
     return Services(
@@ -194,29 +199,27 @@ def build_services(
         policies=policies,
         router=Router(policies, state),
         providers=providers,
-        dispatcher=Dispatcher(state, RetrySettings.from_settings(settings), providers=providers),
+        dispatcher=Dispatcher(state, settings.retry, providers=providers),
         limiter=limiter,
         moves=moves,
         gate=LimitsGate(
             limiter,
-            LimiterSettings.from_settings(settings),
+            settings.limits,
             metrics,
             log,
             moves=moves,
             refresh=auth.refresh,
         ),
         settler=settler,
-        alerts=AlertDeliverer(redis, alert_settings, log),
+        alerts=AlertDeliverer(redis, settings.alerts, log),
         accountant=Accountant(settler, limiter, metrics, log),
-        ledger=ledger,
+        recorder=recorder,
         usage_store=usage_store,
         exporter=exporter,
         reports=UsageReports(usage_store, buffer, key_labels=keys.labels),
-        audit=AuditTrail(AuditSettings.from_settings(settings), log),
+        audit=AuditTrail(settings.usage_store, settings.data_dir, log),
         sessions=SessionStore(redis, secrets.admin_key, admins),
-        auth_throttle=AuthThrottle(
-            redis, ThrottleSettings.from_settings(settings), log=log, metrics=metrics
-        ),
+        auth_throttle=AuthThrottle(redis, settings.throttle, log=log, metrics=metrics),
         pages=pages,
         drain=drain,
         metrics=metrics,
@@ -226,12 +229,7 @@ def build_services(
         cache=ResponseCache(redis),
         tracing=tracing,
         fleets=fleets,
-        batches=Batches.build(
-            settings.usage_store_url,
-            settings.data_dir,
-            BatchSettings.from_settings(settings),
-            redis,
-        ),
+        batches=Batches.build(settings.usage_store.url, settings.data_dir, settings.batches, redis),
     )
 
 
@@ -269,7 +267,7 @@ async def running_services(
 
 
 def _parts(services: Services, pepper: bytes) -> list[Part]:
-    """The start order; stopping runs it backwards (the settle batch drains before the ledger
+    """The start order; stopping runs it backwards (the settle batch drains before the recorder
     stops and the exporter's last round, the store closes after it, the engine and the fleets
     stop after the providers, Redis closes last)."""
     redis = _RedisWatch(services, pepper)
@@ -290,7 +288,7 @@ def _parts(services: Services, pepper: bytes) -> list[Part]:
         Part("policy watch", start=_now(policies.start_watching), stop=policies.stop),
         Part("releases", stop=services.accountant.wait_background),
         Part("usage export", start=services.exporter.start, stop=services.exporter.stop),
-        Part("usage ledger", start=services.ledger.start, stop=services.ledger.stop),
+        Part("usage recorder", start=services.recorder.start, stop=services.recorder.stop),
         Part("settle spool", start=services.settler.start, stop=services.settler.stop),
         Part("settle batch", stop=services.settler.drain),
         Part("response cache", stop=services.cache.drain),
@@ -361,7 +359,7 @@ async def _open_usage_store(services: Services) -> None:
         await store.open()
     except StoreConfigError as exc:
         raise SettingsError(f"SWITCHYARD_USAGE_STORE_URL: {exc}") from None
-    services.ledger.buffer.bind(store.store_id)
+    services.recorder.buffer.bind(store.store_id)
     services.log.info("usage_store_opened", backend=store.kind, store_id=store.store_id)
 
 

@@ -78,7 +78,7 @@ bench() {
   shift 2
   # The harness stops generating a little before the cap so its JSON line still comes out.
   step "bench_$workload" "$cap" bash -c \
-    "'$PYTHON' -m engine.bench --workload $workload --max-seconds $((cap - 30)) $* | tee -a '$BENCH_JSONL'"
+    "'$PYTHON' -m bench.engine --workload $workload --max-seconds $((cap - 30)) $* | tee -a '$BENCH_JSONL'"
 }
 
 # serve_default_model CAP: `switchyard serve` as shipped; the openai SDK asks the capital of
@@ -119,7 +119,7 @@ fi
 if [[ $MODE == cpu ]]; then
   export TRITON_INTERPRET=1
   step kernel_tests 300 "${PYTEST[@]}" tests/kernels --confcutdir=tests/kernels
-  step bench_W1_tiny 120 bash -c "'$PYTHON' -m engine.bench --workload W1 --tiny | tee -a '$BENCH_JSONL'"
+  step bench_W1_tiny 120 bash -c "'$PYTHON' -m bench.engine --workload W1 --tiny | tee -a '$BENCH_JSONL'"
   serve_default_model 240
 else
   # Kernels natively in fp32/fp16/bf16 (the test matrix adds bf16 when CUDA is present),

@@ -1,12 +1,13 @@
 """Shared fixtures: a real Redis server process (embedded, or SWITCHYARD_REDIS_URL), Redis
 clients like a gateway replica's, a real PostgreSQL server (a scratch one in a temp dir, or
 SWITCHYARD_TEST_POSTGRES_URL), the usage pipeline on them (a SQLite usage store, its Redis
-buffer, the ledger that records into it, the exporter that empties it into the store, and the
+buffer, the recorder that records into it, the exporter that empties it into the store, and the
 reports on the store), and a real gateway in front of the loopback fake upstream.
 
-Test folders mirror ``gateway/`` and have no ``__init__.py``: pytest puts each test's own folder
-on ``sys.path`` (so test file names are unique across the tree), and this file puts
-``tests/support`` there: the helpers every folder shares import by name
+Test folders mirror ``gateway/``, ``engine/`` and ``bench/`` and have no ``__init__.py``: pytest
+puts each test's own folder on ``sys.path`` (so test file names are unique across the tree), and
+pyproject.toml's ``pythonpath`` puts ``tests/support`` there: the helpers every folder shares
+(the fake upstream, scratch PostgreSQL, tiny checkpoints, ...) import by name
 (``from gateway_runner import GatewayThread``).
 """
 
@@ -14,19 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-SUPPORT = str(Path(__file__).resolve().parent / "support")
-if SUPPORT not in sys.path:
-    sys.path.insert(0, SUPPORT)
-
 # Imported lazily so the engine and kernel tests run where only torch is installed (GPU box).
 if TYPE_CHECKING:
+    from fake_upstream import FakeUpstream
     from gateway_runner import RunningGateway
     from redis.asyncio import Redis
     from redis_helpers import ClientFactory
@@ -34,16 +31,17 @@ if TYPE_CHECKING:
     from gateway.ledger import UsageStore
     from gateway.metering.buffer import UsageBuffer
     from gateway.metering.exporter import UsageExporter
-    from gateway.metering.ledger import UsageLedger
+    from gateway.metering.recorder import UsageRecorder
     from gateway.metering.reports import UsageReports
     from gateway.store.embedded import EmbeddedRedis
-    from gateway.tools.fake_upstream import FakeUpstream
 
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One Redis for the session. TCP, so that subprocess gateways can share it."""
-    from gateway.store.embedded import EmbeddedRedis, free_port
+    from ports import free_port
+
+    from gateway.store.embedded import EmbeddedRedis
 
     external = os.environ.get("SWITCHYARD_REDIS_URL")
     if external:
@@ -71,7 +69,9 @@ def clean_redis(redis_url: str) -> str:
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
     """A private Redis that the test may kill and restart (outage tests)."""
-    from gateway.store.embedded import EmbeddedRedis, free_port
+    from ports import free_port
+
+    from gateway.store.embedded import EmbeddedRedis
 
     server = EmbeddedRedis(tmp_path / "redis", port=free_port())
     server.start()
@@ -85,7 +85,7 @@ def own_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
 def postgres_server_url() -> Iterator[str]:
     """One scratch PostgreSQL for the session (initdb + pg_ctl in a temp dir, fsync off), or
     SWITCHYARD_TEST_POSTGRES_URL: a server where the test user may create databases."""
-    from gateway.ledger.scratch_postgres import ScratchPostgres
+    from scratch_postgres import ScratchPostgres
 
     external = os.environ.get("SWITCHYARD_TEST_POSTGRES_URL")
     if external:
@@ -164,12 +164,12 @@ def usage_buffer(redis_client: Redis, usage_store: UsageStore) -> UsageBuffer:
 
 
 @pytest.fixture
-def ledger(usage_buffer: UsageBuffer, tmp_path: Path) -> UsageLedger:
-    """The usage ledger recording into ``usage_buffer`` (spool under tmp_path)."""
-    from gateway.metering.ledger import UsageLedger
+def recorder(usage_buffer: UsageBuffer, tmp_path: Path) -> UsageRecorder:
+    """The usage recorder recording into ``usage_buffer`` (spool under tmp_path)."""
+    from gateway.metering.recorder import UsageRecorder
     from gateway.metering.spool import Spool
 
-    return UsageLedger(usage_buffer, spool=Spool(tmp_path / "spool"))
+    return UsageRecorder(usage_buffer, spool=Spool(tmp_path / "spool"))
 
 
 @pytest.fixture
@@ -178,8 +178,9 @@ def exporter(usage_buffer: UsageBuffer, usage_store: UsageStore) -> UsageExporte
     (``await exporter.drain()``), not started."""
     import structlog
 
-    from gateway.metering.exporter import ExportSettings, UsageExporter
+    from gateway.metering.exporter import UsageExporter
     from gateway.metrics import Metrics
+    from gateway.settings import ExportSettings
 
     return UsageExporter(
         usage_buffer, usage_store, ExportSettings(), Metrics(), structlog.get_logger()
@@ -195,7 +196,7 @@ def reports(usage_store: UsageStore, usage_buffer: UsageBuffer) -> UsageReports:
 
 @pytest.fixture(scope="session")
 def fake_upstream() -> Iterator[FakeUpstream]:
-    from gateway.tools.fake_upstream import ThreadedFakeUpstream
+    from fake_upstream import ThreadedFakeUpstream
 
     with ThreadedFakeUpstream(slow_s=1.5, drip_s=0.3) as upstream:
         yield upstream

@@ -112,12 +112,10 @@ def docs_policy(upstream_url: str, checkpoint: Path) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def docs_gateway(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[DocsGateway]:
     pytest.importorskip("torch")
-    sys.path.insert(0, str(ROOT / "tests" / "support"))
     from gateway_runner import PEPPER, GatewayThread, make_settings
     from native_openai import FakeOpenAI
     from native_upstreams import NativeFleet
-
-    from engine.tools.tiny_checkpoint import write_tiny_checkpoint
+    from tiny_checkpoint import write_tiny_checkpoint
 
     root = tmp_path_factory.mktemp("docs")
     checkpoint = write_tiny_checkpoint(root / "tiny", arch="qwen3")

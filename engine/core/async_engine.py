@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.config import EngineConfig
 from engine.core.llm_engine import LLMEngine
@@ -33,6 +33,11 @@ from engine.core.request_state import RequestState, StreamOutput
 from engine.errors import EngineDeadError, EngineNotRunningError, EngineStepError
 from engine.sampling import SamplingParams
 from engine.structured.spec import StructuredOutput
+
+if TYPE_CHECKING:
+    import torch
+
+    from engine.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +186,34 @@ class AsyncEngine:
             self._send(stream, EngineNotRunningError("the engine was shut down"))
         self.engine.shutdown()
 
+    # --- the loaded model, as a front end needs it ---------------------------------------
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.engine.tokenizer
+
+    @property
+    def max_model_len(self) -> int:
+        """The longest sequence (prompt and output) the engine takes."""
+        return self.engine.max_model_len
+
+    @property
+    def sampling_defaults(self) -> dict[str, Any]:
+        """The checkpoint's recommended sampling (``SamplingParams`` fields) for requests that
+        set none of it: its generation_config.json, or the bundled model's card."""
+        return self.engine.sampling_defaults
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model runs (rank 0's device under tensor parallelism)."""
+        return self.engine.device
+
+    def check_request(self, prompt: str | list[int], params: SamplingParams) -> list[int]:
+        """The prompt's token ids, or the error ``generate`` would raise for this request (too
+        long for the context, a token id or ``logit_bias`` past the vocabulary, ``n`` above
+        ``max_num_seqs``), without queueing it."""
+        return self.engine.check_request(prompt, params)
+
     # --- public API --------------------------------------------------------------------
 
     async def generate(
@@ -196,7 +229,7 @@ class AsyncEngine:
         self._raise_if_dead()
         if params.structured is not None:
             await self.compile_structured(params.structured)
-        token_ids = self.engine.check_request(prompt, params)
+        token_ids = self.check_request(prompt, params)
         loop = asyncio.get_running_loop()
         text = prompt if isinstance(prompt, str) else None
         state = RequestState(request_id, text, token_ids, params, self.engine.tokenizer)

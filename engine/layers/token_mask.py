@@ -49,8 +49,3 @@ class TokenMask:
         wide = torch.full((count, vocab), float("-inf"), device=logits.device)
         wide[:, :covered] = additive[:, :covered]
         logits.index_add_(0, rows, wide)
-
-
-def apply_bitmask(logits: torch.Tensor, rows: torch.Tensor, bitmask: torch.Tensor) -> None:
-    """``TokenMask().apply`` without keeping the table (tests, benches)."""
-    TokenMask().apply(logits, rows, bitmask)

@@ -1,7 +1,7 @@
 """Structured-output specs compiled into grammars, with xgrammar, once per spec (bounded LRU).
 
 xgrammar was chosen by measurement on the SmolLM2 tokenizer (``python -m
-engine.tools.grammar_bench``, docs/benchmarks.md): its per-token mask is several times cheaper
+bench.grammar``, docs/benchmarks.md): its per-token mask is several times cheaper
 than llguidance's and outlines-core's at batch 1 and 16, which is what every constrained
 token pays; llguidance compiles a schema faster, but a compile is paid once per schema and
 cached here.

@@ -17,7 +17,7 @@ from typing import Any
 
 from gateway.access.keys import CHANGES_CHANNEL, KeyRecord, KeyStore, parse_key
 from gateway.errors import AuthenticationFailed, PermissionDenied, ServiceUnavailable
-from gateway.settings import Settings
+from gateway.settings import AuthSettings
 from gateway.store.connect import RedisClient, change_feed
 
 MAX_CACHED_KEYS = 100_000
@@ -57,29 +57,12 @@ def bearer_token(authorization: str | None) -> str | None:
     return token.strip()
 
 
-@dataclass(frozen=True)
-class AuthSettings:
-    """How long a verified key is trusted without asking Redis, and whether a key verified
-    within ``fail_open_window_s`` still serves while Redis is down."""
-
-    cache_ttl_s: float = 0.5
-    fail_open: bool = False
-    fail_open_window_s: float = 300.0
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> AuthSettings:
-        return cls(
-            cache_ttl_s=settings.auth_cache_ttl_s,
-            fail_open=settings.limits_on_redis_failure == "open",
-            fail_open_window_s=settings.fail_open_window_s,
-        )
-
-
 class Authenticator:
-    def __init__(self, keys: KeyStore, settings: AuthSettings) -> None:
+    def __init__(self, keys: KeyStore, settings: AuthSettings, *, fail_open: bool = False) -> None:
+        """``fail_open``: the limits serve while Redis is down (``LimiterSettings.fail_open``)."""
         self.keys = keys
         self.cache_ttl_s = settings.cache_ttl_s
-        self.fail_open = settings.fail_open
+        self.fail_open = fail_open
         self.fail_open_window_s = settings.fail_open_window_s
         self._cache: dict[str, _Cached] = {}
 

@@ -30,7 +30,7 @@ from gateway.access.keys import ID_LENGTH, CreatedKey, KeyPage, KeyRecord, KeySt
 from gateway.access.records import found, missing, page_after
 from gateway.access.teams import TeamStore, key_home, team_home
 from gateway.errors import Conflict, InvalidRequest, NotFound, echo
-from gateway.routing.policy import Policy
+from gateway.policy import Policy
 
 MAX_IDEMPOTENCY_KEY_CHARS = 200
 

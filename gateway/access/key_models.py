@@ -31,7 +31,7 @@ from gateway.errors import InvalidRequest, invalid_input
 from gateway.ledger.event import MAX_TAG_LENGTH, MAX_TAGS, clean_tags
 from gateway.ledger.record import MAX_LABEL_LENGTH, label_problem
 from gateway.money import MAX_BUDGET_USD, usd_to_nanos
-from gateway.routing.policy import Policy
+from gateway.policy import Policy
 
 MAX_METADATA_BYTES = 4096
 MAX_GRACE_S = 30 * 24 * 3600

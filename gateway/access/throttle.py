@@ -21,11 +21,10 @@ from __future__ import annotations
 import ipaddress
 import math
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import RateLimited
-from gateway.settings import Settings
+from gateway.settings import ThrottleSettings
 from gateway.store.connect import REDIS_FAILURES, RedisClient
 
 # One atomic step: count the failure; the first of a window starts its clock. A counter left
@@ -39,18 +38,6 @@ end
 return {failures, redis.call('PTTL', KEYS[1])}
 """
 _MAX_ADDRESS_CHARS = 100
-
-
-@dataclass(frozen=True)
-class ThrottleSettings:
-    """Past ``limit`` failures from one address within ``window_s``, that address gets 429."""
-
-    limit: int = 10
-    window_s: float = 300.0
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> ThrottleSettings:
-        return cls(settings.auth_failure_limit, settings.auth_failure_window_s)
 
 
 class AuthThrottle:

@@ -24,7 +24,6 @@ import os
 import secrets
 import socket
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -32,44 +31,11 @@ import redis.exceptions
 from redis.asyncio import Redis
 
 from gateway.alerts.outbox import DELIVERED_PREFIX, GROUP, OUTBOX_KEY
-from gateway.settings import Settings
+from gateway.settings import AlertSettings
 from gateway.store.connect import REDIS_FAILURES
 
 DELIVERED_TTL_S = 40 * 24 * 3600
 BATCH = 32
-
-
-@dataclass(frozen=True)
-class AlertSettings:
-    """The ``alert_*`` settings; their defaults and bounds are ``Settings``' alone."""
-
-    webhook_url: str  # empty: no webhook, alerts are only logged
-    secret: bytes
-    retry_initial_s: float
-    retry_max_s: float
-    max_attempts: int
-    timeout_s: float
-    poll_s: float = 0.5
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> AlertSettings:
-        secret = settings.alert_webhook_secret
-        return cls(
-            settings.alert_webhook_url,
-            secret.get_secret_value().encode() if secret is not None else b"",
-            settings.alert_retry_initial_s,
-            settings.alert_retry_max_s,
-            settings.alert_max_attempts,
-            settings.alert_timeout_s,
-        )
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.webhook_url)
-
-    def backoff_s(self, tries: int) -> float:
-        """How long an entry tried ``tries`` times waits before the next try."""
-        return min(self.retry_max_s, self.retry_initial_s * 2 ** max(0, tries - 1))
 
 
 def signature(secret: bytes, timestamp: str, body: bytes) -> str:

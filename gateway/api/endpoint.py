@@ -1,6 +1,6 @@
 """The one way a route is wired: ``Route(path, endpoint(handler, Guard.X), methods=[...])``
-(``admin_routes`` writes those of one admin path, a handler per method; ``door_route`` the
-``POST`` of a /v1 door).
+(``admin_routes`` writes those of one admin path, a handler per method; ``v1/pipeline.py``'s
+``door_route`` the ``POST`` of a /v1 door).
 
 Every handler is ``async def handler(request, services) -> Response``; behind ``Guard.API_KEY``
 it also gets the caller's ``Principal``. ``endpoint`` takes the services from the lifespan
@@ -26,7 +26,6 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -34,15 +33,12 @@ from starlette.routing import Route
 
 from gateway.access.admins import Actor, Role
 from gateway.access.auth import Principal, admin_token, client_credential
-from gateway.api.dashboard_view import error_page
 from gateway.api.http import client_address, error_response
+from gateway.api.pages import error_page
 from gateway.errors import GatewayError, PermissionDenied, ServiceUnavailable
 from gateway.server.exchange import REQUEST_ID_HEADER, request_id_of, when_answered
 from gateway.services import Services
 from gateway.store.connect import REDIS_FAILURES
-
-if TYPE_CHECKING:
-    from gateway.api.doors import Door
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 _LOGGED_PATH_CHARS = 200
@@ -91,23 +87,6 @@ def admin_routes(
         Route(path, endpoint(handler, Guard.ADMIN, role), methods=[method])
         for method, handler in handlers.items()
     ]
-
-
-def door_route(
-    door: Door,
-    handle: Callable[[Request, Services, Door], Awaitable[Response]],
-    note: str = "",
-) -> Route:
-    """``POST /v1<door.path>``: ``handle`` for ``door``, named after the door's route label.
-    ``Guard.NONE``: the pipeline authenticates as one of its stages, so that its errors are in
-    the client's format."""
-
-    async def handler(request: Request, services: Services) -> Response:
-        return await handle(request, services, door)
-
-    handler.__name__ = door.route.replace(".", "_")
-    handler.__doc__ = f"``POST /v1{door.path}``{note}"
-    return Route(f"/v1{door.path}", endpoint(handler, Guard.NONE), methods=["POST"])
 
 
 def _open(handler: Callable[..., Awaitable[Response]]) -> Endpoint:

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import InvalidRequest
-from gateway.routing.policy_yaml import nesting_depth_exceeds
+from gateway.policy.bounded_yaml import nesting_depth_exceeds
 
 MAX_JSON_DEPTH = 64
 

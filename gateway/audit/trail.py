@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,26 +37,11 @@ from gateway.ledger.audit import (
 from gateway.ledger.backends import open_audit_store
 from gateway.metering.spool import Spool
 from gateway.server.tasks import cancel_until_done
-from gateway.settings import Settings
+from gateway.settings import Settings, UsageStoreSettings
 
 REPLAY_INTERVAL_S = 5.0
 RETENTION_INTERVAL_S = 24 * 3600.0
 SPOOL_DIR = "audit-spool"
-
-
-@dataclass(frozen=True)
-class AuditSettings:
-    """Where the audit log lives (the usage store's URL), how long it is kept, and how long an
-    admin request waits for the store before the entry is spooled instead."""
-
-    store_url: str
-    data_dir: Path
-    retention_days: int
-    write_timeout_s: float = 2.0
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> AuditSettings:
-        return cls(settings.usage_store_url, settings.data_dir, settings.usage_retention_days)
 
 
 def entry_view(entry: AuditEntry) -> dict[str, Any]:
@@ -70,10 +54,17 @@ def entry_view(entry: AuditEntry) -> dict[str, Any]:
 
 
 class AuditTrail:
-    def __init__(self, settings: AuditSettings, log: Any) -> None:
-        self.settings = settings
+    """The admin audit log: kept in the usage store's database, for its retention; an entry the
+    store does not take within ``write_timeout_s`` is spooled under ``data_dir`` instead."""
+
+    def __init__(
+        self, store: UsageStoreSettings, data_dir: Path, log: Any, *, write_timeout_s: float = 2.0
+    ) -> None:
+        self.store_settings = store
+        self.data_dir = data_dir
+        self.write_timeout_s = write_timeout_s
         self.log = log
-        self.spool = Spool(settings.data_dir / SPOOL_DIR)
+        self.spool = Spool(data_dir / SPOOL_DIR)
         self.store: AuditStore | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -118,9 +109,7 @@ class AuditTrail:
         )
         if self.store is not None:
             try:
-                await asyncio.wait_for(
-                    self.store.insert([entry]), timeout=self.settings.write_timeout_s
-                )
+                await asyncio.wait_for(self.store.insert([entry]), timeout=self.write_timeout_s)
                 return entry
             except Exception as exc:  # the store is down or slow: the spool takes it
                 self.log.warning("audit_store_write_failed", error=type(exc).__name__)
@@ -162,12 +151,11 @@ class AuditTrail:
             self.log.error("audit_entry_lost", error=str(exc), entry=entry.view())
 
     async def open_store(self) -> None:
-        settings = self.settings
         try:
             self.store = await open_audit_store(
-                settings.store_url,
-                data_dir=settings.data_dir,
-                retention_days=settings.retention_days,
+                self.store_settings.url,
+                data_dir=self.data_dir,
+                retention_days=self.store_settings.retention_days,
             )
         except Exception as exc:
             self.log.error("audit_store_unavailable", error=str(exc)[:500])
@@ -196,7 +184,7 @@ class AuditTrail:
 @contextlib.asynccontextmanager
 async def audit_trail(settings: Settings, log: Any) -> AsyncIterator[AuditTrail]:
     """A trail for one CLI command: opened, spool replayed, closed at the end."""
-    trail = AuditTrail(AuditSettings.from_settings(settings), log)
+    trail = AuditTrail(settings.usage_store, settings.data_dir, log)
     await trail.open_store()
     with contextlib.suppress(Exception):
         await trail.replay()

@@ -3,7 +3,7 @@
 A runner hands each line to ``run(LineCall(...))`` and gets back what an interactive client
 would have got for the same request with the same key: the status, the body (an answer or the
 door's error envelope) and the usage charged. The pipeline's side lives with the API
-(``gateway/api/batch_line.py``), which is built above this part and passed in, so the batch
+(``gateway/api/v1/batch_line.py``), which is built above this part and passed in, so the batch
 runner never reaches up into the HTTP layer.
 """
 

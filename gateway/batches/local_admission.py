@@ -20,8 +20,8 @@ import asyncio
 import math
 from typing import Any
 
+from gateway.policy.store import PolicyStore
 from gateway.providers.local_host import LocalEngineHost
-from gateway.routing.policy_store import PolicyStore
 
 WATCH_S = 0.02
 

@@ -40,6 +40,10 @@ CANCELLABLE: frozenset[str] = frozenset({"validating", "in_progress"})
 LineState = Literal["pending", "leased", "done", "cancelled", "expired"]
 UNANSWERED: tuple[str, ...] = ("pending", "leased")
 
+# OpenAI and Anthropic both run a batch within 24 hours; the only window either accepts.
+COMPLETION_WINDOW = "24h"
+WINDOW_MS = 24 * 3600 * 1000
+
 # File purposes: what a client uploads, and what the gateway writes for a batch.
 INPUT_PURPOSE = "batch"
 OUTPUT_PURPOSE = "batch_output"

@@ -52,9 +52,9 @@ from gateway.batches.records import (
     derived_file_id,
     line_request_id,
 )
-from gateway.batches.settings import BatchSettings
 from gateway.batches.store import BatchStore
 from gateway.server.tasks import cancel_until_done
+from gateway.settings import BatchSettings
 
 PAGE = 1000
 ADMISSION_POLL_S = 0.05

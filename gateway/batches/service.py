@@ -17,11 +17,11 @@ from gateway.batches.headroom import Headroom
 from gateway.batches.lines import LineRunner
 from gateway.batches.local_admission import LocalAdmission
 from gateway.batches.runner import BatchRunner
-from gateway.batches.settings import BatchSettings
 from gateway.batches.store import BatchStore, make_batch_store
 from gateway.metering.limits import Limiter
+from gateway.policy.store import PolicyStore
 from gateway.providers.local_host import LocalEngineHost
-from gateway.routing.policy_store import PolicyStore
+from gateway.settings import BatchSettings
 
 
 @dataclass

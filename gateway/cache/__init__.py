@@ -1,7 +1,7 @@
 """The exact-match response cache: identical deterministic requests answered from Redis.
 
 A request's answer is cached when its model or task has a ``cache:`` block in the policy
-(``CachePolicy``), the request is deterministic (``nondeterminism`` is None, or the policy
+(``gateway.policy.CachePolicy``), the request is deterministic (``nondeterminism`` is None, or the policy
 allows more) and the client does not opt out (``directive_of`` its headers). The entry's key
 is a hash of the canonical request after routing (``request_key``), kept in a scope per team
 (``CacheScope``) unless the policy shares it. ``ResponseCache`` looks up in one round trip and
@@ -10,7 +10,6 @@ relayed and ``CacheEntry.sse_body`` replays them byte for byte. Nothing here kno
 handlers, limits or usage: the request pipeline decides what a hit costs.
 """
 
-from gateway.cache.config import CachePolicy, effective_cache
 from gateway.cache.controls import (
     BYPASS,
     CACHE_HEADER,
@@ -26,8 +25,6 @@ from gateway.cache.key import (
     IGNORED_FIELDS,
     CacheScope,
     Mode,
-    Routed,
-    RoutedModel,
     canonical_request,
     nondeterminism,
     request_key,
@@ -48,7 +45,6 @@ __all__ = [
     "CacheEntry",
     "CacheEntryError",
     "CacheHeaderError",
-    "CachePolicy",
     "CacheScope",
     "CacheStats",
     "CacheUnavailable",
@@ -57,14 +53,11 @@ __all__ = [
     "Mode",
     "PurgeResult",
     "ResponseCache",
-    "Routed",
-    "RoutedModel",
     "ScopeStats",
     "StoreOutcome",
     "StreamRecorder",
     "canonical_request",
     "directive_of",
-    "effective_cache",
     "nondeterminism",
     "request_key",
 ]

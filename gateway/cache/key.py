@@ -26,9 +26,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import orjson
+
+from gateway.routing.router import Candidate
 
 # Fields that cannot change the answer (``model`` is replaced by the routed model).
 IGNORED_FIELDS = frozenset(
@@ -92,26 +94,11 @@ def _canonical_value(value: Any) -> Any:
     return value
 
 
-class Routed(Protocol):
-    """The model after routing (the router's candidate has these three)."""
-
-    model: str
-    provider: str
-    upstream_model: str
-
-
-@dataclass(frozen=True, slots=True)
-class RoutedModel:
-    model: str
-    provider: str
-    upstream_model: str
-
-
 def canonical_request(
     route: str,
     body: Mapping[str, Any],
     mode: Mode,
-    routed: Routed,
+    routed: Candidate,
     headers: Mapping[str, str] | None = None,
 ) -> bytes:
     """The bytes the key hashes (for tests and for debugging a miss). ``headers``: the
@@ -136,7 +123,7 @@ def request_key(
     route: str,
     body: Mapping[str, Any],
     mode: Mode,
-    routed: Routed,
+    routed: Candidate,
     headers: Mapping[str, str] | None = None,
 ) -> str:
     """The entry's hash (64 hex digits) within its scope."""

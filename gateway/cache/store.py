@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Literal
 
-from gateway.cache.config import CachePolicy
 from gateway.cache.entry import MAGIC, CacheEntry, CacheEntryError
 from gateway.cache.key import CacheScope
 from gateway.cache.stats import COUNTERS, NOTE_KINDS, CacheStats, PurgeResult, ScopeStats
+from gateway.policy.cache import CachePolicy
 from gateway.server.tasks import cancel_until_done
 from gateway.store.connect import REDIS_FAILURES, RedisClient
 from gateway.store.direct import DirectRedis

@@ -19,7 +19,7 @@ from gateway.cli.connect import admin_context
 from gateway.cli.output import answer, columns, fail, print_json
 from gateway.errors import GatewayError
 from gateway.money import format_usd_money, stored_usd_to_nanos
-from gateway.routing.policy import Policy, PolicyError, load_policy_file
+from gateway.policy import Policy, PolicyError, load_policy_file
 from gateway.settings import Settings
 
 # The key's scalar limits, each a flag taken as given; the identity fields and the list/dict

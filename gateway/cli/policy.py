@@ -1,6 +1,8 @@
-"""``switchyard policy check|get|diff|apply``: the routing policy from the terminal.
+"""``switchyard policy check|get|diff|apply|prices``: the routing policy from the terminal.
 
-``check FILE`` validates a file locally (no gateway needed). ``get``, ``diff FILE`` and ``apply
+``check FILE`` validates a file locally (no gateway needed). ``prices [FILE]`` shows the price
+each model is costed at and where it comes from (its ``price:``, the price catalogue and its
+version, or none), for FILE or, without one, for the policy in force (``cli/policy_prices.py``). ``get``, ``diff FILE`` and ``apply
 FILE`` talk to the running gateway's admin API (``cli/admin_api.py``), as a dashboard or script
 would: ``get`` prints the YAML in force, ``diff`` the unified diff from it to FILE (after the
 gateway has validated FILE), ``apply`` PUTs FILE, which the gateway validates, writes
@@ -17,8 +19,9 @@ from typing import Any
 
 from gateway.cli.admin_api import AdminApi
 from gateway.cli.output import fail
+from gateway.cli.policy_prices import print_prices
 from gateway.errors import GatewayError
-from gateway.routing.policy import PolicyError, load_policy_file
+from gateway.policy import PolicyError, load_policy_file
 from gateway.settings import Settings
 
 YAML = {"content-type": "application/yaml"}
@@ -37,19 +40,28 @@ def add_policy_parser(commands: Any) -> None:
     diff.add_argument("file")
     apply = policy_commands.add_parser("apply", help="validate FILE and put it in force")
     apply.add_argument("file")
-    for parser in (get, diff, apply):
+    prices = policy_commands.add_parser(
+        "prices", help="each model's price and its source (FILE, or the policy in force)"
+    )
+    prices.add_argument("file", nargs="?")
+    prices.add_argument("--json", action="store_true", help="print JSON rows")
+    for parser in (get, diff, apply, prices):
         AdminApi.add_arguments(parser)
 
 
 def policy_needs_settings(args: argparse.Namespace) -> bool:
-    return args.policy_command != "check"
+    return args.policy_command != "check" and not (args.policy_command == "prices" and args.file)
 
 
 def policy_command(args: argparse.Namespace, settings: Settings | None = None) -> int:
     if args.policy_command == "check":
         return policy_check(args.file)
+    if args.policy_command == "prices" and args.file:
+        return print_prices(_read(args.file), args.file, as_json=args.json)
     assert settings is not None
     api = AdminApi.from_args(settings, args)
+    if args.policy_command == "prices":
+        return print_prices(_live_text(api), "policy in force", as_json=args.json)
     if args.policy_command == "get":
         sys.stdout.write(_live_text(api))
         return 0

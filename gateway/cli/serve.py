@@ -17,7 +17,7 @@ from typing import Any
 
 from gateway.cli.output import fail
 from gateway.data_dir import DataDirBusy, DataDirLock, private_files
-from gateway.routing.policy import PolicyError, load_policy_file
+from gateway.policy import PolicyError, load_policy_file
 from gateway.settings import Settings, ensure_secrets
 
 
@@ -74,7 +74,7 @@ def serve(settings: Settings, workers: int) -> int:
 
     from gateway.app import create_app
     from gateway.logs import configure_process_logging
-    from gateway.server.http_guard import HttpGuardSettings, guarded_protocol
+    from gateway.server.http_guard import guarded_protocol
     from gateway.server.proxies import proxy_options
 
     configure_process_logging(settings.log_level, settings.log_format)
@@ -120,7 +120,7 @@ def serve(settings: Settings, workers: int) -> int:
             "access_log": False,
             "log_level": "warning",
             # Each worker's own app: no on_reject hook.
-            "http": guarded_protocol(HttpGuardSettings.from_settings(settings)),
+            "http": guarded_protocol(settings.http_guard),
             "timeout_keep_alive": settings.keep_alive_timeout_s,
             # SIGTERM drains in the app first (shutdown_grace_s); this only bounds what is left.
             "timeout_graceful_shutdown": 2,
@@ -134,9 +134,7 @@ def serve(settings: Settings, workers: int) -> int:
                 Multiprocess(config, sockets=[sock]).run()
                 return 0
             app = create_app(settings)
-            options["http"] = guarded_protocol(
-                HttpGuardSettings.from_settings(settings), app.state.record_wire_rejection
-            )
+            options["http"] = guarded_protocol(settings.http_guard, app.state.record_wire_rejection)
             server = uvicorn.Server(uvicorn.Config(app, **options))
             logging.getLogger("uvicorn.error").addFilter(_RefusedStartFilter(app))
             _take_stop_signals_quietly()

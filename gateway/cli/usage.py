@@ -61,9 +61,9 @@ def add_usage_parser(commands: Any) -> None:
 async def usage_command(settings: Settings, args: argparse.Namespace) -> int:
     try:
         store = await open_store(
-            settings.usage_store_url,
+            settings.usage_store.url,
             data_dir=settings.data_dir,
-            retention_days=settings.usage_retention_days,
+            retention_days=settings.usage_store.retention_days,
         )
     except StoreConfigError as exc:
         raise SettingsError(f"SWITCHYARD_USAGE_STORE_URL: {exc}") from None

@@ -1,6 +1,6 @@
 """Failures of translation, and one error record that every format's envelope renders.
 
-``InvalidRequest`` is bad client input (400), naming the field by its path in the client's own
+``MalformedRequest`` is bad client input (400), naming the field by its path in the client's own
 format (``messages[2].content[0].source``). ``Untranslatable`` is valid input that the target
 format cannot carry faithfully (400, names the field and the target). ``UpstreamProtocolError``
 is an upstream body or event that breaks its own format (the gateway answers 502). ``ErrorInfo``
@@ -49,11 +49,11 @@ class FormatError(Exception):
         return ErrorInfo(self.status, self.message, self.kind, code=self.code, param=self.param)
 
 
-class InvalidRequest(FormatError):
+class MalformedRequest(FormatError):
     """The client's body breaks its own format; ``param`` is the path of the offending field."""
 
 
-class Untranslatable(InvalidRequest):
+class Untranslatable(MalformedRequest):
     """Valid in the client's format, but the target format has no faithful way to carry it."""
 
     default_code = "unsupported_parameter"

@@ -1,4 +1,4 @@
-"""Typed reads of JSON fields that fail with ``InvalidRequest`` naming the field's path.
+"""Typed reads of JSON fields that fail with ``MalformedRequest`` naming the field's path.
 
 ``path`` arguments are the full path of the field read (``messages[2].content``); ``at`` joins
 a parent path and a key or index. Absent and ``null`` are the same for optional fields, as in
@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from gateway.formats.errors import InvalidRequest, UpstreamProtocolError
+from gateway.formats.errors import MalformedRequest, UpstreamProtocolError
 
 
 def at(parent: str, key: str | int) -> str:
@@ -29,9 +29,9 @@ def load_object(body: bytes | str | dict[str, Any], what: str = "request body") 
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
-        raise InvalidRequest(f"the {what} is not valid JSON") from None
+        raise MalformedRequest(f"the {what} is not valid JSON") from None
     if not isinstance(data, dict):
-        raise InvalidRequest(f"the {what} must be a JSON object")
+        raise MalformedRequest(f"the {what} must be a JSON object")
     return data
 
 
@@ -39,7 +39,7 @@ def load_upstream(body: bytes | str | dict[str, Any], what: str) -> dict[str, An
     """The same for an upstream's body: a failure is the upstream's fault (502), not the client's."""
     try:
         return load_object(body, what)
-    except InvalidRequest as exc:
+    except MalformedRequest as exc:
         raise UpstreamProtocolError(f"upstream {exc.message}") from None
 
 
@@ -54,27 +54,27 @@ def is_number(value: Any) -> bool:
 def required(parent: dict[str, Any], key: str, path: str) -> Any:
     value = parent.get(key)
     if value is None:
-        raise InvalidRequest(f"{path} is required", param=path)
+        raise MalformedRequest(f"{path} is required", param=path)
     return value
 
 
 def obj(value: Any, path: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise InvalidRequest(f"{path} must be an object", param=path)
+        raise MalformedRequest(f"{path} must be an object", param=path)
     return value
 
 
 def array(value: Any, path: str) -> list[Any]:
     if not isinstance(value, list):
-        raise InvalidRequest(f"{path} must be an array", param=path)
+        raise MalformedRequest(f"{path} must be an array", param=path)
     return value
 
 
 def string(value: Any, path: str, *, non_empty: bool = False) -> str:
     if not isinstance(value, str):
-        raise InvalidRequest(f"{path} must be a string", param=path)
+        raise MalformedRequest(f"{path} must be a string", param=path)
     if non_empty and not value:
-        raise InvalidRequest(f"{path} must not be empty", param=path)
+        raise MalformedRequest(f"{path} must not be empty", param=path)
     return value
 
 
@@ -140,7 +140,7 @@ def _opt_valid(
     value = parent.get(key)
     if value is None or valid(value):
         return value
-    raise InvalidRequest(f"{path} must be {what}", param=path)
+    raise MalformedRequest(f"{path} must be {what}", param=path)
 
 
 def _within(is_kind: Callable[[Any], bool], low: float, high: float) -> Callable[[Any], bool]:
@@ -163,7 +163,7 @@ def json_object_text(arguments: str, path: str) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         value = None
     if not isinstance(value, dict):
-        raise InvalidRequest(f"the arguments of {path} are not a JSON object", param=path)
+        raise MalformedRequest(f"the arguments of {path} are not a JSON object", param=path)
     return value
 
 

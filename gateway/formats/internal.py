@@ -19,7 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-FormatName = Literal["openai_chat", "anthropic_messages", "openai_responses"]
+# The formats clients speak (each has a front door) and those only upstreams speak: Gemini's
+# generateContent and Bedrock's Converse (``formats/gemini``, ``formats/bedrock_converse``).
+ClientFormatName = Literal["openai_chat", "anthropic_messages", "openai_responses"]
+FormatName = Literal[
+    "openai_chat", "anthropic_messages", "openai_responses", "gemini", "bedrock_converse"
+]
 Role = Literal["user", "assistant", "system"]
 StopReason = Literal[
     "end_turn",

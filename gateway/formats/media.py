@@ -3,7 +3,7 @@ a media type), and the image types each accepts."""
 
 from __future__ import annotations
 
-from gateway.formats.errors import InvalidRequest
+from gateway.formats.errors import MalformedRequest
 from gateway.formats.internal import Image
 
 # The image types Anthropic accepts inline; OpenAI accepts these too.
@@ -30,7 +30,7 @@ def image_from_url(url: str, detail: str | None, path: str, url_path: str) -> Im
     if inline is not None:
         return Image(data=inline[1], media_type=inline[0], detail=detail, path=path)
     if url.startswith("data:"):
-        raise InvalidRequest(
+        raise MalformedRequest(
             f"{url_path} must be a base64 data URL or an http(s) URL", param=url_path
         )
     return Image(url=url, detail=detail, path=path)

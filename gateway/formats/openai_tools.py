@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gateway.formats.errors import InvalidRequest
+from gateway.formats.errors import MalformedRequest
 from gateway.formats.fields import at, obj, opt_bool, opt_str
 from gateway.formats.internal import ChatRequest, Raw, Tool, ToolChoice
 
@@ -38,7 +38,7 @@ def tool_choice_mode(choice: Any) -> ToolChoice | dict[str, Any] | None:
     if choice in MODES:
         return ToolChoice(choice)
     if isinstance(choice, str):
-        raise InvalidRequest(
+        raise MalformedRequest(
             "tool_choice must be auto, none, required or an object", param="tool_choice"
         )
     return obj(choice, "tool_choice")

@@ -17,6 +17,8 @@ TITLES: dict[FormatName, str] = {
     "openai_chat": "OpenAI Chat Completions",
     "anthropic_messages": "Anthropic Messages",
     "openai_responses": "OpenAI Responses",
+    "gemini": "Gemini",
+    "bedrock_converse": "Bedrock Converse",
 }
 
 

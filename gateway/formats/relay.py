@@ -25,7 +25,13 @@ from typing import Any, Protocol
 
 import orjson
 
-from gateway.formats import anthropic_messages, openai_chat, openai_responses
+from gateway.formats import (
+    UPSTREAM_ONLY_FORMATS,
+    anthropic_messages,
+    openai_chat,
+    openai_responses,
+    upstream_format,
+)
 from gateway.formats.errors import ErrorInfo, FormatError
 from gateway.formats.internal import ChatRequest, FormatName, Usage
 from gateway.formats.openai_chat.relay import ChatRelay, chat_usage
@@ -57,6 +63,8 @@ class StreamRelay(Protocol):
 
 
 def _package(name: FormatName) -> Any:
+    if name in UPSTREAM_ONLY_FORMATS:
+        return upstream_format(name)  # a parser only: no client speaks it
     return {
         "openai_chat": openai_chat,
         "anthropic_messages": anthropic_messages,

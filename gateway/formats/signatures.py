@@ -15,7 +15,7 @@ from typing import cast
 from gateway.formats.internal import FormatName, Thinking
 
 PREFIX = "switchyard:"
-_ORIGINS = ("openai_chat", "anthropic_messages", "openai_responses")
+_ORIGINS = ("openai_chat", "anthropic_messages", "openai_responses", "gemini", "bedrock_converse")
 
 
 def for_client(thinking: Thinking, client: FormatName) -> str | None:

@@ -1,14 +1,14 @@
 """The SQL usage store: every usage event kept in SQLite (embedded) or PostgreSQL (shared).
 
 ``open_store(url, data_dir=...)`` returns a ``UsageStore``: ``insert`` batches of
-``LedgerEvent`` idempotently, read exact integer totals with ``rollup(RollupQuery(...))``
+``UsageEvent`` idempotently, read exact integer totals with ``rollup(RollupQuery(...))``
 (rollup tables only, never raw events), page raw events with ``list_events(EventQuery(...))``
 and run ``maintain()`` periodically for partitions and retention. Nothing here knows Redis:
 the exporter that feeds it from the Redis buffer lives with the gateway's metering.
 """
 
 from gateway.ledger.backends import make_store, open_store
-from gateway.ledger.event import MAX_TAGS, LedgerError, LedgerEvent
+from gateway.ledger.event import MAX_TAGS, UsageError, UsageEvent
 from gateway.ledger.query import (
     GROUP_BYS,
     EventCursor,
@@ -35,14 +35,14 @@ __all__ = [
     "EventCursor",
     "EventPage",
     "EventQuery",
-    "LedgerError",
-    "LedgerEvent",
     "LedgerQueryError",
     "RetentionResult",
     "RollupQuery",
     "RollupRow",
     "StoreConfigError",
     "Totals",
+    "UsageError",
+    "UsageEvent",
     "UsageFilter",
     "UsageStore",
     "check_store_url",

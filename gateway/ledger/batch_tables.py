@@ -1,4 +1,4 @@
-"""The tables of batch work, in the SQL store beside usage (schema version 5).
+"""The tables of batch work, in the SQL store beside usage (schema version 6).
 
 ``batch_files``: one row per uploaded or generated file (a batch's input, output and error
 files), its bytes in ``batch_file_chunks`` (1 MiB each), so every replica that shares the store
@@ -80,6 +80,6 @@ CREATE INDEX batch_lines_owner ON batch_lines (owner, state);
 """
 
 
-# Schema version 5 of each backend; a shipped migration: the text never changes.
+# Schema version 6 of each backend; a shipped migration: the text never changes.
 SQLITE_MIGRATION = _batch_sql("TEXT", "INTEGER", "BLOB", " STRICT")
 POSTGRES_MIGRATION = _batch_sql("text", "bigint", "bytea", "")

@@ -23,7 +23,7 @@ from typing import Any
 from gateway.ledger.audit import POSTGRES_MIGRATION as AUDIT_MIGRATION
 from gateway.ledger.batch_tables import POSTGRES_MIGRATION as BATCH_MIGRATION
 from gateway.ledger.dead_letters import POSTGRES_MIGRATION as DEAD_LETTER_MIGRATION
-from gateway.ledger.event import LedgerEvent
+from gateway.ledger.event import UsageEvent
 from gateway.ledger.tables import (
     COUNTERS,
     EVENT_COLUMNS,
@@ -56,6 +56,7 @@ EVENT_TYPES = (
     "text",
     "text",
     "text[]",
+    "text",  # price_catalogue (migration 5)
 )
 STAGE_TABLE = "usage_events_stage"
 PARTITION_PREFIX = "usage_events_p"
@@ -81,7 +82,9 @@ INSERT INTO usage_store_identity (singleton, store_id)
   VALUES (1, substr(replace(gen_random_uuid()::text, '-', ''), 1, 16));
 """,
     DEAD_LETTER_MIGRATION,  # 4: events the store could not keep (gateway/ledger/dead_letters.py)
-    BATCH_MIGRATION,  # 5: batch files, batches and their lines (gateway/ledger/batch_tables.py)
+    # 5: the price catalogue an event was costed from ("" for the policy's own price).
+    "ALTER TABLE usage_events ADD COLUMN price_catalogue text NOT NULL DEFAULT ''",
+    BATCH_MIGRATION,  # 6: batch files, batches and their lines (gateway/ledger/batch_tables.py)
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 SELECT_STORE_ID = "SELECT store_id FROM usage_store_identity"
@@ -187,7 +190,7 @@ UNNEST_SOURCE = (
     "SELECT day, event_id, time_ms, key_id, team, model, provider, task, route, prompt_tokens,"
     " completion_tokens, cached_tokens, cache_write_tokens, cost_nanos, status, streamed,"
     " usage_source, attempts, latency_ms, ttft_ms, policy_version, end_user,"
-    " string_to_array(tags, ',') FROM unnest("
+    " string_to_array(tags, ','), price_catalogue FROM unnest("
     + ", ".join(
         f"${index}::{'text' if kind == 'text[]' else kind}[]"
         for index, kind in enumerate(EVENT_TYPES, start=1)
@@ -212,7 +215,7 @@ def values_source(rows: int) -> str:
     return f"SELECT * FROM (VALUES {', '.join(tuples)}) AS v({_EVENT_LIST})"
 
 
-def event_row(event: LedgerEvent) -> tuple[Any, ...]:
+def event_row(event: UsageEvent) -> tuple[Any, ...]:
     """An event as a row in EVENT_COLUMNS order."""
     return row_values(event, day=event.day, streamed=event.streamed, tags=list(event.tags))
 

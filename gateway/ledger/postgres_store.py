@@ -1,7 +1,7 @@
 """The usage store on a shared PostgreSQL server, through an asyncpg connection pool.
 
 asyncpg and COPY were chosen by measurement over psycopg 3 and over unnest, executemany or
-multi-row VALUES (``python -m gateway.ledger.bench``; figures in docs/usage.md). A batch is one
+multi-row VALUES (``python -m bench.ledger``; figures in docs/usage.md). A batch is one
 transaction: binary COPY into the connection's temp staging table (created when the pool opens
 the connection, emptied at every commit), then one ``INSERT ... SELECT ... ON CONFLICT DO
 NOTHING RETURNING`` statement that also updates the rollups (``postgres_sql.INSERT_FROM_STAGE``).
@@ -26,7 +26,7 @@ from typing import Any, Unpack
 import asyncpg
 import structlog
 
-from gateway.ledger.event import LedgerEvent
+from gateway.ledger.event import UsageEvent
 from gateway.ledger.postgres_sql import (
     CREATE_STAGE,
     CREATE_VERSION_TABLE,
@@ -75,8 +75,8 @@ def _iso(day: date) -> str:
     return day.isoformat()
 
 
-def _event_of(record: Sequence[Any]) -> LedgerEvent:
-    return LedgerEvent(*record)
+def _event_of(record: Sequence[Any]) -> UsageEvent:
+    return UsageEvent(*record)
 
 
 async def _create_stage(conn: asyncpg.Connection) -> None:
@@ -181,7 +181,7 @@ class PostgresStore(SqlStore):
 
     # -- writes --------------------------------------------------------------------------
 
-    async def _write(self, events: list[LedgerEvent]) -> int:
+    async def _write(self, events: list[UsageEvent]) -> int:
         rows = [event_row(event) for event in events]  # staged rows are read back sorted
         days = {row[0] for row in rows}
         for attempt in range(1, RETRIES + 1):

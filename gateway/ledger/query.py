@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from datetime import date
 from typing import Any
 
-from gateway.ledger.event import MAX_TIME_MS, LedgerError, LedgerEvent, check_tag, day_of_ms
+from gateway.ledger.event import MAX_TIME_MS, UsageError, UsageEvent, check_tag, day_of_ms
 from gateway.ledger.record import check_id, label_problem
 from gateway.ledger.tables import COUNTERS, ROLLUP_TABLES
 
@@ -47,7 +47,7 @@ FILTER_COLUMNS = {
 ROLLUP_DIMENSIONS = ("day", "key_id", "team", "model", "provider", "task")
 
 
-def event_counts(event: LedgerEvent) -> tuple[int, ...]:
+def event_counts(event: UsageEvent) -> tuple[int, ...]:
     """What one event adds to each counter, in ``COUNTERS`` order."""
     return (
         1,
@@ -88,7 +88,7 @@ class Totals:
     estimated: int = 0
 
     @classmethod
-    def of_event(cls, event: LedgerEvent) -> Totals:
+    def of_event(cls, event: UsageEvent) -> Totals:
         return cls(*event_counts(event))
 
     def __add__(self, other: Totals) -> Totals:
@@ -117,7 +117,7 @@ def _check_filter_value(param: str, value: object) -> None:
     if param == "tag" and value:  # "" selects untagged requests
         try:
             check_tag(value)
-        except LedgerError as exc:
+        except UsageError as exc:
             raise LedgerQueryError("tag", str(exc).removeprefix("tags: ")) from None
 
 
@@ -259,7 +259,7 @@ def decode_position(text: str) -> tuple[int, str]:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
         time_text, event_id = raw.split("|", 1)
         time_ms = int(time_text) if time_text.isascii() and time_text.isdigit() else -1
-        check_id(LedgerError, "cursor", event_id)
+        check_id(UsageError, "cursor", event_id)
     except (ValueError, UnicodeDecodeError):  # RecordError is a ValueError
         raise LedgerQueryError("cursor", "is not one this server returned") from None
     if not 0 <= time_ms < MAX_TIME_MS:
@@ -306,7 +306,7 @@ class EventQuery:
 
 @dataclass(frozen=True, slots=True)
 class EventPage:
-    events: list[LedgerEvent]
+    events: list[UsageEvent]
     next_cursor: str | None
 
     @property
@@ -351,7 +351,7 @@ def events_sql(
     return sql, params
 
 
-def page_of(events: list[LedgerEvent], limit: int) -> EventPage:
+def page_of(events: list[UsageEvent], limit: int) -> EventPage:
     """A page from up to ``limit + 1`` events read newest first."""
     if len(events) <= limit:
         return EventPage(events, None)

@@ -8,7 +8,7 @@ one hop to the writer thread; aiosqlite would hop once per statement for the sam
 Journal: WAL with ``synchronous=FULL``: the WAL is fsynced at every commit, so a batch the
 store has acknowledged survives power loss, not only a crash of the process. The exporter trims
 its Redis buffer once ``insert`` returns, so an acknowledged batch must not be lost. With one
-commit per batch the fsync costs little (``gateway.ledger.bench`` times FULL against NORMAL).
+commit per batch the fsync costs little (``bench.ledger`` times FULL against NORMAL).
 
 Writes use ``BEGIN IMMEDIATE`` with a busy timeout, so several processes may share the file.
 An event row that ``ON CONFLICT DO NOTHING`` skipped (``rowcount`` 0) adds nothing to the
@@ -36,7 +36,7 @@ import structlog
 from gateway.ledger.audit import SQLITE_MIGRATION as AUDIT_MIGRATION
 from gateway.ledger.batch_tables import SQLITE_MIGRATION as BATCH_MIGRATION
 from gateway.ledger.dead_letters import SQLITE_MIGRATION as DEAD_LETTER_MIGRATION
-from gateway.ledger.event import EPOCH_DAY, LedgerEvent
+from gateway.ledger.event import EPOCH_DAY, UsageEvent
 from gateway.ledger.query import event_counts
 from gateway.ledger.store import (
     RetentionResult,
@@ -62,7 +62,7 @@ BUSY_TIMEOUT_MS = 30_000
 DELETE_CHUNK = 5_000
 
 _TEXT = {"event_id", "key_id", "team", "model", "provider", "task", "route", "usage_source"}
-_TEXT |= {"policy_version", "end_user", "tags"}
+_TEXT |= {"policy_version", "end_user", "tags", "price_catalogue"}
 _EVENT_TYPES = tuple("TEXT" if name in _TEXT else "INTEGER" for name in EVENT_COLUMNS)
 
 # Each entry upgrades the schema by one version; never edit one that has shipped.
@@ -78,7 +78,9 @@ CREATE TABLE usage_store_identity (
 INSERT INTO usage_store_identity (singleton, store_id) VALUES (1, lower(hex(randomblob(8))));
 """,
     DEAD_LETTER_MIGRATION,  # 4: events the store could not keep (gateway/ledger/dead_letters.py)
-    BATCH_MIGRATION,  # 5: batch files, batches and their lines (gateway/ledger/batch_tables.py)
+    # 5: the price catalogue an event was costed from ("" for the policy's own price).
+    "ALTER TABLE usage_events ADD COLUMN price_catalogue TEXT NOT NULL DEFAULT '';",
+    BATCH_MIGRATION,  # 6: batch files, batches and their lines (gateway/ledger/batch_tables.py)
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 CREATE_VERSION_TABLE = (
@@ -134,7 +136,7 @@ def _placeholder(_: int) -> str:
     return "?"
 
 
-def _event_params(event: LedgerEvent) -> tuple[Any, ...]:
+def _event_params(event: UsageEvent) -> tuple[Any, ...]:
     return row_values(
         event,
         day=event.day_number,
@@ -143,11 +145,11 @@ def _event_params(event: LedgerEvent) -> tuple[Any, ...]:
     )
 
 
-def _event_of(row: Sequence[Any]) -> LedgerEvent:
+def _event_of(row: Sequence[Any]) -> UsageEvent:
     values = list(row)
     values[14] = bool(values[14])  # streamed
     values[21] = tuple(orjson.loads(values[21]))  # tags
-    return LedgerEvent(*values)
+    return UsageEvent(*values)
 
 
 def _add(
@@ -298,12 +300,12 @@ class SqliteStore(SqlStore):
 
     # -- writes --------------------------------------------------------------------------
 
-    async def _write(self, events: list[LedgerEvent]) -> int:
+    async def _write(self, events: list[UsageEvent]) -> int:
         events.sort(key=lambda event: (event.time_ms // 86_400_000, event.event_id))
         return await self._writer.run(functools.partial(self._insert, events))
 
     @staticmethod
-    def _insert(events: list[LedgerEvent], conn: sqlite3.Connection) -> int:
+    def _insert(events: list[UsageEvent], conn: sqlite3.Connection) -> int:
         main: dict[tuple[Any, ...], list[int]] = {}
         tags: dict[tuple[Any, ...], list[int]] = {}
         users: dict[tuple[Any, ...], list[int]] = {}

@@ -35,7 +35,7 @@ from gateway.ledger.dead_letters import (
     select_sql,
 )
 from gateway.ledger.dead_letters import page_of as letters_page
-from gateway.ledger.event import EPOCH_DAY, LedgerError, LedgerEvent
+from gateway.ledger.event import EPOCH_DAY, UsageError, UsageEvent
 from gateway.ledger.query import (
     EventPage,
     EventQuery,
@@ -82,7 +82,7 @@ class UsageStore(Protocol):
 
     async def close(self) -> None: ...
 
-    async def insert(self, events: Sequence[LedgerEvent]) -> int:
+    async def insert(self, events: Sequence[UsageEvent]) -> int:
         """Insert a batch in one transaction; returns how many were new. Events whose day
         is already outside the retention window are skipped (not counted)."""
         ...
@@ -130,18 +130,17 @@ def check_retention_days(value: object) -> int:
     return value
 
 
-def check_batch(events: Sequence[LedgerEvent]) -> list[LedgerEvent]:
-    """Every item must be a LedgerEvent (validated when it was built)."""
+def check_batch(events: Sequence[UsageEvent]) -> list[UsageEvent]:
+    """Every item must be a ``UsageEvent`` within the store's bounds (``check_storable``)."""
     batch = list(events)
     for index, event in enumerate(batch):
-        if not isinstance(event, LedgerEvent):
-            raise LedgerError(
-                "event", f"item {index} is a {type(event).__name__}, not a LedgerEvent"
-            )
+        if not isinstance(event, UsageEvent):
+            raise UsageError("event", f"item {index} is a {type(event).__name__}, not a UsageEvent")
+        event.check_storable()
     return batch
 
 
-def events_to_keep(events: Sequence[LedgerEvent], cutoff: date) -> list[LedgerEvent]:
+def events_to_keep(events: Sequence[UsageEvent], cutoff: date) -> list[UsageEvent]:
     """The checked batch less the events whose day is already past retention (logged)."""
     batch = check_batch(events)
     first_day = (cutoff - EPOCH_DAY).days
@@ -199,7 +198,7 @@ class SqlDialect:
     placeholder: Callable[[int], str]
     day_value: Callable[[date], Any]
     day_text: Callable[[Any], str]
-    event_of: Callable[[Sequence[Any]], LedgerEvent]
+    event_of: Callable[[Sequence[Any]], UsageEvent]
 
 
 class StoreOptions(TypedDict, total=False):
@@ -236,14 +235,14 @@ class SqlStore(ABC):
     def cutoff(self, today: date | None = None) -> date:
         return retention_cutoff(today or self.today(), self.retention_days)
 
-    async def insert(self, events: Sequence[LedgerEvent]) -> int:
+    async def insert(self, events: Sequence[UsageEvent]) -> int:
         kept = events_to_keep(events, self.cutoff())
         if not kept:
             return 0
         return await self._write(kept)
 
     @abstractmethod
-    async def _write(self, events: list[LedgerEvent]) -> int:
+    async def _write(self, events: list[UsageEvent]) -> int:
         """Insert a checked, non-empty batch; the number of events new to the store."""
 
     @abstractmethod
@@ -255,7 +254,7 @@ class SqlStore(ABC):
         """Run ``sql`` once per row, all in one transaction; the rows it changed."""
 
     def refuses(self, exc: BaseException) -> bool:
-        return isinstance(exc, self.refusals)
+        return isinstance(exc, (UsageError, *self.refusals))
 
     async def keep_dead_letters(self, letters: Sequence[DeadLetter]) -> int:
         rows = [row_of(letter, self.dialect.day_value(letter.day)) for letter in letters]

@@ -5,8 +5,8 @@ Each backend writes its own statements and the rest of its DDL (column types, pa
 placeholders differ); what is named here is what they must agree on, so that one set of tests
 proves both.
 ``EVENT_COLUMNS`` is the column order of ``usage_events`` and of every row a backend writes;
-``EVENT_SELECT`` reads the columns back in ``LedgerEvent`` field order, so a row (once its
-values are Python types again) is ``LedgerEvent(*row)``.
+``EVENT_SELECT`` reads the columns back in ``UsageEvent`` field order, so a row (once its
+values are Python types again) is ``UsageEvent(*row)``.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.ledger.event import LedgerEvent
+from gateway.ledger.event import UsageEvent
 
-EVENT_COLUMNS = (
+# The columns of schema version 1, which its migration renders (never changes).
+EVENT_COLUMNS_V1 = (
     "day",
     "event_id",
     "time_ms",
@@ -42,8 +43,10 @@ EVENT_COLUMNS = (
     "end_user",
     "tags",
 )
+# Added by later migrations, in order: 5, the price catalogue an event was costed from.
+EVENT_COLUMNS = (*EVENT_COLUMNS_V1, "price_catalogue")
 EVENT_SELECT = (
-    f"SELECT {', '.join(field.name for field in dataclasses.fields(LedgerEvent))} FROM usage_events"
+    f"SELECT {', '.join(field.name for field in dataclasses.fields(UsageEvent))} FROM usage_events"
 )
 # The rollup table a report reads, by the attribution column it needs ("" for none).
 ROLLUP_TABLES = {"": "usage_rollup", "tag": "usage_rollup_tag", "end_user": "usage_rollup_user"}
@@ -62,20 +65,22 @@ COUNTERS = (
 )
 
 
-def event_columns_ddl(types: Sequence[str]) -> str:
-    """The column list of ``usage_events`` with ``types`` in ``EVENT_COLUMNS`` order (only
+def event_columns_ddl(types: Sequence[str], columns: Sequence[str] = EVENT_COLUMNS) -> str:
+    """The column list of ``usage_events`` with ``types`` in ``columns`` order (only
     ``ttft_ms`` may be NULL)."""
     return ",\n  ".join(
         f"{name} {kind}{'' if name == 'ttft_ms' else ' NOT NULL'}"
-        for name, kind in zip(EVENT_COLUMNS, types, strict=True)
+        for name, kind in zip(columns, types, strict=True)
     )
 
 
 def usage_schema_sql(event_types: Sequence[str], *, events_options: str, options: str) -> str:
     """Schema version 1, the events and the three rollups, in one backend's column types (the
     rollups take the events' types for their columns: a day, text and a 64-bit counter like
-    ``cost_nanos``) and table options. A shipped migration: the text it renders never changes."""
-    types = dict(zip(EVENT_COLUMNS, event_types, strict=True))
+    ``cost_nanos``) and table options. A shipped migration: the text it renders never changes
+    (the columns later migrations add are left out)."""
+    event_types = event_types[: len(EVENT_COLUMNS_V1)]  # version 1's columns only
+    types = dict(zip(EVENT_COLUMNS_V1, event_types, strict=True))
     day, text = types["day"], types["key_id"]
     dimensions = (
         f"key_id {text} NOT NULL, team {text} NOT NULL, model {text} NOT NULL,\n"
@@ -84,7 +89,7 @@ def usage_schema_sql(event_types: Sequence[str], *, events_options: str, options
     counters = ",\n  ".join(f"{name} {types['cost_nanos']} NOT NULL" for name in COUNTERS)
     return f"""
 CREATE TABLE usage_events (
-  {event_columns_ddl(event_types)},
+  {event_columns_ddl(event_types, EVENT_COLUMNS_V1)},
   PRIMARY KEY (day, event_id)
 ){events_options};
 CREATE INDEX usage_events_time ON usage_events (time_ms, event_id);
@@ -108,7 +113,7 @@ CREATE TABLE usage_rollup_user (
 """
 
 
-def row_values(event: LedgerEvent, *, day: Any, streamed: Any, tags: Any) -> tuple[Any, ...]:
+def row_values(event: UsageEvent, *, day: Any, streamed: Any, tags: Any) -> tuple[Any, ...]:
     """An event as a row in ``EVENT_COLUMNS`` order. The three columns each backend stores in
     its own type (the day, the streamed flag, the tags) come in already converted."""
     return (
@@ -135,4 +140,5 @@ def row_values(event: LedgerEvent, *, day: Any, streamed: Any, tags: Any) -> tup
         event.policy_version,
         event.end_user,
         tags,
+        event.price_catalogue,
     )

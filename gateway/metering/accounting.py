@@ -18,48 +18,63 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.cache import BYPASS, HIT
+from gateway.formats.internal import Usage
+from gateway.ledger import UsageError, UsageEvent
 from gateway.metering.attribution import NOBODY, Attribution
-from gateway.metering.gate import Usage, cost_of
-from gateway.metering.ledger import UsageError, UsageEvent
+from gateway.metering.gate import cost_of
 from gateway.metering.limits import Limiter, LimiterUnavailable, Reservation
 from gateway.metering.settler import SettleBatcher, Settlement
 from gateway.metrics import Metrics
-from gateway.routing.policy import Policy
+from gateway.policy import Policy
 from gateway.routing.router import RoutePlan
 
 
 @dataclass
 class Accounting:
-    """The books of one request, filled in as it progresses; ``Accountant.close`` closes them
-    once, at the very end."""
+    """The books of one request, opened with it and filled in as it goes: who sent it (once
+    authenticated), its route (once routed: from then on it leaves a usage event, failed or
+    not), what it reserved and who served it; ``Accountant.close`` closes them once, at the
+    very end."""
 
-    record_id: str
-    key_id: str
-    team: str
     route: str
     started: float
+    record_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    key_id: str | None = None
+    team: str = ""
     plan: RoutePlan | None = None
     policy: Policy | None = None
     reservation: Reservation | None = None
     estimate: Usage | None = None
     served_model: str | None = None
     served_provider: str | None = None
+    route_reason: str | None = None  # why the served candidate was chosen ("cache": a hit)
     attempts: int = 0
     streamed: bool = False
     ttft_ms: int | None = None
     # Content-bearing chunks read from upstream: the produced-token estimate for a stream
     # that ends (client gone, upstream broke) before the provider reported usage.
     streamed_chunks: int = 0
-    # Answered by the response cache: no upstream call, so no cost and no tokens against TPM.
-    cache_hit: bool = False
+    # What the response cache said (``x-switchyard-cache``): a hit had no upstream call, so
+    # no cost and no tokens against TPM.
+    cache: str = BYPASS
     # The end user and tags the request's cost is attributed to.
     attribution: Attribution = NOBODY
     # A batch's line: priced at the models' batch prices (docs/batches.md).
     batch: bool = False
+
+    @property
+    def routed(self) -> bool:
+        return self.plan is not None
+
+    @property
+    def cache_hit(self) -> bool:
+        return self.cache == HIT
 
 
 class Accountant:
@@ -79,7 +94,7 @@ class Accountant:
     ) -> asyncio.Future[None] | None:
         """Submit the settle and the usage event (called once, at the request's end); None
         when there is nothing to wait for."""
-        if books.plan is None or books.policy is None:
+        if books.plan is None or books.policy is None or books.key_id is None:
             return None  # refused before routing: nothing to record
         served = books.served_model is not None  # a provider accepted it (a stream may break later)
         if books.reservation is not None and not served:
@@ -93,14 +108,16 @@ class Accountant:
                 usage = books.estimate
         model = books.served_model or books.plan.candidates[0].model
         provider = books.served_provider or books.plan.candidates[0].provider
-        tokens = usage.total if usage else 0
+        tokens = usage.total_tokens if usage else 0
         cost = cost_of(books.policy, model, usage, batch=books.batch) if usage else 0
+        priced = books.policy.models.get(model)
+        catalogue = priced.price_catalogue if priced is not None else ""
         if books.cache_hit:
             source, tokens, cost = "cache", 0, 0
         try:
             event = UsageEvent(
-                time=time.time(),
-                request_id=books.record_id,
+                event_id=books.record_id,
+                time_ms=int(time.time() * 1000),
                 key_id=books.key_id,
                 model=model,
                 provider=provider,
@@ -121,6 +138,7 @@ class Accountant:
                 attempts=max(books.attempts, 1),
                 end_user=books.attribution.end_user,
                 tags=books.attribution.tags,
+                price_catalogue=catalogue,
             )
         except UsageError as exc:  # never fail a served request over its bookkeeping
             self.log.error("usage_event_invalid", record_id=books.record_id, error=str(exc))

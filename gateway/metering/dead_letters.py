@@ -20,15 +20,14 @@ from typing import Any
 
 import orjson
 
-from gateway.ledger import LedgerEvent, UsageStore
+from gateway.ledger import UsageEvent, UsageStore
 from gateway.ledger.dead_letters import DeadLetter, DeadLetterQuery
 from gateway.ledger.record import RecordError
-from gateway.metering.ledger import UsageEvent
 
 # The labels a replay may correct: those an old entry point let through unchecked.
 CORRECTABLE = ("team", "task", "route", "end_user", "tags", "model", "provider", "policy_version")
 
-Pair = tuple[LedgerEvent, bytes]
+Pair = tuple[UsageEvent, bytes]
 
 
 def now_ms() -> int:
@@ -37,15 +36,19 @@ def now_ms() -> int:
 
 def decode_entry(
     payload: bytes, corrections: Mapping[str, Any] | None = None
-) -> LedgerEvent | DeadLetter:
-    """The stored form of one buffer payload, or the dead letter saying why it has none."""
+) -> UsageEvent | DeadLetter:
+    """The event of one buffer payload, within the store's bounds, or the dead letter saying
+    why it has none."""
     try:
         if corrections:
             data = orjson.loads(payload)
             if not isinstance(data, dict):
                 raise UsageEvent.error("event", "must be a JSON object")
-            return UsageEvent.from_dict({**data, **corrections}).to_ledger()
-        return UsageEvent.from_json(payload).to_ledger()
+            event = UsageEvent.from_dict({**data, **corrections})
+        else:
+            event = UsageEvent.from_json(payload)
+        event.check_storable()
+        return event
     except orjson.JSONDecodeError as exc:
         return DeadLetter.of(
             payload, field="event", reason=f"invalid JSON: {exc}", failed_ms=now_ms()

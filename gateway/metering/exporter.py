@@ -35,43 +35,12 @@ from gateway.metering.dead_letters import Pair, decode_entry, store_apart
 from gateway.metering.legacy import LegacyImport
 from gateway.metrics import Metrics
 from gateway.server.tasks import cancel_until_done
-from gateway.settings import Settings
+from gateway.settings import ExportSettings
 from gateway.store.connect import REDIS_FAILURES
 
 MAX_BACKOFF_S = 10.0
 # A consumer idle this long with nothing pending belongs to a replica that is gone.
 FORGET_CONSUMERS_AFTER_S = 3600.0
-
-
-# The fields an operator sets, by the gateway setting each is read from (gateway/settings.py
-# keeps their defaults and bounds); the other fields are fixed.
-CONFIGURED_BY = {
-    "batch": "usage_export_batch",
-    "interval_s": "usage_export_interval_s",
-    "claim_idle_s": "usage_export_claim_idle_s",
-    "maintain_interval_s": "usage_maintain_interval_s",
-}
-
-
-def _configured_default(name: str) -> Any:
-    return Settings.model_fields[CONFIGURED_BY[name]].default
-
-
-@dataclass(frozen=True)
-class ExportSettings:
-    batch: int = _configured_default("batch")
-    interval_s: float = _configured_default("interval_s")
-    claim_idle_s: float = _configured_default("claim_idle_s")
-    maintain_interval_s: float = _configured_default("maintain_interval_s")
-    stats_interval_s: float = 1.0
-    # How often the dead letters in the store are counted for the metric (and after any new).
-    dead_letter_interval_s: float = 15.0
-    legacy_interval_s: float = 60.0
-    stop_timeout_s: float = 5.0
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> ExportSettings:
-        return cls(**{name: getattr(settings, setting) for name, setting in CONFIGURED_BY.items()})
 
 
 class ExportFailed(Exception):

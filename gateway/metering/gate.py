@@ -21,62 +21,24 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from gateway.access.auth import Principal
 from gateway.access.keys import KeyRecord
 from gateway.access.teams import team_of_home
 from gateway.errors import ServiceUnavailable
-from gateway.formats.internal import FormatName
-from gateway.formats.internal import Usage as FormatUsage
-from gateway.formats.relay import usage_of
+from gateway.formats.internal import Usage
 from gateway.metering.limits import HomeChanged, KeyLimits, Limiter, LimiterUnavailable, Reservation
 from gateway.metering.moves import LimitMoves
 from gateway.metrics import Metrics
+from gateway.policy import Policy
 from gateway.routing.estimate import (
     estimate_prompt_tokens,
     expected_output_tokens,
     prompt_token_bound,
 )
-from gateway.routing.policy import Policy
 from gateway.routing.router import RoutePlan
-from gateway.settings import Settings
-
-
-@dataclass(frozen=True)
-class Usage:
-    """What one request is charged for. ``prompt_tokens`` counts every input token; of them,
-    ``cached_tokens`` were read from a provider's prompt cache and ``cache_write_tokens``
-    written to it (each priced apart), whatever the wire format said."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int = 0
-    cache_write_tokens: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    @classmethod
-    def of(cls, usage: FormatUsage | None) -> Usage | None:
-        """The record of a format's usage (``gateway.formats.internal.Usage``)."""
-        if usage is None:
-            return None
-        return cls(
-            usage.prompt_tokens,
-            usage.completion_tokens,
-            usage.cached_tokens,
-            usage.cache_write_tokens,
-        )
-
-
-def usage_from(data: Any, wire_format: FormatName = "openai_chat") -> Usage | None:
-    """The usage a whole answer in ``wire_format`` reports, if it has one."""
-    if not isinstance(data, Mapping):
-        return None
-    return Usage.of(usage_of(wire_format, dict(data)))
-
+from gateway.settings import LimiterSettings
 
 # Routes whose answers produce no completion tokens: their estimate is the prompt alone.
 PROMPT_ONLY_ROUTES = frozenset(
@@ -106,11 +68,11 @@ HOME_TRIES = 3
 
 def cost_of(policy: Policy, model: str, usage: Usage, *, batch: bool = False) -> int:
     """Nano-dollars, exact: tokens times the model's per-token prices (0 for unknown models);
-    a batch's line at the model's batch price, if it has one."""
+    a batch's line at the model's batch price, if its ``price:`` has one."""
     config = policy.models.get(model)
     if config is None:
         return 0
-    price = (config.price.batch or config.price) if batch else config.price
+    price = config.price.batch if batch and config.price.batch is not None else config.pricing
     return price.cost_nanos(
         usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.cache_write_tokens
     )
@@ -147,19 +109,6 @@ def _usage(prompt: int, body: Mapping[str, Any], route: str, default_max_tokens:
     if route in PROMPT_ONLY_ROUTES:
         return Usage(prompt, 0)
     return Usage(prompt, expected_output_tokens(body, default_max_tokens))
-
-
-@dataclass(frozen=True)
-class LimiterSettings:
-    """What the gate needs of the settings: the output estimate for a request without
-    ``max_tokens``, and what a Redis outage means (``closed`` = 503, ``open`` = unlimited)."""
-
-    default_max_tokens: int = 256
-    on_redis_failure: Literal["closed", "open"] = "closed"
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> LimiterSettings:
-        return cls(settings.default_max_tokens, settings.limits_on_redis_failure)
 
 
 @dataclass(eq=False)
@@ -201,7 +150,7 @@ class LimitsGate:
         priced = in_team or (limits is not None and limits.budget_nanos is not None)
         cost = worst_case_cost(policy, plan, bound) if priced else 0
         try:
-            reservation = await self._reserve(record, cost, bound.total, reservation_id)
+            reservation = await self._reserve(record, cost, bound.total_tokens, reservation_id)
         except LimiterUnavailable:
             if self.settings.on_redis_failure != "open":
                 raise

@@ -29,18 +29,18 @@ from gateway.access.keys import KeyLabel
 from gateway.errors import ServiceUnavailable
 from gateway.ledger import (
     EventQuery,
-    LedgerEvent,
     LedgerQueryError,
     RollupQuery,
     RollupRow,
+    Totals,
+    UsageEvent,
     UsageFilter,
     UsageStore,
 )
-from gateway.ledger import Totals as StoreTotals
 from gateway.ledger.days import report_days
+from gateway.ledger.event import day_of
 from gateway.metering.attribution import BATCH_TAG_PREFIX
 from gateway.metering.buffer import UsageBuffer
-from gateway.metering.ledger import day_of
 from gateway.money import format_usd_exact, nanos_to_usd
 from gateway.store.connect import REDIS_FAILURES
 
@@ -63,33 +63,24 @@ class ReportError(ValueError):
         self.message = message
 
 
-class Totals(StoreTotals):
-    """The store's integer totals of one group, as a report shows them; sums stay ``Totals``."""
-
-    __slots__ = ()
-
-    @classmethod
-    def of(cls, totals: StoreTotals) -> Totals:
-        return cls(*totals.values())
-
-    def __add__(self, other: StoreTotals) -> Totals:
-        return Totals.of(StoreTotals.__add__(self, other))
-
-    def as_row(self) -> dict[str, Any]:
-        return {
-            "requests": self.requests,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "cached_tokens": self.cached_tokens,
-            "total_tokens": self.total_tokens,
-            "cost": nanos_to_usd(self.cost_nanos),
-            "cost_nanos": self.cost_nanos,
-            "errors": self.errors,
-            "error_rate": round(self.errors / self.requests, 6) if self.requests else 0.0,
-            "avg_latency_ms": round(self.latency_ms / self.requests, 1) if self.requests else 0.0,
-            "streamed": self.streamed,
-            "estimated": self.estimated,
-        }
+def report_row(totals: Totals) -> dict[str, Any]:
+    """The store's integer totals of one group, as a report shows them."""
+    return {
+        "requests": totals.requests,
+        "prompt_tokens": totals.prompt_tokens,
+        "completion_tokens": totals.completion_tokens,
+        "cached_tokens": totals.cached_tokens,
+        "total_tokens": totals.total_tokens,
+        "cost": nanos_to_usd(totals.cost_nanos),
+        "cost_nanos": totals.cost_nanos,
+        "errors": totals.errors,
+        "error_rate": round(totals.errors / totals.requests, 6) if totals.requests else 0.0,
+        "avg_latency_ms": (
+            round(totals.latency_ms / totals.requests, 1) if totals.requests else 0.0
+        ),
+        "streamed": totals.streamed,
+        "estimated": totals.estimated,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +108,7 @@ class Cell:
         return getattr(self.group, by)
 
 
-def add_to(grouped: dict[str, Totals], value: str, totals: StoreTotals) -> None:
+def add_to(grouped: dict[str, Totals], value: str, totals: Totals) -> None:
     """Add ``totals`` to the group ``value`` of ``grouped``."""
     grouped[value] = grouped.get(value, Totals()) + totals
 
@@ -158,7 +149,7 @@ def _csv_safe(value: Any) -> Any:
 # Beside a key's id in reports: its name and team (now, not when the requests were made).
 KEY_LABEL_COLUMNS = ("key_name", "key_team")
 # The counters, in the order of a report row.
-CSV_COLUMNS = tuple(Totals().as_row())
+CSV_COLUMNS = tuple(report_row(Totals()))
 
 
 def render_csv(rows: Sequence[dict[str, Any]], group_by: str) -> str:
@@ -183,7 +174,7 @@ def _day_filter(start: date, end: date) -> tuple[date, date]:
 
 
 def _rows_by(rows: Sequence[RollupRow]) -> dict[str, Totals]:
-    return {row.group[0]: Totals.of(row.totals) for row in rows}
+    return {row.group[0]: row.totals for row in rows}
 
 
 def _batches_of(by_tag: dict[str, Totals]) -> dict[str, Totals]:
@@ -210,7 +201,7 @@ async def _from_store(read: Awaitable[T]) -> T:
         raise ServiceUnavailable(f"the usage store is unavailable ({type(exc).__name__})") from exc
 
 
-def event_view(event: LedgerEvent) -> dict[str, Any]:
+def event_view(event: UsageEvent) -> dict[str, Any]:
     """A stored event as ``/admin/usage/events`` shows it: the recorded fields under their
     usage-event names (``request_id``, ``time`` in epoch seconds, ``cost_usd`` rendered from
     ``cost_nanos``), plus the store's own (``time_ms``, attribution)."""
@@ -240,6 +231,7 @@ def event_view(event: LedgerEvent) -> dict[str, Any]:
         "attempts": event.attempts,
         "end_user": event.end_user,
         "tags": list(event.tags),
+        "price_catalogue": event.price_catalogue,
     }
 
 
@@ -308,7 +300,7 @@ class UsageReports:
                         key,
                         date.fromisoformat(day),
                         Group(model, provider, task, team),
-                        Totals.of(row.totals),
+                        row.totals,
                     )
                 )
         return cells
@@ -358,13 +350,13 @@ class UsageReports:
             "requests": total.requests,
             "errors": total.errors,
             "by_model": [
-                {"model": model, **totals.as_row()}
+                {"model": model, **report_row(totals)}
                 for model, totals in sorted(
                     by_model.items(), key=lambda item: (-item[1].cost_nanos, item[0])
                 )
             ],
             "by_day": [
-                {"date": day.isoformat(), **by_day.get(day.isoformat(), Totals()).as_row()}
+                {"date": day.isoformat(), **report_row(by_day.get(day.isoformat(), Totals()))}
                 for day in days_between(start, end)
             ],
             **await self._by_attribution(start, end, group_by, key_id),
@@ -378,7 +370,7 @@ class UsageReports:
             return {}
         grouped = _rows_by(await self._rollup(start, end, (group_by,), key_id))
         ordered = sorted(grouped.items(), key=lambda item: (-item[1].cost_nanos, item[0]))
-        return {f"by_{group_by}": [{group_by: v, **t.as_row()} for v, t in ordered]}
+        return {f"by_{group_by}": [{group_by: v, **report_row(t)} for v, t in ordered]}
 
     async def admin_usage(self, start: date, end: date, group_by: str = "key") -> dict[str, Any]:
         """Rows grouped by one dimension over ``start..end`` inclusive; spend-descending,
@@ -402,7 +394,7 @@ class UsageReports:
             total = sum((row.totals for row in daily), Totals())
         else:
             total = sum(grouped.values(), Totals())
-        rows = [{group_by: value, **totals.as_row()} for value, totals in ordered]
+        rows = [{group_by: value, **report_row(totals)} for value, totals in ordered]
         if group_by == "key":
             await self.label_keys(rows)
         return {
@@ -411,7 +403,7 @@ class UsageReports:
             "from": start.isoformat(),
             "to": end.isoformat(),
             "data": rows,
-            "totals": total.as_row(),
+            "totals": report_row(total),
             **await self.freshness(),
         }
 
@@ -485,6 +477,7 @@ __all__ = [
     "group_cells",
     "render_csv",
     "report_range",
+    "report_row",
     "total_of",
     "validate_key_filter",
 ]

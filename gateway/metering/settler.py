@@ -27,8 +27,9 @@ from typing import Any
 from redis.asyncio import Redis
 
 from gateway.alerts.outbox import Alert, AlertOutbox
-from gateway.metering.ledger import UsageEvent, UsageLedger
+from gateway.ledger import UsageEvent
 from gateway.metering.limits import BudgetCrossing, Limiter, Reservation, settle_crossings
+from gateway.metering.recorder import UsageRecorder
 from gateway.metering.settle_spool import SettleLineError, SpooledSettle
 from gateway.metering.spool import Segment, Spool
 from gateway.server.tasks import cancel_until_done
@@ -49,7 +50,7 @@ class SettleBatcher:
         self,
         redis: Redis,
         limiter: Limiter,
-        ledger: UsageLedger,
+        recorder: UsageRecorder,
         log: Any,
         alerts: AlertOutbox | None = None,
         *,
@@ -69,7 +70,7 @@ class SettleBatcher:
         self.alerts = alerts
         self._direct = DirectRedis(redis)  # one round trip per batch, without pool machinery
         self.limiter = limiter
-        self.ledger = ledger
+        self.recorder = recorder
         self.log = log
         self._pending: list[tuple[Settlement, asyncio.Future[None]]] = []
         self._flushes: set[asyncio.Task[None]] = set()
@@ -147,7 +148,7 @@ class SettleBatcher:
                     )
                     settles.append((at, item.reservation))
                 if item.event is not None:
-                    self.ledger.queue_record(commands, item.event)
+                    self.recorder.queue_record(commands, item.event)
             # Settles go as EVALSHA (a NOSCRIPT reloads and resends them: idempotent), records
             # as XADD.
             replies = await commands.execute(self._direct)
@@ -162,7 +163,7 @@ class SettleBatcher:
                 for item in batch
                 if item.reservation is not None
             ]
-            await asyncio.gather(self.ledger.spool_events(events, reason=exc), self.retry(held))
+            await asyncio.gather(self.recorder.spool_events(events, reason=exc), self.retry(held))
             return []
         return [c for at, held in settles for c in settle_crossings(held, replies[at])]
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from gateway.formats.anthropic_messages import parse_error
 from gateway.formats.errors import ErrorInfo
+from gateway.policy import ANTHROPIC_DEFAULT_VERSION, ProviderConfig
 from gateway.providers.http_provider import HttpProvider
-from gateway.providers.http_upstream import UpstreamSettings
-from gateway.routing.policy import ANTHROPIC_DEFAULT_VERSION, ProviderConfig
+from gateway.settings import UpstreamSettings
 
 MESSAGES_PATHS = frozenset({"/messages", "/messages/count_tokens"})
 

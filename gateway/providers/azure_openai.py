@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+from gateway.policy import AZURE_DEFAULT_API_VERSION, ProviderConfig
 from gateway.providers.http_provider import HttpProvider
-from gateway.providers.http_upstream import UpstreamSettings
-from gateway.routing.policy import AZURE_DEFAULT_API_VERSION, ProviderConfig
+from gateway.settings import UpstreamSettings
 
 # The operations an Azure OpenAI deployment serves.
 DEPLOYMENT_PATHS = frozenset(

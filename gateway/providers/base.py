@@ -1,5 +1,5 @@
 """What every provider is to the rest of the gateway: the ``Provider`` protocol and the values
-it trades in. Implementations live beside it (``openai_compat.py``, ``local_host.py``); this
+it trades in. Implementations live beside it (``http_provider.py``, ``local_host.py``); this
 file holds only the interface, so the request path and the dispatcher never ask which kind of
 provider they hold.
 
@@ -27,17 +27,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Required, TypedDict, Unpack, runtime_checkable
 
 from gateway.errors import UpstreamError
-from gateway.formats.errors import ErrorInfo
+from gateway.formats.errors import ErrorInfo, FormatError
+from gateway.formats.internal import ChatRequest
 from gateway.tracing.spans import EnginePhases
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    """Upstream HTTP limits in seconds: to connect, between bytes, and for the whole request."""
-
-    connect_s: float
-    read_s: float
-    total_s: float
 
 
 @dataclass(frozen=True)
@@ -115,6 +107,9 @@ class ForwardOptions(TypedDict, total=False):
 class Provider(Protocol):
     name: str
     formats: tuple[str, ...]  # the chat wire formats it speaks natively, preferred first
+    # The operations of doors in another format that it serves from that format's body all
+    # the same, translating on its own (Gemini: /embeddings, /messages/count_tokens).
+    door_paths: frozenset[str]
 
     async def post_json(
         self, path: str, body: dict[str, Any], **options: Unpack[JsonCallOptions]
@@ -144,6 +139,19 @@ class Provider(Protocol):
     async def close(self) -> None: ...
 
 
+@runtime_checkable
+class ParsedChatProvider(Protocol):
+    """A provider that takes chat requests parsed, in the internal form ``formats/`` read the
+    client's body into once, instead of as a body to parse again: the local engine. It answers
+    them in its first format."""
+
+    async def post_chat(
+        self, request: ChatRequest, *, client_gone: ClientGone | None = None
+    ) -> UpstreamResponse: ...
+
+    async def open_chat_stream(self, request: ChatRequest) -> UpstreamStream: ...
+
+
 def unsupported(provider: str, path: str, why: str = "") -> UpstreamError:
     """The error of an operation a provider does not offer: a 400 for the client when no other
     candidate serves it, but the dispatcher moves on to the next one first."""
@@ -166,4 +174,40 @@ def local_stream_error(provider: str, info: ErrorInfo) -> UpstreamError:
         kind="status",
         provider=provider,
         code=info.code,
+    )
+
+
+def refused_request(exc: FormatError, provider: str | None, kind: str) -> UpstreamError:
+    """A client's body that cannot go to ``provider`` as a 400 in OpenAI's shape: ``kind``
+    ``untranslatable`` (its format cannot carry it: the next candidate may speak the client's)
+    or ``status`` (the client's own format refuses it: no other candidate is tried)."""
+    return UpstreamError(
+        exc.message,
+        status=400,
+        retryable=False,
+        kind=kind,
+        provider=provider,
+        code=exc.code,
+        param=exc.param,
+        upstream_body={
+            "error": {
+                "message": exc.message,
+                "type": "invalid_request_error",
+                "param": exc.param,
+                "code": exc.code,
+            }
+        },
+    )
+
+
+def broken_answer(exc: FormatError, provider: str) -> UpstreamError:
+    """An upstream answer that breaks its own format, or that the client's cannot show: a 502
+    (kind ``protocol``: the next candidate is tried)."""
+    return UpstreamError(
+        f"upstream provider {provider} sent an answer the gateway cannot relay: {exc.message}",
+        status=502,
+        retryable=False,
+        kind="protocol",
+        provider=provider,
+        code=exc.code,
     )

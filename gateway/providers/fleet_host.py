@@ -15,23 +15,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from gateway.metrics import FleetReplicaGauge, Metrics
+from gateway.policy import Policy, ProviderConfig
+from gateway.policy.store import PolicyStore
 from gateway.providers.fleet.explain import RoutePick, replica_label
 from gateway.providers.fleet.fleet import EventLog
 from gateway.providers.fleet_provider import FleetProvider
-from gateway.providers.http_upstream import UpstreamSettings
-from gateway.routing.policy import Policy, ProviderConfig
 from gateway.server.tasks import cancel_until_done
+from gateway.settings import UpstreamSettings
 
 FLEET_KIND = "engine_fleet"
-
-
-class PolicySource(Protocol):
-    """Where the policy in force is read (``gateway.routing.policy_store.PolicyStore``)."""
-
-    def policy_or_none(self) -> Policy | None: ...
 
 
 class FleetHost:
@@ -72,7 +67,7 @@ class FleetHost:
 
     # --- lifecycle -----------------------------------------------------------------------
 
-    async def start(self, policies: PolicySource) -> None:
+    async def start(self, policies: PolicyStore) -> None:
         """Start the policy's fleets, then follow policy reloads."""
         policy = policies.policy_or_none()
         await self._apply(policy)
@@ -90,7 +85,7 @@ class FleetHost:
         self._retiring.clear()
         await asyncio.gather(*(p.close() for p in providers), return_exceptions=True)
 
-    async def _follow(self, policies: PolicySource, seen: Policy | None) -> None:
+    async def _follow(self, policies: PolicyStore, seen: Policy | None) -> None:
         while True:
             await asyncio.sleep(self.watch_interval_s)
             current = policies.policy_or_none()

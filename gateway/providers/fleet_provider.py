@@ -3,7 +3,7 @@
 Every call picks a replica (``gateway.providers.fleet``: prefix affinity under bounded load,
 replicas past ``spill_when`` and ejected ones skipped), counts the request on it while it runs
 (a stream until it is closed) and sends it to ``<replica>/v1`` through the shared HTTP plumbing
-(``OpenAICompatProvider.at(replica)``: one pooled session, the same timeouts, size caps,
+(``HttpProvider.at(replica)``: one pooled session, the same timeouts, size caps,
 error mapping, credential scrubbing and forwarded headers as any upstream). A replica speaks
 OpenAI's Chat Completions; clients of other formats are translated by the gateway first.
 
@@ -37,6 +37,7 @@ import aiohttp
 
 from gateway.errors import UpstreamError
 from gateway.formats.errors import ErrorInfo
+from gateway.policy import FleetConfig, ProviderConfig, SpillWhen
 from gateway.providers.base import (
     ForwardOptions,
     Headers,
@@ -49,13 +50,12 @@ from gateway.providers.fleet.discovery import Discovery, DnsDiscovery, StaticDis
 from gateway.providers.fleet.explain import RoutePick
 from gateway.providers.fleet.fleet import EventLog, Fleet, FleetSettings
 from gateway.providers.fleet.health import HealthSettings
-from gateway.providers.fleet.picker import PickSettings, SpillWhen
+from gateway.providers.fleet.picker import PickSettings
 from gateway.providers.fleet.prefix import PrefixSettings, Tokenizer
 from gateway.providers.fleet.scrape import ScrapeSettings
-from gateway.providers.http_upstream import SseStream, UpstreamSettings
-from gateway.providers.openai_compat import OpenAICompatProvider
-from gateway.routing.policy import FleetConfig, ProviderConfig
-from gateway.routing.policy import SpillWhen as PolicySpillWhen
+from gateway.providers.http_provider import HttpProvider
+from gateway.providers.http_upstream import SseStream
+from gateway.settings import UpstreamSettings
 
 # Where vLLM, SGLang and Switchyard serve the OpenAI API on a replica.
 API_PREFIX = "/v1"
@@ -73,7 +73,7 @@ OnPick = Callable[[str, RoutePick], None]
 T = TypeVar("T")
 
 
-def fleet_settings(config: FleetConfig, spill: PolicySpillWhen | None) -> FleetSettings:
+def fleet_settings(config: FleetConfig, spill: SpillWhen | None) -> FleetSettings:
     """The fleet's settings from the policy's ``fleet:`` block and ``spill_when``."""
     scrape = config.scrape
     return FleetSettings(
@@ -92,7 +92,7 @@ def fleet_settings(config: FleetConfig, spill: PolicySpillWhen | None) -> FleetS
             routing=config.routing,
             load_factor=config.load_factor,
             memory_entries=config.memory_entries,
-            spill=SpillWhen() if spill is None else SpillWhen(spill.waiting, spill.kv_usage),
+            spill=SpillWhen() if spill is None else spill,
         ),
         prefix=PrefixSettings(
             blocks=config.prefix.blocks,
@@ -148,8 +148,9 @@ class FleetProvider:
         env = os.environ if env is None else env
         # The client side every replica shares: session, headers (the replicas' API key),
         # timeouts, caps and error mapping.
-        self.http = OpenAICompatProvider(name, config, upstream)
+        self.http = HttpProvider(name, config, upstream)
         self.formats = self.http.formats
+        self.door_paths = self.http.door_paths
         token_env = config.fleet.metrics_token_env
         token = env.get(token_env) if token_env else None
         self.fleet = Fleet(
@@ -332,7 +333,7 @@ class FleetProvider:
         self.log.info("fleet_request_failed_over", fleet=self.name, replica=pick.label, reason=why)
         return error
 
-    def _sender(self, pick: RoutePick) -> OpenAICompatProvider:
+    def _sender(self, pick: RoutePick) -> HttpProvider:
         """The shared HTTP side, sending to the picked replica's API."""
         return self.http.at(pick.replica + API_PREFIX)
 

@@ -4,7 +4,7 @@ Always the request id (the gateway's own ``x-request-id``: the client's when it 
 one) and the W3C trace context (``traceparent``, ``tracestate``), so one id follows a request
 through every hop; beyond those only the provider's ``forward_headers`` allow-list
 (``anthropic-beta``, ``openai-organization`` ...). Hop-by-hop and credential headers
-(``routing.policy.never_forwarded``: authorization, x-api-key, api-key, cookie, proxy-*,
+(``gateway.policy.never_forwarded``: authorization, x-api-key, api-key, cookie, proxy-*,
 connection, te, upgrade, host, content-length, transfer-encoding, ...) never go, whatever the
 list says: the provider's own credentials are added by the provider itself.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from gateway.routing.policy import never_forwarded
+from gateway.policy import never_forwarded
 
 REQUEST_ID = "x-request-id"
 TRACE_CONTEXT = ("traceparent", "tracestate")

@@ -1,9 +1,15 @@
-"""A provider over HTTP, written once: ``HttpProvider`` does the calls through ``HttpUpstream``;
-each kind (``openai_compat``, ``azure_openai``, ``anthropic``) only says where an operation
-goes (``url``), which operations it offers (``serves``), how it authenticates
-(``auth_headers``) and how its error bodies read (``read_error``). ``at(base_url)`` is the same provider sending to another base URL with the
-same session, headers, caps and error mapping: an engine fleet (``fleet_provider``) sends each
-request to the replica it picked through one ``OpenAICompatProvider``.
+"""A provider over HTTP, written once: ``HttpProvider`` does the calls through ``HttpUpstream``.
+
+As it is, it is the ``openai_compatible`` kind (OpenAI, vLLM, Together, Groq, Gemini's
+compatibility layer...): ``{base_url}{path}`` with ``Authorization: Bearer <key>``, every
+operation passed on as it is, OpenAI's error bodies. Its native chat format is Chat
+Completions; ``formats: [openai_chat, openai_responses]`` in the policy says the upstream also
+serves the Responses API (OpenAI does), so Responses clients reach it untranslated. Another
+kind (``azure_openai``, ``anthropic``) subclasses it and says only where an operation goes
+(``url``), which operations it offers (``serves``), how it authenticates (``auth_headers``) and
+how its error bodies read (``read_error``). ``at(base_url)`` is the same provider sending to
+another base URL with the same session, headers, caps and error mapping: an engine fleet
+(``fleet_provider``) sends each request to the replica it picked through one ``HttpProvider``.
 
 Headers of a call: the client's forwarded ones (already filtered by the caller), then the
 policy's ``headers`` for this provider (``value_env`` ones read from the environment here, as
@@ -23,6 +29,8 @@ import orjson
 from gateway.errors import UpstreamError
 from gateway.formats import openai_errors
 from gateway.formats.errors import ErrorInfo
+from gateway.policy import ProviderConfig
+from gateway.policy.headers import header_values
 from gateway.providers.base import (
     ClientGone,
     Headers,
@@ -31,17 +39,18 @@ from gateway.providers.base import (
     UpstreamResponse,
     unsupported,
 )
-from gateway.providers.http_upstream import HttpUpstream, SseStream, UpstreamSettings
+from gateway.providers.http_upstream import HttpUpstream, SseStream
 from gateway.redact import secret_values
-from gateway.routing.policy import ProviderConfig
-from gateway.routing.provider_headers import header_values
+from gateway.settings import UpstreamSettings
 
 JSON = "application/json"
 
 
 class HttpProvider:
-    """The calls every HTTP provider makes; subclasses fill in ``url``, ``serves``,
-    ``auth_headers`` and ``read_error``."""
+    """The calls every HTTP provider makes, with OpenAI's URLs, bearer key and error bodies;
+    another kind overrides ``url``, ``serves``, ``auth_headers`` and ``read_error``."""
+
+    door_paths: frozenset[str] = frozenset()  # a door of another format: none here
 
     def __init__(self, name: str, config: ProviderConfig, upstream: UpstreamSettings) -> None:
         self.name = name

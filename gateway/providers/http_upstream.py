@@ -2,16 +2,18 @@
 timeouts, caps on what is read, and failures made safe to relay.
 
 ``HttpUpstream(provider, settings, ...)`` is built once per provider and used by its adapter
-(``openai_compat``, ``anthropic``, ``azure_openai``, fleets); the adapter decides URLs, bodies
+(``http_provider`` and the ``anthropic``, ``azure_openai`` kinds, fleets); the adapter decides URLs, bodies
 and its own headers, this class does the call:
 
 - ``post_json(url, body, headers)`` → ``UpstreamResponse`` (a JSON object, read up to
-  ``ResponseLimits.max_body_bytes``);
+  ``UpstreamSettings.max_body_bytes``);
 - ``open_stream(url, body, headers)`` → ``SseStream``, whose ``events()`` yields each SSE
   event's ``data`` payload (``[DONE]`` last when the upstream sends one) and simply ends when
   the upstream's body ends: whether the stream was *complete* is its wire format's to say;
 - ``forward(url, body, headers)`` → ``RawReply``: any body out (bytes or an async iterator of
-  chunks, a multipart upload streamed through), any 2xx body back (audio, text), capped.
+  chunks, a multipart upload streamed through), any 2xx body back (audio, text), capped;
+- ``open_response(url, body, headers)``: a status-checked answer whose body the caller reads
+  (a stream framed other than as SSE: Bedrock's event stream).
 
 aiohttp was chosen by measurement on this box (one client, keep-alive, small JSON bodies):
 aiohttp.ClientSession ~1,560 / 2,390 req/s at concurrency 1 / 64, plain httpx.AsyncClient
@@ -32,20 +34,20 @@ buffered.
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
 
 import aiohttp
 import orjson
 from aiohttp.http_exceptions import LineTooLong
+from aiohttp.typedefs import StrOrURL
 
 from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.formats import openai_errors
 from gateway.formats.error_body import error_member
 from gateway.formats.errors import ErrorInfo
-from gateway.providers.base import RawReply, Timeouts, UpstreamResponse
+from gateway.providers.base import RawReply, UpstreamResponse
 from gateway.providers.capped_read import BodyTooLarge, read_capped
 from gateway.redact import redact
-from gateway.settings import Settings
+from gateway.settings import UpstreamSettings
 
 _CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ClientOSError, ConnectionError)
 _RETRYABLE_4XX = frozenset({408, 409, 429})
@@ -56,37 +58,6 @@ _MAX_ERROR_FIELD_CHARS = 100  # type, code and param of a relayed upstream error
 
 # A wire format's reading of an error body: ``(status, body) -> ErrorInfo``.
 ErrorReader = Callable[[int, bytes], ErrorInfo]
-
-
-@dataclass(frozen=True)
-class ResponseLimits:
-    """How much of an upstream answer the gateway reads before it gives up with a 502."""
-
-    max_body_bytes: int = 64 * 1024 * 1024
-    max_event_bytes: int = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class UpstreamSettings:
-    """What every HTTP upstream shares: the gateway's timeouts (a provider's own may only be
-    shorter), the connection pool per provider (unless its ``max_concurrency`` says
-    otherwise) and the caps on what is read of an answer."""
-
-    timeouts: Timeouts
-    pool_size: int = 512
-    limits: ResponseLimits = ResponseLimits()
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> UpstreamSettings:
-        return cls(
-            Timeouts(
-                settings.upstream_connect_timeout_s,
-                settings.upstream_read_timeout_s,
-                settings.upstream_total_timeout_s,
-            ),
-            settings.upstream_pool_size,
-            ResponseLimits(settings.upstream_max_body_bytes, settings.upstream_max_event_bytes),
-        )
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -144,12 +115,13 @@ class HttpUpstream:
         read_error: ErrorReader = openai_errors.parse_error,
     ) -> None:
         self.provider = provider
-        self.limits = settings.limits
-        timeouts = settings.timeouts
+        self.settings = settings
         self.timeout = aiohttp.ClientTimeout(
-            total=timeouts.total_s,
-            connect=min(timeouts.connect_s, connect_timeout_s or timeouts.connect_s),
-            sock_read=min(timeouts.read_s, read_timeout_s or timeouts.read_s),
+            total=settings.total_timeout_s,
+            connect=min(
+                settings.connect_timeout_s, connect_timeout_s or settings.connect_timeout_s
+            ),
+            sock_read=min(settings.read_timeout_s, read_timeout_s or settings.read_timeout_s),
         )
         self.secrets = secrets
         self.pool_size = pool_size or settings.pool_size
@@ -175,7 +147,7 @@ class HttpUpstream:
     # -- calls ---------------------------------------------------------------------------
 
     async def post_json(
-        self, url: str, body: bytes, headers: Mapping[str, str]
+        self, url: StrOrURL, body: bytes, headers: Mapping[str, str]
     ) -> UpstreamResponse:
         """POST ``body``; the answer must be a JSON object within the body cap."""
         reply = await self._call(url, body, headers)
@@ -197,9 +169,9 @@ class HttpUpstream:
         return await self._call(url, body, headers)
 
     async def _call(
-        self, url: str, body: bytes | AsyncIterable[bytes], headers: Mapping[str, str]
+        self, url: StrOrURL, body: bytes | AsyncIterable[bytes], headers: Mapping[str, str]
     ) -> RawReply:
-        cap = self.limits.max_body_bytes
+        cap = self.settings.max_body_bytes
         try:
             async with self._client().post(url, data=body, headers=dict(headers)) as response:
                 status = response.status
@@ -220,8 +192,17 @@ class HttpUpstream:
             raise self.error_from_status(status, raw, retry_after)
         return RawReply(status, raw, content_type)
 
-    async def open_stream(self, url: str, body: bytes, headers: Mapping[str, str]) -> SseStream:
+    async def open_stream(
+        self, url: StrOrURL, body: bytes, headers: Mapping[str, str]
+    ) -> SseStream:
         """Send the request and check the status; the caller then reads ``events()``."""
+        return SseStream(self, await self.open_response(url, body, headers))
+
+    async def open_response(
+        self, url: StrOrURL, body: bytes, headers: Mapping[str, str]
+    ) -> aiohttp.ClientResponse:
+        """Send the request and check the status: the answer's body is the caller's to read
+        (a stream framed other than as SSE: Bedrock's event stream) and to release."""
         try:
             response = await self._client().post(url, data=body, headers=dict(headers))
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
@@ -234,7 +215,7 @@ class HttpUpstream:
             finally:
                 response.release()
             raise self.error_from_status(response.status, raw, response.headers.get("Retry-After"))
-        return SseStream(self, response)
+        return response
 
     # -- failures ------------------------------------------------------------------------
 
@@ -270,8 +251,10 @@ class HttpUpstream:
     ) -> UpstreamError:
         """An upstream's error answer as the scrubbed error the gateway relays."""
         provider, secrets = self.provider, self.secrets
-        if status in _AUTH_STATUSES:
+        info = self.read_error(status, body)
+        if status in _AUTH_STATUSES or info.kind == "authentication":
             # Our credentials were refused: the client's own key is fine, so never a 401 for it.
+            # (Gemini says so with a 400 whose details name the key: a 401 all the same.)
             return UpstreamError(
                 f"provider '{provider}' rejected the gateway's credentials (upstream HTTP {status})",
                 status=502,
@@ -279,11 +262,10 @@ class HttpUpstream:
                 kind="auth",
                 provider=provider,
                 code="upstream_auth_failed",
-                upstream_status=status,
+                upstream_status=status if status in _AUTH_STATUSES else 401,
             )
-        info = self.read_error(status, body)
-        if not isinstance(error_member(body), dict):
-            # Not an error envelope: its text, scrubbed, says more than the status alone.
+        if info.message == f"upstream returned HTTP {status}":
+            # No message the format could read: its text, scrubbed, says more than the status.
             text = body[:_ERROR_BODY_BYTES].decode("utf-8", "replace").strip()
             info = ErrorInfo(status, text or info.message, info.kind, info.code, info.param)
         message = redact(info.message, secrets) or f"upstream returned HTTP {status}"
@@ -347,7 +329,7 @@ class SseStream:
         data_lines: list[bytes] = []
         upstream = self.upstream
         name = upstream.provider
-        cap = upstream.limits.max_event_bytes
+        cap = upstream.settings.max_event_bytes
         size = 0
         try:
             while True:

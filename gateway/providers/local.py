@@ -1,12 +1,15 @@
 """The in-process engine as a provider: the same interface as the OpenAI-compatible upstreams.
 
-``post_json(path, body)`` returns an ``UpstreamResponse`` and ``open_stream(path, body)`` an
-object whose ``events()`` yields raw SSE ``data`` payloads (``[DONE]`` last) and whose
-``close()`` stops the generation; so the request path, limits, usage records and retries treat
-the local model exactly like a remote one. Each prompt runs as one engine request; cancelling
-the consumer (a client disconnect) cancels the producers, which aborts the engine requests and
-frees their KV blocks at once. ``post_json`` also takes ``client_gone`` (the ASGI ``receive``):
-a non-stream client that hangs up is noticed while the engine works, not only at the end.
+Chat requests arrive parsed (``post_chat(request)``, ``open_chat_stream(request)``: the
+internal form ``formats/`` read the client's body into, whatever its format), text
+completions as their body (``post_json("/completions", body)``); answers are Chat
+Completions' (or Completions') JSON, streams an object whose ``events()`` yields raw SSE
+``data`` payloads (``[DONE]`` last) and whose ``close()`` stops the generation; so the request
+path, limits, usage records and retries treat the local model exactly like a remote one. Each
+prompt runs as one engine request; cancelling the consumer (a client disconnect) cancels the
+producers, which aborts the engine requests and frees their KV blocks at once. A whole answer's
+call also takes ``client_gone`` (the ASGI ``receive``): a non-stream client that hangs up is
+noticed while the engine works, not only at the end.
 """
 
 from __future__ import annotations
@@ -14,41 +17,44 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Unpack
 
 import orjson
 
 from gateway.errors import UpstreamError
-from gateway.formats.errors import ErrorInfo
+from gateway.formats import openai_chat
+from gateway.formats.errors import FormatError
+from gateway.formats.internal import ChatRequest
+from gateway.policy import LocalEngineSettings
 from gateway.providers.base import (
+    ClientGone,
     Headers,
-    RawReply,
+    JsonCallOptions,
     UpstreamResponse,
-    local_stream_error,
-    unsupported,
+    refused_request,
 )
 from gateway.providers.local_openai import (
     Choice,
+    EngineLimits,
     LocalRequest,
+    chat_request,
     chunk,
     client_error,
+    completion_request,
     delta_choice,
     full_response,
-    parse_request,
     tool_call_deltas,
     tool_finish,
     usage,
 )
 from gateway.providers.local_tools import default_parser
-from gateway.routing.policy import LocalEngineSettings
 from gateway.tracing.spans import EnginePhases
 
 if TYPE_CHECKING:
-    from engine.core.async_engine import AsyncEngine, StreamOutput
+    from engine import AsyncEngine, StreamOutput
     from gateway.metrics import Metrics
 
-_KINDS = {"/chat/completions": "chat", "/completions": "completion"}
 # max_tokens of a request that sets none, when neither the policy nor the checkpoint says:
 # on the CPU a small model makes ~10-20 tokens a second, so an answer ends within ~20 s.
 CPU_DEFAULT_MAX_TOKENS = 256
@@ -69,7 +75,10 @@ _END = object()  # a producer finished
 
 
 class LocalProvider:
-    formats: tuple[str, ...] = ("openai_chat",)
+    """The engine's side of the local provider: a chat or text completion run on the engine,
+    answered as JSON or streamed. The registry's ``Provider`` is ``local_host.HostedProvider``,
+    which owns what does not need the engine (formats, availability, errors, other operations)
+    and sends these two calls here once the engine is loaded."""
 
     def __init__(
         self,
@@ -82,48 +91,55 @@ class LocalProvider:
         self.engine = engine
         self.settings = settings
         self.metrics = metrics
-        self.tokenizer = engine.engine.tokenizer
+        self.tokenizer = engine.tokenizer
         # The checkpoint's recommended sampling (generation_config.json, or the bundled
         # model's card), for requests that set none of it.
-        self.sampling_defaults = dict(engine.engine.sampling_defaults)
+        self.sampling_defaults = dict(engine.sampling_defaults)
         self.default_max_tokens = default_max_tokens(
-            settings, self.sampling_defaults.pop("max_tokens", None), engine.engine.device.type
+            settings, self.sampling_defaults.pop("max_tokens", None), engine.device.type
         )
         # how this model writes tool calls: the policy's choice, else its family's
         parser = settings.tool_call_parser
         template = getattr(self.tokenizer, "chat_template", None)
         self.tool_parser = default_parser(template) if parser == "auto" else parser
-
-    async def close(self) -> None:
-        """Nothing pooled to close: the engine host owns the engine."""
-
-    def _prepare(self, path: str, body: dict[str, Any]) -> LocalRequest:
-        kind = _KINDS.get(path)
-        if kind is None:
-            endpoint = "/v1" + path
-            raise client_error(
-                self.name,
-                f"the model {body.get('model')!r} is a local text-generation model served by "
-                f"the in-process engine; it does not serve {endpoint}",
-                "model",
-                "unsupported_endpoint",
-            )
-        request = parse_request(
-            self.name,
-            kind,  # type: ignore[arg-type]
-            body,
-            self.tokenizer,
-            self.engine.engine.max_model_len,
+        self.limits = EngineLimits(
+            engine.max_model_len,
             self.default_max_tokens,
             self.sampling_defaults,
             self.tool_parser,
         )
-        from engine.errors import InvalidPromptError, RequestTooLargeError, SamplingParamsError
 
-        param = "messages" if kind == "chat" else "prompt"
+    def _prepare(self, path: str, body: dict[str, Any]) -> LocalRequest:
+        """A body for ``path``: a text completion's, or a chat request's (parsed by
+        ``formats/``, as the gateway hands it over parsed: ``post_chat``)."""
+        if path == "/completions":
+            return self._checked(completion_request(self.name, body, self.tokenizer, self.limits))
+        if path == "/chat/completions":
+            try:
+                request = openai_chat.parse_request(body)
+            except FormatError as exc:
+                raise refused_request(exc, self.name, "status") from None
+            return self._prepare_chat(request)
+        raise client_error(
+            self.name,
+            f"the model {body.get('model')!r} is a local text-generation model served by "
+            f"the in-process engine; it does not serve /v1{path}",
+            "model",
+            "unsupported_endpoint",
+        )
+
+    def _prepare_chat(self, request: ChatRequest) -> LocalRequest:
+        return self._checked(chat_request(self.name, request, self.tokenizer, self.limits))
+
+    def _checked(self, request: LocalRequest) -> LocalRequest:
+        """Each prompt and the sampling checked against the engine (its context length, its
+        vocabulary, its seats)."""
+        from engine import InvalidPromptError, RequestTooLargeError, SamplingParamsError
+
+        param = "messages" if request.kind == "chat" else "prompt"
         for prompt in request.prompts:
             try:
-                self.engine.engine.check_request(prompt, request.params)
+                self.engine.check_request(prompt, request.params)
             except RequestTooLargeError as exc:
                 raise client_error(self.name, str(exc), param, "context_length_exceeded") from None
             except InvalidPromptError as exc:
@@ -137,7 +153,7 @@ class LocalProvider:
         """A structured output's grammar and the offered tools' parameter schemas, compiled in
         a worker thread (never on this event loop; cached by the engine, so once per spec);
         one that cannot be compiled is a 400 naming the field that set it."""
-        from engine.errors import GrammarError
+        from engine import GrammarError
 
         for spec, param in request.compile:
             try:
@@ -145,18 +161,29 @@ class LocalProvider:
             except GrammarError as exc:
                 raise client_error(self.name, str(exc), param) from None
 
+    async def post_chat(
+        self, request: ChatRequest, *, client_gone: ClientGone | None = None
+    ) -> UpstreamResponse:
+        """A chat request's whole answer (Chat Completions' shape); see ``post_json``."""
+        return await self._answer(self._prepare_chat(request), client_gone)
+
+    async def open_chat_stream(self, request: ChatRequest) -> LocalStream:
+        """A chat request's stream (Chat Completions' chunks, usage last)."""
+        local = self._prepare_chat(request)
+        await self._compile(local)
+        return LocalStream(self, local, include_usage=True)
+
     async def post_json(
-        self,
-        path: str,
-        body: dict[str, Any],
-        *,
-        headers: Headers | None = None,
-        client_gone: Callable[[], Awaitable[Any]] | None = None,
+        self, path: str, body: dict[str, Any], **options: Unpack[JsonCallOptions]
     ) -> UpstreamResponse:
         """The whole answer. ``client_gone`` resolves when the client disconnects (the ASGI
         ``receive`` once the body is read): the engine requests are then aborted at once,
         freeing their KV blocks, and a 499 ``client_closed_request`` error is raised."""
-        request = self._prepare(path, body)
+        return await self._answer(self._prepare(path, body), options.get("client_gone"))
+
+    async def _answer(
+        self, request: LocalRequest, client_gone: ClientGone | None
+    ) -> UpstreamResponse:
         await self._compile(request)
         run = LocalRun(self, request)
         choices = [Choice() for _ in range(len(request.prompts) * request.n)]
@@ -192,12 +219,6 @@ class LocalProvider:
         options = body.get("stream_options") or {}
         return LocalStream(self, request, include_usage=options.get("include_usage") is True)
 
-    async def forward(self, path: str, body: Any, **_: Any) -> RawReply:
-        raise unsupported(self.name, path, "the local engine generates text only")
-
-    def stream_error(self, info: ErrorInfo) -> UpstreamError:
-        return local_stream_error(self.name, info)
-
 
 async def _gather(run: LocalRun, choices: list[Choice]) -> None:
     async for output, index in run.outputs():
@@ -210,7 +231,7 @@ async def _gather(run: LocalRun, choices: list[Choice]) -> None:
             choice.finish_reason = output.finish_reason
 
 
-async def _disconnect(receive: Callable[[], Awaitable[Any]]) -> None:
+async def _disconnect(receive: ClientGone) -> None:
     """Returns when ASGI says the client is gone (after the body nothing else arrives)."""
     while True:
         message = await receive()
@@ -296,7 +317,7 @@ class LocalRun:
         self._queue.put_nowait(_END)
 
     def _upstream_error(self, exc: BaseException) -> UpstreamError:
-        from engine.errors import EngineDeadError, EngineNotRunningError
+        from engine import EngineDeadError, EngineNotRunningError
 
         name = self.provider.name
         if isinstance(exc, EngineDeadError | EngineNotRunningError):

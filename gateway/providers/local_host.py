@@ -25,7 +25,10 @@ from typing import TYPE_CHECKING, Any, Unpack
 from gateway.data_dir import private_dir
 from gateway.errors import UpstreamError
 from gateway.formats.errors import ErrorInfo
+from gateway.formats.internal import ChatRequest
+from gateway.policy import LocalEngineSettings, Policy, ProviderConfig
 from gateway.providers.base import (
+    ClientGone,
     Headers,
     JsonCallOptions,
     RawReply,
@@ -35,11 +38,9 @@ from gateway.providers.base import (
     local_stream_error,
     unsupported,
 )
-from gateway.routing.policy import LocalEngineSettings, Policy, ProviderConfig
 
 if TYPE_CHECKING:
-    from engine.core.async_engine import AsyncEngine
-    from engine.tokenizer import Tokenizer
+    from engine import AsyncEngine, Tokenizer
     from gateway.metrics import Metrics
     from gateway.providers.local import LocalProvider
 
@@ -63,7 +64,7 @@ class EngineHealth:
 
 def default_model() -> Path:
     """The bundled SmolLM2-135M-Instruct GGUF; a ``LoaderError`` saying how to install it."""
-    from engine.gguf.bundled import find_bundled_model
+    from engine import find_bundled_model
 
     return find_bundled_model()
 
@@ -84,14 +85,14 @@ def engine_config(settings: LocalEngineSettings, models_dir: Path) -> Any:
     """The ``EngineConfig`` for these settings; fields the engine lacks are left out. GGUF views
     and hub downloads go under ``models_dir``. With no ``model``: the bundled SmolLM2, with its
     model card's sampling under any ``override_generation_config`` of the settings."""
-    from engine.config import EngineConfig
+    from engine import EngineConfig
 
     known = {f.name for f in dataclasses.fields(EngineConfig)}
     values = settings.model_dump(exclude={"model", "default_max_tokens"}, exclude_none=True)
     values = {name: value for name, value in values.items() if name in known}
     model = settings.model
     if model is None:
-        from engine.gguf.bundled import BUNDLED_SAMPLING
+        from engine import BUNDLED_SAMPLING
 
         model = str(default_model())
         override = settings.override_generation_config or {}
@@ -152,7 +153,7 @@ class LocalEngineHost:
             self.metrics.watch_engine(self.engine.stats)
 
     def _build(self) -> AsyncEngine:
-        from engine.core.async_engine import AsyncEngine
+        from engine import AsyncEngine
 
         assert self.settings is not None
         models_dir = self.data_dir / "models"
@@ -168,7 +169,7 @@ class LocalEngineHost:
     def _convert_once(self, model: str, models_dir: Path) -> None:
         """A GGUF file's one-time conversion (seconds: its vocabulary is read), said before it
         starts and timed, with the converter's progress bar; the engine then finds it made."""
-        from engine.gguf.convert import is_prepared, prepare_gguf, view_dir
+        from engine import is_prepared, prepare_gguf, view_dir
 
         path = Path(model).expanduser()
         if path.suffix != ".gguf" or not path.is_file() or is_prepared(path, models_dir):
@@ -213,7 +214,7 @@ class LocalEngineHost:
 
     @property
     def tokenizer(self) -> Tokenizer | None:
-        return self.engine.engine.tokenizer if self.engine is not None else None
+        return self.engine.tokenizer if self.engine is not None else None
 
     def model_note(self, provider: str) -> str | None:
         """A line for /v1/models about a model served here (random weights are said plainly)."""
@@ -287,6 +288,7 @@ class HostedProvider:
     raised as ``UpstreamError``, while it cannot serve)."""
 
     formats: tuple[str, ...] = ("openai_chat",)
+    door_paths: frozenset[str] = frozenset()
 
     def __init__(self, host: LocalEngineHost, name: str, config: ProviderConfig) -> None:
         self.name = name
@@ -309,6 +311,15 @@ class HostedProvider:
         self, path: str, body: dict[str, Any], *, headers: Headers | None = None
     ) -> UpstreamStream:
         return await self._host.provider(self.name, self._config).open_stream(path, body)
+
+    async def post_chat(
+        self, request: ChatRequest, *, client_gone: ClientGone | None = None
+    ) -> UpstreamResponse:
+        provider = self._host.provider(self.name, self._config)
+        return await provider.post_chat(request, client_gone=client_gone)
+
+    async def open_chat_stream(self, request: ChatRequest) -> UpstreamStream:
+        return await self._host.provider(self.name, self._config).open_chat_stream(request)
 
     async def forward(self, path: str, body: Any, **_: Any) -> RawReply:
         raise unsupported(self.name, path, "the local engine generates text only")

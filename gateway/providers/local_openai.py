@@ -1,10 +1,13 @@
-"""OpenAI wire format for the local engine: request body -> prompts + SamplingParams, and back.
+"""The local engine's requests and answers: a request -> prompts + SamplingParams, and the
+engine's outputs back in OpenAI's shape.
 
-``parse_request`` turns a /v1/chat/completions or /v1/completions body into token-id prompts
-(the chat template renders messages) and one ``SamplingParams``; every bad value becomes a 400
-that names the parameter. Every field a body sets is either honoured or refused: a field the
-engine cannot honour (audio, an unknown name) is a 400 naming it, unless its value asks
-for nothing (``store: false``). Structured outputs (``response_format``
+``chat_request`` takes a chat request as ``formats/`` parsed it (the internal form, whatever the
+client's format: nothing parses OpenAI JSON again here), ``completion_request`` a
+``/v1/completions`` body; each becomes token-id prompts (the chat template renders the
+conversation, ``local_chat.py``) and one ``SamplingParams``, and every bad value a 400 that
+names the client's field. Every field a request sets is either honoured or refused: a field
+the engine cannot honour (audio, reasoning effort, an unknown name) is a 400 naming it, unless
+its value asks for nothing (``store: false``). Structured outputs (``response_format``
 json_object/json_schema, vLLM's ``guided_*`` fields and ``structured_outputs`` object) become
 the engine's ``StructuredOutput``, and ``logit_bias`` its token-id map. ``tools``,
 ``tool_choice`` and ``parallel_tool_calls`` are read by ``local_tools`` (a forced call is a
@@ -22,8 +25,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gateway.formats.internal import ChatRequest, ResponseFormat
+from gateway.formats.openai_chat.response import render_tool_call
+from gateway.providers.local_chat import chat_turns
 from gateway.providers.local_errors import client_error
-from gateway.providers.local_tools import ToolPlan, chat_messages, read_tools
+from gateway.providers.local_tools import ToolPlan, read_tools
 
 Kind = Literal["chat", "completion"]
 # vLLM extensions accepted alongside OpenAI's fields (sent by SDKs through ``extra_body``).
@@ -82,16 +88,16 @@ _HONOURED_BY_KIND = {
 }
 
 
-def _asks_for_nothing(name: str, value: Any, body: dict[str, Any]) -> bool:
+def _asks_for_nothing(name: str, value: Any, has_tools: bool) -> bool:
     """True when a field the engine lacks is set to a value that needs no feature of it."""
     if value is None:
         return True
     if name in ("tools", "functions"):
         return not value
     if name in ("tool_choice", "function_call"):
-        return value == "none" or (value == "auto" and not body.get("tools"))
+        return value == "none" or (value == "auto" and not has_tools)
     if name == "parallel_tool_calls":
-        return not body.get("tools")
+        return not has_tools
     if name in ("store", "echo"):
         return value is False
     if name == "suffix":
@@ -132,36 +138,16 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _message_text(provider: str, index: int, content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    texts = []
-    for part_index, part in enumerate(content):
-        where = f"messages[{index}].content[{part_index}]"
-        if not isinstance(part, dict) or part.get("type") != "text":
-            raise client_error(provider, f"{where}: the local model accepts text parts only", where)
-        if not isinstance(part.get("text"), str):
-            raise client_error(provider, f"{where}.text must be a string", f"{where}.text")
-        texts.append(part["text"])
-    return "".join(texts)
-
-
 def _chat_prompt(
-    provider: str, tokenizer: Any, body: dict[str, Any], tools: ToolPlan | None
+    provider: str, tokenizer: Any, request: ChatRequest, tools: ToolPlan | None
 ) -> list[int]:
-    from engine.errors import TokenizerError
+    from engine import TokenizerError
 
-    texts = [
-        _message_text(provider, index, message.get("content"))
-        for index, message in enumerate(body["messages"])
-    ]
     template = getattr(tokenizer, "chat_template", None)
-    messages, variables = chat_messages(provider, body, texts, tools, template)
+    turns, variables = chat_turns(provider, request, tools, template)
     try:
         ids = tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, **variables
+            turns, add_generation_prompt=True, tokenize=True, **variables
         )
     except TokenizerError as exc:
         raise client_error(provider, str(exc), "messages") from None
@@ -188,10 +174,12 @@ def _completion_prompts(provider: str, tokenizer: Any, prompt: Any) -> list[list
     return prompts
 
 
-def _refuse_unsupported(provider: str, body: dict[str, Any], kind: Kind) -> None:
+def _refuse_unsupported(
+    provider: str, fields: dict[str, Any], kind: Kind, *, has_tools: bool
+) -> None:
     honoured = _HONOURED | _HONOURED_BY_KIND[kind]
-    for name, value in body.items():
-        if name in honoured or _asks_for_nothing(name, value, body):
+    for name, value in fields.items():
+        if name in honoured or _asks_for_nothing(name, value, has_tools):
             continue
         if name in ("tools", "tool_choice", "parallel_tool_calls"):
             message = f"the local model serves tool calls on /v1/chat/completions only ({name})"
@@ -201,17 +189,17 @@ def _refuse_unsupported(provider: str, body: dict[str, Any], kind: Kind) -> None
             message = f"the local model does not support {name}"
         raise client_error(provider, message, name)
     if kind == "completion":
-        best_of = body.get("best_of")
-        if best_of is not None and best_of != (body.get("n") or 1):
+        best_of = fields.get("best_of")
+        if best_of is not None and best_of != (fields.get("n") or 1):
             raise client_error(provider, "the local model supports only best_of = n", "best_of")
 
 
-def _logprobs(provider: str, body: dict[str, Any], kind: Kind) -> int | None:
+def _logprobs(provider: str, fields: dict[str, Any], kind: Kind) -> int | None:
     if kind == "chat":
-        wanted = body.get("logprobs")
+        wanted = fields.get("logprobs")
         if wanted is not None and not isinstance(wanted, bool):
             raise client_error(provider, "logprobs must be a boolean", "logprobs")
-        top = body.get("top_logprobs")
+        top = fields.get("top_logprobs")
         if top is not None and (not _is_int(top) or not 0 <= top <= 20):
             raise client_error(
                 provider, "top_logprobs must be an integer from 0 to 20", "top_logprobs"
@@ -219,7 +207,7 @@ def _logprobs(provider: str, body: dict[str, Any], kind: Kind) -> int | None:
         if top is not None and not wanted:
             raise client_error(provider, "top_logprobs needs logprobs: true", "top_logprobs")
         return (top or 0) if wanted else None
-    value = body.get("logprobs")
+    value = fields.get("logprobs")
     if value is None:
         return None
     if not _is_int(value) or not 0 <= value <= 20:
@@ -229,7 +217,7 @@ def _logprobs(provider: str, body: dict[str, Any], kind: Kind) -> int | None:
 
 def _json_schema(provider: str, value: Any, param: str) -> Any:
     """A schema given as an object or as its JSON text -> the engine's json_schema spec."""
-    from engine.structured.spec import StructuredOutput
+    from engine import StructuredOutput
 
     if isinstance(value, str):
         try:
@@ -248,15 +236,29 @@ def _text(provider: str, value: Any, param: str) -> str:
 
 
 def _choices(provider: str, value: Any, param: str) -> Any:
-    from engine.structured.spec import StructuredOutput
+    from engine import StructuredOutput
 
     if not isinstance(value, list) or not value or not all(isinstance(c, str) for c in value):
         raise client_error(provider, f"{param} must be a non-empty array of strings", param)
     return StructuredOutput.choice(value)
 
 
+def _chat_response_format(spec: ResponseFormat | None) -> tuple[Any, str] | None:
+    """A chat request's ``response_format`` (read by ``formats/``) as the engine's constraint."""
+    from engine import StructuredOutput
+
+    if spec is None or spec.kind == "text":
+        return None
+    if spec.kind == "json_object":
+        return StructuredOutput.json_object(), "response_format"
+    if spec.schema is None:  # OpenAI allows it: any JSON object then
+        return StructuredOutput.json_object(), "response_format.json_schema"
+    return StructuredOutput.json_schema(spec.schema), "response_format.json_schema.schema"
+
+
 def _response_format(provider: str, value: Any) -> tuple[Any, str] | None:
-    from engine.structured.spec import StructuredOutput
+    """A completions body's ``response_format`` as the engine's constraint."""
+    from engine import StructuredOutput
 
     if not isinstance(value, dict):
         raise client_error(provider, "response_format must be an object", "response_format")
@@ -283,7 +285,7 @@ def _response_format(provider: str, value: Any) -> tuple[Any, str] | None:
 
 def _structured_outputs(provider: str, value: Any) -> tuple[Any, str]:
     """vLLM's ``structured_outputs``: exactly one of json, regex, choice, grammar, json_object."""
-    from engine.structured.spec import StructuredOutput
+    from engine import StructuredOutput
 
     if not isinstance(value, dict):
         raise client_error(provider, "structured_outputs must be an object", "structured_outputs")
@@ -313,18 +315,19 @@ def _structured_outputs(provider: str, value: Any) -> tuple[Any, str]:
     return StructuredOutput.json_object(), param
 
 
-def _structured(provider: str, body: dict[str, Any]) -> tuple[Any, str | None]:
-    """The request's structured-output constraint and the field that asked for it."""
-    from engine.structured.spec import StructuredOutput
+def _structured(
+    provider: str, fields: dict[str, Any], response_format: tuple[Any, str] | None
+) -> tuple[Any, str | None]:
+    """The request's structured-output constraint and the field that asked for it:
+    ``response_format`` (already read) or one of vLLM's fields."""
+    from engine import StructuredOutput
 
-    found: list[tuple[Any, str]] = []
+    found: list[tuple[Any, str]] = [response_format] if response_format is not None else []
     for name in _STRUCTURED:
-        value = body.get(name)
-        if value is None:
+        value = fields.get(name)
+        if value is None or name == "response_format":
             continue
-        if name == "response_format":
-            parsed = _response_format(provider, value)
-        elif name == "structured_outputs":
+        if name == "structured_outputs":
             parsed = _structured_outputs(provider, value)
         elif name == "guided_json":
             parsed = _json_schema(provider, value, name), name
@@ -334,8 +337,7 @@ def _structured(provider: str, body: dict[str, Any]) -> tuple[Any, str | None]:
             parsed = _choices(provider, value, name), name
         else:
             parsed = StructuredOutput.grammar(_text(provider, value, name)), name
-        if parsed is not None:
-            found.append(parsed)
+        found.append(parsed)
     if len(found) > 1:
         names = " and ".join(param.split(".")[0] for _, param in found)
         raise client_error(
@@ -363,71 +365,125 @@ def _logit_bias(provider: str, value: Any) -> dict[int, float]:
     return bias
 
 
-def parse_request(
+@dataclass(frozen=True)
+class EngineLimits:
+    """What every request on this engine is held to, and filled in with: the context length,
+    the ``max_tokens`` of a request that sets none (clipped to the context left), the
+    checkpoint's sampling for what a request leaves out, and how its model writes tool calls."""
+
+    max_model_len: int
+    default_max_tokens: int | None
+    sampling_defaults: Mapping[str, Any]
+    tool_parser: str = "hermes"
+
+
+def _chat_fields(provider: str, request: ChatRequest) -> dict[str, Any]:
+    """A chat request's sampling fields under their Chat Completions names: those ``formats/``
+    reads, and the rest of a Chat Completions body (the engine's extensions, logprobs,
+    ``logit_bias``, vLLM's structured outputs), each checked first: one the engine cannot
+    honour is a 400 naming it."""
+    extras = request.extras if request.same_format("openai_chat") else {}
+    _refuse_unsupported(provider, extras, "chat", has_tools=bool(request.tools))
+    if request.reasoning is not None and request.reasoning.effort is not None:
+        name = request.field_name("reasoning")
+        raise client_error(provider, f"the local model does not support {name}", name)
+    modelled = {
+        "n": request.n,
+        "seed": request.seed,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "presence_penalty": request.presence_penalty,
+        "frequency_penalty": request.frequency_penalty,
+        "max_tokens": request.max_tokens,
+        "stop": request.stop or None,
+    }
+    return {**extras, **{name: value for name, value in modelled.items() if value is not None}}
+
+
+def chat_request(
+    provider: str, request: ChatRequest, tokenizer: Any, limits: EngineLimits
+) -> LocalRequest:
+    """A chat request (the internal form) for the engine; a 400 ``UpstreamError`` naming the
+    client's field for what it cannot honour."""
+    fields = _chat_fields(provider, request)
+    tools = read_tools(provider, request, limits.tool_parser)
+    prompts = [_chat_prompt(provider, tokenizer, request, tools)]
+    response_format = _chat_response_format(request.response_format)
+    return _sampled(
+        provider, "chat", request.model, fields, prompts, limits, response_format, tools
+    )
+
+
+def completion_request(
+    provider: str, body: dict[str, Any], tokenizer: Any, limits: EngineLimits
+) -> LocalRequest:
+    """A ``/v1/completions`` body for the engine; a 400 ``UpstreamError`` naming the bad
+    param."""
+    _refuse_unsupported(provider, body, "completion", has_tools=bool(body.get("tools")))
+    prompts = _completion_prompts(provider, tokenizer, body["prompt"])
+    value = body.get("response_format")
+    response_format = _response_format(provider, value) if value is not None else None
+    model = body.get("model") or provider
+    return _sampled(provider, "completion", model, body, prompts, limits, response_format, None)
+
+
+def _sampled(
     provider: str,
     kind: Kind,
-    body: dict[str, Any],
-    tokenizer: Any,
-    max_model_len: int,
-    default_max_tokens: int | None,
-    sampling_defaults: Mapping[str, Any] | None = None,
-    tool_parser: str = "hermes",
+    model: str,
+    fields: dict[str, Any],
+    prompts: list[list[int]],
+    limits: EngineLimits,
+    response_format: tuple[Any, str] | None,
+    tools: ToolPlan | None,
 ) -> LocalRequest:
-    """Validate ``body`` for the engine; raise a 400 ``UpstreamError`` naming the bad param.
-    ``sampling_defaults`` (SamplingParams fields: the checkpoint's recommendation) fill what
-    the body leaves out; ``default_max_tokens`` is clipped to the context left;
-    ``tool_parser`` reads (and forces) tool calls."""
-    from engine.errors import SamplingParamsError
-    from engine.sampling import SamplingParams
+    """The engine request of ``prompts`` with one ``SamplingParams`` from ``fields``; the
+    checkpoint's sampling fills what they leave out."""
+    from engine import SamplingParams, SamplingParamsError
 
-    _refuse_unsupported(provider, body, kind)
-    tools = read_tools(provider, body, tool_parser) if kind == "chat" else None
-    if kind == "chat":
-        prompts = [_chat_prompt(provider, tokenizer, body, tools)]
-    else:
-        prompts = _completion_prompts(provider, tokenizer, body["prompt"])
     prompt_param = "messages" if kind == "chat" else "prompt"
     longest = max(len(p) for p in prompts)
     if any(not p for p in prompts):
         raise client_error(provider, f"{prompt_param} encodes to no tokens", prompt_param)
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+    max_tokens = fields.get("max_completion_tokens") or fields.get("max_tokens")
     if max_tokens is None:
-        room = max_model_len - longest
+        room = limits.max_model_len - longest
         if room < 1:
             raise client_error(
                 provider,
                 f"the prompt ({longest} tokens) leaves no room under the model's context length "
-                f"({max_model_len})",
+                f"({limits.max_model_len})",
                 prompt_param,
                 "context_length_exceeded",
             )
-        max_tokens = min(room, default_max_tokens) if default_max_tokens else room
-    seed = body.get("seed")
+        default = limits.default_max_tokens
+        max_tokens = min(room, default) if default else room
+    seed = fields.get("seed")
     if seed is not None and not _is_int(seed):
         raise client_error(provider, "seed must be an integer", "seed")
-    stop = body.get("stop")
-    defaults = {"temperature": 1.0, "top_p": 1.0, **(sampling_defaults or {})}
+    stop = fields.get("stop")
+    defaults = {"temperature": 1.0, "top_p": 1.0, **limits.sampling_defaults}
     values: dict[str, Any] = {
         **defaults,
-        "n": body.get("n") or 1,
+        "n": fields.get("n") or 1,
         "seed": seed,
         "stop": [stop] if isinstance(stop, str) else list(stop or []),
         "max_tokens": max_tokens,
-        "logprobs": _logprobs(provider, body, kind),
-        "presence_penalty": body.get("presence_penalty") or 0.0,
-        "frequency_penalty": body.get("frequency_penalty") or 0.0,
+        "logprobs": _logprobs(provider, fields, kind),
+        "presence_penalty": fields.get("presence_penalty") or 0.0,
+        "frequency_penalty": fields.get("frequency_penalty") or 0.0,
     }
     for name in ("temperature", "top_p", *_EXTENSIONS):
-        if body.get(name) is not None:
-            values[name] = body[name]
-    values["logit_bias"] = _logit_bias(provider, body.get("logit_bias"))
-    structured, structured_param = _structured(provider, body)
+        if fields.get(name) is not None:
+            values[name] = fields[name]
+    values["logit_bias"] = _logit_bias(provider, fields.get("logit_bias"))
+    structured, structured_param = _structured(provider, fields, response_format)
     forced = tools.grammar() if tools is not None else None
     if forced is not None:
         if structured is not None:
             raise client_error(
                 provider,
-                f"set one structured output constraint, not {structured_param.split('.')[0]} "
+                f"set one structured output constraint, not {str(structured_param).split('.')[0]} "
                 f"and tool_choice {tools.choice}",
                 "tool_choice",
             )
@@ -440,7 +496,7 @@ def parse_request(
         raise client_error(provider, str(exc), param if param in values else None) from None
     return LocalRequest(
         kind,
-        body.get("model") or provider,
+        model,
         prompts,
         params,
         values["logprobs"],
@@ -537,7 +593,7 @@ def full_response(
                 content, calls = request.tools.parser.parse(choice.text)
                 if calls:
                     message["content"] = content
-                    message["tool_calls"] = [call.openai() for call in calls]
+                    message["tool_calls"] = [render_tool_call(call) for call in calls]
                     finish = tool_finish(choice.finish_reason)
             rows.append(
                 {"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish}

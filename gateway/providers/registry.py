@@ -11,8 +11,8 @@ import contextlib
 from collections.abc import Callable, Mapping
 
 from gateway.errors import UpstreamError
+from gateway.policy import ProviderConfig
 from gateway.providers.base import Provider
-from gateway.routing.policy import ProviderConfig
 
 ProviderFactory = Callable[[str, ProviderConfig], Provider]
 

@@ -20,24 +20,16 @@ from __future__ import annotations
 import json
 import secrets
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from gateway.formats.internal import ToolCall
 
 PARSERS: tuple[str, ...] = ("hermes", "llama3_json")
 
 
-@dataclass(frozen=True)
-class ToolCall:
-    name: str
-    arguments: str  # the arguments object's JSON text, as OpenAI sends it
-    id: str = field(default_factory=lambda: "call_" + secrets.token_hex(12))
-
-    def openai(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
-        }
+def _call_id() -> str:
+    return "call_" + secrets.token_hex(12)
 
 
 @dataclass(frozen=True)
@@ -88,7 +80,7 @@ class ToolParser(ABC):
                 return None
         if not isinstance(arguments, dict):
             return None
-        return ToolCall(name, json.dumps(arguments, ensure_ascii=False))
+        return ToolCall(_call_id(), name, json.dumps(arguments, ensure_ascii=False))
 
     def parse(self, text: str) -> tuple[str | None, list[ToolCall]]:
         """A whole output: its content (None when only calls) and its calls."""

@@ -13,38 +13,11 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, fields
 from typing import Literal
 
-from gateway.settings import Settings
+from gateway.settings import BreakerSettings
 
 BreakerState = Literal["closed", "open", "half_open"]
-
-
-@dataclass(frozen=True)
-class BreakerSettings:
-    consecutive_failures: int = 5
-    failure_ratio: float = 0.5
-    window: int = 20
-    min_calls: int = 10  # the ratio rule waits for this many calls in the window
-    cooldown_s: float = 30.0
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> BreakerSettings:
-        """Each field from its ``SWITCHYARD_BREAKER_<FIELD>`` setting."""
-        return cls(**{f.name: getattr(settings, f"breaker_{f.name}") for f in fields(cls)})
-
-    def __post_init__(self) -> None:
-        if self.consecutive_failures < 1:
-            raise ValueError("consecutive_failures must be at least 1")
-        if not 0 < self.failure_ratio <= 1:
-            raise ValueError("failure_ratio must be in (0, 1]")
-        if self.window < 1:
-            raise ValueError("window must be at least 1")
-        if not 1 <= self.min_calls <= self.window:
-            raise ValueError("min_calls must be between 1 and window")
-        if self.cooldown_s < 0:
-            raise ValueError("cooldown_s must not be negative")
 
 
 class CircuitBreaker:

@@ -1,8 +1,9 @@
 """Runs a route plan: retries, fallbacks, circuit breakers and per-provider concurrency.
 
-``Dispatcher.run(plan, attempt)`` calls ``attempt(candidate)`` (an async callable that does the
-upstream call up to the point where the first byte would go to the client, raising
-``UpstreamError``) for each candidate in order until one succeeds:
+``Dispatcher.run(plan, attempt)`` calls ``attempt(candidate)`` (an ``Attempt``: the
+provider-side object of ``providers/attempt.py`` that does the upstream call up to the point
+where the first byte would go to the client, raising ``UpstreamError``) for each candidate in
+order until one succeeds:
 
 - retryable errors (connect, timeout, 429, 5xx) are retried with exponential backoff and
   jitter, or exactly the upstream's Retry-After, while the total time budget lasts; a
@@ -52,57 +53,28 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exp
 
 from gateway.errors import UpstreamError
 from gateway.formats.errors import CONTEXT_LENGTH_EXCEEDED
+from gateway.policy import ProviderConfig
+from gateway.providers.base import Unavailable
+from gateway.providers.registry import ProviderRegistry
 from gateway.redact import redact
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.fault import counts_against_breaker
-from gateway.routing.policy import ProviderConfig
 from gateway.routing.router import Candidate, RoutePlan
 from gateway.routing.state import RoutingState
-from gateway.settings import Settings
+from gateway.settings import RetrySettings
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 # Configuration errors of a candidate: the next one is tried. They need not count against its
 # breaker (a 403 or 404 can follow from what the client sent: routing/fault.py).
 CONFIG_STATUSES = frozenset({401, 403, 404})
 
 
-class Unavailability(Protocol):
-    detail: str
-    spill: bool  # only busy (past spill_when), not broken: try the next candidates first
+class Attempt(Protocol[T_co]):
+    """One try of a request at ``candidate``, up to its first byte for the client."""
 
-
-class Availability(Protocol):
-    """The one question the dispatcher asks a provider (``gateway.providers.base.Provider``)."""
-
-    def unavailable(self) -> Unavailability | None: ...
-
-
-class Providers(Protocol):
-    """Where the providers of a plan are found (``gateway.providers.registry``)."""
-
-    def get(self, name: str, config: ProviderConfig) -> Availability: ...
-
-
-@dataclass(frozen=True)
-class RetrySettings:
-    max_tries_per_candidate: int = 3
-    initial_backoff_s: float = 0.25
-    max_backoff_s: float = 4.0
-    jitter_s: float = 0.25
-    max_retry_after_s: float = 10.0
-    total_budget_s: float = 30.0  # retries and backoff of the whole plan stop here
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> RetrySettings:
-        return cls(
-            max_tries_per_candidate=settings.upstream_max_tries,
-            initial_backoff_s=settings.upstream_backoff_initial_s,
-            max_backoff_s=settings.upstream_backoff_max_s,
-            jitter_s=settings.upstream_backoff_jitter_s,
-            max_retry_after_s=settings.upstream_max_retry_after_s,
-            total_budget_s=settings.upstream_retry_budget_s,
-        )
+    async def __call__(self, candidate: Candidate) -> T_co: ...
 
 
 @dataclass
@@ -130,9 +102,9 @@ class AttemptRecord:
 
 
 @dataclass(eq=False)
-class ServedCall:
-    """The end of one call that reached the upstream: breaker, latency and provider slot are
-    settled exactly once, by whichever of ``succeeded``/``failed``/``release`` comes first."""
+class HeldCall:
+    """A call that reached the upstream, held until it ends: breaker, latency and provider slot
+    are settled exactly once, by whichever of ``succeeded``/``failed``/``release`` comes first."""
 
     state: RoutingState
     candidate: Candidate
@@ -172,7 +144,7 @@ class DispatchResult(Generic[T]):
     value: T
     candidate: Candidate
     attempts: list[AttemptRecord]
-    _held: ServedCall | None = field(default=None, repr=False)
+    _held: HeldCall | None = field(default=None, repr=False)
 
     def succeeded(self) -> None:
         """A held stream ended cleanly: a success for the breaker, its time to first byte for
@@ -264,7 +236,7 @@ class Dispatcher:
         env: Mapping[str, str] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
-        providers: Providers | None = None,
+        providers: ProviderRegistry | None = None,
     ) -> None:
         self.state = state
         self._providers = providers
@@ -282,7 +254,7 @@ class Dispatcher:
     async def run(
         self,
         plan: RoutePlan,
-        attempt: Callable[[Candidate], Awaitable[T]],
+        attempt: Attempt[T],
         *,
         hold: bool = False,
     ) -> DispatchResult[T]:
@@ -378,9 +350,7 @@ class Dispatcher:
             raise DispatchFailed.all_skipped(attempts)
         raise DispatchFailed.from_error(last_error, attempts) from last_error
 
-    async def dispatch(
-        self, plan: RoutePlan, attempt: Callable[[Candidate], Awaitable[T]]
-    ) -> tuple[Candidate, T]:
+    async def dispatch(self, plan: RoutePlan, attempt: Attempt[T]) -> tuple[Candidate, T]:
         """``run`` in the shape of ``providers.first_candidate.Dispatch``: (served, value)."""
         result = await self.run(plan, attempt)
         return result.candidate, result.value
@@ -446,7 +416,7 @@ class Dispatcher:
 
     def _unavailable(
         self, candidate: Candidate, provider: ProviderConfig | None
-    ) -> Unavailability | None:
+    ) -> Unavailable | None:
         if self._providers is None or provider is None:
             return None
         try:
@@ -462,11 +432,11 @@ class Dispatcher:
         self,
         candidate: Candidate,
         provider: ProviderConfig | None,
-        attempt: Callable[[Candidate], Awaitable[T]],
+        attempt: Attempt[T],
         attempts: list[AttemptRecord],
         deadline: float,
         hold: bool,
-    ) -> tuple[T, ServedCall | None]:
+    ) -> tuple[T, HeldCall | None]:
         breaker = self.state.breakers.get(candidate.provider, candidate.model)
         limit = provider.max_concurrency if provider else None
         retrying = AsyncRetrying(
@@ -487,10 +457,10 @@ class Dispatcher:
         candidate: Candidate,
         limit: int | None,
         breaker: CircuitBreaker,
-        attempt: Callable[[Candidate], Awaitable[T]],
+        attempt: Attempt[T],
         attempts: list[AttemptRecord],
         hold: bool,
-    ) -> tuple[T, ServedCall | None]:
+    ) -> tuple[T, HeldCall | None]:
         def skip(detail: str) -> _Skipped:
             attempts.append(AttemptRecord(candidate.model, candidate.provider, "skipped", detail))
             return _Skipped(detail)
@@ -502,7 +472,7 @@ class Dispatcher:
             if probe:
                 breaker.release_probe()
             raise skip(f"provider at max_concurrency ({limit})")
-        call = ServedCall(self.state, candidate, breaker, probe=probe)
+        call = HeldCall(self.state, candidate, breaker, probe=probe)
         started = self._clock()
         try:
             value = await attempt(candidate)
@@ -545,7 +515,7 @@ class Dispatcher:
     def _record_failure(
         self,
         candidate: Candidate,
-        call: ServedCall,
+        call: HeldCall,
         error: UpstreamError,
         attempts: list[AttemptRecord],
         elapsed: float,

@@ -22,10 +22,11 @@ from typing import Any, NoReturn
 
 from gateway.errors import ECHO_CHARS, InvalidRequest, NotFound, PermissionDenied, echo
 from gateway.money import format_usd_short
+from gateway.policy import AUTO_MODEL, CachePolicy, Policy, TaskConfig, effective_cache
+from gateway.policy.store import PolicyStore
 from gateway.routing.canary import canary_bucket, in_canary
 from gateway.routing.estimate import estimate_prompt_tokens, expected_output_tokens
-from gateway.routing.policy import AUTO_MODEL, Policy, TaskConfig
-from gateway.routing.policy_store import PolicyStore
+from gateway.routing.price_view import price_view
 from gateway.routing.state import RoutingState
 
 TASK_HEADER = "x-task-type"
@@ -65,6 +66,28 @@ class RoutePlan:
             return None
         return f"prompt ~{self.prompt_tokens} tokens exceeds context_window {window}"
 
+    def cache_policy(self) -> CachePolicy | None:
+        """The ``cache:`` block in force: the task's, else the first candidate's model's
+        (None: the request is not cached)."""
+        policy = self.policy
+        if policy is None or not self.candidates:
+            return None
+        task = policy.tasks.get(self.task) if self.task else None
+        model = policy.models.get(self.candidates[0].model)
+        return effective_cache(
+            task.cache if task is not None else None, model.cache if model is not None else None
+        )
+
+    def forwarded_header_names(self) -> list[str]:
+        """The client's headers that any candidate's provider passes on (``forward_headers``),
+        lower-case and sorted."""
+        names: set[str] = set()
+        for candidate in self.candidates:
+            provider = self.policy.providers.get(candidate.provider) if self.policy else None
+            if provider is not None:
+                names.update(name.lower() for name in provider.forward_headers)
+        return sorted(names)
+
     def header_value(self, served: Candidate, *, spilled: bool = False) -> str:
         """The ``x-switchyard-route`` header: task, strategy and why this candidate."""
         value = f"task={self.task or '-'}; strategy={self.strategy}; reason={served.reason}"
@@ -80,6 +103,9 @@ class RoutePlan:
             }
             if candidate.context_window is not None:
                 out["context_window"] = candidate.context_window
+            model = self.policy.models.get(candidate.model) if self.policy else None
+            if model is not None:  # what it is costed at, and whose price that is
+                out["price"] = price_view(model)
             return out
 
         return {
@@ -129,7 +155,7 @@ class Router:
         allowed_models: frozenset[str] | None,
         operation: str | None = None,
     ) -> RoutePlan:
-        """``operation``: what the front door asks of the model (``routing/operations.py``);
+        """``operation``: what the front door asks of the model (``policy/operations.py``);
         a model that does not serve it is refused when pinned and dropped otherwise. None: not
         checked."""
         loaded = self.policies.current
@@ -293,7 +319,7 @@ class Router:
     ) -> list[tuple[str, str]]:
         prompt = estimate_prompt_tokens(body)
         completion = expected_output_tokens(body, task.expected_output_tokens)
-        costs = {m: policy.models[m].price.cost_nanos(prompt, completion) for m in models}
+        costs = {m: policy.models[m].pricing.cost_nanos(prompt, completion) for m in models}
         ranked = sorted(models, key=lambda m: costs[m])  # stable: ties keep the listed order
         return [(m, f"cheapest: est {format_usd_short(costs[m])}") for m in ranked]
 

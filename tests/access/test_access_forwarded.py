@@ -15,10 +15,10 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from fake_upstream import FakeUpstream, ThreadedFakeUpstream
 from marked_gateway import ADMIN_KEY, MarkedGateway, write_policy
 
 from gateway.settings import SettingsError, load_settings
-from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from gateway_runner import GatewayThread, RunningGateway, make_settings
 from native_openai import FakeOpenAI
 from native_upstreams import NativeFleet
 
-from gateway.routing.policy import PolicyError, validate_policy_data
+from gateway.policy import PolicyError, validate_policy_data
 
 UPSTREAM_KEY = "sk-openai-upstream-0123456789"
 LITERAL = "literal-org-secret-4f1c9a"

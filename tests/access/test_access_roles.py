@@ -16,9 +16,8 @@ import httpx
 import orjson
 import pytest
 from dashboard_client import login, post_form, session_headers
+from fake_upstream import ThreadedFakeUpstream
 from marked_gateway import ADMIN_KEY, PEPPER, MarkedGateway, write_policy
-
-from gateway.tools.fake_upstream import ThreadedFakeUpstream
 
 pytestmark = pytest.mark.slow
 SECRET_SHAPES = re.compile(r"sk-sy-|sy-tok-|sy-admin-|OPSSECRET|secret_hash|previous_hash|salt")

@@ -16,9 +16,8 @@ import httpx
 import orjson
 import pytest
 from dashboard_client import login, post_form
+from fake_upstream import FakeUpstream, ThreadedFakeUpstream
 from marked_gateway import ADMIN_KEY, MarkedGateway, write_policy
-
-from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
 
 pytestmark = pytest.mark.slow
 

@@ -8,15 +8,18 @@ import pytest
 import structlog
 from redis.asyncio import Redis
 
-from gateway.access.throttle import AuthThrottle, ThrottleSettings, counted_address
+from gateway.access.throttle import AuthThrottle, counted_address
 from gateway.errors import RateLimited
+from gateway.settings import ThrottleSettings
 
 LIMIT = 3
 
 
 def _throttle(redis_client: Redis, prefix: str) -> AuthThrottle:
     log = structlog.get_logger("test")
-    return AuthThrottle(redis_client, ThrottleSettings(LIMIT, 3600), log=log, prefix=prefix)
+    return AuthThrottle(
+        redis_client, ThrottleSettings(limit=LIMIT, window_s=3600), log=log, prefix=prefix
+    )
 
 
 async def test_an_ipv6_prefix_is_one_guesser(redis_client: Redis) -> None:

@@ -218,7 +218,7 @@ def test_an_alias_flood_is_refused_naming_the_bound(
 def test_a_policy_parse_does_not_hold_up_chat(own_gateway: RunningGateway, monkeypatch) -> None:
     """The parse of a validated policy is held until a chat request on the same gateway has
     been answered: that can only happen when the parse runs off the event loop."""
-    import gateway.routing.policy as policy_module
+    import gateway.policy.parse as policy_module
 
     original = policy_module.load_yaml
     entered, chat_done = threading.Event(), threading.Event()

@@ -19,9 +19,10 @@ from dashboard_client import LOGIN_CSRF_COOKIE, SESSION_COOKIE, csrf_in
 from gateway_runner import ADMIN_KEY, GatewayThread, RunningGateway, make_settings
 from usage_events import expected_groups, make_events
 
-from gateway.api.dashboard_view import KEY_SERIES, TOP_KEYS
+from gateway.api.dashboard.view import KEY_SERIES, TOP_KEYS
+from gateway.ledger import UsageEvent
 from gateway.metering.exporter import UsageExporter
-from gateway.metering.ledger import UsageEvent, UsageLedger
+from gateway.metering.recorder import UsageRecorder
 from gateway.metering.reports import UsageReports
 from gateway.store.scripts import ScriptBatch
 
@@ -83,7 +84,7 @@ class Dashboard:
 
 @pytest.fixture
 async def dashboard(
-    ledger: UsageLedger, exporter: UsageExporter, clean_redis: str, tmp_path: Path
+    recorder: UsageRecorder, exporter: UsageExporter, clean_redis: str, tmp_path: Path
 ) -> AsyncIterator[Dashboard]:
     """A gateway on the test's Redis and usage store with 11 keys (every third revoked) and 400
     usage events over 12 key ids, the last of which has no key record."""
@@ -107,8 +108,8 @@ async def dashboard(
         ]
         batch = ScriptBatch()
         for event in events:
-            ledger.queue_record(batch, event)
-        await batch.execute(ledger.buffer.redis)
+            recorder.queue_record(batch, event)
+        await batch.execute(recorder.buffer.redis)
         await exporter.drain()  # the gateway's own exporter may move some of them first
         yield Dashboard(gateway, events, listed)
     finally:

@@ -263,7 +263,7 @@ async def test_every_dashboard_page_reads_well_wide_and_narrow(
 
 @pytest.mark.parametrize("peak", [0, 1, 2, 3, 7, 49, 51, 730, 1001, 123_456_789])
 def test_axis_ticks_are_distinct_and_reach_the_peak(peak: int) -> None:
-    from gateway.api.dashboard_view import axis_ticks, format_usd
+    from gateway.api.dashboard.view import axis_ticks, format_usd
 
     ticks = axis_ticks(peak)
     assert ticks[0] == 0 and ticks[-1] >= peak and len(set(ticks)) == 3

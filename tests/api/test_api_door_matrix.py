@@ -39,7 +39,7 @@ PROMPT = "hello"
 def matrix(
     tmp_path_factory: pytest.TempPathFactory, redis_url: str
 ) -> Iterator[tuple[RunningGateway, NativeFleet, str, str]]:
-    from engine.tools.tiny_checkpoint import write_tiny_checkpoint
+    from tiny_checkpoint import write_tiny_checkpoint
 
     root: Path = tmp_path_factory.mktemp("matrix")
     checkpoint = write_tiny_checkpoint(root / "tiny-qwen3", arch="qwen3")

@@ -8,9 +8,8 @@ import time
 import httpx
 import openai
 import orjson
+from fake_upstream import CONTENT, PROMPT_TOKENS, FakeUpstream
 from gateway_runner import RunningGateway
-
-from gateway.tools.fake_upstream import CONTENT, PROMPT_TOKENS, FakeUpstream
 
 
 def _client(gateway: RunningGateway, key: str) -> openai.OpenAI:

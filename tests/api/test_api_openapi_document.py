@@ -5,7 +5,7 @@ differences listed here, each a place where the code, not the old text, is right
 
 ``openapi_baseline.json`` is ``GET /openapi.json`` as served at commit 5a68701, the last with
 the hand-written document, written once by
-``python -c 'import json; from gateway.api.openapi import openapi_document;
+``python -c 'import json; from gateway.api.openapi.document import openapi_document;
 print(json.dumps(openapi_document(), indent=1, sort_keys=True))'``; it is not regenerated.
 """
 
@@ -23,8 +23,8 @@ from openapi_facts import differences
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.api.openapi import openapi_document
-from gateway.api.openapi_batches import BATCH_OPERATIONS
+from gateway.api.openapi.batches import BATCH_OPERATIONS
+from gateway.api.openapi.document import openapi_document
 
 BASELINE = json.loads((Path(__file__).parent / "openapi_baseline.json").read_text())
 _ITEM = "GET /v1/models 200 application/json .data[]"

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import schemathesis
+from fake_upstream import ThreadedFakeUpstream
 from gateway_runner import GatewayThread
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis.errors import Unsatisfiable
@@ -30,8 +31,6 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 from schemathesis.config import SchemathesisConfig
-
-from gateway.tools.fake_upstream import ThreadedFakeUpstream
 
 CHECKS = [
     not_a_server_error,

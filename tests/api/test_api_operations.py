@@ -1,4 +1,4 @@
-"""Each door asks the model for one operation (routing/operations.py): a model whose
+"""Each door asks the model for one operation (policy/operations.py): a model whose
 capabilities name other operations is refused by the gateway, in the door's own error
 envelope (404 ``model_not_supported``, ``param: model``), and nothing reaches the provider.
 

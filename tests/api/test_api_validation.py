@@ -11,9 +11,8 @@ import httpx
 import openai
 import orjson
 import pytest
+from fake_upstream import FakeUpstream
 from gateway_runner import RunningGateway
-
-from gateway.tools.fake_upstream import FakeUpstream
 
 HI = [{"role": "user", "content": "hi"}]
 

@@ -9,8 +9,9 @@ from typing import Any
 
 from gateway.access.admins import Actor
 from gateway.audit.scrub import audit_json, scrubbed
-from gateway.audit.trail import AuditSettings, AuditTrail, entry_view
+from gateway.audit.trail import AuditTrail, entry_view
 from gateway.ledger.audit import AuditQuery
+from gateway.settings import UsageStoreSettings
 
 
 class _Log:
@@ -22,7 +23,7 @@ class _Log:
 
 
 def _trail(tmp_path: Path, url: str, log: _Log) -> AuditTrail:
-    return AuditTrail(AuditSettings(url, tmp_path / "data", retention_days=30), log)
+    return AuditTrail(UsageStoreSettings(url=url, retention_days=30), tmp_path / "data", log)
 
 
 async def test_an_entry_waits_in_the_spool_while_the_store_is_away(tmp_path: Path) -> None:

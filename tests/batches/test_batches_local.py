@@ -23,7 +23,7 @@ SEQS = 4  # the engine's max_num_seqs; batch lines may fill half of them
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[RunningGateway]:
     pytest.importorskip("torch")
-    from engine.tools.tiny_checkpoint import write_tiny_checkpoint
+    from tiny_checkpoint import write_tiny_checkpoint
 
     root: Path = tmp_path_factory.mktemp("batches-local")
     checkpoint = write_tiny_checkpoint(

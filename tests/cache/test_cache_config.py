@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gateway.cache import CachePolicy, effective_cache
+from gateway.policy import CachePolicy, effective_cache
 
 
 def test_defaults_are_private_deterministic_and_bounded() -> None:

@@ -4,6 +4,7 @@ differs (every body field but the documented few), and scoped per team."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import pytest
@@ -11,13 +12,13 @@ import pytest
 from gateway.cache import (
     IGNORED_FIELDS,
     CacheScope,
-    RoutedModel,
     canonical_request,
     nondeterminism,
     request_key,
 )
+from gateway.routing.router import Candidate
 
-ROUTED = RoutedModel("gpt-4.1", "openai", "gpt-4.1")
+ROUTED = Candidate("gpt-4.1", "openai", "gpt-4.1", reason="task=chat")
 
 BODY: dict[str, Any] = {
     "model": "gpt-4.1",
@@ -32,16 +33,8 @@ BODY: dict[str, Any] = {
 
 
 def key_of(body: dict[str, Any], mode: str = "json", **routed: str) -> str:
-    model = RoutedModel(**{**vars_of(ROUTED), **routed})
+    model = dataclasses.replace(ROUTED, **routed)
     return request_key("chat.completions", body, mode, model)  # type: ignore[arg-type]
-
-
-def vars_of(routed: RoutedModel) -> dict[str, str]:
-    return {
-        "model": routed.model,
-        "provider": routed.provider,
-        "upstream_model": routed.upstream_model,
-    }
 
 
 def test_same_request_same_key_whatever_the_spelling() -> None:
@@ -124,6 +117,9 @@ def test_the_routed_model_route_and_mode_are_in_the_key() -> None:
     assert key_of(BODY, upstream_model="gpt-4.1-2025-04-14") != base  # a remapped model
     assert key_of(BODY, mode="sse") != base
     assert request_key("completions", BODY, "json", ROUTED) != base
+    # Why and how the router chose it is not: a spilled or canary pick shares the entry.
+    chosen_otherwise = dataclasses.replace(ROUTED, reason="canary", spilled=True)
+    assert request_key("chat.completions", BODY, "json", chosen_otherwise) == base
 
 
 def test_scopes_keep_teams_apart_unless_shared() -> None:

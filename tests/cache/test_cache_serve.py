@@ -242,7 +242,7 @@ def test_a_hit_counts_against_rpm(served: Any, upstream: FakeProvider) -> None:
 
 
 def test_policy_names_a_bad_cache_field() -> None:
-    from gateway.routing.policy import PolicyError, parse_policy
+    from gateway.policy import PolicyError, parse_policy
 
     text = POLICY.format(base_url="http://127.0.0.1:1/v1").replace("ttl_s: 60", "ttl_s: 0")
     with pytest.raises(PolicyError) as refused:

@@ -13,12 +13,12 @@ from redis.cluster import key_slot
 
 from gateway.cache import (
     CacheEntry,
-    CachePolicy,
     CacheScope,
     CacheUnavailable,
     ResponseCache,
 )
 from gateway.cache import store as store_module
+from gateway.policy import CachePolicy
 from gateway.store.embedded import EmbeddedRedis
 
 POLICY = CachePolicy(ttl_s=60)

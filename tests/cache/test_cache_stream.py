@@ -10,11 +10,11 @@ from gateway.cache import (
     CachedUsage,
     CacheEntry,
     CacheEntryError,
-    CachePolicy,
     CacheScope,
     ResponseCache,
     StreamRecorder,
 )
+from gateway.policy import CachePolicy
 
 DONE = b"data: [DONE]\n\n"
 SCOPE = CacheScope.of(model="fake-model", team="alpha", key_id="k1", shared=False)

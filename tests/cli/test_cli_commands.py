@@ -47,7 +47,7 @@ def test_defaults(monkeypatch) -> None:
             monkeypatch.delenv(name)
     settings = load_settings(_env_file=None)
     assert (settings.host, settings.port, settings.redis_url) == ("127.0.0.1", 8080, "")
-    assert settings.limits_on_redis_failure == "closed" and settings.log_format == "json"
+    assert settings.limits.on_redis_failure == "closed" and settings.log_format == "json"
 
 
 def test_secrets_are_generated_once_with_mode_0600(tmp_path) -> None:

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from gateway.routing.policy import load_policy_file
+from gateway.policy import load_policy_file
 
 from .manifests import DEPLOY_DIR, REPO_ROOT, load_yaml, read_env_file
 

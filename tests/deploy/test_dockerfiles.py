@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.routing.policy import load_policy_file
+from gateway.policy import load_policy_file
 
 from .manifests import DEPLOY_DIR, REPO_ROOT, run_tool
 
@@ -203,7 +203,7 @@ def test_builder_stage_files_build_a_wheel_without_torch(tmp_path: Path) -> None
         metadata = email.message_from_bytes(archive.read(metadata_name))
         entry_points = archive.read(metadata_name.replace("METADATA", "entry_points.txt"))
     assert "gateway/__init__.py" in names and "engine/__init__.py" in names
-    assert "gateway/routing/routing_rules.yaml" in names  # the default policy, served without one
+    assert "gateway/policy/routing_rules.yaml" in names  # the default policy, served without one
     assert b"switchyard = gateway.cli:main" in entry_points
     requirements = metadata.get_all("Requires-Dist") or []
     torch_requirements = [r for r in requirements if r.split(";")[0].strip().startswith("torch")]

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from gateway.routing.policy import Policy, parse_policy
+from gateway.policy import Policy, parse_policy
 from gateway.settings import load_settings
 
 from .manifests import (

@@ -13,8 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from gateway.store.embedded import free_port
+from ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 PREREQS = REPO / "scripts" / "check_test_prereqs.sh"

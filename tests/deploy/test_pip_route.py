@@ -18,14 +18,14 @@ import subprocess
 import sys
 import time
 import venv
+import zipfile
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
+from ports import free_port
 from private_modes import private_modes_problems
-
-from gateway.store.embedded import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,12 +33,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.engine]
 
 
 def _build_wheel(out: Path) -> Path:
-    """The wheel of a copy of the distribution's files (no build/ or egg-info in the checkout)."""
+    """The wheel of a copy of the checkout's files (no build/ or egg-info in the checkout),
+    the benches and tests included, as a clone has them: the wheel holds the product only."""
     source = out / "src"
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, source / name)
-    for package in ("gateway", "engine"):
+    for package in ("gateway", "engine", "bench", "tests"):
         shutil.copytree(
             REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__")
         )
@@ -49,6 +50,9 @@ def _build_wheel(out: Path) -> Path:
         check=True, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     (wheel,) = wheels.glob("switchyard_gateway-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        tops = {name.split("/", 1)[0] for name in archive.namelist()}
+    assert {top for top in tops if not top.endswith(".dist-info")} == {"gateway", "engine"}
     return wheel
 
 
@@ -67,6 +71,22 @@ def _fresh_venv(root: Path, wheel: Path) -> Path:
     shared = [p for p in site.getsitepackages() if p.endswith("site-packages")]
     (Path(own) / "zz_shared_venv.pth").write_text("\n".join(shared) + "\n")
     return root
+
+
+def test_the_wheel_carries_every_file_the_packages_read_at_run_time(tmp_path: Path):
+    """Lua scripts, templates, the shipped policy, the C kernel source: a file left out of
+    package-data works from the checkout and fails only once installed."""
+    wheel = _build_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = set(archive.namelist())
+    data = sorted(
+        path.relative_to(REPO).as_posix()
+        for package in ("gateway", "engine")
+        for path in (REPO / package).rglob("*")
+        if path.is_file() and path.suffix not in (".py", ".pyc") and "__pycache__" not in path.parts
+    )
+    assert data, "no package data found: the walk is wrong"
+    assert [name for name in data if name not in shipped] == []
 
 
 def test_wheel_in_a_fresh_venv_serves_the_shipped_policy_with_no_policy_file(tmp_path: Path):

@@ -10,9 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from engine_helpers import INIT_STD, MAX_NEW_TOKENS, make_prompts  # noqa: E402
+from tiny_checkpoint import write_tiny_checkpoint  # noqa: E402
 
 from engine.tokenizer import Tokenizer  # noqa: E402
-from engine.tools.tiny_checkpoint import write_tiny_checkpoint  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -14,12 +14,12 @@ torch = pytest.importorskip("torch")
 
 from engine_helpers import make_prompts  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
+from tiny_checkpoint import write_tiny_checkpoint  # noqa: E402
 
 from engine.core.llm_engine import LLM  # noqa: E402
 from engine.errors import LoaderError  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
 from engine.tokenizer import Tokenizer  # noqa: E402
-from engine.tools.tiny_checkpoint import write_tiny_checkpoint  # noqa: E402
 
 GROUP = 32
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

@@ -73,8 +73,9 @@ def test_bad_values_fail_at_load_naming_the_field(tmp_path: Path) -> None:
 
 
 def test_the_offline_api_uses_the_checkpoints_defaults(tmp_path: Path) -> None:
+    from tiny_checkpoint import write_tiny_checkpoint
+
     from engine.core.llm_engine import LLM
-    from engine.tools.tiny_checkpoint import write_tiny_checkpoint
 
     folder = write_tiny_checkpoint(tmp_path / "tiny", arch="qwen3")
     config_file = folder / "generation_config.json"

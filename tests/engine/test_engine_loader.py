@@ -8,6 +8,7 @@ import shutil
 import pytest
 import torch
 from engine_helpers import make_llm
+from tiny_checkpoint import write_tiny_checkpoint
 
 from engine.core.llm_engine import LLM
 from engine.errors import LoaderError, TokenizerError
@@ -15,7 +16,6 @@ from engine.loader import build_model, load_model_args, resolve_model_path
 from engine.models.llama import SUPPORTED_ARCHITECTURES
 from engine.sampling import SamplingParams
 from engine.tokenizer import Tokenizer
-from engine.tools.tiny_checkpoint import write_tiny_checkpoint
 
 
 def _load(path):

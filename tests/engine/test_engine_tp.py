@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from engine_helpers import INIT_STD, assert_all_blocks_free, make_llm, make_prompts
+from tiny_checkpoint import write_tiny_checkpoint
 
 from engine.config import EngineConfig
 from engine.core.async_engine import AsyncEngine
@@ -25,7 +26,6 @@ from engine.loader import SafetensorsSlice, build_model, load_model_args
 from engine.models.llama import ParallelSpec
 from engine.sampling import SamplingParams
 from engine.tokenizer import Tokenizer
-from engine.tools.tiny_checkpoint import write_tiny_checkpoint
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
 

@@ -17,6 +17,7 @@ gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType  # noqa: E402
 from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
 from gguf.quants import quantize as gguf_quantize  # noqa: E402
+from tiny_gguf import write_tiny_gguf  # noqa: E402
 
 from engine.core.llm_engine import LLM  # noqa: E402
 from engine.errors import LoaderError, TokenizerError  # noqa: E402
@@ -24,7 +25,6 @@ from engine.gguf.convert import STAMP_FILE, is_prepared, prepare_gguf, view_dir 
 from engine.gguf.dequant import BLOCK_LAYOUT, NATIVE_TYPES, dequantize  # noqa: E402
 from engine.gguf.tokenizer import build_tokenizer_json  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
-from engine.tools.tiny_gguf import write_tiny_gguf  # noqa: E402
 
 TEXTS = (
     "The quick brown fox jumps over the lazy dog",

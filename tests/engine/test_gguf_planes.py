@@ -16,12 +16,12 @@ gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType  # noqa: E402
 from gguf.quants import quantize as gguf_quantize  # noqa: E402
 from test_gguf_loading import QUANTIZABLE, TEXTS, _random_blocks  # noqa: E402
+from tiny_gguf import write_tiny_gguf  # noqa: E402
 
 from engine.core.llm_engine import LLM  # noqa: E402
 from engine.gguf.dequant import dequantize  # noqa: E402
 from engine.gguf.planes import KEPT_TYPES, quantized_weight  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
-from engine.tools.tiny_gguf import write_tiny_gguf  # noqa: E402
 
 
 @pytest.mark.parametrize("type_name", KEPT_TYPES)

@@ -13,7 +13,7 @@ from gateway.formats.errors import (
     CONTENT_FILTER,
     CONTEXT_LENGTH_EXCEEDED,
     ErrorInfo,
-    InvalidRequest,
+    MalformedRequest,
     Untranslatable,
     UpstreamProtocolError,
     kind_for_status,
@@ -62,7 +62,7 @@ def test_openai_envelope(name: str, status: int, error_type: str, code: str | No
 
 @pytest.mark.parametrize("name", FORMAT_NAMES)
 def test_bad_input_renders_with_the_field(name: str) -> None:
-    with pytest.raises(InvalidRequest) as caught:
+    with pytest.raises(MalformedRequest) as caught:
         wire_format(name).parse_request(
             {"model": "m", "messages": "hi", "input": 3, "max_tokens": 5}
         )  # type: ignore[arg-type]

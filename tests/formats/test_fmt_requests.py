@@ -13,7 +13,7 @@ from fmt_requests import PNG, WEATHER_SCHEMA, anthropic_request, chat_request, r
 from fmt_support import check_request
 
 from gateway.formats import FORMAT_NAMES, wire_format
-from gateway.formats.errors import InvalidRequest, Untranslatable
+from gateway.formats.errors import MalformedRequest, Untranslatable
 
 SOURCES = {
     "anthropic_messages": anthropic_request,
@@ -364,7 +364,7 @@ def test_untranslatable_content_names_its_path(
     source: str, messages: list[Any], target: str, param: str
 ) -> None:
     request = wire_format(source).parse_request(SOURCES[source](messages=messages))  # type: ignore[arg-type]
-    with pytest.raises(InvalidRequest) as caught:
+    with pytest.raises(MalformedRequest) as caught:
         wire_format(target).render_request(request, "m")  # type: ignore[arg-type]
     assert caught.value.param == param and caught.value.status == 400
 
@@ -406,7 +406,7 @@ def test_neutral_values_are_not_refused() -> None:
     translate("openai_chat", body, "openai_responses")
 
 
-# -- bad input: InvalidRequest naming the field --------------------------------------------------
+# -- bad input: MalformedRequest naming the field --------------------------------------------------
 
 BAD = [
     ("openai_chat", lambda b: b.pop("messages"), "messages"),
@@ -485,7 +485,7 @@ BAD = [
 def test_bad_input_names_the_field(source: str, spoil: Any, param: str) -> None:
     body = SOURCES[source]()
     spoil(body)
-    with pytest.raises(InvalidRequest) as caught:
+    with pytest.raises(MalformedRequest) as caught:
         wire_format(source).parse_request(body)  # type: ignore[arg-type]
     assert caught.value.param == param
     assert param in caught.value.message and caught.value.status == 400
@@ -494,7 +494,7 @@ def test_bad_input_names_the_field(source: str, spoil: Any, param: str) -> None:
 @pytest.mark.parametrize("source", FORMAT_NAMES)
 @pytest.mark.parametrize("body", [b"{not json", b"[1, 2]"])
 def test_bodies_that_are_not_objects(source: str, body: bytes) -> None:
-    with pytest.raises(InvalidRequest, match="request body"):
+    with pytest.raises(MalformedRequest, match="request body"):
         wire_format(source).parse_request(body)  # type: ignore[arg-type]
 
 
@@ -509,7 +509,7 @@ STATEFUL = [
 
 @pytest.mark.parametrize(("change", "param"), STATEFUL)
 def test_responses_state_is_refused_with_the_reason(change: dict[str, Any], param: str) -> None:
-    with pytest.raises(InvalidRequest) as caught:
+    with pytest.raises(MalformedRequest) as caught:
         wire_format("openai_responses").parse_request(responses_request(**change))
     assert caught.value.param == param
     assert "keeps no state" in caught.value.message and "whole conversation" in caught.value.message

@@ -10,11 +10,11 @@ import importlib
 
 import pytest
 import torch
+from tiny_checkpoint import write_tiny_checkpoint
 
 from engine import kernels
 from engine.core.llm_engine import LLM
 from engine.sampling import SamplingParams
-from engine.tools.tiny_checkpoint import write_tiny_checkpoint
 
 SHARED = list(range(3, 40))  # 37 tokens: two full 16-token blocks are shared
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 
-from gateway.ledger import LedgerEvent, RollupQuery, RollupRow, Totals
+from gateway.ledger import RollupQuery, RollupRow, Totals, UsageEvent
 from gateway.ledger.query import DIMENSION_COLUMNS
 
 DAY0 = date(2026, 11, 1)
@@ -44,9 +44,7 @@ class Clock:
         return self.now
 
 
-def make_events(
-    count: int, *, seed: int = 1, day0: date = DAY0, days: int = 5
-) -> list[LedgerEvent]:
+def make_events(count: int, *, seed: int = 1, day0: date = DAY0, days: int = 5) -> list[UsageEvent]:
     rng = random.Random(seed)
     events = []
     for index in range(count):
@@ -54,7 +52,7 @@ def make_events(
         model, provider = rng.choice(MODELS)
         prompt = rng.randint(0, 5000)
         events.append(
-            LedgerEvent(
+            UsageEvent(
                 event_id=f"ev-{seed}-{index:06d}",
                 time_ms=at(day, rng.randrange(86_400)),
                 key_id=rng.choice(KEYS),
@@ -65,8 +63,8 @@ def make_events(
                 route="default",
                 prompt_tokens=prompt,
                 completion_tokens=rng.randint(0, 2000),
-                cached_tokens=rng.randint(0, prompt),
-                cache_write_tokens=rng.choice((0, 0, rng.randint(1, 100))),
+                cached_tokens=(cached := rng.randint(0, prompt)),
+                cache_write_tokens=min(rng.choice((0, 0, rng.randint(1, 100))), prompt - cached),
                 # Odd nano amounts: a float anywhere on the way would show.
                 cost_nanos=rng.randint(0, 10**12) * 7 + 3,
                 status=rng.choice((200, 200, 200, 429, 502)),
@@ -83,15 +81,15 @@ def make_events(
     return events
 
 
-def unique(events: Iterable[LedgerEvent]) -> list[LedgerEvent]:
+def unique(events: Iterable[UsageEvent]) -> list[UsageEvent]:
     """First copy of each (day, event id), as the store keeps it."""
-    seen: dict[tuple[date, str], LedgerEvent] = {}
+    seen: dict[tuple[date, str], UsageEvent] = {}
     for event in events:
         seen.setdefault((event.day, event.event_id), event)
     return list(seen.values())
 
 
-def _values(event: LedgerEvent, by: str) -> list[str]:
+def _values(event: UsageEvent, by: str) -> list[str]:
     """The event's value(s) of one dimension; several tags give several rows."""
     if by == "day":
         return [event.day.isoformat()]
@@ -100,7 +98,7 @@ def _values(event: LedgerEvent, by: str) -> list[str]:
     return [getattr(event, DIMENSION_COLUMNS[by])]
 
 
-def _matches(event: LedgerEvent, query: RollupQuery) -> bool:
+def _matches(event: UsageEvent, query: RollupQuery) -> bool:
     if not query.start <= event.day < query.end:
         return False
     for name, value in query.filters.items():
@@ -112,7 +110,7 @@ def _matches(event: LedgerEvent, query: RollupQuery) -> bool:
     return True
 
 
-def expected(events: Iterable[LedgerEvent], query: RollupQuery) -> list[RollupRow]:
+def expected(events: Iterable[UsageEvent], query: RollupQuery) -> list[RollupRow]:
     """What ``store.rollup(query)`` must return for these (already unique) events."""
     groups: dict[tuple[str, ...], Totals] = {}
     for event in events:
@@ -128,7 +126,7 @@ def expected(events: Iterable[LedgerEvent], query: RollupQuery) -> list[RollupRo
     return [RollupRow(key, groups[key]) for key in sorted(groups)]
 
 
-def with_changes(event: LedgerEvent, **changes: object) -> LedgerEvent:
+def with_changes(event: UsageEvent, **changes: object) -> UsageEvent:
     return replace(event, **changes)
 
 

@@ -10,11 +10,11 @@ import pytest
 from sqlstore_support import DAY0, at, make_events, raw_sql
 
 from gateway.ledger import (
-    LedgerError,
-    LedgerEvent,
     LedgerQueryError,
     RollupQuery,
     StoreConfigError,
+    UsageError,
+    UsageEvent,
     UsageFilter,
     UsageStore,
     make_store,
@@ -66,29 +66,33 @@ GOOD = {
     ],
 )
 def test_bad_event_fields_are_named(field: str, value: object) -> None:
-    with pytest.raises(LedgerError) as error:
-        LedgerEvent(**{**GOOD, field: value})
+    """Refused when built, or by the store's bounds (``check_storable``, run by ``insert``)."""
+    with pytest.raises(UsageError) as error:
+        UsageEvent(**{**GOOD, field: value}).check_storable()
     assert error.value.field == field
     assert str(error.value).startswith(f"{field}: ")
 
 
 def test_cached_tokens_cannot_exceed_prompt() -> None:
-    with pytest.raises(LedgerError, match="cached_tokens: exceeds prompt_tokens"):
-        LedgerEvent(**GOOD, prompt_tokens=3, cached_tokens=4)
+    with pytest.raises(UsageError, match="cached_tokens: exceeds prompt_tokens"):
+        UsageEvent(**GOOD, prompt_tokens=3, cached_tokens=4)
 
 
 def test_json_round_trip_and_bad_json() -> None:
     event = make_events(1)[0]
-    assert LedgerEvent.from_json(event.to_json()) == event
-    assert LedgerEvent.from_dict({**GOOD, "tags": ["a", "b"]}).tags == ("a", "b")
-    with pytest.raises(LedgerError, match="surprise: unknown field"):
-        LedgerEvent.from_dict({**GOOD, "surprise": 1})
-    with pytest.raises(LedgerError, match=r"event: .*key_id"):
-        LedgerEvent.from_dict({k: v for k, v in GOOD.items() if k != "key_id"})
-    with pytest.raises(LedgerError, match="event: invalid JSON"):
-        LedgerEvent.from_json(b"{not json")
-    with pytest.raises(LedgerError, match="event: must be a JSON object"):
-        LedgerEvent.from_json(b"[1]")
+    assert UsageEvent.from_json(event.to_json()) == event
+    recorded = {**event.to_dict(), "tags": ["a", "b"]}
+    assert UsageEvent.from_dict(recorded).tags == ("a", "b")
+    with pytest.raises(UsageError, match="surprise: unknown field"):
+        UsageEvent.from_dict({**recorded, "surprise": 1})
+    with pytest.raises(UsageError, match="event_id: unknown field"):  # the JSON's request_id
+        UsageEvent.from_dict({**recorded, "event_id": "x"})
+    with pytest.raises(UsageError, match=r"event: .*key_id"):
+        UsageEvent.from_dict({k: v for k, v in recorded.items() if k != "key_id"})
+    with pytest.raises(UsageError, match="event: invalid JSON"):
+        UsageEvent.from_json(b"{not json")
+    with pytest.raises(UsageError, match="event: must be a JSON object"):
+        UsageEvent.from_json(b"[1]")
 
 
 @pytest.mark.parametrize(
@@ -143,7 +147,7 @@ def test_settings_name_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
         load_settings()
     monkeypatch.setenv("SWITCHYARD_USAGE_RETENTION_DAYS", "30")
     settings = load_settings()
-    assert (settings.usage_store_url, settings.usage_retention_days) == (
+    assert (settings.usage_store.url, settings.usage_store.retention_days) == (
         "postgresql://gw@db.internal/usage",
         30,
     )
@@ -159,7 +163,7 @@ async def test_a_newer_schema_is_refused(store_url: str, store: UsageStore, tmp_
 
 
 async def test_an_unreachable_postgres_is_a_clear_error(tmp_path: Path) -> None:
-    from gateway.store.embedded import free_port
+    from ports import free_port
 
     url = f"postgresql://gw:topsecret@127.0.0.1:{free_port()}/usage"
     with pytest.raises(StoreConfigError) as error:

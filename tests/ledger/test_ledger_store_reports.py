@@ -3,6 +3,7 @@ ranges, exact integers, and never a read of raw events."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -36,7 +37,7 @@ async def test_group_by_every_dimension(loaded) -> None:
 
 async def test_a_request_with_two_tags_counts_in_both(store: UsageStore) -> None:
     event = make_events(1)[0]
-    tagged = type(event)(**{**event.to_dict(), "tags": ("prod", "eval")})
+    tagged = dataclasses.replace(event, tags=("prod", "eval"))
     await store.insert([tagged])
     rows = await store.rollup(RollupQuery(DAY0, END, ("tag",)))
     assert [row.group for row in rows] == [("eval",), ("prod",)]
@@ -85,7 +86,7 @@ async def test_totals_are_exact_integers(store: UsageStore) -> None:
     base = make_events(3, seed=2)
     # Sums past 2**53 (where a float would drop the last digits) stay exact.
     big = [
-        type(event)(**{**event.to_dict(), "cost_nanos": 10**18 - index, "prompt_tokens": 2**40})
+        dataclasses.replace(event, cost_nanos=10**18 - index, prompt_tokens=2**40)
         for index, event in enumerate(base)
     ]
     await store.insert(big)

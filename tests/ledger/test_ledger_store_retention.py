@@ -4,6 +4,7 @@ ahead, on demand, and dropped."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from pathlib import Path
 
@@ -87,7 +88,7 @@ async def test_postgres_partitions_ahead_on_demand_and_dropped(
         # ``store`` still believes in day 0's partition (its cache is stale) and keeps 400
         # days: its insert finds the partition gone, looks again, recreates it and succeeds.
         late = [event for event in events if event.day == DAY0][:3]
-        fresh = [type(e)(**{**e.to_dict(), "event_id": e.event_id + "-late"}) for e in late]
+        fresh = [dataclasses.replace(e, event_id=e.event_id + "-late") for e in late]
         assert await store.insert(fresh) == len(fresh)
         assert DAY0 in await store.partitions()
 

@@ -19,7 +19,7 @@ from sqlstore_support import (
     with_changes,
 )
 
-from gateway.ledger import EventQuery, LedgerError, RollupQuery, UsageStore
+from gateway.ledger import EventQuery, RollupQuery, UsageError, UsageStore
 from gateway.ledger.sqlite_store import SCHEMA_VERSION
 
 WHOLE_RANGE = RollupQuery(DAY0, DAY0 + timedelta(days=5))
@@ -56,7 +56,7 @@ async def test_a_redelivered_id_keeps_the_first_copy(store: UsageStore) -> None:
 
 async def test_empty_batch_and_wrong_items(store: UsageStore) -> None:
     assert await store.insert([]) == 0
-    with pytest.raises(LedgerError, match="event: item 1 is a dict"):
+    with pytest.raises(UsageError, match="event: item 1 is a dict"):
         await store.insert([make_events(1)[0], {"event_id": "x"}])  # type: ignore[list-item]
     assert await raw_event_count(store) == 0  # nothing of a refused batch is kept
 

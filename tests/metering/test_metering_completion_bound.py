@@ -3,9 +3,10 @@ candidate may be sent, a model's policy ``defaults.max_tokens`` included."""
 
 from __future__ import annotations
 
-from gateway.metering.gate import LimiterSettings, completion_default, usage_bound
-from gateway.routing.policy import parse_policy
+from gateway.metering.gate import completion_default, usage_bound
+from gateway.policy import parse_policy
 from gateway.routing.router import Candidate, RoutePlan
+from gateway.settings import LimiterSettings
 
 POLICY = parse_policy(
     """

@@ -18,13 +18,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 from usage_events import make_events
 
-from gateway.ledger import EventQuery, RollupQuery, UsageStore, open_store
+from gateway.ledger import EventQuery, RollupQuery, UsageEvent, UsageStore, open_store
 from gateway.ledger.dead_letters import DeadLetterQuery
 from gateway.metering.buffer import FIELD, UsageBuffer
 from gateway.metering.dead_letters import DeadLetters
-from gateway.metering.exporter import ExportSettings, UsageExporter
-from gateway.metering.ledger import UsageEvent, day_of
+from gateway.metering.exporter import UsageExporter
 from gateway.metrics import Metrics
+from gateway.settings import ExportSettings
 from gateway.store.scripts import ScriptBatch
 
 
@@ -89,12 +89,12 @@ async def test_an_event_the_ledger_refuses_is_kept_listed_and_replayed_once_corr
     good = make_events(30, seed=61, days=1)
     # What a key made on main with team "tab\there" recorded: served and billed upstream.
     bad = UsageEvent.from_dict({**good[0].to_dict(), "request_id": "tabbed", "team": "tab\there"})
-    await _record(buffer, [(e.request_id, e.to_json()) for e in [*good[:15], bad, *good[15:]]])
+    await _record(buffer, [(e.event_id, e.to_json()) for e in [*good[:15], bad, *good[15:]]])
     # Bytes no version can read are kept too, not dropped.
     await redis_client.xadd(buffer.keys[2], {FIELD: b'{"not": "an event"}'})
 
     assert await exporter.drain() == 32
-    assert await _stored_ids(store) == {e.request_id for e in good}  # the batch went on
+    assert await _stored_ids(store) == {e.event_id for e in good}  # the batch went on
     assert (await buffer.stats()).backlog == 0  # Redis holds nothing of them
     letters = DeadLetters(store)
     page = await letters.page()
@@ -121,7 +121,7 @@ async def test_an_event_the_ledger_refuses_is_kept_listed_and_replayed_once_corr
     assert (await letters.replay([tabbed["id"]], {"team": "tab here"}))["replayed"] == []
     stored = (await store.list_events(EventQuery(limit=1000))).events
     assert [e.team for e in stored if e.event_id == "tabbed"] == ["tab here"]
-    today = day_of(bad.time)
+    today = bad.day
     total = await store.rollup(RollupQuery(today, today + timedelta(days=1)))
     assert total[0].totals.requests == 31
     assert total[0].totals.cost_nanos == sum(e.cost_nanos for e in good) + bad.cost_nanos
@@ -172,12 +172,12 @@ async def test_an_event_the_database_refuses_is_kept_and_replayed_after_the_fix(
 ) -> None:
     buffer, exporter, log = await _setup(redis_client, store)
     events = make_events(40, seed=62, days=1)
-    poison = events[17].request_id
+    poison = events[17].event_id
     await _refuse_one_event(store, poison)
-    await _record(buffer, [(e.request_id, e.to_json()) for e in events])
+    await _record(buffer, [(e.event_id, e.to_json()) for e in events])
 
     assert await exporter.drain() == 40  # one round: the batch is split around the refusal
-    assert await _stored_ids(store) == {e.request_id for e in events} - {poison}
+    assert await _stored_ids(store) == {e.event_id for e in events} - {poison}
     assert (await buffer.stats()).backlog == 0
     page = await store.dead_letters(DeadLetterQuery())
     assert [(letter.event_id, letter.field) for letter in page.letters] == [(poison, "store")]
@@ -194,7 +194,7 @@ async def test_an_event_the_database_refuses_is_kept_and_replayed_after_the_fix(
     await _allow_it_again(store)
     replayed = await letters.replay()
     assert replayed["replayed"] == [page.letters[0].letter_id] and replayed["remaining"] == 0
-    assert await _stored_ids(store) == {e.request_id for e in events}
+    assert await _stored_ids(store) == {e.event_id for e in events}
     await exporter.refresh_stats()
     assert _gauge(exporter.metrics, "switchyard_usage_dead_letters") == 0
 
@@ -221,7 +221,7 @@ def test_the_admin_api_lists_and_replays_dead_letters(gateway: Any, clean_redis:
 
         def listed() -> list[dict[str, Any]]:
             body = admin.get("/admin/usage/dead-letters", params={"limit": 500}).json()
-            return [item for item in body["data"] if item["event_id"] == event.request_id]
+            return [item for item in body["data"] if item["event_id"] == event.event_id]
 
         letter = wait_for(listed)[0]
         assert letter["key_id"] == key_id and letter["field"] == "team"
@@ -245,7 +245,7 @@ def test_the_admin_api_lists_and_replays_dead_letters(gateway: Any, clean_redis:
         assert fixed["replayed"] == [letter["id"]] and fixed["inserted"] == 1
         assert not listed()
         events = admin.get("/admin/usage/events", params={"key": key_id}).json()["data"]
-        assert [(e["id"], e["team"]) for e in events] == [(event.request_id, "tab here")]
+        assert [(e["id"], e["team"]) for e in events] == [(event.event_id, "tab here")]
         audit = admin.get("/admin/audit", params={"action": "usage.replay"}).json()["data"]
         assert [entry["after"] for entry in audit] == [  # newest first
             {"set": {"team": "tab here"}, "replayed": 1, "refused": 0, "remaining": 0},

@@ -6,24 +6,28 @@ entries, one buffer per store, and retention applied at start in both stores."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from datetime import timedelta
 from pathlib import Path
 
 import asyncpg
+import orjson
 import pytest
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 from usage_events import make_events
 
-from gateway.ledger import EventQuery, RollupQuery, UsageStore, open_store
+from gateway.ledger import EventQuery, RollupQuery, UsageEvent, UsageStore, open_store
+from gateway.ledger.event import day_of
 from gateway.metering.buffer import FIELD, UsageBuffer
-from gateway.metering.exporter import ExportFailed, ExportSettings, UsageExporter
-from gateway.metering.ledger import UsageEvent, UsageLedger, day_of
+from gateway.metering.exporter import ExportFailed, UsageExporter
+from gateway.metering.recorder import UsageRecorder
 from gateway.metering.reports import UsageReports
 from gateway.metering.spool import Spool
 from gateway.metrics import Metrics
+from gateway.settings import ExportSettings
 from gateway.store.scripts import ScriptBatch
 
 
@@ -42,7 +46,7 @@ def buffer_on(redis: Redis, store: UsageStore) -> UsageBuffer:
 async def record(buffer: UsageBuffer, events: list[UsageEvent]) -> None:
     batch = ScriptBatch()
     for event in events:
-        buffer.queue_append(batch, event.request_id, event.to_json())
+        buffer.queue_append(batch, event.event_id, event.to_json())
     await batch.execute(buffer.redis)
 
 
@@ -53,6 +57,82 @@ def samples(metrics: Metrics) -> dict[str, float]:
             outcome = sample.labels.get("outcome") or sample.labels.get("stage")
             values[sample.name + (f":{outcome}" if outcome else "")] = sample.value
     return values
+
+
+# Two events as the gateway wrote them to the buffer before the usage event was one model
+# (``metering/ledger.py`` UsageEvent, then ``to_ledger``): a replica of that version may still
+# have some buffered, or spooled, during an upgrade.
+BUFFERED_BEFORE = (
+    b'{"time":1764590400.1234567,"request_id":"req-before-1","key_id":"key-old",'
+    b'"model":"gpt-4.1-mini","provider":"openai","team":"search","task":"chat",'
+    b'"route":"primary","prompt_tokens":1200,"completion_tokens":340,"cached_tokens":200,'
+    b'"cost_nanos":1234567891,"cost_usd":1.234567891,"cache_write_tokens":100,'
+    b'"policy_version":"v7","latency_ms":812,"ttft_ms":95,"status":200,"streamed":true,'
+    b'"usage_source":"provider","attempts":2,"end_user":"ana","tags":["proj-x","exp:1"]}',
+    b'{"time":1764633599.9996,"request_id":"req-before-2","key_id":"key-old","model":"m",'
+    b'"provider":"p","team":"","task":"","route":"","prompt_tokens":0,"completion_tokens":0,'
+    b'"cached_tokens":0,"cost_nanos":0,"cost_usd":0.0,"cache_write_tokens":0,'
+    b'"policy_version":"","latency_ms":0,"ttft_ms":null,"status":429,"streamed":false,'
+    b'"usage_source":"estimated","attempts":1,"end_user":"","tags":[]}',
+)
+
+
+async def test_events_buffered_by_the_previous_version_export_unchanged(
+    redis_client: Redis, tmp_path: Path
+) -> None:
+    # Kept for a century: the events are of a fixed day, however long ago that is.
+    store = await open_store(
+        f"sqlite:///{tmp_path / 'usage.sqlite3'}", data_dir=tmp_path, retention_days=36_500
+    )
+    buffer = buffer_on(redis_client, store)
+    batch = ScriptBatch()
+    for payload in BUFFERED_BEFORE:
+        buffer.queue_append(batch, orjson.loads(payload)["request_id"], payload)
+    await batch.execute(redis_client)
+    try:
+        assert await exporter_of(buffer, store).drain() == 2
+        stored = {e.event_id: e for e in (await store.list_events(EventQuery())).events}
+    finally:
+        await store.close()
+    # What that version's ``to_ledger`` made of them, field for field.
+    assert stored["req-before-1"] == UsageEvent(
+        event_id="req-before-1",
+        time_ms=1764590400123,
+        key_id="key-old",
+        model="gpt-4.1-mini",
+        provider="openai",
+        team="search",
+        task="chat",
+        route="primary",
+        prompt_tokens=1200,
+        completion_tokens=340,
+        cached_tokens=200,
+        cache_write_tokens=100,
+        cost_nanos=1234567891,
+        status=200,
+        streamed=True,
+        usage_source="provider",
+        attempts=2,
+        latency_ms=812,
+        ttft_ms=95,
+        policy_version="v7",
+        end_user="ana",
+        tags=("proj-x", "exp:1"),
+    )
+    late = stored["req-before-2"]  # the last millisecond of its day, still on that day
+    assert (late.time_ms, late.status, late.usage_source) == (1764633599999, 429, "estimated")
+    assert late.day.isoformat() == "2025-12-01"
+    # Written again today: the same keys in the same order, the same values, and a time that
+    # reads back to the same millisecond in that version's reader (``int(time * 1000)``).
+    for payload in BUFFERED_BEFORE:
+        before = orjson.loads(payload)
+        event = UsageEvent.from_json(payload)
+        now = orjson.loads(event.to_json())
+        assert list(now) == list(before)
+        assert {k: v for k, v in now.items() if k != "time"} == {
+            k: v for k, v in before.items() if k != "time"
+        }
+        assert int(now["time"] * 1000) == int(before["time"] * 1000) == event.time_ms
 
 
 async def test_redis_keeps_nothing_per_request_once_exported(
@@ -131,9 +211,7 @@ async def test_a_store_outage_keeps_the_events_in_redis_and_loses_none(
         await admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
         assert await exporter.drain() == 200
         page = await store.list_events(EventQuery(limit=1000))
-        assert sorted(e.event_id for e in page.events) == sorted(
-            e.request_id for e in first + second
-        )
+        assert sorted(e.event_id for e in page.events) == sorted(e.event_id for e in first + second)
         assert (await buffer.stats()).backlog == 0
     finally:
         await admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
@@ -179,11 +257,11 @@ async def test_the_background_exporter_keeps_up_and_leaves_its_group(
     usage_buffer: UsageBuffer, usage_store: UsageStore, redis_client: Redis, tmp_path: Path
 ) -> None:
     exporter = exporter_of(usage_buffer, usage_store, interval_s=0.02, stats_interval_s=0.02)
-    ledger = UsageLedger(usage_buffer, spool=Spool(tmp_path / "spool"))
+    recorder = UsageRecorder(usage_buffer, spool=Spool(tmp_path / "spool"))
     await exporter.start()
     try:
         for event in make_events(40, seed=28, days=1):
-            await ledger.record(event)
+            await recorder.record(event)
         deadline = time.monotonic() + 10
         while (await usage_buffer.stats()).backlog and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
@@ -216,7 +294,7 @@ async def test_each_store_gets_only_its_own_replicas_events(
         assert await exporters[0].drain() == 25
         for store, part in zip(stores, (events[:25], events[25:]), strict=True):
             page = await store.list_events(EventQuery(limit=100))
-            assert {e.event_id for e in page.events} == {e.request_id for e in part}
+            assert {e.event_id for e in page.events} == {e.event_id for e in part}
     finally:
         for store in stores:
             await store.close()
@@ -237,12 +315,10 @@ async def test_retention_at_start_empties_old_days_in_the_store_and_redis(
     today = day_of(time.time())
     by_age = {age: make_events(20, seed=30 + age, days=1) for age in (0, 1, 2, 3, 6)}
     for age, events in by_age.items():  # each group moved back ``age`` days
-        by_age[age] = [
-            UsageEvent.from_dict({**e.to_dict(), "time": e.time - age * 86_400}) for e in events
-        ]
+        by_age[age] = [dataclasses.replace(e, time_ms=e.time_ms - age * 86_400_000) for e in events]
     kept_days = RollupQuery(today - timedelta(days=2), today + timedelta(days=1), ("day", "key"))
     wide = await open_store(url, data_dir=tmp_path, retention_days=10)
-    await wide.insert([e.to_ledger() for events in by_age.values() for e in events])
+    await wide.insert([e for events in by_age.values() for e in events])
     kept_before = await wide.rollup(kept_days)
     await wide.close()
 

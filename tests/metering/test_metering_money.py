@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import openai
 import yaml
-from counting_provider import CountingProvider, Served
+from counting_provider import CountingProvider, ProviderRecord
 from gateway_runner import GatewayProcess
 from usage_workload import (
     expected_nanos,
@@ -36,7 +36,9 @@ BUDGET_NANOS = 1_000_000  # $0.001
 
 
 def _nanos_of_exact_request() -> int:
-    return expected_nanos("m-exact", Served("exact-plain", prompt=12, completion=MAX_TOKENS))
+    return expected_nanos(
+        "m-exact", ProviderRecord("exact-plain", prompt=12, completion=MAX_TOKENS)
+    )
 
 
 async def _send_chats(

@@ -17,21 +17,21 @@ import pytest
 from gateway_runner import ADMIN_KEY, GatewayThread, make_settings
 from usage_events import dimensions, expected_groups, make_events, pick
 
-from gateway.ledger import UsageStore
+from gateway.ledger import UsageEvent, UsageStore
 from gateway.metering.exporter import UsageExporter
-from gateway.metering.ledger import UsageEvent, UsageLedger
+from gateway.metering.recorder import UsageRecorder
 from gateway.metering.reports import GROUP_BYS, ReportError, UsageReports, event_view
 from gateway.store.scripts import ScriptBatch
 
 FRESHNESS = ("as_of", "pending_export", "export_lag_s")
 
 
-async def record_all(ledger: UsageLedger, events: list[UsageEvent]) -> None:
+async def record_all(recorder: UsageRecorder, events: list[UsageEvent]) -> None:
     """Record ``events`` into the buffer as the settle batch does (one round trip)."""
     batch = ScriptBatch()
     for event in events:
-        ledger.queue_record(batch, event)
-    await batch.execute(ledger.buffer.redis)
+        recorder.queue_record(batch, event)
+    await batch.execute(recorder.buffer.redis)
 
 
 def figures(report: dict[str, Any]) -> dict[str, Any]:
@@ -40,22 +40,22 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def filled(ledger: UsageLedger, exporter: UsageExporter) -> list[UsageEvent]:
+async def filled(recorder: UsageRecorder, exporter: UsageExporter) -> list[UsageEvent]:
     events = make_events(300, seed=3, keys=6, days=4)
-    await record_all(ledger, events)
+    await record_all(recorder, events)
     assert await exporter.drain() == 300
     return events
 
 
 async def test_freshness_counts_what_is_not_exported_yet(
-    reports: UsageReports, ledger: UsageLedger, exporter: UsageExporter
+    reports: UsageReports, recorder: UsageRecorder, exporter: UsageExporter
 ) -> None:
     today = reports.today()
     empty = await reports.admin_usage(today, today, "key")
     assert empty["pending_export"] == 0 and empty["export_lag_s"] == 0
     assert empty["as_of"].endswith("Z") and empty["as_of"][:10] == today.isoformat()
     events = make_events(7, seed=9, days=1)
-    await record_all(ledger, events)
+    await record_all(recorder, events)
     waiting = await reports.admin_usage(today, today, "key")
     assert waiting["pending_export"] == 7 and waiting["totals"]["requests"] == 0
     assert waiting["export_lag_s"] >= 0
@@ -144,13 +144,13 @@ async def test_events_pages_cover_everything_newest_first(
         cursor = page["next_cursor"]
         if cursor is None:
             break
-    assert sorted(e["request_id"] for e in seen) == sorted(e.request_id for e in filled)
+    assert sorted(e["request_id"] for e in seen) == sorted(e.event_id for e in filled)
     order = [(e["time_ms"], e["id"]) for e in seen]
     assert order == sorted(order, reverse=True)
 
     by_key = await reports.events(key="key1", limit=500)
     assert {e["request_id"] for e in by_key["data"]} == {
-        e.request_id for e in filled if e.key_id == "key1"
+        e.event_id for e in filled if e.key_id == "key1"
     }
     assert by_key["next_cursor"] is None
 
@@ -163,16 +163,16 @@ async def test_events_pages_cover_everything_newest_first(
         cursor = page["next_cursor"]
         if cursor is None:
             break
-    assert sorted(model_ids) == sorted(e.request_id for e in filled if e.model == "qwen3:0.6b")
+    assert sorted(model_ids) == sorted(e.event_id for e in filled if e.model == "qwen3:0.6b")
     first = await reports.events(limit=1)
-    newest = next(e for e in filled if e.request_id == first["data"][0]["request_id"])
-    assert first["data"][0] == event_view(newest.to_ledger())
+    newest = next(e for e in filled if e.event_id == first["data"][0]["request_id"])
+    assert first["data"][0] == event_view(newest)
     recorded = {**newest.to_dict(), "tags": list(newest.tags)}
     shown = first["data"][0]
     assert {k: shown[k] for k in recorded if k != "time"} == {
         k: v for k, v in recorded.items() if k != "time"
     }
-    assert shown["time_ms"] == int(newest.time * 1000)
+    assert shown["time_ms"] == newest.time_ms
 
 
 POLICY = """
@@ -185,7 +185,7 @@ models:
 
 async def test_http_endpoints(
     reports: UsageReports,
-    ledger: UsageLedger,
+    recorder: UsageRecorder,
     exporter: UsageExporter,
     usage_store: UsageStore,
     filled: list[UsageEvent],
@@ -203,7 +203,7 @@ async def test_http_endpoints(
     gateway = runner.start()
     try:
         assert gateway.services.usage_store.store_id == usage_store.store_id
-        await _check_http_endpoints(gateway, reports, ledger, exporter, filled)
+        await _check_http_endpoints(gateway, reports, recorder, exporter, filled)
     finally:
         runner.stop()
 
@@ -211,18 +211,18 @@ async def test_http_endpoints(
 async def _check_http_endpoints(
     gateway: Any,
     reports: UsageReports,
-    ledger: UsageLedger,
+    recorder: UsageRecorder,
     exporter: UsageExporter,
     filled: list[UsageEvent],
 ) -> None:
     # key0's events again, under a key of the gateway's, for its own GET /v1/usage.
     key_id, api_key = gateway.create_key(name="reports")
     again = [
-        dataclasses.replace(event, key_id=key_id, request_id=event.request_id + "-again")
+        dataclasses.replace(event, key_id=key_id, event_id=event.event_id + "-again")
         for event in filled
         if event.key_id == "key0"
     ]
-    await record_all(ledger, again)
+    await record_all(recorder, again)
     await exporter.drain()  # the gateway's exporter may take some of them: either is fine
     today = reports.today()
     start = (today - timedelta(days=3)).isoformat()
@@ -282,4 +282,4 @@ async def _check_http_endpoints(
             )
         ).json()
         ids = [e["request_id"] for e in page["data"] + rest["data"]]
-        assert sorted(ids) == sorted(e.request_id for e in filled if e.key_id == "key3")
+        assert sorted(ids) == sorted(e.event_id for e in filled if e.key_id == "key3")

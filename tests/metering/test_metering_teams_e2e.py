@@ -14,7 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 import redis.asyncio
-from gateway_runner import PEPPER, POLICY, GatewayProcess, running_gateways, unused_port
+from fake_upstream import FakeUpstream, ThreadedFakeUpstream
+from gateway_runner import PEPPER, POLICY, GatewayProcess, running_gateways
+from ports import free_port
 from replica_load import (
     CHAT,
     COST_NANOS_PER_REQUEST,
@@ -27,7 +29,6 @@ from replica_load import (
 
 from gateway.access.keys import KeyStore
 from gateway.access.teams import team_home
-from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
 
 pytestmark = pytest.mark.slow
 LEASE_S = 1.5
@@ -66,7 +67,7 @@ async def test_max_parallel_requests_survive_renewal_and_lapse_with_a_dead_gatew
     tmp_path: Path, slow_upstream: FakeUpstream, own_redis
 ) -> None:
     policy = tmp_path / "routing_rules.yaml"
-    policy.write_text(POLICY.format(base_url=slow_upstream.base_url, dead_port=unused_port()))
+    policy.write_text(POLICY.format(base_url=slow_upstream.base_url, dead_port=free_port()))
     with running_gateways(
         2,
         tmp_path / "data",

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import openai
-from counting_provider import Served
+from counting_provider import ProviderRecord
 from gateway_runner import GatewayProcess
 
 # USD per 1M tokens; odd figures (fractions of a micro-dollar a request) so that any rounding
@@ -71,7 +71,7 @@ def policy_yaml(base_url: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def expected_nanos(model: str, served: Served) -> int:
+def expected_nanos(model: str, served: ProviderRecord) -> int:
     """The provider-side bill of one request in nano-dollars: exact decimal arithmetic on the
     price list (USD per 1M tokens), no rounding (the prices make it a whole number)."""
     price = {k: Decimal(str(v)) for k, v in PRICES[model].items()}
@@ -261,8 +261,8 @@ class Reconciled:
 
 
 def delivered_books(
-    books: dict[str, Served], calls: list[Call], events: dict[str, dict[str, Any]]
-) -> dict[str, Served]:
+    books: dict[str, ProviderRecord], calls: list[Call], events: dict[str, dict[str, Any]]
+) -> dict[str, ProviderRecord]:
     """The provider's books as far as the gateway could see them.
 
     A client that leaves a stream mid-way is a race the gateway cannot win exactly: the
@@ -284,7 +284,7 @@ def delivered_books(
 
 
 def reconcile(
-    books: dict[str, Served],
+    books: dict[str, ProviderRecord],
     calls: list[Call],
     events: dict[str, dict[str, Any]],
     *,
@@ -328,7 +328,7 @@ def reconcile(
 
 def reconciled_ledger(
     admin: httpx.Client,
-    books: dict[str, Served],
+    books: dict[str, ProviderRecord],
     calls: list[Call],
     count: int,
     *,
@@ -346,7 +346,7 @@ def reconciled_ledger(
     return events, ledger
 
 
-def provider_totals(books: dict[str, Served]) -> Reconciled:
+def provider_totals(books: dict[str, ProviderRecord]) -> Reconciled:
     totals = Reconciled(len(books), 0, 0, 0, 0, 0)
     for served in books.values():
         totals.prompt += served.prompt

@@ -8,16 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_upstream import FakeUpstream, ThreadedFakeUpstream
 from gateway_runner import GatewayThread, RunningGateway, make_settings
 from local_policy import local_policy
 
 from gateway.settings import Settings
-from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
 
 
 @pytest.fixture(scope="session")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from engine.tools.tiny_checkpoint import write_tiny_checkpoint
+    from tiny_checkpoint import write_tiny_checkpoint
 
     # A long context, so held streams (ignore_eos) run for as long as a test needs them.
     return write_tiny_checkpoint(

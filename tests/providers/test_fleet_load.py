@@ -7,9 +7,10 @@ import contextlib
 
 from fleet_replica import EventRecorder, FakeReplica, body_homed_on, until
 
+from gateway.policy import SpillWhen
 from gateway.providers.fleet.discovery import StaticDiscovery
 from gateway.providers.fleet.fleet import Fleet, FleetSettings
-from gateway.providers.fleet.picker import PickSettings, SpillWhen
+from gateway.providers.fleet.picker import PickSettings
 from gateway.providers.fleet.scrape import ScrapeSettings
 
 SCRAPE = ScrapeSettings(interval_s=0.03, timeout_s=0.5, model_name="tiny")

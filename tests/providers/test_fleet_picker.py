@@ -10,9 +10,10 @@ from collections import OrderedDict, deque
 
 import pytest
 
+from gateway.policy import SpillWhen
 from gateway.providers.fleet.health import HealthSettings
 from gateway.providers.fleet.members import Members, Replica
-from gateway.providers.fleet.picker import Picker, PickSettings, SpillWhen
+from gateway.providers.fleet.picker import Picker, PickSettings
 from gateway.providers.fleet.prefix import PrefixSettings, prefix_hashes, stable_hash
 from gateway.providers.fleet.scrape import ReplicaLoad
 

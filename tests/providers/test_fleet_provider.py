@@ -16,17 +16,17 @@ from typing import Any
 import orjson
 import pytest
 from fleet_replica import EventRecorder, FakeReplica, body_homed_on, until
-from gateway_runner import unused_port
+from ports import free_port
 
 from gateway.errors import UpstreamError
-from gateway.providers.base import Timeouts
+from gateway.policy import ProviderConfig
+from gateway.policy.store import PolicyStore
 from gateway.providers.fleet.prefix import PrefixSettings, prefix_hashes
 from gateway.providers.fleet_host import FleetHost
 from gateway.providers.fleet_provider import FleetProvider
-from gateway.providers.http_upstream import UpstreamSettings
-from gateway.routing.policy import Policy, ProviderConfig
+from gateway.settings import UpstreamSettings
 
-UPSTREAM = UpstreamSettings(Timeouts(connect_s=1.0, read_s=10.0, total_s=30.0))
+UPSTREAM = UpstreamSettings(connect_timeout_s=1.0, read_timeout_s=10.0, total_timeout_s=30.0)
 CHAT = "/chat/completions"
 StartReplica = Callable[[str], Awaitable[FakeReplica]]
 StartFleet = Callable[..., Awaitable[FleetProvider]]
@@ -91,7 +91,7 @@ async def test_a_refused_replica_is_ejected_and_the_request_served_by_the_next(
     replica: StartReplica, fleet: StartFleet
 ) -> None:
     live = await replica("b")
-    dead = f"http://127.0.0.1:{unused_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     provider = await fleet(config([dead, live.url]))
     body = body_homed_on(provider.fleet, dead)
     answer = await provider.post_json(CHAT, body)
@@ -197,7 +197,7 @@ async def test_a_fleet_past_spill_when_spills_yet_serves_as_the_last_resort(
 
 
 async def test_with_no_replica_left_the_last_error_is_raised_then_a_503(fleet: StartFleet) -> None:
-    dead = [f"http://127.0.0.1:{unused_port()}" for _ in range(2)]
+    dead = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
     provider = await fleet(config(dead, probe_backoff_s=30, probe_backoff_max_s=30))
     with pytest.raises(UpstreamError) as raised:
         await provider.post_json(CHAT, {"model": "tiny"})
@@ -211,34 +211,28 @@ async def test_with_no_replica_left_the_last_error_is_raised_then_a_503(fleet: S
     assert "127.0.0.1" not in raised.value.message  # replica addresses stay internal
 
 
-class PolicyHolder:
-    def __init__(self, policy: Policy | None) -> None:
-        self.policy = policy
-
-    def policy_or_none(self) -> Policy | None:
-        return self.policy
-
-
-def policy_with(provider: ProviderConfig | None) -> Policy:
+def policy_with(provider: ProviderConfig | None) -> str:
+    """A policy file's text (JSON, which is YAML) with ``provider`` as ``engines``."""
     providers: dict[str, Any] = {"up": {"base_url": "http://127.0.0.1:9/v1"}}
     if provider is not None:
-        providers["engines"] = provider.model_dump(exclude_none=True)
-    return Policy.model_validate({"providers": providers, "models": {"m": {"provider": "up"}}})
+        providers["engines"] = provider.model_dump(mode="json", exclude_none=True)
+    return orjson.dumps({"providers": providers, "models": {"m": {"provider": "up"}}}).decode()
 
 
 async def test_a_policy_edit_retires_the_old_fleet_once_its_requests_end(
-    replica: StartReplica,
+    replica: StartReplica, tmp_path: Path
 ) -> None:
     a = await replica("a")
     host = FleetHost(UPSTREAM, None, EventRecorder(), watch_interval_s=0.02)
-    policies = PolicyHolder(policy_with(config([a.url])))
+    policies = PolicyStore(tmp_path / "routing_rules.yaml")
+    policies.write(policy_with(config([a.url])))
     await host.start(policies)
     try:
         old = host.provider("engines")
         assert old is not None and old.started
         stream = await old.open_stream(CHAT, {"model": "tiny", "stream": True})
 
-        policies.policy = policy_with(config([a.url], routing="round_robin"))
+        policies.write(policy_with(config([a.url], routing="round_robin")))
         await until(lambda: host.provider("engines") is not old)
         new = host.provider("engines")
         assert new is not None
@@ -247,7 +241,7 @@ async def test_a_policy_edit_retires_the_old_fleet_once_its_requests_end(
         assert [data async for data in stream.events()][-1] == b"[DONE]"
         await until(lambda: old._closed)
 
-        policies.policy = policy_with(None)  # the fleet leaves the policy
+        policies.write(policy_with(None))  # the fleet leaves the policy
         await until(lambda: host.provider("engines") is None and new._closed)
     finally:
         await host.stop()

@@ -16,11 +16,11 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from fake_upstream import FakeUpstream
 from fleet_replica import FakeReplica, ReplicaProcess
-from gateway_runner import GatewayThread, RunningGateway, make_settings, unused_port
+from gateway_runner import GatewayThread, RunningGateway, make_settings
 from loopback import BackgroundLoop
-
-from gateway.tools.fake_upstream import FakeUpstream
+from ports import free_port
 
 POLICY = """
 providers:
@@ -126,7 +126,7 @@ def metrics_of(gateway: RunningGateway) -> str:
 
 @pytest.fixture
 def upstream() -> Iterator[FakeUpstream]:
-    from gateway.tools.fake_upstream import ThreadedFakeUpstream
+    from fake_upstream import ThreadedFakeUpstream
 
     with ThreadedFakeUpstream() as fake:
         yield fake
@@ -135,8 +135,8 @@ def upstream() -> Iterator[FakeUpstream]:
 def test_a_killed_replica_is_ejected_its_waiting_requests_fail_over_and_it_comes_back(
     tmp_path: Path, redis_url: str, upstream: FakeUpstream
 ) -> None:
-    a = ReplicaProcess(unused_port(), "a", tmp_path).start()
-    b = ReplicaProcess(unused_port(), "b", tmp_path).start()
+    a = ReplicaProcess(free_port(), "a", tmp_path).start()
+    b = ReplicaProcess(free_port(), "b", tmp_path).start()
     policy = POLICY.format(a=a.url, b=b.url, upstream=upstream.base_url)
     runner = gateway_on(tmp_path, redis_url, policy)
     try:

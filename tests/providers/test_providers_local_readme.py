@@ -21,8 +21,7 @@ import anthropic
 import httpx
 import openai
 import pytest
-
-from gateway.store.embedded import free_port
+from ports import free_port
 
 # the model loads in a minute on a quiet box; 60 answers of a 135M model on 2 busy cores
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]

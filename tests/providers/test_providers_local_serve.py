@@ -12,8 +12,7 @@ from pathlib import Path
 
 import httpx
 import openai
-
-from gateway.store.embedded import free_port
+from ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 ADMIN_KEY = "sy-admin-serve-0123456789abcdef"
@@ -99,7 +98,7 @@ import asyncio, sys
 sys.modules["torch"] = None  # any `import torch` now fails
 from gateway.app import create_app
 from gateway.providers.local_host import LocalEngineHost
-from gateway.routing.policy import parse_policy
+from gateway.policy import parse_policy
 import gateway.providers.local
 policy = parse_policy(
     "providers: {up: {base_url: 'http://127.0.0.1:9/v1'}}\\nmodels: {m: {provider: up}}\\n"

@@ -20,14 +20,13 @@ from native_upstreams import NativeFleet
 from starlette.datastructures import Headers
 
 from gateway.errors import UpstreamError
+from gateway.policy import PolicyError, ProviderConfig, validate_policy_data
 from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.azure_openai import AzureOpenAIProvider
-from gateway.providers.base import Timeouts
 from gateway.providers.forwarding import forwarded_headers
-from gateway.providers.http_upstream import UpstreamSettings
-from gateway.routing.policy import PolicyError, ProviderConfig, validate_policy_data
+from gateway.settings import UpstreamSettings
 
-SETTINGS = UpstreamSettings(Timeouts(2, 5, 10))
+SETTINGS = UpstreamSettings(connect_timeout_s=2, read_timeout_s=5, total_timeout_s=10)
 HOSTILE = {
     "authorization": "Bearer sk-sy-client",
     "x-api-key": "sk-sy-client",

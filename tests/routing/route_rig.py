@@ -18,8 +18,8 @@ import yaml
 from fake_provider import FakeProviderFleet
 from gateway_runner import RunningGateway
 
-from gateway.routing.breaker import BreakerSettings
 from gateway.routing.latency import LatencyTracker
+from gateway.settings import BreakerSettings
 
 BREAKER = BreakerSettings(
     consecutive_failures=3, failure_ratio=0.5, window=20, min_calls=4, cooldown_s=1.0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.routing.breaker import BreakerBoard, BreakerSettings
+from gateway.routing.breaker import BreakerBoard
+from gateway.settings import BreakerSettings
 
 
 class Clock:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
-from gateway.routing.policy_store import PolicyStore
+from gateway.policy.store import PolicyStore
 from gateway.settings import SHIPPED_POLICY, load_settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,7 +30,7 @@ def empty_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_the_repository_policy_is_the_shipped_one_a_single_copy() -> None:
     assert (REPO / "routing_rules.yaml").resolve() == SHIPPED_POLICY.resolve()
-    assert SHIPPED_POLICY.parent == REPO / "gateway" / "routing"
+    assert SHIPPED_POLICY.parent == REPO / "gateway" / "policy"
 
 
 def test_no_policy_file_serves_the_shipped_default_until_one_appears(empty_dir: Path) -> None:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import UpstreamError
-from gateway.providers.base import Timeouts
-from gateway.providers.http_upstream import HttpUpstream, UpstreamSettings
+from gateway.providers.http_upstream import HttpUpstream
 from gateway.routing.fault import counts_against_breaker
+from gateway.settings import UpstreamSettings
 
-UPSTREAM = HttpUpstream("p", UpstreamSettings(Timeouts(1.0, 1.0, 1.0)))
+UPSTREAM = HttpUpstream(
+    "p", UpstreamSettings(connect_timeout_s=1.0, read_timeout_s=1.0, total_timeout_s=1.0)
+)
 ENVELOPE = b'{"error": {"message": "no", "type": "invalid_request_error", "code": null}}'
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gateway.routing.policy import PolicyError, parse_policy
+from gateway.policy import PolicyError, parse_policy
 
 
 @pytest.mark.parametrize("section", ["providers", "models", "aliases", "tasks"])

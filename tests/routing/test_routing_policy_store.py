@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.routing.policy import PolicyError
-from gateway.routing.policy_store import PolicyBody, PolicyStore, policy_body
+from gateway.policy import PolicyError
+from gateway.policy.store import PolicyBody, PolicyStore, policy_body
 from gateway.routing.router import Router
 
 

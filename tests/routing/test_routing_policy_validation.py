@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.routing.policy import (
+from gateway.policy import (
     PolicyError,
     load_policy_file,
-    main,
     parse_policy,
     policy_json_schema,
 )
+from gateway.policy.__main__ import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -261,7 +261,7 @@ def test_schema_export_matches_docs(capsys) -> None:
     printed = json.loads(capsys.readouterr().out)
     assert printed == schema
     committed = json.loads((REPO / "docs" / "policy.schema.json").read_text())
-    assert committed == schema, "regenerate: python -m gateway.routing.policy --schema > docs/..."
+    assert committed == schema, "regenerate: python -m gateway.policy --schema > docs/..."
 
 
 def test_policy_documents_are_bounded(policy_data) -> None:

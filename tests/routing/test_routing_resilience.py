@@ -6,7 +6,6 @@ Task ``chat`` is ordered [m-alpha (provider alpha), m-beta (provider beta)]; eac
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import openai
@@ -234,7 +233,7 @@ def test_cut_streams_count_in_the_failure_ratio(rig: RouteRig) -> None:
 
 def test_a_clean_stream_between_cuts_resets_the_streak(rig: RouteRig) -> None:
     breakers = rig.gateway.services.router.state.breakers
-    breakers.reset(dataclasses.replace(BREAKER, failure_ratio=1.0, min_calls=BREAKER.window))
+    breakers.reset(BREAKER.model_copy(update={"failure_ratio": 1.0, "min_calls": BREAKER.window}))
     rig.fleet["alpha"].play(CUT, CUT, OK, CUT, CUT, CUT)
     expect_streams(rig, "ccocc")
     assert breaker_state(rig, "alpha/m-alpha") == 0

@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from gateway.errors import InvalidRequest, NotFound, PermissionDenied
+from gateway.policy.store import PolicyStore
 from gateway.routing.canary import canary_bucket, in_canary
 from gateway.routing.estimate import (
     IMAGE_PART_TOKENS,
@@ -15,7 +16,6 @@ from gateway.routing.estimate import (
     expected_output_tokens,
     prompt_token_bound,
 )
-from gateway.routing.policy_store import PolicyStore
 from gateway.routing.router import Router
 from gateway.routing.state import RoutingState
 

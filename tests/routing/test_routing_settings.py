@@ -15,9 +15,7 @@ from gateway_runner import GatewayThread, RunningGateway, make_settings
 from route_rig import base_policy
 
 from gateway.cli import main
-from gateway.routing.breaker import BreakerSettings
-from gateway.routing.dispatch import RetrySettings
-from gateway.settings import SettingsError, load_settings
+from gateway.settings import BreakerSettings, RetrySettings, SettingsError, load_settings
 
 ROUTING_ENV = {
     "SWITCHYARD_BREAKER_CONSECUTIVE_FAILURES": "2",

@@ -20,9 +20,9 @@ from fake_provider import FakeProviderFleet
 from gateway_runner import make_settings
 from route_rig import base_policy
 
-from gateway.api.request_end import ClosingStreamingResponse
+from gateway.api.v1.request_end import ClosingStreamingResponse
 from gateway.app import create_app
-from gateway.routing.breaker import BreakerSettings
+from gateway.settings import BreakerSettings
 
 
 async def test_the_body_ends_when_it_never_relayed() -> None:

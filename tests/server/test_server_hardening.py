@@ -12,9 +12,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fake_upstream import FakeUpstream
 from marked_gateway import ADMIN_KEY, PEPPER, PROVIDER_KEY, MarkedGateway, write_policy
-
-from gateway.tools.fake_upstream import FakeUpstream
 
 SLOW_CLIENTS = 40
 HI = [{"role": "user", "content": "hi"}]

@@ -14,13 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
+from fake_upstream import FakeUpstream
 from gateway_runner import REPO_ROOT
 from marked_gateway import ADMIN_KEY, MarkedGateway, write_policy
 from replica_load import chat
 
 from gateway.access.keys import PEPPER_FINGERPRINT_KEY
 from gateway.store.embedded import EmbeddedRedis
-from gateway.tools.fake_upstream import FakeUpstream
 
 pytestmark = pytest.mark.slow
 

@@ -15,13 +15,13 @@ import openai
 import pytest
 import redis
 import redis.asyncio
+from fake_upstream import FakeUpstream, ThreadedFakeUpstream
 from marked_gateway import MarkedGateway, write_policy
 
 from gateway.ledger import open_store
 from gateway.metering.buffer import UsageBuffer
 from gateway.metering.reports import UsageReports
 from gateway.store.embedded import EmbeddedRedis
-from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
 
 HI = [{"role": "user", "content": "hi"}]
 STREAMS = 3

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fake_upstream import FakeUpstream
 from gateway_runner import REPO_ROOT, GatewayProcess
-
-from gateway.store.embedded import free_port
-from gateway.tools.fake_upstream import FakeUpstream
+from ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -7,13 +7,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from fake_upstream import FakeUpstream, ThreadedFakeUpstream
 from gateway_runner import GatewayProcess, write_policy
 from redis.asyncio.cluster import RedisCluster
 from redis_helpers import LoopbackCluster
 from replica_load import replicas_on
 
 from gateway.store.connect import connect_redis
-from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
 
 
 @pytest.fixture(scope="session")

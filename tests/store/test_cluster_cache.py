@@ -10,7 +10,8 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 from redis_helpers import LoopbackCluster
 
-from gateway.cache import CacheEntry, CachePolicy, CacheScope, ResponseCache
+from gateway.cache import CacheEntry, CacheScope, ResponseCache
+from gateway.policy import CachePolicy
 from gateway.store.connect import connect_redis
 
 POLICY = CachePolicy(ttl_s=60, max_entries=2)

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fake_upstream import PROMPT_TOKENS, FakeUpstream
 from gateway_runner import ADMIN_KEY, GatewayProcess
 from redis_helpers import LoopbackCluster
 from replica_load import MESSAGES, new_key, replicas_on
 
 from gateway.access.keys import parse_key, record_key
-from gateway.tools.fake_upstream import PROMPT_TOKENS, FakeUpstream
 
 pytestmark = pytest.mark.slow
 

@@ -16,16 +16,16 @@ import structlog
 from redis.asyncio.cluster import RedisCluster
 from redis_helpers import LoopbackCluster, settle_parts, settle_round
 
-from gateway.access.auth import Authenticator, AuthSettings
+from gateway.access.auth import Authenticator
 from gateway.access.keys import KeyStore, parse_key, record_key
 from gateway.errors import AuthenticationFailed
-from gateway.ledger import UsageStore
-from gateway.metering.exporter import ExportSettings, UsageExporter
-from gateway.metering.ledger import UsageEvent
+from gateway.ledger import UsageEvent, UsageStore
+from gateway.metering.exporter import UsageExporter
 from gateway.metering.limits import KeyLimits
 from gateway.metering.reports import UsageReports
 from gateway.metrics import Metrics
 from gateway.money import usd_to_nanos
+from gateway.settings import AuthSettings, ExportSettings
 from gateway.store.connect import connect_redis
 
 PEPPER = b"cluster-test-pepper-0123456789"
@@ -38,13 +38,13 @@ def _masters_of(cluster: LoopbackCluster, keys: list[str]) -> set[int]:
 async def test_settle_and_usage_pipeline_spans_slots(
     client: RedisCluster, cluster: LoopbackCluster, usage_store: UsageStore, tmp_path: Path
 ) -> None:
-    limiter, ledger, settler = settle_parts(client, tmp_path / "spool", usage_store.store_id)
-    assert _masters_of(cluster, list(ledger.buffer.keys)) == {n.port for n in cluster.nodes}
+    limiter, recorder, settler = settle_parts(client, tmp_path / "spool", usage_store.store_id)
+    assert _masters_of(cluster, list(recorder.buffer.keys)) == {n.port for n in cluster.nodes}
     key_ids = [f"parts{i:02d}" for i in range(12)]
     assert _masters_of(cluster, [record_key(k) for k in key_ids]) == {n.port for n in cluster.nodes}
     limits = KeyLimits(rpm=1000, tpm=100_000, budget_nanos=usd_to_nanos(10.0), budget_period="day")
     await settle_round(limiter, settler, key_ids, limits, "req")
-    assert ledger.spool_depth() == 0  # nothing failed over to the spool
+    assert recorder.spool_depth() == 0  # nothing failed over to the spool
     # Settled: the estimate (100 tokens, $0.50) was replaced by what was used.
     status = await limiter.status(key_ids[5], limits)
     assert status["tokens"]["used"] == 15
@@ -52,18 +52,22 @@ async def test_settle_and_usage_pipeline_spans_slots(
     assert status["budget"]["spent_nanos"] == usd_to_nanos(0.001)
     # Recording the same request again reaches the buffer, and the store keeps the first copy.
     again = UsageEvent(
-        time=time.time(), request_id="req-parts03", key_id="parts03", model="m", provider="p"
+        event_id="req-parts03",
+        time_ms=int(time.time() * 1000),
+        key_id="parts03",
+        model="m",
+        provider="p",
     )
-    assert (await ledger.record(again)).value == "recorded"
+    assert (await recorder.record(again)).value == "recorded"
     exporter = UsageExporter(
-        ledger.buffer, usage_store, ExportSettings(), Metrics(), structlog.get_logger()
+        recorder.buffer, usage_store, ExportSettings(), Metrics(), structlog.get_logger()
     )
-    await ledger.buffer.ensure_groups()  # one group per shard, each on its own master
+    await recorder.buffer.ensure_groups()  # one group per shard, each on its own master
     assert await exporter.drain() == len(key_ids) + 1
-    stats = await ledger.buffer.stats()
+    stats = await recorder.buffer.stats()
     assert (stats.backlog, stats.pending) == (0, 0)
 
-    reports = UsageReports(usage_store, ledger.buffer)
+    reports = UsageReports(usage_store, recorder.buffer)
     today = reports.today()
     report = await reports.admin_usage(today, today, "key")
     rows = {row["key"]: row for row in report["data"] if row["key"] in key_ids}
@@ -82,8 +86,9 @@ async def test_rotation_is_idempotent_and_revocation_reaches_the_cache(
 ) -> None:
     store = KeyStore(client, PEPPER)
     watcher_store = KeyStore(connect_redis(cluster.url, timeout_s=2.0), PEPPER)
-    # A cache TTL far beyond the test: only the change feed can evict the entry in time.
-    auth = Authenticator(watcher_store, AuthSettings(cache_ttl_s=60, fail_open_window_s=0))
+    # A cache TTL far beyond the test (and past the 1 s an operator may set, hence unchecked):
+    # only the change feed can evict the entry in time.
+    auth = Authenticator(watcher_store, AuthSettings.model_construct(cache_ttl_s=60))
     watcher = asyncio.create_task(auth.watch_changes(watcher_store.redis, structlog.get_logger()))
     try:
         created = [await store.create({"name": f"k{i}"}) for i in range(6)]

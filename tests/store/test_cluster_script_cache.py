@@ -27,7 +27,7 @@ async def _flush_one_master(cluster: LoopbackCluster) -> None:
 async def test_settle_batch_after_script_flush_on_every_master(
     client: RedisCluster, cluster: LoopbackCluster, usage_store: UsageStore, tmp_path: Path
 ) -> None:
-    limiter, ledger, settler = settle_parts(client, tmp_path / "spool", usage_store.store_id)
+    limiter, recorder, settler = settle_parts(client, tmp_path / "spool", usage_store.store_id)
     key_ids = [f"noscript{i:02d}" for i in range(12)]
     assert len({cluster.owner_of(record_key(k)).port for k in key_ids}) == 3
     limits = KeyLimits(rpm=1000, tpm=100_000, budget_nanos=usd_to_nanos(10.0), budget_period="day")
@@ -38,11 +38,11 @@ async def test_settle_batch_after_script_flush_on_every_master(
     await _flush_one_master(cluster)  # one master only, as after a failover
     await settle_round(limiter, settler, key_ids, limits, "b")
 
-    assert ledger.spool_depth() == 0  # nothing failed over to the spool
+    assert recorder.spool_depth() == 0  # nothing failed over to the spool
     for index, key_id in enumerate(key_ids):
         status = await limiter.status(key_id, limits)
         assert status["in_flight"] == 0
         assert status["tokens"]["used"] == 2 * (10 + index)
         assert status["budget"]["reserved_nanos"] == 0
         assert status["budget"]["spent_nanos"] == usd_to_nanos(0.002)
-    assert (await ledger.buffer.stats()).backlog == 2 * len(key_ids)
+    assert (await recorder.buffer.stats()).backlog == 2 * len(key_ids)

@@ -9,13 +9,13 @@ import asyncio
 
 import httpx
 import pytest
+from fake_upstream import PROMPT_TOKENS, FakeUpstream
 from gateway_runner import ADMIN_KEY, GatewayProcess
 from openai import AsyncOpenAI
 from redis_helpers import LoopbackCluster
 from replica_load import new_key
 
 from gateway.access.keys import parse_key, record_key
-from gateway.tools.fake_upstream import PROMPT_TOKENS, FakeUpstream
 
 pytestmark = pytest.mark.slow
 

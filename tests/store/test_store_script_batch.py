@@ -12,11 +12,11 @@ import redis.exceptions
 from redis.asyncio import Redis
 from redis_helpers import ClientFactory
 
-from gateway.ledger import EventQuery, UsageStore
+from gateway.ledger import EventQuery, UsageEvent, UsageStore
 from gateway.metering.buffer import UsageBuffer
 from gateway.metering.exporter import UsageExporter
-from gateway.metering.ledger import UsageEvent, UsageLedger
 from gateway.metering.limits import KeyLimits, Limiter
+from gateway.metering.recorder import UsageRecorder
 from gateway.metering.spool import Spool
 from gateway.money import usd_to_nanos
 from gateway.store.scripts import ScriptBatch
@@ -26,8 +26,8 @@ LIMITS = KeyLimits(rpm=100, tpm=10_000, budget_nanos=usd_to_nanos(5.0), budget_p
 
 def _event(request_id: str, completion: int) -> UsageEvent:
     return UsageEvent(
-        time=time.time(),
-        request_id=request_id,
+        event_id=request_id,
+        time_ms=int(time.time() * 1000),
         key_id="batch-key",
         model="m",
         provider="p",
@@ -44,17 +44,17 @@ def client(clean_redis: str, make_client: ClientFactory) -> Redis:
 
 
 @pytest.fixture
-def ledger(client: Redis, usage_store: UsageStore, tmp_path: Path) -> UsageLedger:
-    """A ledger recording through ``client`` (the root conftest's has a client of its own)."""
+def recorder(client: Redis, usage_store: UsageStore, tmp_path: Path) -> UsageRecorder:
+    """A recorder recording through ``client`` (the root conftest's has a client of its own)."""
     buffer = UsageBuffer(client)
     buffer.bind(usage_store.store_id)
-    return UsageLedger(buffer, spool=Spool(tmp_path / "spool"))
+    return UsageRecorder(buffer, spool=Spool(tmp_path / "spool"))
 
 
-async def _stored(exporter: UsageExporter, ledger: UsageLedger, store: UsageStore) -> dict:
-    """Export what the ledger buffered; the store's events by id."""
+async def _stored(exporter: UsageExporter, recorder: UsageRecorder, store: UsageStore) -> dict:
+    """Export what the recorder buffered; the store's events by id."""
     moving = UsageExporter(
-        ledger.buffer, store, exporter.settings, exporter.metrics, exporter.log
+        recorder.buffer, store, exporter.settings, exporter.metrics, exporter.log
     )  # on the test's own client
     await moving.drain()
     page = await store.list_events(EventQuery(limit=1000))
@@ -62,7 +62,7 @@ async def _stored(exporter: UsageExporter, ledger: UsageLedger, store: UsageStor
 
 
 async def test_a_half_flushed_cache_runs_each_script_exactly_once(
-    client: Redis, ledger: UsageLedger, usage_store: UsageStore, exporter: UsageExporter
+    client: Redis, recorder: UsageRecorder, usage_store: UsageStore, exporter: UsageExporter
 ) -> None:
     limiter = Limiter(client)
     held = [
@@ -79,7 +79,7 @@ async def test_a_half_flushed_cache_runs_each_script_exactly_once(
         settle = limiter.queue_settle(
             batch, reservation, tokens=10 + index, cost_nanos=usd_to_nanos(0.01)
         )
-        record = ledger.queue_record(batch, _event(reservation.request_id, index))
+        record = recorder.queue_record(batch, _event(reservation.request_id, index))
         positions.append((settle, record))
     replies = await batch.execute(client)
     assert [replies[s] for s, _ in positions] == [[1], [1], [1]]  # settled, no alert
@@ -97,13 +97,13 @@ async def test_a_half_flushed_cache_runs_each_script_exactly_once(
     again = ScriptBatch()
     for reservation in held:
         limiter.queue_settle(again, reservation, tokens=99, cost_nanos=usd_to_nanos(1.0))
-        ledger.queue_record(again, _event(reservation.request_id, 99))
+        recorder.queue_record(again, _event(reservation.request_id, 99))
     replies = await again.execute(client)
     assert [replies[s] for s, _ in positions] == [[0], [0], [0]]
     assert (await limiter.status("batch-key", LIMITS))["tokens"]["used"] == 33
     # The records went to the buffer twice; the store keeps each request's first copy.
-    assert (await ledger.buffer.stats()).backlog == 6
-    stored = await _stored(exporter, ledger, usage_store)
+    assert (await recorder.buffer.stats()).backlog == 6
+    stored = await _stored(exporter, recorder, usage_store)
     assert {i: stored[r.request_id].completion_tokens for i, r in enumerate(held)} == {
         0: 0,
         1: 1,
@@ -112,21 +112,21 @@ async def test_a_half_flushed_cache_runs_each_script_exactly_once(
 
 
 async def test_an_error_other_than_noscript_raises_after_the_rest_ran(
-    client: Redis, ledger: UsageLedger, usage_store: UsageStore, exporter: UsageExporter
+    client: Redis, recorder: UsageRecorder, usage_store: UsageStore, exporter: UsageExporter
 ) -> None:
     await client.hset("not-a-counter", "x", 1)
     await client.script_flush()
     batch = ScriptBatch()
     batch.command("INCRBY", "not-a-counter", 1)  # WRONGTYPE
-    ledger.queue_record(batch, _event("r-neighbour", 1))
+    recorder.queue_record(batch, _event("r-neighbour", 1))
     with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
         await batch.execute(client)
     # The record still ran: the settle batch spools it all the same, and its replay is stored
     # once with the first copy.
-    assert (await ledger.buffer.stats()).backlog == 1
-    await ledger.spool_events([_event("r-neighbour", 1)])
-    assert await ledger.replay_spool() == 1
-    assert list(await _stored(exporter, ledger, usage_store)) == ["r-neighbour"]
+    assert (await recorder.buffer.stats()).backlog == 1
+    await recorder.spool_events([_event("r-neighbour", 1)])
+    assert await recorder.replay_spool() == 1
+    assert list(await _stored(exporter, recorder, usage_store)) == ["r-neighbour"]
 
 
 async def test_an_empty_batch_sends_nothing(client: Redis) -> None:

@@ -17,12 +17,13 @@ import pytest
 import redis as sync_redis
 import redis.asyncio
 from gateway_runner import GatewayThread, RunningGateway, make_settings
+from ports import free_port
 
 from gateway.metering.limits import KeyLimits, Limiter
 from gateway.money import usd_to_nanos
 from gateway.store.connect import connect_redis
 from gateway.store.direct import DirectRedis
-from gateway.store.embedded import EmbeddedRedis, free_port, redis_server_binary
+from gateway.store.embedded import EmbeddedRedis, redis_server_binary
 from gateway.store.scripts import LuaScript, ScriptBatch
 
 HI = [{"role": "user", "content": "x" * 24}]
@@ -96,7 +97,7 @@ async def _assert_books(
     assert usage["requests"] == requests
     assert usage["total_tokens"] == tokens
     assert status["budget"]["spent_nanos"] == usage["total_cost_nanos"]
-    assert gateway.services.ledger.spool_depth() == 0  # nothing fell back to the spool
+    assert gateway.services.recorder.spool_depth() == 0  # nothing fell back to the spool
 
 
 async def test_script_flush_between_requests_loses_and_doubles_nothing(

@@ -35,7 +35,7 @@ DRIP_S = 0.4
 
 
 @dataclass
-class Served:
+class ProviderRecord:
     """The provider's own record of one request tag."""
 
     model: str
@@ -75,16 +75,16 @@ class CountingProvider(LoopbackServer):
 
     def __init__(self) -> None:
         super().__init__()
-        self.books: dict[str, Served] = {}
+        self.books: dict[str, ProviderRecord] = {}
         self.failures: dict[str, int] = {}
         self.metadata: dict[str, Any] = {}  # the body's ``metadata`` as it arrived, per tag
         self.lock = threading.Lock()
 
-    def snapshot(self) -> dict[str, Served]:
+    def snapshot(self) -> dict[str, ProviderRecord]:
         with self.lock:
             return dict(self.books)
 
-    def _book(self, tag: str, served: Served) -> None:
+    def _book(self, tag: str, served: ProviderRecord) -> None:
         with self.lock:
             if tag in self.books:
                 raise AssertionError(f"tag {tag} served twice")
@@ -109,7 +109,7 @@ class CountingProvider(LoopbackServer):
         cached = prompt // 2 if "cache" in traits else 0
         completion = body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else 4
         if not body.get("stream"):
-            self._book(tag, Served(model, prompt, completion, cached))
+            self._book(tag, ProviderRecord(model, prompt, completion, cached))
             return web.json_response(
                 {
                     "id": "chatcmpl-" + tag,
@@ -135,7 +135,7 @@ class CountingProvider(LoopbackServer):
         inputs = body.get("input")
         texts = [inputs] if isinstance(inputs, str) else [str(t) for t in inputs or []]
         prompt = sum(len(text.split()) for text in texts)
-        self._book(str(body.get("user", "")), Served(model, prompt, 0, 0))
+        self._book(str(body.get("user", "")), ProviderRecord(model, prompt, 0, 0))
         return web.json_response(
             {
                 "object": "list",
@@ -163,7 +163,7 @@ class CountingProvider(LoopbackServer):
         await response.prepare(request)
         wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         report = wants_usage and "mute" not in traits
-        served = Served(model, prompt, 0, cached, reported=False)
+        served = ProviderRecord(model, prompt, 0, cached, reported=False)
         try:
             for _ in range(completion):
                 if "drip" in traits:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import io
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -23,13 +22,13 @@ from typing import Any
 
 import httpx
 import uvicorn
+from ports import free_port
+from serve_process import launch_serve, serve_env
 
 from gateway.app import create_app
-from gateway.server.http_guard import HttpGuardSettings, guarded_protocol
+from gateway.server.http_guard import guarded_protocol
 from gateway.server.proxies import proxy_options
 from gateway.settings import Settings
-from gateway.store.embedded import free_port
-from gateway.tools.serve_process import launch_serve, serve_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ADMIN_KEY = "sy-admin-test-0123456789abcdef"
@@ -37,7 +36,7 @@ ADMIN_KEY = "sy-admin-test-0123456789abcdef"
 # pepper differs from the fingerprint in Redis refuses to start).
 PEPPER = "test-pepper-0123456789abcdef"
 
-# The policy of the gateway tests: models on the fake upstream (gateway.tools.fake_upstream),
+# The policy of the gateway tests: models on the fake upstream (fake_upstream.py beside this),
 # whose upstream model name picks a behaviour, and one on a port nothing listens on.
 POLICY = """
 providers:
@@ -83,17 +82,10 @@ aliases:
 """
 
 
-def unused_port() -> int:
-    """A port nothing listens on (bound then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def write_policy(directory: Path, upstream_base_url: str) -> Path:
     """``POLICY`` on the upstream at ``upstream_base_url``, as ``directory/routing_rules.yaml``."""
     path = directory / "routing_rules.yaml"
-    path.write_text(POLICY.format(base_url=upstream_base_url, dead_port=unused_port()))
+    path.write_text(POLICY.format(base_url=upstream_base_url, dead_port=free_port()))
     return path
 
 
@@ -220,7 +212,7 @@ class GatewayThread:
         self.app = create_app(self.settings, log_stream=self.log)
         options: dict[str, Any] = {"http": "httptools"}
         if self.guarded:
-            guard = HttpGuardSettings.from_settings(self.settings)
+            guard = self.settings.http_guard
             options = {
                 "http": guarded_protocol(guard, self.app.state.record_wire_rejection),
                 "timeout_keep_alive": self.settings.keep_alive_timeout_s,

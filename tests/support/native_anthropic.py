@@ -89,7 +89,10 @@ class FakeAnthropic(NativeUpstream):
         seen, refused = await self._receive(request)
         if refused:
             return self._refused(refused)
-        body = seen.body
+        return await self.answer(request, seen.body)
+
+    async def answer(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        """The Messages answer to ``body`` (its ``model`` named), JSON or a stream."""
         model = body["model"]
         if "ctx-overflow" in model:
             return self.error(

@@ -29,9 +29,10 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from gateway.ledger import UsageEvent
 from gateway.metering.buffer import UsageBuffer
-from gateway.metering.ledger import UsageEvent, UsageLedger
 from gateway.metering.limits import KeyLimits, Limiter
+from gateway.metering.recorder import UsageRecorder
 from gateway.metering.settler import SettleBatcher, Settlement
 from gateway.metering.spool import Spool
 from gateway.money import usd_to_nanos
@@ -248,17 +249,17 @@ def _master_port(node: ClusterNode, slot: int) -> int:
 
 def settle_parts(
     client: Any, spool_dir: Path, store_id: str
-) -> tuple[Limiter, UsageLedger, SettleBatcher]:
-    """The limiter, ledger and settle batch of a gateway, on ``client``; the ledger records
+) -> tuple[Limiter, UsageRecorder, SettleBatcher]:
+    """The limiter, recorder and settle batch of a gateway, on ``client``; the recorder records
     into the buffer of the usage store ``store_id``."""
     limiter = Limiter(client)
     buffer = UsageBuffer(client)
     buffer.bind(store_id)
-    ledger = UsageLedger(buffer, spool=Spool(spool_dir))
+    recorder = UsageRecorder(buffer, spool=Spool(spool_dir))
     settler = SettleBatcher(
-        client, limiter, ledger, structlog.get_logger(), spool=Spool(spool_dir / "settles")
+        client, limiter, recorder, structlog.get_logger(), spool=Spool(spool_dir / "settles")
     )
-    return limiter, ledger, settler
+    return limiter, recorder, settler
 
 
 async def settle_round(
@@ -276,8 +277,8 @@ async def settle_round(
             key_id, limits, tokens=100, cost_nanos=usd_to_nanos(0.5), request_id=request_id
         )
         event = UsageEvent(
-            time=time.time(),
-            request_id=request_id,
+            event_id=request_id,
+            time_ms=int(time.time() * 1000),
             key_id=key_id,
             model="fake-model",
             provider="fake",

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import uvicorn
+from ports import free_port
 
-from gateway.metering.ledger import UsageEvent, day_of
-from gateway.store.embedded import free_port
+from gateway.ledger import UsageEvent
 
 MODELS = ("gpt-4.1-mini", "qwen3:0.6b", "llama|3.1-8b")
 PROVIDERS = {"gpt-4.1-mini": "openai", "qwen3:0.6b": "local", "llama|3.1-8b": "vllm-east"}
@@ -45,8 +45,8 @@ def make_events(count: int, *, seed: int, keys: int = 5, days: int = 3) -> list[
         prompt = rng.randint(0, 5000)
         events.append(
             UsageEvent(
-                time=now - rng.randint(0, days - 1) * 86_400 - rng.random() * 60,
-                request_id=f"req-{seed}-{index}",
+                event_id=f"req-{seed}-{index}",
+                time_ms=int((now - rng.randint(0, days - 1) * 86_400 - rng.random() * 60) * 1000),
                 key_id=f"key{rng.randrange(keys)}",
                 team=rng.choice(TEAMS),
                 task=rng.choice(TASKS),
@@ -76,7 +76,7 @@ def dimensions(event: UsageEvent, by: str) -> tuple[str, ...]:
     if by == "key":
         return (event.key_id,)
     if by == "day":
-        return (day_of(event.time).isoformat(),)
+        return (event.day.isoformat(),)
     if by == "tag":
         return event.tags or ("",)
     if by == "batch":  # the batch tags' rows, by batch id
@@ -91,9 +91,9 @@ def expected_groups(events: list[UsageEvent], by: str) -> dict[str, dict[str, An
     seen: set[tuple[str, str]] = set()
     groups: dict[str, dict[str, Any]] = defaultdict(lambda: dict.fromkeys(SUMS, 0))
     for event in events:
-        if (event.key_id, event.request_id) in seen:
+        if (event.key_id, event.event_id) in seen:
             continue
-        seen.add((event.key_id, event.request_id))
+        seen.add((event.key_id, event.event_id))
         for group in dimensions(event, by):
             row = groups[group]
             row["requests"] += 1

@@ -38,7 +38,7 @@ PHASES = ["engine.queue", "engine.prefill", "engine.decode"]
 def engine_gateway(
     tmp_path_factory: pytest.TempPathFactory, redis_url: str, session_receiver: OtlpReceiver
 ) -> Iterator[RunningGateway]:
-    from engine.tools.tiny_checkpoint import write_tiny_checkpoint
+    from tiny_checkpoint import write_tiny_checkpoint
 
     root = tmp_path_factory.mktemp("traced-engine")
     checkpoint = write_tiny_checkpoint(root / "tiny-qwen3", arch="qwen3")

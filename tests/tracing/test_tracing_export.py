@@ -11,10 +11,10 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from fake_upstream import FakeUpstream, ThreadedFakeUpstream
 from otlp_receiver import OtlpReceiver, ReceivedSpan
 from tracing_support import MakeTracing, flushed
 
-from gateway.tools.fake_upstream import FakeUpstream, ThreadedFakeUpstream
 from gateway.tracing import EnginePhases, RequestTrace, Tracing
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -49,7 +49,11 @@ def cpu_identity() -> str:
 
 
 def source_hash() -> str:
-    return hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    """Names the kernel source in cache keys; a missing source (a broken install) is a key too."""
+    try:
+        return hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    except OSError:
+        return "no-source"
 
 
 def _compiler() -> str | None:
@@ -122,6 +126,8 @@ def build_key(compiler: str) -> str:
 
 def load_kernels(cache_dir: Path) -> tuple[CpuKernels | None, str]:
     """The kernels built for this machine (built now if not cached), or None and why."""
+    if not SOURCE.is_file():
+        return None, f"the kernel source {SOURCE} is missing from this install"
     compiler = _compiler()
     if compiler is None:
         return None, "no C compiler (cc, gcc or clang) on PATH"
@@ -140,6 +146,7 @@ def load_kernels(cache_dir: Path) -> tuple[CpuKernels | None, str]:
                 )
                 if result.returncode:
                     return None, f"{compiler} failed: {result.stderr.strip()[-500:]}"
+                built.chmod(0o600)  # DATA_DIR files are 0600; dlopen needs no execute bit
                 os.replace(built, target)  # atomic: a concurrent loader sees all or nothing
             log.info("built the CPU kernels with %s into %s", compiler, target)
         library = ctypes.CDLL(str(target))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.formats import fields, internal
-from gateway.formats.errors import InvalidRequest
+from gateway.formats.errors import MalformedRequest
 from gateway.formats.media import ANTHROPIC_IMAGE_TYPES
 from gateway.formats.signatures import from_client
 
@@ -38,7 +38,7 @@ def parse_request(body: bytes | str | dict[str, Any]) -> internal.ChatRequest:
     request = internal.ChatRequest(model=model, source=NAME, messages=[])
     request.max_tokens = fields.opt_int(data, "max_tokens", "max_tokens", 0, 10**9)
     if request.max_tokens is None:
-        raise InvalidRequest("max_tokens is required", param="max_tokens")
+        raise MalformedRequest("max_tokens is required", param="max_tokens")
     request.system = _parse_system(data.get("system"))
     request.messages = [
         _parse_message(item, fields.at("messages", i))
@@ -82,7 +82,7 @@ def _parse_system(system: Any) -> list[internal.Text]:
 
 def _text_block(block: dict[str, Any], path: str) -> internal.Text:
     if block.get("type") != "text":
-        raise InvalidRequest(f"{path}.type must be text", param=fields.at(path, "type"))
+        raise MalformedRequest(f"{path}.type must be text", param=fields.at(path, "type"))
     text = fields.required_str(block, "text", fields.at(path, "text"))
     return internal.Text(
         text, fields.opt_obj(block, "cache_control", fields.at(path, "cache_control")), path
@@ -93,7 +93,7 @@ def _parse_message(item: Any, path: str) -> internal.Message:
     message = fields.obj(item, path)
     role = message.get("role")
     if role not in ("user", "assistant", "system"):
-        raise InvalidRequest(
+        raise MalformedRequest(
             f"{path}.role must be user, assistant or system", param=fields.at(path, "role")
         )
     content = fields.required(message, "content", fields.at(path, "content"))
@@ -105,7 +105,7 @@ def _parse_message(item: Any, path: str) -> internal.Message:
         for block, block_path in fields.objects(content, content_path)
     ]
     if role == "system" and not all(isinstance(block, internal.Text) for block in blocks):
-        raise InvalidRequest(
+        raise MalformedRequest(
             f"{content_path} of a system message must be text blocks", param=content_path
         )
     return internal.Message(role, blocks, path)
@@ -138,7 +138,7 @@ def _parse_block(block: dict[str, Any], path: str) -> internal.Block:
             fields.required_str(block, "data", fields.at(path, "data")), path
         )
     if not isinstance(kind, str) or not kind:
-        raise InvalidRequest(f"{path}.type is required", param=fields.at(path, "type"))
+        raise MalformedRequest(f"{path}.type is required", param=fields.at(path, "type"))
     return internal.Raw(NAME, block, path)  # documents, search results, server tool blocks
 
 
@@ -151,7 +151,7 @@ def _parse_image(block: dict[str, Any], path: str, cache: dict[str, Any] | None)
             source, "media_type", fields.at(source_path, "media_type"), ANTHROPIC_IMAGE_TYPES
         )
         if media_type is None:
-            raise InvalidRequest(
+            raise MalformedRequest(
                 f"{source_path}.media_type is required", param=fields.at(source_path, "media_type")
             )
         data = fields.required_str(source, "data", fields.at(source_path, "data"))
@@ -162,7 +162,7 @@ def _parse_image(block: dict[str, Any], path: str, cache: dict[str, Any] | None)
     if kind == "file":
         file_id = fields.required_str(source, "file_id", fields.at(source_path, "file_id"))
         return internal.Image(file_id=file_id, origin=NAME, cache_control=cache, path=path)
-    raise InvalidRequest(
+    raise MalformedRequest(
         f"{source_path}.type must be base64, url or file", param=fields.at(source_path, "type")
     )
 
@@ -218,7 +218,7 @@ def _parse_tool_choice(request: internal.ChatRequest, value: Any) -> None:
     kind = choice.get("type")
     modes = {"auto": "auto", "any": "required", "none": "none", "tool": "tool"}
     if kind not in modes:
-        raise InvalidRequest(
+        raise MalformedRequest(
             "tool_choice.type must be auto, any, tool or none", param="tool_choice.type"
         )
     name = None
@@ -246,12 +246,12 @@ def _parse_reasoning(data: dict[str, Any]) -> internal.Reasoning | None:
     if thinking is not None:
         reasoning.mode = fields.opt_choice(thinking, "type", "thinking.type", THINKING_MODES)
         if reasoning.mode is None:
-            raise InvalidRequest("thinking.type is required", param="thinking.type")
+            raise MalformedRequest("thinking.type is required", param="thinking.type")
         reasoning.budget_tokens = fields.opt_int(
             thinking, "budget_tokens", "thinking.budget_tokens", 1, 10**9
         )
         if reasoning.mode == "enabled" and reasoning.budget_tokens is None:
-            raise InvalidRequest(
+            raise MalformedRequest(
                 "thinking.budget_tokens is required", param="thinking.budget_tokens"
             )
         reasoning.display = fields.opt_choice(
@@ -266,7 +266,7 @@ def _parse_output_format(data: dict[str, Any]) -> internal.ResponseFormat | None
     if spec is None:
         return None
     if spec.get("type") != "json_schema":
-        raise InvalidRequest(
+        raise MalformedRequest(
             "output_config.format.type must be json_schema", param="output_config.format.type"
         )
     schema = fields.required_obj(spec, "schema", "output_config.format.schema")

@@ -27,8 +27,7 @@ def render_request(
     request: internal.ChatRequest, model: str, *, default_max_tokens: int = DEFAULT_MAX_TOKENS
 ) -> dict[str, Any]:
     """A Messages body for ``model``; raises ``Untranslatable`` naming the client's field."""
-    portability.check_unportable(request, NAME)
-    _refuse_unsupported(request)
+    check_portable(request)
     max_tokens = request.max_tokens if request.max_tokens is not None else default_max_tokens
     body: dict[str, Any] = {"model": model, "max_tokens": max_tokens}
     if request.system:
@@ -57,7 +56,9 @@ def render_request(
     return body
 
 
-def _refuse_unsupported(request: internal.ChatRequest) -> None:
+def check_portable(request: internal.ChatRequest) -> None:
+    """What of ``request`` a Messages body cannot carry, refused by name (``Untranslatable``)."""
+    portability.check_unportable(request, NAME)
     portability.refuse_unless(
         request, "n", NAME, request.n, 1, "Anthropic returns one answer per request"
     )

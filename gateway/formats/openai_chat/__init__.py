@@ -7,7 +7,7 @@ The package is this format's ``WireFormat``: it exports the protocol's members.
 # ruff: noqa: F401
 
 from gateway.formats.openai_chat.request_parse import NAME, parse_request
-from gateway.formats.openai_chat.request_render import render_request
+from gateway.formats.openai_chat.request_render import check_portable, render_request
 from gateway.formats.openai_chat.response import parse_response, render_response
 from gateway.formats.openai_chat.stream_parse import StreamParser
 from gateway.formats.openai_chat.stream_render import StreamRenderer

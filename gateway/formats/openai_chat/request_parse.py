@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.formats import fields, internal
-from gateway.formats.errors import InvalidRequest
+from gateway.formats.errors import MalformedRequest
 from gateway.formats.media import image_from_url
 from gateway.formats.openai_tools import function_fields, tool_choice_mode
 
@@ -124,7 +124,7 @@ def _parse_messages(request: internal.ChatRequest, messages: list[Any]) -> None:
                 internal.Message("user", [internal.Raw(NAME, message, path)], path)
             )
         else:
-            raise InvalidRequest(
+            raise MalformedRequest(
                 f"{fields.at(path, 'role')} must be one of: system, developer, user, assistant, tool",
                 param=fields.at(path, "role"),
             )
@@ -140,7 +140,7 @@ def _text_parts(content: Any, path: str) -> list[internal.Text]:
     texts = []
     for part, part_path in fields.objects(content, path):
         if part.get("type") != "text":
-            raise InvalidRequest(
+            raise MalformedRequest(
                 f"{part_path}.type must be text here", param=fields.at(part_path, "type")
             )
         text = fields.required_str(part, "text", fields.at(part_path, "text"))
@@ -163,7 +163,7 @@ def _user_content(content: Any, path: str) -> list[internal.Block]:
         elif kind in ("input_audio", "file"):
             blocks.append(internal.Raw(NAME, part, part_path))
         else:
-            raise InvalidRequest(
+            raise MalformedRequest(
                 f"{part_path}.type must be one of: text, image_url, input_audio, file",
                 param=fields.at(part_path, "type"),
             )
@@ -195,7 +195,7 @@ def _assistant_content(message: dict[str, Any], path: str) -> list[internal.Bloc
                 refusal = fields.required_str(part, "refusal", fields.at(part_path, "refusal"))
                 blocks.append(internal.Refusal(refusal, part_path))
             else:
-                raise InvalidRequest(
+                raise MalformedRequest(
                     f"{part_path}.type must be text or refusal", param=fields.at(part_path, "type")
                 )
     refusal = fields.opt_str(message, "refusal", fields.at(path, "refusal"))
@@ -274,7 +274,7 @@ def _parse_response_format(value: Any) -> internal.ResponseFormat | None:
     if kind in ("text", "json_object"):
         return internal.ResponseFormat(kind)
     if kind != "json_schema":
-        raise InvalidRequest(
+        raise MalformedRequest(
             "response_format.type must be text, json_object or json_schema",
             param="response_format.type",
         )

@@ -25,11 +25,7 @@ TARGET = portability.TITLES[NAME]
 
 def render_request(request: internal.ChatRequest, model: str) -> dict[str, Any]:
     """A Chat Completions body for ``model``; raises ``Untranslatable`` naming the client's field."""
-    portability.check_unportable(request, NAME)
-    portability.refuse_unless(
-        request, "top_k", NAME, request.top_k, None, "Chat Completions has no top_k"
-    )
-    portability.refuse_cache_warming(request, NAME)
+    check_portable(request)
     body: dict[str, Any] = {"model": model, "messages": _render_messages(request)}
     put_tools(body, request, _render_tool, _render_tool_choice)
     optional = {
@@ -56,6 +52,16 @@ def render_request(request: internal.ChatRequest, model: str) -> dict[str, Any]:
         body["stream_options"] = {"include_usage": True}
     portability.merge_extras(body, request, NAME)
     return body
+
+
+def check_portable(request: internal.ChatRequest) -> None:
+    """What of ``request`` a Chat Completions body cannot carry, refused by name
+    (``Untranslatable``)."""
+    portability.check_unportable(request, NAME)
+    portability.refuse_unless(
+        request, "top_k", NAME, request.top_k, None, "Chat Completions has no top_k"
+    )
+    portability.refuse_cache_warming(request, NAME)
 
 
 def _effort(reasoning: internal.Reasoning | None) -> str | None:

@@ -8,7 +8,7 @@ The package is this format's ``WireFormat``: it exports the protocol's members.
 
 from gateway.formats.openai_errors import parse_error, render_error
 from gateway.formats.openai_responses.request_parse import NAME, parse_request
-from gateway.formats.openai_responses.request_render import render_request
+from gateway.formats.openai_responses.request_render import check_portable, render_request
 from gateway.formats.openai_responses.response import parse_response, render_response
 from gateway.formats.openai_responses.stream_parse import StreamParser
 from gateway.formats.openai_responses.stream_render import StreamRenderer, render_stream_error

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.formats import fields, internal
-from gateway.formats.errors import InvalidRequest
+from gateway.formats.errors import MalformedRequest
 from gateway.formats.media import image_from_url
 from gateway.formats.openai_tools import function_fields, tool_choice_mode
 from gateway.formats.signatures import from_client
@@ -75,11 +75,11 @@ def parse_request(body: bytes | str | dict[str, Any]) -> internal.ChatRequest:
 def _refuse_stateful(data: dict[str, Any]) -> None:
     for name in ("previous_response_id", "conversation"):
         if data.get(name) is not None:
-            raise InvalidRequest(f"{name} is not supported: {STATELESS}", param=name)
+            raise MalformedRequest(f"{name} is not supported: {STATELESS}", param=name)
     if data.get("background") is True:
-        raise InvalidRequest(f"background is not supported: {STATELESS}", param="background")
+        raise MalformedRequest(f"background is not supported: {STATELESS}", param="background")
     if data.get("store") is True:
-        raise InvalidRequest(
+        raise MalformedRequest(
             f"store: true is not supported: {STATELESS}; omit store or set it to false",
             param="store",
         )
@@ -103,12 +103,14 @@ def _parse_input(request: internal.ChatRequest, value: Any) -> None:
         elif kind == "reasoning":
             _add(request, "assistant", _parse_reasoning_item(item, path), path)
         elif kind == "item_reference":
-            raise InvalidRequest(f"item_reference items are not supported: {STATELESS}", param=path)
+            raise MalformedRequest(
+                f"item_reference items are not supported: {STATELESS}", param=path
+            )
         elif isinstance(kind, str):
             role: internal.Role = "user" if kind.endswith("_output") else "assistant"
             _add(request, role, internal.Raw(NAME, item, path), path)
         else:
-            raise InvalidRequest(f"{path}.type must be a string", param=fields.at(path, "type"))
+            raise MalformedRequest(f"{path}.type must be a string", param=fields.at(path, "type"))
 
 
 def _add(
@@ -132,7 +134,7 @@ def _parse_message_item(request: internal.ChatRequest, item: dict[str, Any], pat
     content_path = fields.at(path, "content")
     content = fields.required(item, "content", content_path)
     if role not in ("user", "assistant", "system", "developer"):
-        raise InvalidRequest(
+        raise MalformedRequest(
             f"{path}.role must be user, assistant, system or developer",
             param=fields.at(path, "role"),
         )
@@ -158,7 +160,7 @@ def _parse_message_item(request: internal.ChatRequest, item: dict[str, Any], pat
 
 def _system_text(block: internal.Block) -> internal.Text:
     if not isinstance(block, internal.Text):
-        raise InvalidRequest(f"{block.path} must be text in a system message", param=block.path)
+        raise MalformedRequest(f"{block.path} must be text in a system message", param=block.path)
     return block
 
 
@@ -174,7 +176,7 @@ def _parse_part(part: dict[str, Any], path: str) -> internal.Block:
         return _parse_image(part, path)
     if kind == "input_file":
         return internal.Raw(NAME, part, path)
-    raise InvalidRequest(
+    raise MalformedRequest(
         f"{path}.type must be input_text, input_image, input_file, output_text or refusal",
         param=fields.at(path, "type"),
     )
@@ -189,7 +191,7 @@ def _parse_image(part: dict[str, Any], path: str) -> internal.Image:
     if file_id is not None:
         return internal.Image(file_id=file_id, origin=NAME, detail=detail, path=path)
     if url is None:
-        raise InvalidRequest(
+        raise MalformedRequest(
             f"{path}.image_url or {path}.file_id is required", param=fields.at(path, "image_url")
         )
     return image_from_url(url, detail, path, fields.at(path, "image_url"))
@@ -222,7 +224,7 @@ def _parse_reasoning_item(item: dict[str, Any], path: str) -> internal.Thinking:
         key_path = fields.at(path, key)
         for part, part_path in fields.objects(fields.opt_array(item, key, key_path), key_path):
             if part.get("type") != kind:
-                raise InvalidRequest(
+                raise MalformedRequest(
                     f"{part_path}.type must be {kind}", param=fields.at(part_path, "type")
                 )
             texts.append(fields.required_str(part, "text", fields.at(part_path, "text")))
@@ -272,7 +274,7 @@ def _parse_text(data: dict[str, Any]) -> internal.ResponseFormat | None:
     if kind in ("text", "json_object"):
         return internal.ResponseFormat(kind)
     if kind != "json_schema":
-        raise InvalidRequest(
+        raise MalformedRequest(
             "text.format.type must be text, json_object or json_schema", param="text.format.type"
         )
     return internal.ResponseFormat(

@@ -24,8 +24,7 @@ TARGET = portability.TITLES[NAME]
 
 def render_request(request: internal.ChatRequest, model: str) -> dict[str, Any]:
     """A Responses body for ``model`` (always ``store: false``); raises ``Untranslatable``."""
-    portability.check_unportable(request, NAME)
-    _refuse_unsupported(request)
+    check_portable(request)
     body: dict[str, Any] = {"model": model}
     items: list[dict[str, Any]] = []
     if len(request.system) == 1:
@@ -59,7 +58,9 @@ def render_request(request: internal.ChatRequest, model: str) -> dict[str, Any]:
     return body
 
 
-def _refuse_unsupported(request: internal.ChatRequest) -> None:
+def check_portable(request: internal.ChatRequest) -> None:
+    """What of ``request`` a Responses body cannot carry, refused by name (``Untranslatable``)."""
+    portability.check_unportable(request, NAME)
     portability.refuse_unless(
         request, "n", NAME, request.n, 1, "the Responses API returns one answer"
     )

@@ -35,7 +35,9 @@ def replica_label(url: str) -> str:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class ReplicaCandidate:
+    """A replica as a pick saw it: its load, and why it was chosen, passed over or excluded."""
+
     replica: str
     load: int  # in flight from this gateway + the replica's scraped waiting queue
     verdict: Verdict
@@ -57,7 +59,7 @@ class RoutePick:
     replica: str  # the chosen replica's base URL
     reason: Reason
     routing: str  # affinity | round_robin | least_loaded
-    candidates: tuple[Candidate, ...]
+    candidates: tuple[ReplicaCandidate, ...]
     key: int | None = None  # the first block's hash: the ring position (affinity)
     capacity: int | None = None  # the bounded-load cap in force (affinity)
     matched_blocks: int = 0  # leading blocks remembered on the chosen replica (affinity)

@@ -29,7 +29,7 @@ from gateway.providers.fleet.discovery import Discovery, DiscoveryError
 from gateway.providers.fleet.explain import RoutePick
 from gateway.providers.fleet.health import HealthSettings
 from gateway.providers.fleet.members import Members, MembershipChange, Replica
-from gateway.providers.fleet.picker import Picker, PickSettings
+from gateway.providers.fleet.picker import Picker, PickSettings, past_spill
 from gateway.providers.fleet.prefix import PrefixSettings, Tokenizer, prefix_hashes
 from gateway.providers.fleet.scrape import ScrapeError, ScrapeSettings, scrape
 from gateway.server.tasks import cancel_until_done
@@ -223,7 +223,7 @@ class Fleet:
         if not usable:
             return FleetUnavailable(f"fleet {self.name}: every replica is ejected", spill=False)
         spill = self.settings.pick.spill
-        if all(spill.exceeded(replica.load) is not None for replica in usable):
+        if all(past_spill(spill, replica.load) is not None for replica in usable):
             return FleetUnavailable(f"fleet {self.name}: every replica is past spill_when", True)
         return None
 

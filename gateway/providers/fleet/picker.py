@@ -26,8 +26,9 @@ from collections.abc import Sequence, Set
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from gateway.policy import SpillWhen
 from gateway.providers.fleet.affinity import HashRing, PrefixMemory, bounded_capacity
-from gateway.providers.fleet.explain import Candidate, Reason, RoutePick, Verdict
+from gateway.providers.fleet.explain import Reason, ReplicaCandidate, RoutePick, Verdict
 from gateway.providers.fleet.members import Replica
 from gateway.providers.fleet.scrape import ReplicaLoad
 
@@ -42,23 +43,17 @@ _REASON_OF_SKIP: dict[Verdict, Reason] = {
 }
 
 
-@dataclass(frozen=True)
-class SpillWhen:
-    """A replica busier than this takes no new request (None = no limit on that measure)."""
-
-    waiting: int | None = None
-    kv_usage: float | None = None
-
-    def exceeded(self, load: ReplicaLoad | None) -> str | None:
-        """Why ``load`` is past the thresholds, or None."""
-        if load is None:
-            return None
-        if self.waiting is not None and load.waiting > self.waiting:
-            return f"waiting {load.waiting} > {self.waiting}"
-        kv = load.kv_usage
-        if self.kv_usage is not None and kv is not None and kv > self.kv_usage:
-            return f"kv usage {kv:.2f} > {self.kv_usage}"
+def past_spill(spill: SpillWhen, load: ReplicaLoad | None) -> str | None:
+    """Why a replica with ``load`` is past the policy's ``spill_when`` (a replica busier than
+    that takes no new request; None = no limit on that measure), or None."""
+    if load is None:
         return None
+    if spill.waiting is not None and load.waiting > spill.waiting:
+        return f"waiting {load.waiting} > {spill.waiting}"
+    kv = load.kv_usage
+    if spill.kv_usage is not None and kv is not None and kv > spill.kv_usage:
+        return f"kv usage {kv:.2f} > {spill.kv_usage}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -107,7 +102,7 @@ class Picker:
             return "ejected", replica.health.last_error
         if not honor_spill:
             return None
-        spill = self.settings.spill.exceeded(replica.load)
+        spill = past_spill(self.settings.spill, replica.load)
         if spill is not None:
             return "spill", spill
         return None
@@ -150,7 +145,7 @@ class Picker:
             return pick
         listed = {candidate.replica for candidate in pick.candidates}
         missing = tuple(
-            Candidate(replica.url, replica.load_units, "excluded")
+            ReplicaCandidate(replica.url, replica.load_units, "excluded")
             for replica in failed
             if replica.url not in listed
         )
@@ -177,13 +172,13 @@ class Picker:
         eligible = [replica for replica in order if verdicts[replica.url] is None]
         total = sum(replica.load_units for replica in eligible)
         capacity = bounded_capacity(total, len(eligible), self.settings.load_factor)
-        passed: list[Candidate] = []
+        passed: list[ReplicaCandidate] = []
         for replica in order:
             verdict = verdicts[replica.url]
             if verdict is None and replica.load_units < capacity:
                 if commit:
                     self.memory.remember(hashes, replica.url)
-                chosen = Candidate(replica.url, replica.load_units, "chosen")
+                chosen = ReplicaCandidate(replica.url, replica.load_units, "chosen")
                 matched = remembered[1] if remembered and remembered[0] == replica.url else 0
                 return RoutePick(
                     replica.url,
@@ -196,7 +191,7 @@ class Picker:
                 )
             if verdict is None:
                 verdict = ("full", f"load {replica.load_units} >= capacity {capacity}")
-            passed.append(Candidate(replica.url, replica.load_units, *verdict))
+            passed.append(ReplicaCandidate(replica.url, replica.load_units, *verdict))
         raise AssertionError("bounded load: the least loaded eligible replica is below capacity")
 
     def _least_loaded(
@@ -214,7 +209,7 @@ class Picker:
                 verdict = ("chosen", None)
             elif verdict is None:
                 verdict = ("busier", f"load {replica.load_units} vs {best.load_units}")
-            candidates.append(Candidate(replica.url, replica.load_units, *verdict))
+            candidates.append(ReplicaCandidate(replica.url, replica.load_units, *verdict))
         return RoutePick(best.url, "load", "least_loaded", tuple(candidates), key)
 
     def _round_robin(
@@ -232,5 +227,5 @@ class Picker:
         for replica in ordered:
             verdict = ("chosen", None) if replica is chosen else verdicts[replica.url]
             if verdict is not None:  # eligible replicas out of turn are not listed
-                candidates.append(Candidate(replica.url, replica.load_units, *verdict))
+                candidates.append(ReplicaCandidate(replica.url, replica.load_units, *verdict))
         return RoutePick(chosen.url, "round_robin", "round_robin", tuple(candidates))
