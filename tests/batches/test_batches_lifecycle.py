@@ -137,9 +137,8 @@ def test_batch_lines_leave_half_the_keys_rpm_to_interactive_requests(
     # One line at a time: the share is checked before each line's reserve, so the lines of one
     # replica that pass it together may overshoot it by up to the runner's concurrency.
     root = tmp_path_factory.mktemp("headroom")
-    settings = gateway.settings.model_copy(
-        update={"data_dir": root, "batch_concurrency": 1, "batch_limit_share": 0.5}
-    )
+    batches = gateway.settings.batches.model_copy(update={"concurrency": 1, "limit_share": 0.5})
+    settings = gateway.settings.model_copy(update={"data_dir": root, "batches": batches})
     with GatewayThread(settings) as single:
         _, key = single.create_key(name="headroom", rpm=6)
         client, batch = start_batch(single, key, 6, "headroom")
