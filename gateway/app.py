@@ -33,20 +33,24 @@ from gateway.api.admin import (
     tokens,
     usage,
 )
+from gateway.api.admin import batches as batch_admin
 from gateway.api.admin import cache as cache_admin
+from gateway.api.dashboard import batches as dashboard_batches
 from gateway.api.dashboard import home, manage
 from gateway.api.dashboard.view import DashboardRenderer
 from gateway.api.http import error_response
 from gateway.api.openapi.document import OpenApiDocument
 from gateway.api.request_headers import HeaderGuardMiddleware
-from gateway.api.v1 import anthropic, openai, responses, uploads
+from gateway.api.v1 import anthropic, batches, files, message_batches, openai, responses, uploads
+from gateway.api.v1.batch_line import line_runner
 from gateway.api.v1.pipeline import V1Pipeline
+from gateway.batches.service import build_runner
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, echo
 from gateway.logs import LazyFlushStream, build_logger
 from gateway.server.exchange import ExchangeMiddleware, record_wire_rejection, request_id_of
 from gateway.server.shutdown import Drain, DrainMiddleware, sigterm_drain
 from gateway.server.tasks import cancel_until_done
-from gateway.services import running_services
+from gateway.services import Services, running_services
 from gateway.settings import Settings, SettingsError, ensure_secrets, load_settings
 
 
@@ -91,15 +95,17 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
         flusher = asyncio.create_task(_flush_logs(sink)) if sink is not None else None
         try:
             async with running_services(settings, secrets, log, drain, pages) as services:
-                # For what runs outside a request (the HTTP server's wire-rejection hook) and
-                # for tests; handlers get theirs from the lifespan state.
-                app.state.services = services
-                with sigterm_drain(drain, settings.shutdown_grace_s, log), _startup_frozen():
-                    yield {
-                        "services": services,
-                        "v1": V1Pipeline(services),
-                        "openapi": OpenApiDocument(app.routes),
-                    }
+                v1 = V1Pipeline(services)
+                async with running_batches(services, v1):
+                    # For what runs outside a request (the HTTP server's wire-rejection hook)
+                    # and for tests; handlers get theirs from the lifespan state.
+                    app.state.services = services
+                    with sigterm_drain(drain, settings.shutdown_grace_s, log), _startup_frozen():
+                        yield {
+                            "services": services,
+                            "v1": v1,
+                            "openapi": OpenApiDocument(app.routes),
+                        }
         except SettingsError as exc:
             # Start-up refused (a pepper that does not match this Redis's): said once, plainly.
             app.state.startup_error = str(exc)
@@ -117,7 +123,11 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
             *anthropic.routes,
             *responses.routes,
             *uploads.routes,
+            *files.routes,
+            *batches.routes,
+            *message_batches.routes,
             *keys.routes,
+            *batch_admin.routes,
             *teams.routes,
             *tokens.routes,
             *audit.routes,
@@ -127,6 +137,7 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
             *policy.routes,
             *home.routes,
             *manage.routes,
+            *dashboard_batches.routes,
             *ops.routes,
         ],
         lifespan=lifespan,
@@ -154,6 +165,30 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
 def create_app_from_env() -> Starlette:
     """Factory for ``uvicorn --factory gateway.app:create_app_from_env`` (several workers)."""
     return create_app()
+
+
+@contextlib.asynccontextmanager
+async def running_batches(services: Services, v1: V1Pipeline) -> AsyncIterator[None]:
+    """The batch runner, its lines run through this app's /v1 pipeline
+    (``api/v1/batch_line.py``); none with ``SWITCHYARD_RUN_BATCHES=false``."""
+    if not services.batches.settings.run:
+        yield
+        return
+    runner = build_runner(
+        services.batches,
+        line_runner(v1),
+        limiter=services.limiter,
+        keys=services.keys,
+        teams=services.teams,
+        local_engine=services.local_engine,
+        policies=services.policies,
+        log=services.log,
+    )
+    await runner.start()
+    try:
+        yield
+    finally:
+        await runner.stop()
 
 
 @contextlib.contextmanager

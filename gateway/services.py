@@ -29,6 +29,7 @@ from gateway.access.throttle import AuthThrottle
 from gateway.alerts.deliverer import AlertDeliverer
 from gateway.alerts.outbox import AlertOutbox
 from gateway.audit.trail import AuditTrail
+from gateway.batches.service import Batches
 from gateway.cache import ResponseCache
 from gateway.ledger import StoreConfigError, UsageStore, make_store
 from gateway.metering.accounting import Accountant
@@ -119,6 +120,9 @@ class Services:
     cache: ResponseCache
     # Spans of /v1 requests; shared no-ops unless OTEL_* variables turn it on (tracing.md).
     tracing: Tracing
+    # Batch files, batches and their lines in the SQL store (batches.md); the runner that
+    # works them is started by the app, which binds it to the pipeline.
+    batches: Batches
     embedded_redis: EmbeddedRedis | None = None
     # Set when the key pepper, checked late (Redis was away at start), differs from Redis's.
     key_pepper_mismatch: bool = False
@@ -225,6 +229,7 @@ def build_services(
         cache=ResponseCache(redis),
         tracing=tracing,
         fleets=fleets,
+        batches=Batches.build(settings.usage_store.url, settings.data_dir, settings.batches, redis),
     )
 
 
@@ -273,6 +278,7 @@ def _parts(services: Services, pepper: bytes) -> list[Part]:
     parts += [
         Part("redis", start=redis.connect, stop=lambda: close_redis(services.redis, services.log)),
         Part("usage store", start=lambda: _open_usage_store(services), stop=store.close),
+        Part("batch store", start=services.batches.store.open, stop=services.batches.store.close),
         Part("policy", start=lambda: _load_policy(services)),
         Part(
             "local engine", start=lambda: engine.start(policies.policy_or_none()), stop=engine.stop

@@ -268,6 +268,31 @@ class AlertSettings(Section):
         return min(self.retry_max_s, self.retry_initial_s * 2 ** max(0, tries - 1))
 
 
+class BatchSettings(Section):
+    """Batches (``gateway/batches``, docs/batches.md): the largest input file, the most
+    requests a batch may hold, the lines one replica runs at once, the share of a key's and
+    team's RPM and TPM that batch lines may use, the lease a replica holds a line under
+    (renewed every third of it while it runs; another replica takes the line over once it
+    lapses), how often the runner looks for work, the longest back-off after a 429, and the
+    share of the local engine's sequences batch lines may fill (admitted only while it holds no
+    interactive request). ``run`` false (RUN_BATCHES): this replica serves the batch API but
+    runs no lines."""
+
+    max_file_bytes: int = _env("batch_max_file_bytes", 100 * 1024 * 1024, ge=1024, le=2 * 1024**3)
+    max_lines: int = _env("batch_max_lines", 50_000, ge=1, le=1_000_000)
+    concurrency: int = _env("batch_concurrency", 16, ge=1, le=10_000)
+    limit_share: float = _env("batch_limit_share", 0.5, gt=0, le=1)
+    lease_s: float = _env("batch_lease_s", 30.0, ge=0.5, le=3600)
+    poll_interval_s: float = _env("batch_poll_interval_s", 0.5, ge=0.01, le=60)
+    backoff_max_s: float = _env("batch_backoff_max_s", 60.0, ge=0.1, le=3600)
+    local_share: float = _env("batch_local_share", 0.5, gt=0, le=1)
+    run: bool = _env("run_batches", True)
+
+    @property
+    def lease_ms(self) -> int:
+        return round(self.lease_s * 1000)
+
+
 class Settings(BaseSettings):
     """Every setting: the general ones, and one nested section per part that reads a group
     (``settings.retry``, ``settings.breaker``...). The variables are flat, as they always were:
@@ -326,6 +351,7 @@ class Settings(BaseSettings):
     usage_store: UsageStoreSettings = Field(default_factory=UsageStoreSettings)
     export: ExportSettings = Field(default_factory=ExportSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
+    batches: BatchSettings = Field(default_factory=BatchSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -98,6 +98,19 @@ class Authenticator:
             raise AuthenticationFailed("This API key has expired.", code="key_expired")
         return Principal(key_id, record, degraded)
 
+    async def principal_of(self, key_id: str) -> Principal:
+        """The key ``key_id`` without its secret, for work the key itself queued earlier (a
+        batch's lines): refused as ``authenticate`` would once it is gone, revoked or expired."""
+        record, degraded = await self._record(key_id)
+        if record is None:
+            raise AuthenticationFailed("The batch's API key no longer exists.")
+        status = record.effective_status(time.time())
+        if status == "revoked":
+            raise AuthenticationFailed("This API key has been revoked.", code="key_revoked")
+        if status == "expired":
+            raise AuthenticationFailed("This API key has expired.", code="key_expired")
+        return Principal(key_id, record, degraded)
+
     async def _record(self, key_id: str) -> tuple[KeyRecord | None, bool]:
         cached = self._cache.get(key_id)
         now = time.monotonic()

@@ -8,6 +8,7 @@
 - ``teams create|list|show|update|delete``, ``tokens create|list|revoke`` (``cli/teams.py``):
   teams with shared limits, named admin tokens; every change of these is in the audit log;
 - ``usage report`` (``cli/usage.py``): the admin usage report as a table, CSV or JSON;
+- ``batches list|show|cancel`` (``cli/batches.py``): every key's batches, through the admin API;
 - ``policy check FILE`` (``cli/policy.py``): validate a routing policy locally; ``policy
   get|diff FILE|apply FILE``: the live policy, through the gateway's admin API
   (``cli/admin_api.py``).
@@ -24,6 +25,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from gateway.cli.batches import add_batches_parser, batches_command
 from gateway.cli.init import add_init_parser, init_command
 from gateway.cli.keys import add_keys_parser, keys_command
 from gateway.cli.output import fail
@@ -53,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_tokens_parser(commands)
     add_policy_parser(commands)
     add_usage_parser(commands)
+    add_batches_parser(commands)
     return parser
 
 
@@ -70,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "policy" and not policy_needs_settings(args):
         return policy_command(args)
-    if args.command in ("init", "policy"):  # they write no DATA_DIR files
+    if args.command in ("init", "policy", "batches"):  # they write no DATA_DIR files
         return _run(args)
     # The other commands write under DATA_DIR: privately (data_dir.py). Restored after, for
     # callers in a longer-lived process (the tests).
@@ -93,6 +96,8 @@ def _run(args: argparse.Namespace) -> int:
             return policy_command(args, settings)
         if args.command == "init":
             return init_command(settings, args)
+        if args.command == "batches":
+            return batches_command(settings, args)
         if args.command == "usage":
             return asyncio.run(usage_command(settings, args))
         if args.command == "teams":

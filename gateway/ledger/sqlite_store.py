@@ -34,6 +34,7 @@ import orjson
 import structlog
 
 from gateway.ledger.audit import SQLITE_MIGRATION as AUDIT_MIGRATION
+from gateway.ledger.batch_tables import SQLITE_MIGRATION as BATCH_MIGRATION
 from gateway.ledger.dead_letters import SQLITE_MIGRATION as DEAD_LETTER_MIGRATION
 from gateway.ledger.event import EPOCH_DAY, UsageEvent
 from gateway.ledger.query import event_counts
@@ -79,6 +80,7 @@ INSERT INTO usage_store_identity (singleton, store_id) VALUES (1, lower(hex(rand
     DEAD_LETTER_MIGRATION,  # 4: events the store could not keep (gateway/ledger/dead_letters.py)
     # 5: the price catalogue an event was costed from ("" for the policy's own price).
     "ALTER TABLE usage_events ADD COLUMN price_catalogue TEXT NOT NULL DEFAULT '';",
+    BATCH_MIGRATION,  # 6: batch files, batches and their lines (gateway/ledger/batch_tables.py)
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 CREATE_VERSION_TABLE = (

@@ -65,6 +65,8 @@ class Accounting:
     cache: str = BYPASS
     # The end user and tags the request's cost is attributed to.
     attribution: Attribution = NOBODY
+    # A batch's line: priced at the models' batch prices (docs/batches.md).
+    batch: bool = False
 
     @property
     def routed(self) -> bool:
@@ -107,7 +109,7 @@ class Accountant:
         model = books.served_model or books.plan.candidates[0].model
         provider = books.served_provider or books.plan.candidates[0].provider
         tokens = usage.total_tokens if usage else 0
-        cost = cost_of(books.policy, model, usage) if usage else 0
+        cost = cost_of(books.policy, model, usage, batch=books.batch) if usage else 0
         priced = books.policy.models.get(model)
         catalogue = priced.price_catalogue if priced is not None else ""
         if books.cache_hit:

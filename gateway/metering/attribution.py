@@ -28,6 +28,12 @@ from gateway.ledger.record import label_problem
 
 USER_HEADER = "x-switchyard-user"
 TAGS_HEADER = "x-switchyard-tags"
+# A batch's lines carry the tag ``batch:<batch id>`` beside their own (docs/batches.md).
+BATCH_TAG_PREFIX = "batch:"
+
+
+def batch_tag(batch_id: str) -> str:
+    return BATCH_TAG_PREFIX + batch_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,12 +66,14 @@ def key_limits(record: KeyRecord) -> KeyLimits | None:
 HOME_TRIES = 3
 
 
-def cost_of(policy: Policy, model: str, usage: Usage) -> int:
-    """Nano-dollars, exact: tokens times the model's per-token prices (0 for unknown models)."""
+def cost_of(policy: Policy, model: str, usage: Usage, *, batch: bool = False) -> int:
+    """Nano-dollars, exact: tokens times the model's per-token prices (0 for unknown models);
+    a batch's line at the model's batch price, if its ``price:`` has one."""
     config = policy.models.get(model)
     if config is None:
         return 0
-    return config.pricing.cost_nanos(
+    price = config.price.batch if batch and config.price.batch is not None else config.pricing
+    return price.cost_nanos(
         usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.cache_write_tokens
     )
 

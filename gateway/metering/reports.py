@@ -39,12 +39,13 @@ from gateway.ledger import (
 )
 from gateway.ledger.days import report_days
 from gateway.ledger.event import day_of
+from gateway.metering.attribution import BATCH_TAG_PREFIX
 from gateway.metering.buffer import UsageBuffer
 from gateway.money import format_usd_exact, nanos_to_usd
 from gateway.store.connect import REDIS_FAILURES
 
 T = TypeVar("T")
-GROUP_BYS = ("key", "team", "model", "provider", "task", "day", "tag", "user")
+GROUP_BYS = ("key", "team", "model", "provider", "task", "day", "tag", "user", "batch")
 # Attribution groupings: a request with two tags is in both tags' rows, so the report's totals
 # are read apart (and a row of "" holds the requests without a tag or an end user).
 ATTRIBUTION_GROUP_BYS = ("tag", "user")
@@ -174,6 +175,15 @@ def _day_filter(start: date, end: date) -> tuple[date, date]:
 
 def _rows_by(rows: Sequence[RollupRow]) -> dict[str, Totals]:
     return {row.group[0]: row.totals for row in rows}
+
+
+def _batches_of(by_tag: dict[str, Totals]) -> dict[str, Totals]:
+    """The batch tags' rows, by batch id."""
+    return {
+        tag.removeprefix(BATCH_TAG_PREFIX): totals
+        for tag, totals in by_tag.items()
+        if tag.startswith(BATCH_TAG_PREFIX)
+    }
 
 
 def _report_error(exc: LedgerQueryError) -> ReportError:
@@ -368,7 +378,10 @@ class UsageReports:
         if group_by not in GROUP_BYS:
             raise ReportError("group_by", f"group_by must be one of {', '.join(GROUP_BYS)}")
         self.check_range(start, end)
-        grouped = _rows_by(await self._rollup(start, end, (group_by,)))
+        if group_by == "batch":  # a batch's lines carry its tag: the tag rollup, those tags
+            grouped = _batches_of(_rows_by(await self._rollup(start, end, ("tag",))))
+        else:
+            grouped = _rows_by(await self._rollup(start, end, (group_by,)))
         if group_by == "day":
             ordered = [
                 (d.isoformat(), grouped.get(d.isoformat(), Totals()))

@@ -30,6 +30,10 @@ class Price(StrictModel):
         le=MAX_PRICE_PER_MTOK,
         description="prompt tokens written to a cache (Anthropic); unset = the input price",
     )
+    batch: Price | None = Field(
+        default=None,
+        description="the price of a batch's lines (docs/batches.md); unset = this price",
+    )
     # Nano-dollars per token, read exactly from the decimal text once, at policy load.
     _input_nanos: int = PrivateAttr(default=0)
     _output_nanos: int = PrivateAttr(default=0)
@@ -41,6 +45,13 @@ class Price(StrictModel):
     def _whole_nanos_per_token(cls, value: Any) -> Any:
         if value is not None:
             price_to_nanos_per_token(value)  # raises ValueError naming the rule
+        return value
+
+    @field_validator("batch")
+    @classmethod
+    def _one_level(cls, value: Price | None) -> Price | None:
+        if value is not None and value.batch is not None:
+            raise ValueError("a batch price has no batch price of its own")
         return value
 
     def model_post_init(self, context: Any, /) -> None:

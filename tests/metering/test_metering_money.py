@@ -278,6 +278,7 @@ async def test_a_policy_with_a_bad_price_is_refused_and_changes_nothing(
             **good["models"]["m-exact"]["price"],
             "cached_input": None,
             "cache_write_input": None,
+            "batch": None,
         }
     assert counting_policy.read_text() == policy_yaml(provider.base_url)
     # Limited and unlimited keys are served and charged with the prices in force.

@@ -21,7 +21,15 @@ TEAMS = ("search", "support", "=risk")
 TASKS = ("chat", "summarize", "")
 # Attribution by index (not drawn, so the other fields stay what each seed always gave):
 # untagged, one tag, two tags (counted in both), and end users with one left empty.
-TAG_SETS: tuple[tuple[str, ...], ...] = ((), ("proj-x",), ("proj-x", "exp:1"), ("=risk",))
+# A batch's line carries its batch's tag (docs/batches.md).
+TAG_SETS: tuple[tuple[str, ...], ...] = (
+    (),
+    ("proj-x",),
+    ("proj-x", "exp:1"),
+    ("=risk",),
+    ("proj-x", "batch:batch_1"),
+    ("batch:msgbatch_2",),
+)
 END_USERS = ("ana", "bob", "", "user@example.com", "ana")
 # The counters the reference arithmetic sums: those a report row is checked on (``pick``).
 SUMS = ("requests", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nanos", "errors")
@@ -71,6 +79,8 @@ def dimensions(event: UsageEvent, by: str) -> tuple[str, ...]:
         return (event.day.isoformat(),)
     if by == "tag":
         return event.tags or ("",)
+    if by == "batch":  # the batch tags' rows, by batch id
+        return tuple(tag.removeprefix("batch:") for tag in event.tags if tag.startswith("batch:"))
     if by == "user":
         return (event.end_user,)
     return (str(getattr(event, by)),)

@@ -45,6 +45,7 @@ ERROR_REASONS = {
     401: "missing or unknown credentials",
     403: "the key may not do this",
     404: "no such model, or one that does not serve this operation (model_not_supported)",
+    409: "a batch that cannot be cancelled or deleted in its status",
     413: "body too large",
     429: "rate limit or budget exceeded",
     502: "upstream failed",

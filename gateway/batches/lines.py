@@ -1,0 +1,36 @@
+"""The one seam between a batch and the interactive pipeline: ``LineRunner``.
+
+A runner hands each line to ``run(LineCall(...))`` and gets back what an interactive client
+would have got for the same request with the same key: the status, the body (an answer or the
+door's error envelope) and the usage charged. The pipeline's side lives with the API
+(``gateway/api/v1/batch_line.py``), which is built above this part and passed in, so the batch
+runner never reaches up into the HTTP layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class LineCall:
+    key_id: str  # the batch's key: its limits, budgets, models and tags apply
+    endpoint: str  # the /v1 path (``/v1/chat/completions``, ``/v1/messages``, ...)
+    body: dict[str, Any]
+    batch_id: str  # the usage event is tagged ``batch:<id>`` and priced at the batch price
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class LineResult:
+    status: int
+    body: bytes  # JSON: the answer, or the door's error envelope
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    retry_after_s: float | None = None  # a 429's Retry-After
+    should_retry: bool = True  # False: a 429 that waiting will not cure (a spent budget)
+
+
+LineRunner = Callable[[LineCall], Awaitable[LineResult]]
