@@ -5,9 +5,10 @@ for temporary credentials, ``x-amz-security-token``), following AWS's specificat
 canonical request (method, the path URI-encoded once more, the sorted query, the signed
 headers, the body's SHA-256), the string to sign over the credential scope, and the HMAC
 chain of the signing key. It is written here rather than taken from botocore's ``SigV4Auth``
-by measurement: botocore's signer costs 275 µs a request on the gateway's event loop, this
-one 31 µs (Intel Xeon, 2 cores; ``tests/providers/test_providers_aws_sigv4.py`` checks
-that both sign alike). The test upstream verifies every signature with botocore's own signer.
+by measurement: botocore's signer takes 72.7 µs of CPU a request on the gateway's event loop,
+this one 19.7 µs (Intel Xeon, 2 cores; ``python -m bench.sigv4``), and
+``tests/providers/test_providers_cloud_auth.py`` checks that both sign alike. The test
+upstream verifies every signature with botocore's own signer.
 
 ``AwsCredentialSource`` resolves credentials through botocore's standard chain (environment,
 shared config and credentials files, SSO, web identity, container and instance roles), which
