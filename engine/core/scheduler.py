@@ -17,20 +17,10 @@ from operator import attrgetter
 
 from engine.config import EngineConfig
 from engine.core.block_manager import BlockManager
-from engine.core.sequence import Request, Sequence, SequenceStatus
+from engine.core.sequence import Request, ScheduledSeq, Sequence, SequenceStatus
 from engine.core.stats import EngineStats
 from engine.errors import RequestTooLargeError, SamplingParamsError
 from engine.sampling import SamplingParams
-
-
-class ScheduledSeq:
-    __slots__ = ("is_prefill", "num_tokens", "sample", "seq")
-
-    def __init__(self, seq: Sequence, num_tokens: int, sample: bool, is_prefill: bool) -> None:
-        self.seq = seq
-        self.num_tokens = num_tokens  # new tokens computed this step
-        self.sample = sample  # this chunk reaches the end, so a token is sampled
-        self.is_prefill = is_prefill
 
 
 @dataclass

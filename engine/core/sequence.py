@@ -17,7 +17,6 @@ from engine.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from engine.core.request_state import RequestState
-    from engine.core.scheduler import ScheduledSeq
     from engine.structured.compiler import CompiledGrammar
     from engine.structured.matcher import GrammarMatcher
 
@@ -122,3 +121,16 @@ class Request:
     @property
     def is_finished(self) -> bool:
         return not self.pending_forks and all(s.is_finished for s in self.seqs)
+
+
+class ScheduledSeq:
+    """One sequence's place in a step: how many new tokens it computes and whether a token is
+    sampled; the scheduler keeps one per running sequence and reuses it step after step."""
+
+    __slots__ = ("is_prefill", "num_tokens", "sample", "seq")
+
+    def __init__(self, seq: Sequence, num_tokens: int, sample: bool, is_prefill: bool) -> None:
+        self.seq = seq
+        self.num_tokens = num_tokens  # new tokens computed this step
+        self.sample = sample  # this chunk reaches the end, so a token is sampled
+        self.is_prefill = is_prefill

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 import orjson
 
-from gateway.routing.router import Candidate
+from gateway.policy import Candidate
 
 # Fields that cannot change the answer (``model`` is replaced by the routed model).
 IGNORED_FIELDS = frozenset(

@@ -25,8 +25,7 @@ from gateway.errors import InvalidRequest
 from gateway.formats.internal import Usage
 from gateway.formats.openai_chat.relay import ChatRelay
 from gateway.formats.relay import StreamRelay
-from gateway.policy import CachePolicy
-from gateway.routing.router import Candidate
+from gateway.policy import CachePolicy, Candidate
 
 # Doors whose answers are text the model computed from the body alone (not uploads, audio or
 # images, whose answers are large or sampled; not token counting, which costs nothing).

@@ -10,6 +10,7 @@ these classes: ``python -m gateway.policy --schema``.
 
 from gateway.policy.base import PolicyError, StrictModel
 from gateway.policy.cache import CachePolicy, effective_cache
+from gateway.policy.candidate import Candidate
 from gateway.policy.document import AUTO_MODEL, Canary, Policy
 from gateway.policy.engine import LocalEngineSettings, SpillWhen
 from gateway.policy.fleet import FleetConfig, FleetPrefix, FleetScrape
@@ -47,6 +48,7 @@ __all__ = [
     "NATIVE_FORMATS",
     "CachePolicy",
     "Canary",
+    "Candidate",
     "ChatFormat",
     "FleetConfig",
     "FleetPrefix",

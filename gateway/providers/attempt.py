@@ -32,7 +32,7 @@ from gateway.formats.errors import FormatError, Untranslatable
 from gateway.formats.internal import ChatRequest, FormatName, Usage
 from gateway.formats.openai_chat.relay import chat_usage
 from gateway.formats.translation import Translation
-from gateway.policy import Policy, ProviderConfig
+from gateway.policy import Candidate, Policy, ProviderConfig
 from gateway.providers.base import (
     ClientGone,
     ParsedChatProvider,
@@ -46,7 +46,6 @@ from gateway.providers.base import (
 )
 from gateway.providers.forwarding import forwarded_headers
 from gateway.providers.registry import ProviderRegistry
-from gateway.routing.router import Candidate
 from gateway.server.exchange import CLIENT_GONE
 from gateway.tracing import AttemptTrace, RequestTrace
 

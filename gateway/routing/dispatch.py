@@ -53,13 +53,13 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exp
 
 from gateway.errors import UpstreamError
 from gateway.formats.errors import CONTEXT_LENGTH_EXCEEDED
-from gateway.policy import ProviderConfig
+from gateway.policy import Candidate, ProviderConfig
 from gateway.providers.base import Unavailable
 from gateway.providers.registry import ProviderRegistry
 from gateway.redact import redact
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.fault import counts_against_breaker
-from gateway.routing.router import Candidate, RoutePlan
+from gateway.routing.router import RoutePlan
 from gateway.routing.state import RoutingState
 from gateway.settings import RetrySettings
 

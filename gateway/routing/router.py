@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 from gateway.errors import ECHO_CHARS, InvalidRequest, NotFound, PermissionDenied, echo
 from gateway.money import format_usd_short
-from gateway.policy import AUTO_MODEL, CachePolicy, Policy, TaskConfig, effective_cache
+from gateway.policy import AUTO_MODEL, CachePolicy, Candidate, Policy, TaskConfig, effective_cache
 from gateway.policy.store import PolicyStore
 from gateway.routing.canary import canary_bucket, in_canary
 from gateway.routing.estimate import estimate_prompt_tokens, expected_output_tokens
@@ -31,17 +31,6 @@ from gateway.routing.state import RoutingState
 
 TASK_HEADER = "x-task-type"
 REQUEST_ID_HEADER = "x-request-id"
-
-
-@dataclass(frozen=True)
-class Candidate:
-    model: str
-    provider: str
-    upstream_model: str
-    reason: str
-    # Served here because a local engine before it was past its spill_when thresholds.
-    spilled: bool = False
-    context_window: int | None = None  # the policy's, in tokens (None: not said)
 
 
 @dataclass(frozen=True)

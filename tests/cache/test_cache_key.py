@@ -16,7 +16,7 @@ from gateway.cache import (
     nondeterminism,
     request_key,
 )
-from gateway.routing.router import Candidate
+from gateway.policy import Candidate
 
 ROUTED = Candidate("gpt-4.1", "openai", "gpt-4.1", reason="task=chat")
 

@@ -4,8 +4,8 @@ candidate may be sent, a model's policy ``defaults.max_tokens`` included."""
 from __future__ import annotations
 
 from gateway.metering.gate import completion_default, usage_bound
-from gateway.policy import parse_policy
-from gateway.routing.router import Candidate, RoutePlan
+from gateway.policy import Candidate, parse_policy
+from gateway.routing.router import RoutePlan
 from gateway.settings import LimiterSettings
 
 POLICY = parse_policy(

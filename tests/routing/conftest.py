@@ -16,7 +16,8 @@ from gateway_runner import GatewayThread, make_settings
 from route_rig import RouteRig, base_policy
 
 from gateway.errors import UpstreamError, UpstreamTimeout
-from gateway.routing.router import Candidate, RoutePlan
+from gateway.policy import Candidate
+from gateway.routing.router import RoutePlan
 
 BASE_POLICY: dict[str, Any] = {
     "providers": {

@@ -46,12 +46,12 @@ from gateway.formats.translation import Translation
 from gateway.metering.accounting import Accounting
 from gateway.metering.attribution import take_attribution
 from gateway.metrics import Metrics
-from gateway.policy import Policy
+from gateway.policy import Candidate, Policy
 from gateway.providers.attempt import Answer, JsonAttempt, StreamAttempt, Upstreams
 from gateway.providers.forwarding import listed_headers
 from gateway.redact import redact
 from gateway.routing.dispatch import AttemptRecord, DispatchResult
-from gateway.routing.router import Candidate, RoutePlan
+from gateway.routing.router import RoutePlan
 from gateway.server.exchange import CLIENT_GONE, request_id_of
 from gateway.services import Services
 from gateway.tracing import RequestTrace
