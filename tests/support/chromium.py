@@ -27,6 +27,15 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHARTS_DRAWN = "document.querySelectorAll('svg rect').length > 0"
 
 
+# What Chromium answers an evaluation that a navigation overtook: the page is between two
+# documents, which for a wait means "not yet".
+NAVIGATING = ("navigated or closed", "context was destroyed", "Cannot find context")
+
+
+class DevToolsError(AssertionError):
+    """A DevTools call answered with an error."""
+
+
 class DevTools:
     """The few DevTools calls the tests need, over one page's websocket."""
 
@@ -40,7 +49,8 @@ class DevTools:
         while True:
             message = await asyncio.wait_for(self.ws.receive_json(), 30)
             if message.get("id") == call_id:
-                assert "error" not in message, message
+                if "error" in message:
+                    raise DevToolsError(message)
                 return message["result"]
 
     async def evaluate(self, expression: str) -> Any:
@@ -49,9 +59,17 @@ class DevTools:
 
     async def wait_for(self, expression: str, timeout: float = 20) -> None:
         deadline = asyncio.get_running_loop().time() + timeout
-        while not await self.evaluate(expression):
+        while not await self._holds(expression):
             assert asyncio.get_running_loop().time() < deadline, f"timed out: {expression}"
             await asyncio.sleep(0.1)
+
+    async def _holds(self, expression: str) -> bool:
+        try:
+            return bool(await self.evaluate(expression))
+        except DevToolsError as exc:
+            if any(words in str(exc) for words in NAVIGATING):
+                return False  # asked mid-navigation (a loaded box makes it likelier)
+            raise
 
     async def open(self, url: str, ready: str) -> None:
         """Navigate and wait until ``ready`` (a JS expression) holds."""
