@@ -259,7 +259,19 @@ class TensorParallelExecutor:
             self._kill_workers()
             self._error = EngineDeadError(f"rank {rank}: {error_type}: {message}")
             raise load_error(message)
-        self._fail(f"rank {rank} failed during {what}: {error_type}: {message}")
+        failed = f"rank {rank} failed during {what}: {error_type}: {message}"
+        dead = self._dead_peer(rank)
+        if dead is not None:  # a collective fails on the survivors once a peer dies: name the cause
+            self._fail(f"{self._death_message(dead)} during {what} ({failed})")
+        self._fail(failed)
+
+    def _dead_peer(self, rank: int, grace_s: float = 1.0) -> int | None:
+        """Another rank that died, waiting up to ``grace_s`` for its exit to show (a survivor's
+        collective can report the broken connection before the dead rank's exit is seen)."""
+        others = {proc.sentinel: r for r, proc in enumerate(self._procs) if r != rank}
+        for sentinel in wait(list(others), timeout=grace_s):
+            return others[sentinel]
+        return None
 
     def _fail(self, message: str) -> None:
         """Mark the engine dead, stop every rank (survivors may sit in a collective), raise."""
