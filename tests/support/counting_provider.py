@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +33,7 @@ from aiohttp import web
 from loopback import LoopbackServer
 
 FAIL_MARKS = "02468"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 DRIP_S = 0.4
 
 
@@ -79,10 +82,26 @@ class CountingProvider(LoopbackServer):
         self.failures: dict[str, int] = {}
         self.metadata: dict[str, Any] = {}  # the body's ``metadata`` as it arrived, per tag
         self.lock = threading.Lock()
+        self.in_flight = 0  # requests being answered: each books itself when it ends
 
-    def snapshot(self) -> dict[str, ProviderRecord]:
+    def snapshot(self, settle_s: float = 10.0) -> dict[str, ProviderRecord]:
+        """The books once every request being answered has booked itself (a stream books
+        after its last byte, which its client may have read already), or after ``settle_s``."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            with self.lock:
+                if self.in_flight == 0 or time.monotonic() >= deadline:
+                    return dict(self.books)
+            time.sleep(0.01)
+
+    async def _counted(self, handler: Handler, request: web.Request) -> web.StreamResponse:
         with self.lock:
-            return dict(self.books)
+            self.in_flight += 1
+        try:
+            return await handler(request)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
 
     def _book(self, tag: str, served: ProviderRecord) -> None:
         with self.lock:
@@ -91,8 +110,8 @@ class CountingProvider(LoopbackServer):
             self.books[tag] = served
 
     def add_routes(self, app: web.Application) -> None:
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_post("/v1/chat/completions", lambda r: self._counted(self._chat, r))
+        app.router.add_post("/v1/embeddings", lambda r: self._counted(self._embeddings, r))
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json(loads=orjson.loads)
