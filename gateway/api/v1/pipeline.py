@@ -97,8 +97,9 @@ class V1Pipeline:
             reply = Failed(CLIENT_GONE, exc)
         except Exception as exc:  # a bug: the exchange middleware answers with the catch-all 500
             reply = Failed(500, exc)
-        except asyncio.CancelledError as exc:  # the server stopping: ended, then cancelled on
-            reply = Failed(CLIENT_GONE, exc)
+        except asyncio.CancelledError as exc:  # the server stopping, a batch line called back
+            await self.calls.deliver(call, Failed(CLIENT_GONE, exc))  # ended first,
+            raise  # then the cancellation goes on to whoever asked for it
         return await self.calls.deliver(call, reply)
 
     async def answer(self, call: Call, door: Door) -> Reply:
