@@ -41,14 +41,12 @@ from gateway.formats.openai_embeddings import (
 from gateway.policy import ProviderConfig
 from gateway.providers.aws_eventstream import EventMessage, EventStreamDecoder, EventStreamError
 from gateway.providers.aws_sigv4 import AwsCredentialSource, missing_botocore, sign_v4
-from gateway.providers.base import ClientGone, Headers, UpstreamResponse
-from gateway.providers.cloud_http import CloudHttpProvider
+from gateway.providers.base import Headers, UpstreamResponse
+from gateway.providers.cloud_http import COUNT_TOKENS_PATH, EMBEDDINGS_PATH, CloudHttpProvider
 from gateway.providers.http_upstream import HttpUpstream
 from gateway.settings import UpstreamSettings
 
 CHAT_PATH = "/converse"
-EMBEDDINGS_PATH = "/embeddings"
-COUNT_TOKENS_PATH = "/messages/count_tokens"
 _OPERATIONS = {EMBEDDINGS_PATH: "invoke", COUNT_TOKENS_PATH: "count-tokens"}
 # Titan embeds one text a call: at most this many calls of one request at once.
 TITAN_PARALLEL = 8
@@ -93,20 +91,6 @@ class BedrockProvider(CloudHttpProvider):
 
     def read_error(self, status: int, body: bytes) -> ErrorInfo:
         return bedrock_converse.parse_error(status, body)
-
-    async def post_json(
-        self,
-        path: str,
-        body: dict[str, Any],
-        *,
-        headers: Headers | None = None,
-        client_gone: ClientGone | None = None,
-    ) -> UpstreamResponse:
-        if path == EMBEDDINGS_PATH:
-            return await self.embeddings(body, headers)
-        if path == COUNT_TOKENS_PATH:
-            return await self.count_tokens(body, headers)
-        return await super().post_json(path, body, headers=headers)
 
     async def embeddings(self, body: dict[str, Any], headers: Headers | None) -> UpstreamResponse:
         model = str(body.get("model") or "")

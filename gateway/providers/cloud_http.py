@@ -17,6 +17,7 @@ to a candidate that may take it.
 
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 import orjson
@@ -28,13 +29,25 @@ from gateway.providers.base import ClientGone, Headers, UpstreamResponse, unsupp
 from gateway.providers.http_provider import HttpProvider
 from gateway.providers.http_upstream import SseStream
 
+# The OpenAI operations a cloud kind serves from the client's body on its own (``door_paths``).
+EMBEDDINGS_PATH = "/embeddings"
+COUNT_TOKENS_PATH = "/messages/count_tokens"
 
-class CloudHttpProvider(HttpProvider):
+
+class CloudHttpProvider(HttpProvider, abc.ABC):
     """``HttpProvider`` with model-and-stream URLs and per-request authorization."""
 
+    @abc.abstractmethod
     def endpoint(self, path: str, model: str, *, stream: bool) -> str:
         """The URL of operation ``path`` for ``model``; ``stream``: the streaming variant."""
-        raise NotImplementedError
+
+    @abc.abstractmethod
+    async def embeddings(self, body: dict[str, Any], headers: Headers | None) -> UpstreamResponse:
+        """``/v1/embeddings`` in the provider's own embedding call (when in ``door_paths``)."""
+
+    @abc.abstractmethod
+    async def count_tokens(self, body: dict[str, Any], headers: Headers | None) -> UpstreamResponse:
+        """``/v1/messages/count_tokens`` in the provider's own call (when in ``door_paths``)."""
 
     async def authorize(self, url: str, body: bytes, headers: dict[str, str]) -> dict[str, str]:
         """The headers of one request, credentials added (the default: as they are)."""
@@ -52,6 +65,10 @@ class CloudHttpProvider(HttpProvider):
         headers: Headers | None = None,
         client_gone: ClientGone | None = None,
     ) -> UpstreamResponse:
+        if path in self.door_paths:
+            if path == EMBEDDINGS_PATH:
+                return await self.embeddings(body, headers)
+            return await self.count_tokens(body, headers)
         url, payload, outbound = await self.prepare(path, body, headers, stream=False)
         return await self.http.post_json(URL(url, encoded=True), payload, outbound)
 

@@ -24,12 +24,10 @@ from gateway.formats.openai_embeddings import (
     embedding_inputs,
     render_embeddings,
 )
-from gateway.providers.base import ClientGone, Headers, UpstreamResponse
-from gateway.providers.cloud_http import CloudHttpProvider
+from gateway.providers.base import Headers, UpstreamResponse
+from gateway.providers.cloud_http import COUNT_TOKENS_PATH, EMBEDDINGS_PATH, CloudHttpProvider
 
 CHAT_PATH = "/generateContent"
-EMBEDDINGS_PATH = "/embeddings"
-COUNT_TOKENS_PATH = "/messages/count_tokens"
 _METHODS = {EMBEDDINGS_PATH: ":batchEmbedContents", COUNT_TOKENS_PATH: ":countTokens"}
 
 
@@ -71,20 +69,6 @@ class GeminiProvider(CloudHttpProvider):
 
     def read_error(self, status: int, body: bytes) -> ErrorInfo:
         return gemini.parse_error(status, body)
-
-    async def post_json(
-        self,
-        path: str,
-        body: dict[str, Any],
-        *,
-        headers: Headers | None = None,
-        client_gone: ClientGone | None = None,
-    ) -> UpstreamResponse:
-        if path == EMBEDDINGS_PATH:
-            return await self.embeddings(body, headers)
-        if path == COUNT_TOKENS_PATH:
-            return await self.count_tokens(body, headers)
-        return await super().post_json(path, body, headers=headers)
 
     async def embeddings(self, body: dict[str, Any], headers: Headers | None) -> UpstreamResponse:
         model = str(body.get("model") or "")

@@ -27,12 +27,10 @@ from gateway.formats.openai_embeddings import (
 )
 from gateway.policy import ProviderConfig
 from gateway.policy.clouds import VERTEX_ANTHROPIC_VERSION
-from gateway.providers.base import ClientGone, Headers, UpstreamResponse
-from gateway.providers.cloud_http import CloudHttpProvider
+from gateway.providers.base import Headers, UpstreamResponse
+from gateway.providers.cloud_http import COUNT_TOKENS_PATH, EMBEDDINGS_PATH, CloudHttpProvider
 from gateway.providers.gemini import (
     CHAT_PATH,
-    COUNT_TOKENS_PATH,
-    EMBEDDINGS_PATH,
     answered,
     counted_request,
     method_suffix,
@@ -97,20 +95,6 @@ class VertexAIProvider(CloudHttpProvider):
     async def close(self) -> None:
         self.tokens.close()
         await super().close()
-
-    async def post_json(
-        self,
-        path: str,
-        body: dict[str, Any],
-        *,
-        headers: Headers | None = None,
-        client_gone: ClientGone | None = None,
-    ) -> UpstreamResponse:
-        if not self.anthropic and path == EMBEDDINGS_PATH:
-            return await self.embeddings(body, headers)
-        if not self.anthropic and path == COUNT_TOKENS_PATH:
-            return await self.count_tokens(body, headers)
-        return await super().post_json(path, body, headers=headers)
 
     async def embeddings(self, body: dict[str, Any], headers: Headers | None) -> UpstreamResponse:
         model = str(body.get("model") or "")
