@@ -1,9 +1,8 @@
 """Anthropic's Message Batches with the official anthropic SDK: ``messages.batches.create`` →
 ``retrieve`` until it has ended → ``results``, over Anthropic and OpenAI (translated), one of
 them refusing a quarter of the requests; the usage recorded for the batch equals the upstreams'
-books at the batch prices. Then list, cancel, delete, refusals and other keys.
-
-200 requests rather than the issue's 1,000, for the suite's time on two cores.
+books at the batch prices (1,000 requests, as the issue asks). Then list, cancel, delete,
+refusals and other keys.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from gateway_runner import GatewayThread, RunningGateway, make_settings
 from native_gateway import KEY_ENV, native_fleet, native_policy
 from native_upstreams import NativeFleet
 
-REQUESTS = 200
+REQUESTS = 1_000
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +87,11 @@ def test_message_batches_run_end_to_end_and_match_the_upstreams_books(
 
     batch = ended(client, created.id)
     counts = batch.request_counts
-    assert (counts.processing, counts.succeeded, counts.errored) == (0, 150, 50)
+    assert (counts.processing, counts.succeeded, counts.errored) == (
+        0,
+        REQUESTS * 3 // 4,
+        REQUESTS // 4,
+    )
     assert (counts.canceled, counts.expired) == (0, 0) and batch.ended_at is not None
 
     results = list(client.messages.batches.results(batch.id))
@@ -109,7 +112,7 @@ def test_message_batches_run_end_to_end_and_match_the_upstreams_books(
     with gateway.admin() as admin:
         report = admin.get("/admin/usage", params={"group_by": "batch"}).json()
     (row,) = [row for row in report["data"] if row["batch"] == batch.id]
-    assert row["requests"] == REQUESTS and row["errors"] == 50
+    assert row["requests"] == REQUESTS and row["errors"] == REQUESTS // 4
     for name in ("prompt_tokens", "completion_tokens", "cached_tokens"):
         assert row[name] == gpt[name] + claude[name], name
     assert row["cost_nanos"] == batch_cost_nanos("gpt-b", gpt) + batch_cost_nanos(

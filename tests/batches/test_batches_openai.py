@@ -3,8 +3,7 @@
 error files, over two providers (OpenAI, and Anthropic translated), one of them refusing a
 quarter of the requests. The usage the gateway recorded for the batch equals what the
 upstreams' own books say, to the token and the nano-dollar, at the models' batch prices.
-
-200 lines rather than the issue's 1,000: the same paths, within the suite's time on two cores.
+1,000 lines, as the issue asks (about 3 s on two cores).
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from gateway_runner import GatewayThread, RunningGateway, make_settings
 from native_gateway import KEY_ENV, native_fleet, native_policy
 from native_upstreams import NativeFleet
 
-LINES = 200
+LINES = 1_000
 FINAL = ("completed", "failed", "expired", "cancelled")
 
 
