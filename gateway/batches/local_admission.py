@@ -12,11 +12,17 @@ for at most one look and one step: on a CPU, where every extra sequence slows ea
 is the difference between yielding and not (docs/benchmarks.md). The engine knows no
 priorities; this is admission and preemption from outside, and a preempted line's tokens so
 far are work thrown away.
+
+A line refused admission waits in ``wait_for_room()`` until a look finds room (or a line ends),
+not on a timer of its own: a dozen lines each asking Redis for their batch's state and their
+key's headroom every few tens of milliseconds took CPU from the interactive request they had
+just made way for, on the same two cores as the engine's threads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from typing import Any
 
@@ -33,6 +39,7 @@ class LocalAdmission:
         self.share = share
         self._lines: set[asyncio.Task[Any]] = set()  # admitted to the engine, not done
         self._preempted: set[asyncio.Task[Any]] = set()
+        self._room = asyncio.Event()  # set while a line would be admitted
 
     @property
     def running(self) -> int:
@@ -50,8 +57,8 @@ class LocalAdmission:
         config = policy.models.get(name) if name is not None else None
         if config is None or config.provider != self.host.provider_name:
             return None
-        room = max(1, math.floor(self.share * settings.max_num_seqs))
-        if self._others() > 0 or self.running >= room:
+        if not self._has_room():
+            self._room.clear()
             return False
         task = asyncio.current_task()
         assert task is not None
@@ -62,6 +69,26 @@ class LocalAdmission:
         task = asyncio.current_task()
         self._lines.discard(task)  # type: ignore[arg-type]
         self._preempted.discard(task)  # type: ignore[arg-type]
+        self._note_room()
+
+    async def wait_for_room(self, timeout_s: float) -> None:
+        """Until a line would be admitted, or ``timeout_s`` (the caller's own checks, such as
+        a cancel of its batch, still run that often)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._room.wait(), timeout_s)
+
+    def _has_room(self) -> bool:
+        settings = self.host.settings
+        if settings is None:
+            return False
+        room = max(1, math.floor(self.share * settings.max_num_seqs))
+        return self._others() <= 0 and self.running < room
+
+    def _note_room(self) -> None:
+        if self._has_room():
+            self._room.set()
+        else:
+            self._room.clear()
 
     def preempted(self) -> bool:
         """Whether the current task was cancelled by ``watch()`` (not by a shutdown)."""
@@ -79,6 +106,7 @@ class LocalAdmission:
     async def watch(self) -> None:
         while True:
             await asyncio.sleep(WATCH_S)
+            self._note_room()
             if not self._lines or self._others() <= 0:
                 continue
             for task in self._lines - self._preempted:

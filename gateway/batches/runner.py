@@ -57,7 +57,8 @@ from gateway.server.tasks import cancel_until_done
 from gateway.settings import BatchSettings
 
 PAGE = 1000
-ADMISSION_POLL_S = 0.05
+# a line waiting for the local engine still sees its batch cancelled or expired this often
+LOCAL_RECHECK_S = 1.0
 SERVER_ERROR = orjson.dumps(
     {
         "error": {
@@ -237,11 +238,14 @@ class BatchRunner:
                 await self.store.release(batch.batch_id, line.index, self.owner)
                 return
             wait = await self.headroom.wait_s(batch.key_id)
-            if wait <= 0:
-                local = self.local.admit(body) if self.local is not None else None
-                if local is not False:
-                    break
-            await asyncio.sleep(wait if wait > 0 else ADMISSION_POLL_S)
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            local = self.local.admit(body) if self.local is not None else None
+            if local is not False:
+                break
+            assert self.local is not None
+            await self.local.wait_for_room(LOCAL_RECHECK_S)
         request_id = line_request_id(batch.batch_id, line.index)
         call = LineCall(batch.key_id, batch.endpoint, body, batch.batch_id, request_id)
         try:
