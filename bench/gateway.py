@@ -208,11 +208,13 @@ def start_gateway(
     policy: Path,
     extra: dict[str, str],
     tree: Path | None = None,
+    server: tuple[str, ...] = ("-m", "gateway", "serve"),
 ) -> tuple[str, subprocess.Popen[bytes]]:
     """``switchyard serve`` pinned to the gateway's core, its DATA_DIR ``workdir/name`` (its log
     there too); returns its base URL and process. ``tree``: serve that checkout's code (another
     revision, for a before/after) instead of this one's. ``redis_url`` None: its own embedded
-    Redis, as ``make run`` starts it."""
+    Redis, as ``make run`` starts it. ``server``: Python's arguments for another server of the
+    same app and environment (``bench/granian_serve.py``)."""
     port = free_port()
     data_dir = workdir / name
     data_dir.mkdir()
@@ -229,7 +231,7 @@ def start_gateway(
     }
     log = (data_dir / "gateway.log").open("wb")
     process = subprocess.Popen(
-        [*_pin(GATEWAY_CORE), sys.executable, "-m", "gateway", "serve"],
+        [*_pin(GATEWAY_CORE), sys.executable, *server],
         cwd=tree,
         env=env,
         stdout=log,

@@ -16,6 +16,11 @@ scripts call are counted apart, inside their script's time) and what the SLOWLOG
 each reading whole streams for the run's length (aiohttp, on the load's core): streams/s and
 the time to first byte the gateway adds. Each cell is the median of ``--repeat`` runs; the load
 average is printed beside the figures (the box may be shared).
+
+``--servers uvicorn,granian`` serves the same app under granian as well (``bench/granian_serve.py``:
+built as ``switchyard serve`` builds it, same settings, embedded Redis and policy; one worker on
+uvloop), on the same core, interleaved with uvicorn round by round: a row per server. granian
+is no dependency of the gateway: ``pip install granian``.
 """
 
 from __future__ import annotations
@@ -49,9 +54,16 @@ from bench.gateway import (
     start_gateway,
     wait_http,
 )
+from bench.granian_serve import GRANIAN_MISSING, granian_version
 from bench.machine import cpu_model
 
 ADMIN_HEADERS = {"Authorization": "Bearer sy-admin-bench-" + "0" * 24}
+
+# What each server runs (Python's arguments); the environment is start_gateway's for both.
+SERVERS: dict[str, tuple[str, ...]] = {
+    "uvicorn": ("-m", "gateway", "serve"),  # the product's server, as `make run` starts it
+    "granian": ("-m", "bench.granian_serve"),
+}
 
 
 @dataclass(frozen=True)
@@ -108,11 +120,15 @@ class Served:
             time.sleep(0.1)
 
 
-def start_served(rig: Rig, name: str, *, tree: Path | None = None, policy: Path) -> Served:
+def start_served(
+    rig: Rig, name: str, *, tree: Path | None = None, policy: Path, server: str = "uvicorn"
+) -> Served:
     """``switchyard serve`` with no Redis URL (its own embedded Redis, AOF on, as ``make run``)
     on the gateway's core, stopped with the rig; once it answers, a key with every limit the
-    gateway has (rpm, tpm, a budget) that no load reaches."""
-    url, process = start_gateway(rig.workdir, name, None, policy, {}, tree=tree)
+    gateway has (rpm, tpm, a budget) that no load reaches. ``server``: a key of ``SERVERS``."""
+    url, process = start_gateway(
+        rig.workdir, name, None, policy, {}, tree=tree, server=SERVERS[server]
+    )
     rig.processes.append(process)
     rig.gateways[url] = process
     try:
@@ -276,10 +292,19 @@ def main() -> None:
         default=[],
         help="checkouts to compare (before first), each served by its own code, interleaved",
     )
+    parser.add_argument(
+        "--servers",
+        default="uvicorn",
+        help="comma list of uvicorn (switchyard serve), granian (pip install granian); "
+        "the same app under each, interleaved",
+    )
     args = parser.parse_args()
     for tree in args.trees:
         if not (tree / "gateway" / "__main__.py").is_file():
             parser.error(f"--trees: {tree} is not a checkout of the gateway")
+    servers = parse_servers(parser, args.servers)
+    if args.trees and servers != ["uvicorn"]:
+        parser.error("--trees compares checkouts under uvicorn only; leave out --servers")
     levels = [int(c) for c in args.concurrency.split(",")]
     wrk = ensure_wrk()
     machine = cpu_model()  # before this process is pinned to one core
@@ -297,15 +322,17 @@ def main() -> None:
             ("direct", None, rig.upstream + "/chat/completions", direct_script)
         ]
         trees: list[Path | None] = [tree.resolve() for tree in args.trees] or [None]
-        for number, tree in enumerate(trees):
-            served = start_served(rig, f"served{number}", tree=tree, policy=policy)
+        served_by = [(tree, server) for tree in trees for server in servers]
+        for number, (tree, server) in enumerate(served_by):
+            served = start_served(rig, f"served{number}", tree=tree, policy=policy, server=server)
             script = rig.workdir / f"served{number}.lua"
             auth = f'wrk.headers["Authorization"] = "Bearer {served.key}"'
             script.write_text(WRK_SCRIPT.format(body=body, auth=auth))
             url = served.url + "/v1/chat/completions"
             run_wrk(wrk, url, script, 16, 2)  # warm-up
             stream_run(url, served.key, args.stream_clients, 1)
-            paths.append((str(tree) if tree else "gateway", served, url, script))
+            name = str(tree) if tree else server if len(servers) > 1 else "gateway"
+            paths.append((name, served, url, script))
         results: dict[tuple[str, int], list[Measured]] = {}
         streams: dict[str, list[StreamRun]] = {}
         for round_number in range(1, args.repeat + 1):
@@ -325,6 +352,28 @@ def main() -> None:
                 )
     names = [name for name, *_ in paths]
     report(args, levels, names, results, streams, machine, load_before)
+
+
+def parse_servers(parser: argparse.ArgumentParser, listed: str) -> list[str]:
+    """``--servers``: known names, each once; granian only where it is installed."""
+    servers = [name.strip() for name in listed.split(",") if name.strip()]
+    unknown = [name for name in servers if name not in SERVERS]
+    if unknown or not servers or len(set(servers)) != len(servers):
+        parser.error(f"--servers: a comma list of {', '.join(SERVERS)}, each once")
+    if "granian" in servers and granian_version() is None:
+        sys.exit(f"--servers granian: {GRANIAN_MISSING}")
+    return servers
+
+
+def servers_line(names: list[str]) -> str | None:
+    """Which servers the rows are, when they are named by server."""
+    if "granian" not in names:
+        return None
+    return (
+        "servers: uvicorn = `switchyard serve` (uvloop, guarded httptools protocol); "
+        f"granian {granian_version()} = bench/granian_serve.py (embedded, ASGI, HTTP/1.1, "
+        "1 worker, uvloop, asyncio tasks, 1 Rust runtime thread)"
+    )
 
 
 def _line(measured: Measured) -> str:
@@ -356,6 +405,8 @@ def report(
         f"upstream and load on core {LOAD_CORE}"
     )
     print(f"load average before: {load_before}; after: {load_average()}")
+    if (line := servers_line(names)) is not None:
+        print(line)
     header = (
         f"{'conc':>5} {'req/s':>9} {'+p50':>9} {'+p99':>9} {'gw cpu/req':>11} "
         f"{'redis cpu/req':>14} {'evalsha/req':>12} {'µs/evalsha':>11}  path"
