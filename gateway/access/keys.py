@@ -33,8 +33,9 @@ import string
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Annotated, Any, Literal, TypedDict
 
+import msgspec
 import orjson
 from redis.asyncio import Redis
 
@@ -162,6 +163,34 @@ EDITABLE_FIELDS = (
 )
 
 
+class KeyView(TypedDict):
+    """An API key as the admin API shows it (``KeyRecord.public_view``)."""
+
+    id: str
+    object: Literal["api_key"]
+    name: str | None
+    team: str | None
+    models: list[str] | None
+    rpm: int | None
+    tpm: int | None
+    budget_usd: float | None
+    budget_period: str | None
+    max_parallel_requests: int | None
+    budget_mode: Literal["hard", "soft"]
+    alert_thresholds: list[int]
+    tags: list[str]
+    expires_at: float | None
+    metadata: dict[str, Any]
+    status: Literal["active", "revoked", "expired"]
+    created_at: float
+    updated_at: float | None
+    rotated_at: float | None
+    revoked_at: float | None
+    previous_secret_valid_until: Annotated[
+        float | None, msgspec.Meta(description="until when the secret before a rotation works")
+    ]
+
+
 @dataclass(frozen=True)
 class KeyRecord:
     id: str
@@ -212,7 +241,7 @@ class KeyRecord:
             return "expired"
         return "active"
 
-    def public_view(self, now: float | None = None) -> dict[str, Any]:
+    def public_view(self, now: float | None = None) -> KeyView:
         """What the admin API shows: never a hash or salt."""
         now = time.time() if now is None else now
         return {

@@ -11,15 +11,16 @@ with who made it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Literal, TypedDict
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.access import key_admin
 from gateway.access.admins import Actor
 from gateway.access.key_models import KeyListQuery
-from gateway.access.keys import KeyRecord
+from gateway.access.keys import KeyRecord, KeyView
 from gateway.api.admin.audit import record_action
 from gateway.api.endpoint import admin_routes
 from gateway.api.http import json_response, read_json_object
@@ -29,12 +30,30 @@ from gateway.services import Services
 MAX_KEY_BODY_BYTES = 65536
 
 
+class IssuedKey(KeyView):
+    """A key with its secret, which only the answer that issues it carries."""
+
+    key: Annotated[str, msgspec.Meta(description="the secret, shown once")]
+
+
+class KeyList(TypedDict):
+    object: Literal["list"]
+    data: list[KeyView]
+    has_more: bool
+    first_id: str | None
+    last_id: str | None
+
+
 def _key_id(request: Request) -> str:
     return key_admin.checked_key_id(request.path_params["key_id"])
 
 
-def _view(record: KeyRecord) -> dict[str, Any]:
+def _view(record: KeyRecord) -> KeyView:
     return record.public_view()
+
+
+def _issued(record: KeyRecord, secret: str) -> IssuedKey:
+    return {**record.public_view(), "key": secret}  # type: ignore[typeddict-item]
 
 
 async def follow_moves(services: Services, before: KeyRecord | None, after: KeyRecord) -> None:
@@ -58,21 +77,20 @@ async def create_key(request: Request, services: Services, actor: Actor) -> Resp
         after=_view(created.record),
     )  # fmt: skip
     await follow_moves(services, created.record, created.record)
-    return json_response({**_view(created.record), "key": created.key}, status=201)
+    return json_response(_issued(created.record, created.key), status=201)
 
 
 async def list_keys(request: Request, services: Services, actor: Actor) -> Response:
     page = await key_admin.list_keys(services.keys, parse_query(KeyListQuery, request))
     data = [_view(record) for record in page.records]
-    return json_response(
-        {
-            "object": "list",
-            "data": data,
-            "has_more": page.has_more,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-        }
+    answer = KeyList(
+        object="list",
+        data=data,
+        has_more=page.has_more,
+        first_id=data[0]["id"] if data else None,
+        last_id=data[-1]["id"] if data else None,
     )
+    return json_response(answer)
 
 
 async def get_key(request: Request, services: Services, actor: Actor) -> Response:
@@ -109,7 +127,7 @@ async def rotate_key(request: Request, services: Services, actor: Actor) -> Resp
             services, request, actor, "key.rotate", f"key:{key_id}",
             before=_view(before) if before else None, after=_view(created.record),
         )  # fmt: skip
-    return json_response({**_view(created.record), "key": created.key})
+    return json_response(_issued(created.record, created.key))
 
 
 async def revoke_key(request: Request, services: Services, actor: Actor) -> Response:

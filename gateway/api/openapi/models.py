@@ -1,6 +1,8 @@
 """JSON Schema of the models that validate, for the OpenAPI document: the msgspec Structs of
-the /v1 bodies (``api/v1/request_models.py``) and the pydantic models of the admin bodies, query
-strings and answers. Both libraries emit JSON Schema; this points their references at
+the /v1 bodies (``api/v1/request_models.py``), the pydantic models of the admin bodies, query
+strings and answers, and the ``TypedDict`` each builder of an answer returns (a record's
+``public_view``, a report), which msgspec reads as it reads Structs. Both libraries emit JSON
+Schema; this points their references at
 ``#/components/schemas/`` and tidies what they emit beyond it (pydantic's titles made up from
 field names, and the ``ge``/``le`` it leaves unconverted on a union such as ``int | float``).
 """
@@ -8,7 +10,7 @@ field names, and the ``ge``/``le`` it leaves unconverted on a union such as ``in
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, is_typeddict
 
 import msgspec
 from pydantic import BaseModel, TypeAdapter
@@ -48,13 +50,14 @@ def tidy(schema: Schema) -> Schema:
 
 def model_components(models: Iterable[type]) -> dict[str, Schema]:
     """The components of ``models`` and of every model they name, by class name: msgspec
-    Structs, pydantic models, and dataclasses (which pydantic reads too). Two different models
-    of one name are refused: the document would show one in place of the other."""
+    Structs and TypedDicts, pydantic models, and dataclasses (which pydantic reads too). Two
+    different models of one name are refused: the document would show one in place of the
+    other."""
     structs: list[type] = []
     validated: list[tuple[type[BaseModel], Any]] = []
     plain: list[type] = []
     for model in dict.fromkeys(models):
-        if issubclass(model, msgspec.Struct):
+        if is_typeddict(model) or issubclass(model, msgspec.Struct):
             structs.append(model)
         elif issubclass(model, BaseModel):
             validated.append((model, "validation"))

@@ -18,11 +18,13 @@ from pydantic import BaseModel
 
 from gateway.access.key_admin import MAX_IDEMPOTENCY_KEY_CHARS
 from gateway.access.key_models import KeyCreate, KeyListQuery, KeyUpdate, RotateRequest
+from gateway.access.keys import KeyView
 from gateway.access.team_models import TeamCreate, TeamListQuery, TeamUpdate
 from gateway.access.token_admin import TokenCreate, TokenListQuery
 from gateway.api.admin.audit import AuditListQuery
 from gateway.api.admin.cache import CacheQuery, PurgeQuery
 from gateway.api.admin.dead_letters import DeadLetterListQuery, ReplayRequest
+from gateway.api.admin.keys import IssuedKey, KeyList
 from gateway.api.admin.policy import ExplainRequest
 from gateway.api.admin.usage import AdminUsageQuery, OwnUsageQuery, UsageEventsQuery
 from gateway.api.v1.request_models import (
@@ -182,19 +184,19 @@ OPERATIONS: dict[str, Operation] = {
         errors=(400, 401, 503),
     ),
     "POST /admin/keys": Operation(
-        "Create a key", json("KeyWithSecret"), body=json(KeyCreate), status=201
+        "Create a key", json(IssuedKey), body=json(KeyCreate), status=201
     ),
-    "GET /admin/keys": Operation("List keys", json("KeyList"), query=KeyListQuery),
-    "GET /admin/keys/{key_id}": Operation("Show a key", json("Key"), errors=RECORD_ERRORS),
+    "GET /admin/keys": Operation("List keys", json(KeyList), query=KeyListQuery),
+    "GET /admin/keys/{key_id}": Operation("Show a key", json(KeyView), errors=RECORD_ERRORS),
     "PATCH /admin/keys/{key_id}": Operation(
         "Change a key's fields (null clears one)",
-        json("Key"),
+        json(KeyView),
         body=json(KeyUpdate),
         errors=RECORD_ERRORS,
     ),
     "POST /admin/keys/{key_id}/rotate": Operation(
         "Issue a new secret; the old one stays valid for grace_seconds",
-        json("KeyWithSecret"),
+        json(IssuedKey),
         body=json(RotateRequest),
         parameters=(
             header(
@@ -205,7 +207,7 @@ OPERATIONS: dict[str, Operation] = {
         errors=(*RECORD_ERRORS, 409),
     ),
     "POST /admin/keys/{key_id}/revoke": Operation(
-        "Revoke a key", json("Key"), errors=RECORD_ERRORS
+        "Revoke a key", json(KeyView), errors=RECORD_ERRORS
     ),
     "POST /admin/teams": Operation(
         "Create a team (adopts the keys whose team names it)",

@@ -325,36 +325,6 @@ REPORTS: dict[str, Schema] = {
 
 # Records as the admin API shows them (their ``public_view``).
 RECORDS: dict[str, Schema] = {
-    "Key": obj(
-        {
-            "id": STRING,
-            "object": {"const": "api_key"},
-            "name": nullable(STRING),
-            "team": nullable(STRING),
-            "models": nullable({"type": "array", "items": STRING}),
-            "rpm": nullable(INTEGER),
-            "tpm": nullable(INTEGER),
-            "budget_usd": nullable(NUMBER),
-            "budget_period": nullable(STRING),
-            "max_parallel_requests": nullable(INTEGER),
-            "budget_mode": {"enum": ["hard", "soft"]},
-            "alert_thresholds": {"type": "array", "items": INTEGER},
-            "tags": {"type": "array", "items": STRING},
-            "expires_at": nullable(NUMBER),
-            "metadata": {"type": "object"},
-            "status": {"enum": ["active", "revoked", "expired"]},
-            "created_at": NUMBER,
-            "updated_at": nullable(NUMBER),
-            "rotated_at": nullable(NUMBER),
-            "revoked_at": nullable(NUMBER),
-            "previous_secret_valid_until": nullable(NUMBER),
-        },
-        ["id", "object", "status", "created_at"],
-    ),
-    "KeyWithSecret": with_secret("Key", "key"),
-    "KeyList": list_of(
-        "Key", has_more=BOOLEAN, first_id=nullable(STRING), last_id=nullable(STRING)
-    ),
     "Team": obj(
         {
             "id": STRING,
