@@ -39,6 +39,7 @@ from gateway.api.dashboard import batches as dashboard_batches
 from gateway.api.dashboard import home, manage
 from gateway.api.dashboard.view import DashboardRenderer
 from gateway.api.http import error_response
+from gateway.api.openapi import document as openapi
 from gateway.api.openapi.document import OpenApiDocument
 from gateway.api.request_headers import HeaderGuardMiddleware
 from gateway.api.v1 import anthropic, batches, files, message_batches, openai, responses, uploads
@@ -139,6 +140,7 @@ def create_app(settings: Settings | None = None, *, log_stream: IO[Any] | None =
             *manage.routes,
             *dashboard_batches.routes,
             *ops.routes,
+            *openapi.routes,
         ],
         lifespan=lifespan,
         # The exchange middleware is outermost: it sees every status sent, and it is the

@@ -19,7 +19,7 @@ import secrets
 import string
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from redis.asyncio import Redis
 
@@ -73,6 +73,19 @@ class Actor:
         return {"kind": self.kind, "id": self.id, "name": self.name, "role": self.role}
 
 
+class AdminTokenView(TypedDict):
+    """A named admin token as the admin API shows it (``AdminToken.public_view``)."""
+
+    id: str
+    object: Literal["admin_token"]
+    name: str
+    role: Role
+    status: Literal["active", "revoked"]
+    created_at: float
+    created_by: str
+    revoked_at: float | None
+
+
 @dataclass(frozen=True)
 class AdminToken:
     id: str
@@ -84,7 +97,7 @@ class AdminToken:
     status: str = "active"  # active | revoked
     revoked_at: float | None = None
 
-    def public_view(self) -> dict[str, Any]:
+    def public_view(self) -> AdminTokenView:
         """Never the hash."""
         return {
             "id": self.id,

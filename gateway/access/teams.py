@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from redis.asyncio import Redis
 
@@ -58,6 +58,23 @@ def team_of_home(home: str) -> str | None:
     return home.removeprefix("team:") if home.startswith("team:") else None
 
 
+class TeamView(TypedDict):
+    """A team as the admin API shows it (``TeamRecord.public_view``)."""
+
+    id: str
+    object: Literal["team"]
+    name: str | None
+    rpm: int | None
+    tpm: int | None
+    max_parallel_requests: int | None
+    budgets_usd: dict[str, float]
+    budgets_nanos: dict[str, int]
+    budget_mode: Literal["hard", "soft"]
+    alert_thresholds: list[int]
+    created_at: float
+    updated_at: float
+
+
 @dataclass(frozen=True)
 class TeamRecord:
     id: str
@@ -72,7 +89,7 @@ class TeamRecord:
     budget_mode: str | None = None  # soft: its budgets alert but never refuse
     alert_thresholds: tuple[int, ...] = ()  # percents of each budget (webhooks)
 
-    def public_view(self) -> dict[str, Any]:
+    def public_view(self) -> TeamView:
         return {
             "id": self.id,
             "object": "team",

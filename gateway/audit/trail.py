@@ -20,11 +20,11 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import orjson
 
-from gateway.access.admins import Actor
+from gateway.access.admins import Actor, Role
 from gateway.audit.scrub import audit_json
 from gateway.errors import ServiceUnavailable
 from gateway.ledger.audit import (
@@ -44,13 +44,44 @@ RETENTION_INTERVAL_S = 24 * 3600.0
 SPOOL_DIR = "audit-spool"
 
 
-def entry_view(entry: AuditEntry) -> dict[str, Any]:
-    """An entry as the API shows it: the before and after values as JSON, not text."""
-    view = entry.view()
-    for name in ("before", "after"):
-        text = view.pop(f"{name}_json")
-        view[name] = orjson.loads(text) if text is not None else None
-    return {"object": "audit_entry", **view}
+class AuditEntryView(TypedDict):
+    """An audit entry as the API shows it: the before and after values as JSON, not text."""
+
+    object: Literal["audit_entry"]
+    event_id: str
+    time_ms: int
+    actor_kind: Literal["bootstrap", "token", "cli"]
+    actor_id: str
+    actor_name: str
+    actor_role: Role
+    action: str
+    target: str
+    client: str
+    request_id: str
+    before: Any
+    after: Any
+
+
+def _json_or_none(text: str | None) -> Any:
+    return orjson.loads(text) if text is not None else None
+
+
+def entry_view(entry: AuditEntry) -> AuditEntryView:
+    return AuditEntryView(
+        object="audit_entry",
+        event_id=entry.event_id,
+        time_ms=entry.time_ms,
+        actor_kind=entry.actor_kind,  # type: ignore[typeddict-item]
+        actor_id=entry.actor_id,
+        actor_name=entry.actor_name,
+        actor_role=entry.actor_role,  # type: ignore[typeddict-item]
+        action=entry.action,
+        target=entry.target,
+        client=entry.client,
+        request_id=entry.request_id,
+        before=_json_or_none(entry.before_json),
+        after=_json_or_none(entry.after_json),
+    )
 
 
 class AuditTrail:

@@ -9,20 +9,44 @@ longer) expire with the scope.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
+
+
+class Counters(TypedDict):
+    hit: int
+    miss: int
+    bypass: int
+    store: int
+    skip_nondeterministic: int
+    skip_too_large: int
+    skip_incomplete: int
+    skip_no_store: int
+    skip_purged: int
+
+
+class CountedView(Counters):
+    entries: int
+    hit_ratio: float | None
+
+
+class ScopeView(CountedView):
+    namespace: str
+    model: str
+
+
+class CacheStatsView(CountedView):
+    """What ``GET /admin/cache`` shows: the totals, and each scope's."""
+
+    scopes: list[ScopeView]
+
+
+class PurgeView(TypedDict):
+    scopes: int
+    entries: int
+
 
 # Every counter a scope keeps (the hash's other fields are namespace, model and epoch).
-COUNTERS = (
-    "hit",
-    "miss",
-    "bypass",
-    "store",
-    "skip_nondeterministic",
-    "skip_too_large",
-    "skip_incomplete",
-    "skip_no_store",
-    "skip_purged",
-)
+COUNTERS: tuple[str, ...] = tuple(Counters.__annotations__)
 # What a caller may count without a lookup or a store (``ResponseCache.note``).
 NOTE_KINDS = frozenset(COUNTERS) - {"hit", "miss", "store", "skip_purged"}
 
@@ -38,8 +62,8 @@ class _Counted:
         looked_up = self.counters["hit"] + self.counters["miss"]
         return self.counters["hit"] / looked_up if looked_up else None
 
-    def _view(self) -> dict[str, Any]:
-        return {"entries": self.entries, "hit_ratio": self.hit_ratio, **self.counters}
+    def _view(self) -> CountedView:
+        return {"entries": self.entries, "hit_ratio": self.hit_ratio, **self.counters}  # type: ignore[typeddict-item]
 
 
 @dataclass(frozen=True)
@@ -49,8 +73,8 @@ class ScopeStats(_Counted):
     entries: int
     counters: dict[str, int]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"namespace": self.namespace, "model": self.model, **self._view()}
+    def to_dict(self) -> ScopeView:
+        return ScopeView(namespace=self.namespace, model=self.model, **self._view())
 
 
 @dataclass(frozen=True)
@@ -65,8 +89,8 @@ class CacheStats(_Counted):
     def counters(self) -> dict[str, int]:  # type: ignore[override]
         return {name: sum(scope.counters[name] for scope in self.scopes) for name in COUNTERS}
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**self._view(), "scopes": [scope.to_dict() for scope in self.scopes]}
+    def to_dict(self) -> CacheStatsView:
+        return CacheStatsView(**self._view(), scopes=[scope.to_dict() for scope in self.scopes])
 
 
 @dataclass(frozen=True)
@@ -74,5 +98,5 @@ class PurgeResult:
     scopes: int
     entries: int
 
-    def to_dict(self) -> dict[str, int]:
-        return {"scopes": self.scopes, "entries": self.entries}
+    def to_dict(self) -> PurgeView:
+        return PurgeView(scopes=self.scopes, entries=self.entries)

@@ -19,8 +19,9 @@ import hashlib
 import re
 from dataclasses import dataclass
 from datetime import date
-from typing import Any
+from typing import Annotated, Any, Literal, TypedDict
 
+import msgspec
 import orjson
 
 from gateway.ledger.event import day_of_ms
@@ -30,6 +31,7 @@ from gateway.ledger.record import label_problem
 MAX_DEAD_LETTER_LIMIT = 500
 MAX_REASON_LENGTH = 500
 LETTER_ID_PATTERN = r"^[0-9a-f]{32}$"
+LetterId = Annotated[str, msgspec.Meta(pattern=LETTER_ID_PATTERN)]
 _LETTER_ID = re.compile(LETTER_ID_PATTERN)
 
 COLUMNS = ("letter_id", "failed_ms", "event_id", "key_id", "field", "reason", "payload")
@@ -109,7 +111,7 @@ class DeadLetter:
     def day(self) -> date:
         return day_of_ms(self.failed_ms)
 
-    def view(self) -> dict[str, Any]:
+    def view(self) -> DeadLetterView:
         """As ``GET /admin/usage/dead-letters`` lists it: the event as JSON when it is JSON."""
         try:
             event: Any = orjson.loads(self.payload)
@@ -126,6 +128,20 @@ class DeadLetter:
             "event": event,
             "payload": self.payload.decode("utf-8", "replace"),
         }
+
+
+class DeadLetterView(TypedDict):
+    """A dead letter as ``GET /admin/usage/dead-letters`` lists it (``DeadLetter.view``)."""
+
+    object: Literal["usage_dead_letter"]
+    id: LetterId
+    failed_at_ms: int
+    event_id: str
+    key_id: str
+    field: str
+    reason: str
+    event: Annotated[Any, msgspec.Meta(description="the payload as JSON, null when it is not JSON")]
+    payload: str
 
 
 @dataclass(frozen=True, slots=True)

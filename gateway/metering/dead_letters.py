@@ -16,18 +16,38 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import orjson
 
 from gateway.ledger import UsageEvent, UsageStore
-from gateway.ledger.dead_letters import DeadLetter, DeadLetterQuery
+from gateway.ledger.dead_letters import DeadLetter, DeadLetterQuery, DeadLetterView, LetterId
 from gateway.ledger.record import RecordError
 
 # The labels a replay may correct: those an old entry point let through unchecked.
 CORRECTABLE = ("team", "task", "route", "end_user", "tags", "model", "provider", "policy_version")
 
 Pair = tuple[UsageEvent, bytes]
+
+
+class DeadLetterList(TypedDict):
+    object: Literal["list"]
+    data: list[DeadLetterView]
+    next_cursor: str | None
+    total: int
+
+
+class RefusedLetter(TypedDict):
+    id: LetterId
+    reason: str
+
+
+class DeadLettersReplayed(TypedDict):
+    object: Literal["usage_dead_letter_replay"]
+    replayed: list[LetterId]
+    inserted: int
+    refused: list[RefusedLetter]
+    remaining: int
 
 
 def now_ms() -> int:
@@ -81,7 +101,7 @@ class DeadLetters:
 
     store: UsageStore
 
-    async def page(self, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
+    async def page(self, limit: int = 100, cursor: str | None = None) -> DeadLetterList:
         """One page, oldest first (raises ``LedgerQueryError`` naming a bad parameter)."""
         page = await self.store.dead_letters(DeadLetterQuery(limit=limit, cursor=cursor))
         return {
@@ -96,14 +116,14 @@ class DeadLetters:
         ids: Sequence[str] | None = None,
         corrections: Mapping[str, Any] | None = None,
         limit: int = 500,
-    ) -> dict[str, Any]:
+    ) -> DeadLettersReplayed:
         """Store the letters ``ids`` (default: the oldest ``limit``), each with ``corrections``
         applied; those stored are dropped. Store outages raise, leaving every letter kept."""
         query = DeadLetterQuery(limit=limit, ids=tuple(ids) if ids is not None else None)
         letters = (await self.store.dead_letters(query)).letters
         pairs: list[Pair] = []
         ids_of: dict[bytes, str] = {}
-        refused: list[dict[str, str]] = []
+        refused: list[RefusedLetter] = []
         for letter in letters:
             decoded = decode_entry(letter.payload, corrections)
             if isinstance(decoded, DeadLetter):

@@ -23,7 +23,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, date, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Annotated, Any, Literal, NotRequired, TypedDict, TypeVar, get_args
+
+import msgspec
 
 from gateway.access.keys import KeyLabel
 from gateway.errors import ServiceUnavailable
@@ -45,7 +47,8 @@ from gateway.money import format_usd_exact, nanos_to_usd
 from gateway.store.connect import REDIS_FAILURES
 
 T = TypeVar("T")
-GROUP_BYS = ("key", "team", "model", "provider", "task", "day", "tag", "user", "batch")
+GroupBy = Literal["key", "team", "model", "provider", "task", "day", "tag", "user", "batch"]
+GROUP_BYS: tuple[str, ...] = get_args(GroupBy)
 # Attribution groupings: a request with two tags is in both tags' rows, so the report's totals
 # are read apart (and a row of "" holds the requests without a tag or an end user).
 ATTRIBUTION_GROUP_BYS = ("tag", "user")
@@ -63,7 +66,126 @@ class ReportError(ValueError):
         self.message = message
 
 
-def report_row(totals: Totals) -> dict[str, Any]:
+Usd = Annotated[float, msgspec.Meta(description="USD, a rendering of cost_nanos")]
+Nanos = Annotated[int, msgspec.Meta(description="nano-dollars (1e-9 USD), exact")]
+Day = Annotated[str, msgspec.Meta(description="a UTC day", extra_json_schema={"format": "date"})]
+AsOf = Annotated[
+    str,
+    msgspec.Meta(description="when it was read (UTC)", extra_json_schema={"format": "date-time"}),
+]
+Pending = Annotated[
+    int | None, msgspec.Meta(description="events not in the usage store yet; null: unknown")
+]
+Lag = Annotated[float | None, msgspec.Meta(description="age of the oldest of them, seconds")]
+EpochSeconds = Annotated[float, msgspec.Meta(description="epoch seconds")]
+
+
+class ReportRow(TypedDict):
+    """One group's totals. Beside them, in a grouped report, the group's value under the
+    dimension's name (``"model": "gpt-4.1"``), and with group_by=key the key's name and team
+    now (null when it has none, or is gone)."""
+
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    total_tokens: int
+    cost: Usd
+    cost_nanos: Nanos
+    errors: int
+    error_rate: float
+    avg_latency_ms: float
+    streamed: int
+    estimated: int
+    key_name: NotRequired[str | None]
+    key_team: NotRequired[str | None]
+
+
+class Freshness(TypedDict):
+    """How fresh a report is (docs/usage.md#freshness)."""
+
+    as_of: AsOf
+    pending_export: Pending
+    export_lag_s: Lag
+
+
+# ``from`` is a keyword: these two are declared in TypedDict's call form.
+KeyUsage = TypedDict(
+    "KeyUsage",
+    {
+        "object": Literal["usage"],
+        "key_id": str,
+        "days": int,
+        "from": Day,
+        "to": Day,
+        "total_cost": float,
+        "total_cost_nanos": int,
+        "total_tokens": int,
+        "prompt_tokens": int,
+        "completion_tokens": int,
+        "cached_tokens": int,
+        "requests": int,
+        "errors": int,
+        "by_model": list[ReportRow],
+        "by_day": list[ReportRow],
+        "by_tag": NotRequired[list[ReportRow]],  # with group_by=tag
+        "by_user": NotRequired[list[ReportRow]],  # with group_by=user
+        **Freshness.__annotations__,
+    },
+)
+UsageReport = TypedDict(
+    "UsageReport",
+    {
+        "object": Literal["usage_report"],
+        "group_by": GroupBy,
+        "from": Day,
+        "to": Day,
+        "data": list[ReportRow],
+        "totals": ReportRow,
+        **Freshness.__annotations__,
+    },
+)
+
+
+class UsageEventView(TypedDict):
+    """A stored usage event (``event_view``)."""
+
+    id: str
+    time: EpochSeconds
+    time_ms: int
+    request_id: str
+    key_id: str
+    model: str
+    provider: str
+    team: str
+    task: str
+    route: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    cache_write_tokens: int
+    cost_nanos: int
+    cost_usd: float
+    policy_version: str
+    latency_ms: int
+    ttft_ms: int | None
+    status: int
+    streamed: bool
+    usage_source: str
+    attempts: int
+    end_user: str
+    tags: list[str]
+    price_catalogue: str
+
+
+class UsageEvents(Freshness):
+    object: Literal["list"]
+    data: list[UsageEventView]
+    has_more: bool
+    next_cursor: str | None
+
+
+def report_row(totals: Totals) -> ReportRow:
     """The store's integer totals of one group, as a report shows them."""
     return {
         "requests": totals.requests,
@@ -201,7 +323,7 @@ async def _from_store(read: Awaitable[T]) -> T:
         raise ServiceUnavailable(f"the usage store is unavailable ({type(exc).__name__})") from exc
 
 
-def event_view(event: UsageEvent) -> dict[str, Any]:
+def event_view(event: UsageEvent) -> UsageEventView:
     """A stored event as ``/admin/usage/events`` shows it: the recorded fields under their
     usage-event names (``request_id``, ``time`` in epoch seconds, ``cost_usd`` rendered from
     ``cost_nanos``), plus the store's own (``time_ms``, attribution)."""
@@ -257,7 +379,7 @@ class UsageReports:
     def today(self) -> date:
         return day_of(self.clock())
 
-    async def freshness(self) -> dict[str, Any]:
+    async def freshness(self) -> Freshness:
         """``as_of``, ``pending_export`` and ``export_lag_s`` (see the module's docstring)."""
         now = self.clock()
         pending: int | None = None
@@ -313,7 +435,7 @@ class UsageReports:
 
     async def usage_for_key(
         self, key_id: str, days: int = 30, group_by: str | None = None
-    ) -> dict[str, Any]:
+    ) -> KeyUsage:
         """What ``GET /v1/usage?days=N&group_by=tag|user`` returns: the key's last N UTC days,
         today included, by model and by day, and with ``group_by`` also ``by_tag`` or
         ``by_user``."""
@@ -372,7 +494,7 @@ class UsageReports:
         ordered = sorted(grouped.items(), key=lambda item: (-item[1].cost_nanos, item[0]))
         return {f"by_{group_by}": [{group_by: v, **report_row(t)} for v, t in ordered]}
 
-    async def admin_usage(self, start: date, end: date, group_by: str = "key") -> dict[str, Any]:
+    async def admin_usage(self, start: date, end: date, group_by: str = "key") -> UsageReport:
         """Rows grouped by one dimension over ``start..end`` inclusive; spend-descending,
         except ``day`` which lists every day in order."""
         if group_by not in GROUP_BYS:
@@ -434,7 +556,7 @@ class UsageReports:
         model: str | None = None,
         cursor: str | None = None,
         limit: int = 50,
-    ) -> dict[str, Any]:
+    ) -> UsageEvents:
         """Raw events, newest first; ``next_cursor`` pages on."""
         if (
             isinstance(limit, bool)

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import orjson
 import structlog
@@ -35,6 +35,23 @@ from gateway.policy.parse import (
     validate_policy_data,
 )
 from gateway.server.tasks import cancel_until_done
+
+
+class PolicyLoadError(TypedDict):
+    path: str | None
+    message: str
+
+
+class PolicyState(TypedDict):
+    """What ``GET /admin/policy`` shows (``PolicyStore.describe``): the policy in force (null
+    before one loads) and the last reload that failed, if any."""
+
+    version: str | None
+    loaded_at: float | None
+    source: str | None
+    path: str
+    last_error: PolicyLoadError | None
+    policy: dict[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -279,7 +296,7 @@ class PolicyStore:
         if watcher is not None:
             await cancel_until_done([watcher])
 
-    def describe(self, *, reveal_headers: bool = False) -> dict[str, Any]:
+    def describe(self, *, reveal_headers: bool = False) -> PolicyState:
         """The state shown by ``GET /admin/policy``; providers' header values masked unless
         ``reveal_headers`` (the admin role)."""
         loaded = self._current

@@ -18,7 +18,7 @@ import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any, NoReturn
+from typing import Any, NoReturn, NotRequired, TypedDict
 
 from gateway.errors import ECHO_CHARS, InvalidRequest, NotFound, PermissionDenied, echo
 from gateway.money import format_usd_short
@@ -31,6 +31,30 @@ from gateway.routing.state import RoutingState
 
 TASK_HEADER = "x-task-type"
 REQUEST_ID_HEADER = "x-request-id"
+
+
+class RouteRow(TypedDict):
+    """A candidate of a plan, or one it skipped (``reason`` says why)."""
+
+    model: str
+    provider: str
+    upstream_model: str
+    reason: str
+    context_window: NotRequired[int]
+    price: NotRequired[dict[str, Any]]
+
+
+class PlanExplanation(TypedDict):
+    """What a plan would do (``RoutePlan.explain``)."""
+
+    task: str | None
+    strategy: str
+    policy_version: str
+    prompt_tokens_estimate: int | None
+    fallback_on: list[str]
+    candidates: list[RouteRow]
+    skipped: list[RouteRow]
+    notes: list[str]
 
 
 @dataclass(frozen=True)
@@ -82,9 +106,9 @@ class RoutePlan:
         value = f"task={self.task or '-'}; strategy={self.strategy}; reason={served.reason}"
         return f"{value}; spilled" if spilled or served.spilled else value
 
-    def explain(self) -> dict[str, Any]:
-        def row(candidate: Candidate) -> dict[str, Any]:
-            out: dict[str, Any] = {
+    def explain(self) -> PlanExplanation:
+        def row(candidate: Candidate) -> RouteRow:
+            out: RouteRow = {
                 "model": candidate.model,
                 "provider": candidate.provider,
                 "upstream_model": candidate.upstream_model,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,7 +19,7 @@ from gateway.access.admins import Actor
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import client_address, json_response
 from gateway.api.payloads import parse_query
-from gateway.audit.trail import entry_view
+from gateway.audit.trail import AuditEntryView, entry_view
 from gateway.errors import InvalidRequest
 from gateway.ledger.audit import MAX_AUDIT_LIMIT, AuditQuery, AuditQueryError, days_range_ms
 from gateway.ledger.days import parse_days
@@ -42,6 +42,12 @@ CSV_COLUMNS = (
     "before",
     "after",
 )
+
+
+class AuditList(TypedDict):
+    object: Literal["list"]
+    data: list[AuditEntryView]
+    next_cursor: str | None
 
 
 async def record_action(
@@ -102,7 +108,7 @@ def audit_query(query: AuditListQuery) -> AuditQuery:
         raise InvalidRequest(f"{exc.param}: {exc.message}", param=exc.param) from None
 
 
-def render_csv(entries: list[dict[str, Any]]) -> str:
+def render_csv(entries: list[AuditEntryView]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
@@ -138,7 +144,7 @@ async def list_audit(request: Request, services: Services, actor: Actor) -> Resp
             media_type="text/csv; charset=utf-8",
             headers={"content-disposition": 'attachment; filename="audit.csv"'},
         )
-    return json_response({"object": "list", "data": entries, "next_cursor": page.next_cursor})
+    return json_response(AuditList(object="list", data=entries, next_cursor=page.next_cursor))
 
 
 routes = [Route("/admin/audit", endpoint(list_audit, Guard.ADMIN, "admin"), methods=["GET"])]

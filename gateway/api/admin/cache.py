@@ -8,7 +8,7 @@ Redis unreachable: a 503 naming the cache.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
@@ -21,6 +21,7 @@ from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import json_response
 from gateway.api.payloads import parse_query
 from gateway.cache import CacheUnavailable
+from gateway.cache.stats import PurgeView
 from gateway.errors import InvalidRequest, ServiceUnavailable
 from gateway.services import Services
 
@@ -35,6 +36,10 @@ class CacheQuery(BaseModel):
 
 class PurgeQuery(CacheQuery):
     all: bool = Field(False, description="purge every entry")
+
+
+class CachePurged(TypedDict):
+    purged: PurgeView
 
 
 def _unavailable(exc: CacheUnavailable) -> ServiceUnavailable:
@@ -66,7 +71,7 @@ async def cache_purge(request: Request, services: Services, actor: Actor) -> Res
         services, request, actor, "cache.purge", "cache",
         before={"model": query.model, "team": query.team}, after=purged.to_dict(),
     )  # fmt: skip
-    return json_response({"purged": purged.to_dict()})
+    return json_response(CachePurged(purged=purged.to_dict()))
 
 
 routes = [

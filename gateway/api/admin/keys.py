@@ -53,7 +53,7 @@ def _view(record: KeyRecord) -> KeyView:
 
 
 def _issued(record: KeyRecord, secret: str) -> IssuedKey:
-    return {**record.public_view(), "key": secret}  # type: ignore[typeddict-item]
+    return IssuedKey(**record.public_view(), key=secret)
 
 
 async def follow_moves(services: Services, before: KeyRecord | None, after: KeyRecord) -> None:

@@ -1,5 +1,5 @@
 """Operations endpoints: liveness, readiness (Redis reachable, policy loaded, not draining),
-Prometheus, the OpenAPI document, and ``GET /admin/health`` (the same checks with details).
+Prometheus, and ``GET /admin/health`` (the same checks with details).
 
 ``/readyz`` needs no credentials, so it says states only (``ok``, ``unreachable``, ``failed``…):
 a policy reload error or an engine load error can quote a file, and files can hold secrets.
@@ -19,7 +19,7 @@ import asyncio
 import hmac
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -29,11 +29,25 @@ from gateway.access.admins import Actor
 from gateway.access.auth import bearer_token
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import error_response, json_response
-from gateway.api.openapi.document import openapi_json
 from gateway.errors import AuthenticationFailed
 from gateway.policy import Policy
 from gateway.services import Services
 from gateway.store.connect import REDIS_FAILURES
+
+
+class Health(TypedDict):
+    status: Literal["ok"]
+
+
+class ReadinessView(TypedDict):
+    """Whether this replica should get traffic, and each check's state."""
+
+    status: Literal["ready", "not ready"]
+    checks: dict[str, str]
+
+
+class AdminHealth(ReadinessView):
+    details: dict[str, Any]
 
 
 @dataclass
@@ -42,12 +56,12 @@ class Readiness:
     checks: dict[str, str]  # states only: safe for anyone to read
     details: dict[str, Any] = field(default_factory=dict)  # for the admin
 
-    def body(self) -> dict[str, Any]:
-        return {"status": "ready" if self.ready else "not ready", "checks": self.checks}
+    def body(self) -> ReadinessView:
+        return ReadinessView(status="ready" if self.ready else "not ready", checks=self.checks)
 
 
 async def healthz(request: Request, services: Services) -> Response:
-    return json_response({"status": "ok"})
+    return json_response(Health(status="ok"))
 
 
 async def check_readiness(services: Services, detailed: bool = False) -> Readiness:
@@ -96,7 +110,7 @@ async def readyz(request: Request, services: Services) -> Response:
 async def admin_health(request: Request, services: Services, actor: Actor) -> Response:
     """``GET /admin/health``: the readiness checks, and what each failure was about."""
     readiness = await check_readiness(services, detailed=True)
-    return json_response({**readiness.body(), "details": readiness.details})
+    return json_response(AdminHealth(**readiness.body(), details=readiness.details))
 
 
 def _another_can_serve(services: Services, policy: Policy) -> bool:
@@ -128,6 +142,5 @@ routes = [
     Route("/healthz", endpoint(healthz, Guard.NONE), methods=["GET"]),
     Route("/readyz", endpoint(readyz, Guard.NONE), methods=["GET"]),
     Route("/metrics", endpoint(metrics, Guard.NONE), methods=["GET"]),
-    Route("/openapi.json", endpoint(openapi_json, Guard.NONE), methods=["GET"]),
     Route("/admin/health", endpoint(admin_health, Guard.ADMIN, "operator"), methods=["GET"]),
 ]

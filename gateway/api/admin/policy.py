@@ -17,8 +17,9 @@ the policy needs the ``admin`` role, reading, validating and explaining ``operat
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from starlette.requests import Request
 from starlette.responses import Response
@@ -35,13 +36,43 @@ from gateway.errors import InvalidRequest, PermissionDenied, clip
 from gateway.policy import PolicyError
 from gateway.policy.operations import Operation
 from gateway.policy.store import policy_body
-from gateway.routing.router import RoutePlan
+from gateway.routing.router import PlanExplanation, RoutePlan
 from gateway.services import Services
 
 # Read limit of the body (413 past it); the policy's own bound (policy.MAX_POLICY_BYTES, a 400
 # naming it) is smaller.
 MAX_POLICY_BODY_BYTES = 1 << 20
 MAX_EXPLAIN_BYTES = 1 << 20
+
+
+class PolicyApplied(TypedDict):
+    applied: Literal[True]
+    version: str
+    loaded_at: float
+
+
+class PolicyValid(TypedDict):
+    valid: Literal[True]
+    models: int
+    tasks: list[str]
+    current_version: str | None
+
+
+class RouteExplanation(PlanExplanation):
+    """A plan, and what the dispatcher would do with it now."""
+
+    health: list[dict[str, Any]]
+    would_serve: str | None
+    header: str
+    fleets: NotRequired[
+        Annotated[
+            dict[str, dict[str, Any]],
+            msgspec.Meta(
+                description="engine fleets among the candidates: provider -> the replica it "
+                "would pick now (pick, header) and its replicas"
+            ),
+        ]
+    ]
 
 
 def _invalid_policy(error: PolicyError) -> InvalidRequest:
@@ -92,7 +123,7 @@ async def put_policy(request: Request, services: Services, actor: Actor) -> Resp
         before={"version": before}, after={"version": loaded.version},
     )  # fmt: skip
     return json_response(
-        {"applied": True, "version": loaded.version, "loaded_at": loaded.loaded_at}
+        PolicyApplied(applied=True, version=loaded.version, loaded_at=loaded.loaded_at)
     )
 
 
@@ -106,12 +137,12 @@ async def validate_policy(request: Request, services: Services, actor: Actor) ->
     except PolicyError as error:
         raise _invalid_policy(error) from None
     return json_response(
-        {
-            "valid": True,
-            "models": len(policy.models),
-            "tasks": sorted(policy.tasks),
-            "current_version": store.current.version if store.loaded else None,
-        }
+        PolicyValid(
+            valid=True,
+            models=len(policy.models),
+            tasks=sorted(policy.tasks),
+            current_version=store.current.version if store.loaded else None,
+        )
     )
 
 
@@ -121,22 +152,24 @@ async def explain_route(request: Request, services: Services, actor: Actor) -> R
     plan = services.router.plan(
         body=body, headers=headers, key_id=key_id, allowed_models=allowed, operation=operation
     )
-    explained = plan.explain()
     health = services.dispatcher.preview(plan)
-    explained["health"] = health
     # The first candidate the dispatcher would try now; the header it would get if it serves.
     would_serve = next(
         (c for c, row in zip(plan.candidates, health, strict=True) if _would_try(row)), None
     )
-    explained["would_serve"] = would_serve.model if would_serve else None
     header = plan.header_value(would_serve or plan.candidates[0])
     fleets = _fleet_previews(services, plan, body)
+    served_fleet = fleets.get(would_serve.provider) if would_serve else None
+    if served_fleet is not None and served_fleet["header"]:
+        header += "; " + served_fleet["header"]
+    explained = RouteExplanation(
+        **plan.explain(),
+        health=health,
+        would_serve=would_serve.model if would_serve else None,
+        header=header,
+    )
     if fleets:
         explained["fleets"] = fleets
-        served_fleet = fleets.get(would_serve.provider) if would_serve else None
-        if served_fleet is not None and served_fleet["header"]:
-            header += "; " + served_fleet["header"]
-    explained["header"] = header
     return json_response(explained)
 
 

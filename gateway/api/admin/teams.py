@@ -9,7 +9,7 @@ shared by all its keys and checked in the same atomic step as each key's own
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -17,7 +17,7 @@ from starlette.responses import Response
 from gateway.access import team_admin
 from gateway.access.admins import Actor
 from gateway.access.team_models import TeamListQuery
-from gateway.access.teams import TeamRecord
+from gateway.access.teams import TeamRecord, TeamView
 from gateway.api.admin.audit import record_action
 from gateway.api.endpoint import admin_routes
 from gateway.api.http import json_response, read_json_object
@@ -29,11 +29,31 @@ MAX_TEAM_BODY_BYTES = 16384
 SWEEP_NOW = 100
 
 
+class CreatedTeam(TeamView):
+    adopted_keys: list[str]
+
+
+class TeamWithUsage(TeamView):
+    usage: dict[str, Any]
+
+
+class TeamList(TypedDict):
+    object: Literal["list"]
+    data: list[TeamView]
+    has_more: bool
+
+
+class TeamDeleted(TypedDict):
+    id: str
+    object: Literal["team"]
+    deleted: Literal[True]
+
+
 def _team_id(request: Request) -> str:
     return team_admin.checked_team_id(request.path_params["team_id"])
 
 
-async def team_view(services: Services, team: TeamRecord) -> dict[str, Any]:
+async def team_view(services: Services, team: TeamRecord) -> TeamWithUsage:
     """The team, and its usage against its limits right now."""
     usage = await services.limiter.team_status(
         team.id,
@@ -42,16 +62,15 @@ async def team_view(services: Services, team: TeamRecord) -> dict[str, Any]:
         budgets_nanos=team.budgets_nanos,
         max_parallel=team.max_parallel_requests,
     )
-    return {**team.public_view(), "usage": usage}
+    return TeamWithUsage(**team.public_view(), usage=usage)
 
 
 async def create_team(request: Request, services: Services, actor: Actor) -> Response:
     data = await read_json_object(request, MAX_TEAM_BODY_BYTES)
     team, adopted = await team_admin.create_team(services.teams, services.keys, data)
-    view = team.public_view()
+    view = CreatedTeam(**team.public_view(), adopted_keys=adopted)
     await record_action(
-        services, request, actor, "team.create", f"team:{team.id}",
-        after={**view, "adopted_keys": adopted},
+        services, request, actor, "team.create", f"team:{team.id}", after=view
     )  # fmt: skip
     for key_id in adopted[:SWEEP_NOW]:
         services.auth.invalidate(key_id)
@@ -59,7 +78,7 @@ async def create_team(request: Request, services: Services, actor: Actor) -> Res
             await services.moves.sweep_key(key_id)
         except Exception as exc:  # the background sweep finishes it
             services.log.warning("limit_move_deferred", key_id=key_id, error=type(exc).__name__)
-    return json_response({**view, "adopted_keys": adopted}, status=201)
+    return json_response(view, status=201)
 
 
 async def list_teams(request: Request, services: Services, actor: Actor) -> Response:
@@ -67,7 +86,7 @@ async def list_teams(request: Request, services: Services, actor: Actor) -> Resp
         services.teams, parse_query(TeamListQuery, request)
     )
     data = [team.public_view() for team in teams]
-    return json_response({"object": "list", "data": data, "has_more": has_more})
+    return json_response(TeamList(object="list", data=data, has_more=has_more))
 
 
 async def get_team(request: Request, services: Services, actor: Actor) -> Response:
@@ -94,7 +113,7 @@ async def delete_team(request: Request, services: Services, actor: Actor) -> Res
     await record_action(
         services, request, actor, "team.delete", f"team:{team_id}", before=team.public_view()
     )
-    return json_response({"id": team_id, "object": "team", "deleted": True})
+    return json_response(TeamDeleted(id=team_id, object="team", deleted=True))
 
 
 OPERATOR = "operator"

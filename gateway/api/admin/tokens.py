@@ -4,11 +4,14 @@ read from Redis on each use). Each change is in the audit log, without the token
 
 from __future__ import annotations
 
+from typing import Annotated, Literal, TypedDict
+
+import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.access import token_admin
-from gateway.access.admins import Actor
+from gateway.access.admins import Actor, AdminToken, AdminTokenView
 from gateway.access.token_admin import TokenListQuery
 from gateway.api.admin.audit import record_action
 from gateway.api.endpoint import admin_routes
@@ -17,6 +20,22 @@ from gateway.api.payloads import parse_query
 from gateway.services import Services
 
 MAX_TOKEN_BODY_BYTES = 4096
+
+
+class IssuedAdminToken(AdminTokenView):
+    """A token with its secret, which only the answer that issues it carries."""
+
+    token: Annotated[str, msgspec.Meta(description="the secret, shown once")]
+
+
+class AdminTokenList(TypedDict):
+    object: Literal["list"]
+    data: list[AdminTokenView]
+    has_more: bool
+
+
+def _issued(record: AdminToken, secret: str) -> IssuedAdminToken:
+    return IssuedAdminToken(**record.public_view(), token=secret)
 
 
 def _token_id(request: Request) -> str:
@@ -30,14 +49,14 @@ async def create_token(request: Request, services: Services, actor: Actor) -> Re
         services, request, actor, "token.create", f"token:{record.id}",
         after=record.public_view(),
     )  # fmt: skip
-    return json_response({**record.public_view(), "token": token}, status=201)
+    return json_response(_issued(record, token), status=201)
 
 
 async def list_tokens(request: Request, services: Services, actor: Actor) -> Response:
     query = parse_query(TokenListQuery, request)
     tokens, has_more = await token_admin.list_tokens(services.admins, query)
     data = [token.public_view() for token in tokens]
-    return json_response({"object": "list", "data": data, "has_more": has_more})
+    return json_response(AdminTokenList(object="list", data=data, has_more=has_more))
 
 
 async def get_token(request: Request, services: Services, actor: Actor) -> Response:

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import JSON
 from gateway.api.openapi.batches import BATCH_OPERATIONS, BATCH_SCHEMAS
 from gateway.api.openapi.models import (
@@ -215,3 +216,6 @@ async def openapi_json(request: Request, services: Services) -> Response:
     """``GET /openapi.json``: the app's document, which its lifespan state holds."""
     document: OpenApiDocument = request.state.openapi
     return Response(await document.body(), media_type=JSON)
+
+
+routes = [Route("/openapi.json", endpoint(openapi_json, Guard.NONE), methods=["GET"])]

@@ -16,16 +16,21 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gateway.access.admins import AdminTokenView
 from gateway.access.key_admin import MAX_IDEMPOTENCY_KEY_CHARS
 from gateway.access.key_models import KeyCreate, KeyListQuery, KeyUpdate, RotateRequest
 from gateway.access.keys import KeyView
 from gateway.access.team_models import TeamCreate, TeamListQuery, TeamUpdate
+from gateway.access.teams import TeamView
 from gateway.access.token_admin import TokenCreate, TokenListQuery
-from gateway.api.admin.audit import AuditListQuery
-from gateway.api.admin.cache import CacheQuery, PurgeQuery
+from gateway.api.admin.audit import AuditList, AuditListQuery
+from gateway.api.admin.cache import CachePurged, CacheQuery, PurgeQuery
 from gateway.api.admin.dead_letters import DeadLetterListQuery, ReplayRequest
 from gateway.api.admin.keys import IssuedKey, KeyList
-from gateway.api.admin.policy import ExplainRequest
+from gateway.api.admin.ops import AdminHealth, Health, ReadinessView
+from gateway.api.admin.policy import ExplainRequest, PolicyApplied, PolicyValid, RouteExplanation
+from gateway.api.admin.teams import CreatedTeam, TeamDeleted, TeamList, TeamWithUsage
+from gateway.api.admin.tokens import AdminTokenList, IssuedAdminToken
 from gateway.api.admin.usage import AdminUsageQuery, OwnUsageQuery, UsageEventsQuery
 from gateway.api.v1.request_models import (
     ChatCompletionRequest,
@@ -35,6 +40,10 @@ from gateway.api.v1.request_models import (
     ModerationRequest,
     SpeechRequest,
 )
+from gateway.cache.stats import CacheStatsView
+from gateway.metering.dead_letters import DeadLetterList, DeadLettersReplayed
+from gateway.metering.reports import KeyUsage, UsageEvents, UsageReport
+from gateway.policy.store import PolicyState
 
 JSON = "application/json"
 SSE = "text/event-stream"
@@ -179,7 +188,7 @@ OPERATIONS: dict[str, Operation] = {
     ),
     "GET /v1/usage": Operation(
         "The calling key's own usage over the last days",
-        json("KeyUsage"),
+        json(KeyUsage),
         query=OwnUsageQuery,
         errors=(400, 401, 503),
     ),
@@ -211,95 +220,93 @@ OPERATIONS: dict[str, Operation] = {
     ),
     "POST /admin/teams": Operation(
         "Create a team (adopts the keys whose team names it)",
-        json("TeamCreated"),
+        json(CreatedTeam),
         body=json(TeamCreate),
         errors=(*ADMIN_ERRORS, 409),
         status=201,
     ),
-    "GET /admin/teams": Operation("List teams", json("TeamList"), query=TeamListQuery),
+    "GET /admin/teams": Operation("List teams", json(TeamList), query=TeamListQuery),
     "GET /admin/teams/{team_id}": Operation(
-        "A team, and its usage of its limits now", json("TeamWithUsage"), errors=RECORD_ERRORS
+        "A team, and its usage of its limits now", json(TeamWithUsage), errors=RECORD_ERRORS
     ),
     "PATCH /admin/teams/{team_id}": Operation(
         "Change a team's limits (null clears one)",
-        json("Team"),
+        json(TeamView),
         body=json(TeamUpdate),
         errors=RECORD_ERRORS,
     ),
     "DELETE /admin/teams/{team_id}": Operation(
-        "Delete a team that has no keys", json("TeamDeleted"), errors=(*RECORD_ERRORS, 409)
+        "Delete a team that has no keys", json(TeamDeleted), errors=(*RECORD_ERRORS, 409)
     ),
     "POST /admin/tokens": Operation(
         "Create a named admin token (shown once)",
-        json("AdminTokenWithSecret"),
+        json(IssuedAdminToken),
         body=json(TokenCreate),
         status=201,
     ),
-    "GET /admin/tokens": Operation(
-        "List admin tokens", json("AdminTokenList"), query=TokenListQuery
-    ),
+    "GET /admin/tokens": Operation("List admin tokens", json(AdminTokenList), query=TokenListQuery),
     "GET /admin/tokens/{token_id}": Operation(
-        "Show an admin token", json("AdminToken"), errors=RECORD_ERRORS
+        "Show an admin token", json(AdminTokenView), errors=RECORD_ERRORS
     ),
     "POST /admin/tokens/{token_id}/revoke": Operation(
-        "Revoke an admin token", json("AdminToken"), errors=RECORD_ERRORS
+        "Revoke an admin token", json(AdminTokenView), errors=RECORD_ERRORS
     ),
     "GET /admin/audit": Operation(
-        "The audit log, newest first", with_csv("AuditList"), query=AuditListQuery
+        "The audit log, newest first", with_csv(AuditList), query=AuditListQuery
     ),
     "GET /admin/usage": Operation(
         "Usage grouped by one dimension over a date range",
-        with_csv("UsageReport"),
+        with_csv(UsageReport),
         query=AdminUsageQuery,
     ),
     "GET /admin/usage/events": Operation(
-        "Raw usage events, newest first", json("UsageEvents"), query=UsageEventsQuery
+        "Raw usage events, newest first", json(UsageEvents), query=UsageEventsQuery
     ),
     "GET /admin/usage/dead-letters": Operation(
         "Usage events the store could not keep, oldest first (viewer)",
-        json("DeadLetterList"),
+        json(DeadLetterList),
         query=DeadLetterListQuery,
     ),
     "POST /admin/usage/dead-letters/replay": Operation(
         "Store dead letters again, optionally with labels corrected (admin)",
-        json("DeadLetterReplayed"),
+        json(DeadLettersReplayed),
         body=json(ReplayRequest),
     ),
     "GET /admin/cache": Operation(
-        "Response cache stats, per scope", json("CacheStats"), query=CacheQuery
+        "Response cache stats, per scope", json(CacheStatsView), query=CacheQuery
     ),
     "DELETE /admin/cache": Operation(
         "Purge cached answers of a model and/or team (or all=true)",
-        json("CachePurged"),
+        json(CachePurged),
         query=PurgeQuery,
     ),
     "GET /admin/policy": Operation(
         "The policy in force (format=yaml, admin role: the YAML text in force)",
         # The file's text: a YAML mapping (what a YAML reader of the answer finds).
-        json("PolicyState") | {"application/yaml": {"type": "object"}},
+        json(PolicyState) | {"application/yaml": {"type": "object"}},
         parameters=(query("format", {"enum": ["json", "yaml"]}, "default json"),),
     ),
     "PUT /admin/policy": Operation(
         "Replace the policy (validated, written, applied)",
-        json("PolicyApplied"),
+        json(PolicyApplied),
         body=POLICY_BODY,
     ),
     "POST /admin/policy/validate": Operation(
-        "Validate a policy without applying it", json("PolicyValid"), body=POLICY_BODY
+        "Validate a policy without applying it", json(PolicyValid), body=POLICY_BODY
     ),
     "POST /admin/route/explain": Operation(
         "The candidates a request would be routed to, with reasons",
-        json("RouteExplanation"),
+        json(RouteExplanation),
         body=json(ExplainRequest),
     ),
     "GET /admin/health": Operation(
-        "Readiness checks with details (policy error, engine error)", json("AdminHealth")
+        "Readiness checks with details (policy error, engine error)", json(AdminHealth)
     ),
-    "GET /healthz": Operation("Liveness", json("Health")),
+    "GET /healthz": Operation("Liveness", json(Health)),
     "GET /readyz": Operation(
         "Readiness (states only): Redis reachable, policy loaded, not draining",
-        json("Readiness"),
-        also={503: ("not ready", json("Readiness"))},
+        json(ReadinessView),
+        also={503: ("not ready", json(ReadinessView))},
     ),
     "GET /metrics": Operation(
         "Prometheus metrics (bearer SWITCHYARD_METRICS_TOKEN when set)", TEXT, errors=(401,)
