@@ -38,6 +38,62 @@ CORRECTED = {
     f"{_ITEM}.context_window": ("(absent)", "optional; integer"),
     f"{_ITEM}.description": ("(absent)", "optional; string"),
     f"{_ITEM}.unavailable_reason": ("(absent)", "optional; string"),
+    # The /v1 answers are the TypedDicts their builders return (the formats' renderers):
+    # - a chat answer's usage has the details of its counts, as the gateway renders it
+    #   (formats/openai_chat/response.py ChatUsage) and OpenAI sends it, though a relayed
+    #   answer may not (the local engine's);
+    **{
+        f"POST /v1/{door} 200 application/json .usage.{details}{within}": (
+            "(absent)",
+            "integer" if within else "optional; object",
+        )
+        for door in ("chat/completions", "completions")
+        for details in ("prompt_tokens_details", "completion_tokens_details")
+        for within in ("", "{}")
+    },
+    # - an embeddings answer counts no completion tokens (formats/openai_embeddings.py);
+    "POST /v1/embeddings 200 application/json .usage.completion_tokens": (
+        "optional; integer",
+        "(absent)",
+    ),
+    # - a transcription or translation in JSON has its text, an image edit answers as a
+    #   generation does: both relayed, where "any object" was written (api/v1/uploads.py);
+    **{
+        f"POST /v1/audio/{operation} 200 application/json .text": ("(absent)", "required; string")
+        for operation in ("transcriptions", "translations")
+    },
+    "POST /v1/images/edits 200 application/json .created": ("(absent)", "optional; integer"),
+    "POST /v1/images/edits 200 application/json .data": ("(absent)", "required; array"),
+    # - Anthropic's message has its stop_sequence (render_response always sends it);
+    "POST /v1/messages 200 application/json .stop_sequence": ("(absent)", "optional; null|string"),
+    # - the Responses API's response object is whole: response_object sends every field, a
+    #   relayed answer may leave them out (previous_response_id: stateless, always null).
+    **{
+        f"POST /v1/responses 200 application/json .{field}": ("(absent)", f"optional; {kind}")
+        for field, kind in {
+            "created_at": "number",
+            "error": "null|object",
+            "incomplete_details": "null|object",
+            "instructions": "array|null|string",
+            "max_output_tokens": "integer|null",
+            "metadata": "null|object",
+            "parallel_tool_calls": "boolean",
+            "previous_response_id": 'null in ["null"]',
+            "reasoning": "null|object",
+            "store": 'boolean in ["false"]',
+            "temperature": "null|number",
+            "text": "object",
+            "tool_choice": "object|string",
+            "tools": "array",
+            "top_p": "null|number",
+            "truncation": "null|string",
+            "user": "null|string",
+        }.items()
+    },
+    **{
+        f"POST /v1/responses 200 application/json .{field}[]": ("(absent)", "object")
+        for field in ("instructions", "tools")
+    },
 }
 _GROUP_BYS = ("day", "key", "model", "provider", "tag", "task", "team", "user")
 

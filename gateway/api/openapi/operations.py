@@ -27,6 +27,7 @@ from gateway.api.admin.dead_letters import DeadLetterListQuery, ReplayRequest
 from gateway.api.admin.keys import IssuedKey, KeyList
 from gateway.api.admin.policy import ExplainRequest
 from gateway.api.admin.usage import AdminUsageQuery, OwnUsageQuery, UsageEventsQuery
+from gateway.api.v1.openai import ImageList, Model, ModelList, Moderation
 from gateway.api.v1.request_models import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -35,6 +36,11 @@ from gateway.api.v1.request_models import (
     ModerationRequest,
     SpeechRequest,
 )
+from gateway.api.v1.uploads import Transcription
+from gateway.formats.anthropic_messages.response import AnthropicMessage, TokenCount
+from gateway.formats.openai_chat.response import ChatCompletion
+from gateway.formats.openai_embeddings import EmbeddingList
+from gateway.formats.openai_responses.response import ResponseObject
 
 JSON = "application/json"
 SSE = "text/event-stream"
@@ -133,14 +139,14 @@ UNDOCUMENTED_PREFIX = "/admin/ui"
 
 OPERATIONS: dict[str, Operation] = {
     "POST /v1/chat/completions": v1(
-        "Chat completion", ChatCompletionRequest, streamed("ChatCompletion", OPENAI_EVENTS)
+        "Chat completion", ChatCompletionRequest, streamed(ChatCompletion, OPENAI_EVENTS)
     ),
     "POST /v1/completions": v1(
-        "Text completion", CompletionRequest, streamed("ChatCompletion", OPENAI_EVENTS)
+        "Text completion", CompletionRequest, streamed(ChatCompletion, OPENAI_EVENTS)
     ),
-    "POST /v1/embeddings": v1("Embeddings", EmbeddingRequest, json("EmbeddingList")),
-    "POST /v1/images/generations": v1("Image generation", ImageRequest, json("ImageList")),
-    "POST /v1/moderations": v1("Moderation", ModerationRequest, json("Moderation")),
+    "POST /v1/embeddings": v1("Embeddings", EmbeddingRequest, json(EmbeddingList)),
+    "POST /v1/images/generations": v1("Image generation", ImageRequest, json(ImageList)),
+    "POST /v1/moderations": v1("Moderation", ModerationRequest, json(Moderation)),
     "POST /v1/audio/speech": v1(
         "Text to speech: the provider's audio bytes",
         SpeechRequest,
@@ -149,22 +155,24 @@ OPERATIONS: dict[str, Operation] = {
     "POST /v1/messages": v1(
         "Anthropic Messages (x-api-key or bearer); stream: true for Anthropic's events",
         "MessagesRequest",
-        streamed("AnthropicMessage"),
+        streamed(AnthropicMessage),
     ),
     "POST /v1/messages/count_tokens": v1(
         "Count a request's input tokens (Anthropic providers only; not charged)",
         "CountTokensRequest",
-        json("TokenCount"),
+        json(TokenCount),
     ),
     "POST /v1/responses": v1(
-        "OpenAI Responses API, stateless (store: false)", "ResponsesRequest", streamed("Response")
+        "OpenAI Responses API, stateless (store: false)",
+        "ResponsesRequest",
+        streamed(ResponseObject),
     ),
-    "POST /v1/audio/transcriptions": upload("Transcription", json("OperationResult") | TEXT),
-    "POST /v1/audio/translations": upload("Translation", json("OperationResult") | TEXT),
-    "POST /v1/images/edits": upload("Image edit", json("OperationResult")),
+    "POST /v1/audio/transcriptions": upload("Transcription", json(Transcription) | TEXT),
+    "POST /v1/audio/translations": upload("Translation", json(Transcription) | TEXT),
+    "POST /v1/images/edits": upload("Image edit", json(ImageList)),
     "GET /v1/models": Operation(
         "Models and aliases this key may use",
-        json("ModelList"),
+        json(ModelList),
         parameters=(
             query(
                 "available",
@@ -175,7 +183,7 @@ OPERATIONS: dict[str, Operation] = {
         errors=(400, 401, 503),
     ),
     "GET /v1/models/{model_id}": Operation(
-        "One model or alias this key may use", json("Model"), errors=(401, 404, 503)
+        "One model or alias this key may use", json(Model), errors=(401, 404, 503)
     ),
     "GET /v1/usage": Operation(
         "The calling key's own usage over the last days",

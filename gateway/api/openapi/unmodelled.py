@@ -1,12 +1,13 @@
 """JSON Schemas of the shapes no model defines, written out for the OpenAPI document.
 
-Two kinds: the answers handlers build as dicts (a record's ``public_view``, a report, a
-provider's answer passed through), and the bodies of the doors whose format parsers check
-them field by field in code (``formats/anthropic_messages`` and ``formats/openai_responses``
-``request_parse.py``, the multipart uploads). Everything the models define is generated
-instead (``models.py``), and a model class may stand for its schema here (an answer
-that holds one). ``tests/api`` fuzzes the running server against both, so a
-drift on either side fails a test.
+Two kinds: the admin answers handlers build as dicts with no ``TypedDict`` declared for
+them (a record's ``public_view``, a report), and the bodies of the doors whose format parsers
+check them field by field in code (``formats/anthropic_messages`` and
+``formats/openai_responses`` ``request_parse.py``, the multipart uploads). Everything the
+models define is generated instead (``models.py``), as is every answer whose builder returns
+a ``TypedDict`` (the /v1 answers and error envelopes, the batches, the API keys), and a model
+class may stand for its schema here (an answer that holds one). ``tests/api`` fuzzes the
+running server against both, so a drift on either side fails a test.
 """
 
 from __future__ import annotations
@@ -59,10 +60,6 @@ def _range(kind: str, low: float, high: float) -> Schema:
     return nullable({"type": kind, "minimum": low, "maximum": high})
 
 
-USAGE = obj(
-    {"prompt_tokens": INTEGER, "completion_tokens": INTEGER, "total_tokens": INTEGER},
-    ["prompt_tokens", "total_tokens"],
-)
 # How fresh a usage report is (docs/usage.md#freshness).
 FRESHNESS: dict[str, Schema] = {
     "as_of": {"type": "string", "format": "date-time", "description": "when it was read (UTC)"},
@@ -136,89 +133,6 @@ PARSED_BODIES: dict[str, Schema] = {
         },
         ["model", "file"],
     ),
-}
-
-# Answers of the /v1 doors: the provider's, relayed (or translated to the door's format).
-V1_ANSWERS: dict[str, Schema] = {
-    "Error": obj(
-        {
-            "error": obj(
-                {
-                    "message": STRING,
-                    "type": STRING,
-                    "param": nullable(STRING),
-                    "code": nullable(STRING),
-                },
-                ["message", "type", "param", "code"],
-            )
-        },
-        ["error"],
-    ),
-    "AnthropicError": obj(
-        {
-            "type": {"const": "error"},
-            "error": obj({"type": STRING, "message": STRING}, ["type", "message"]),
-        },
-        ["type", "error"],
-    ),
-    "ChatCompletion": obj(
-        {
-            "id": STRING,
-            "object": STRING,
-            "created": INTEGER,
-            "model": STRING,
-            "choices": OBJECTS,
-            "usage": USAGE,
-        },
-        ["id", "object", "choices"],
-    ),
-    "EmbeddingList": obj(
-        {"object": STRING, "data": {"type": "array"}, "model": STRING, "usage": USAGE},
-        ["data"],
-    ),
-    "ImageList": obj({"created": INTEGER, "data": {"type": "array"}}, ["data"]),
-    "AnthropicMessage": obj(
-        {
-            "id": STRING,
-            "type": {"const": "message"},
-            "role": {"const": "assistant"},
-            "model": STRING,
-            "content": OBJECTS,
-            "stop_reason": nullable(STRING),
-            "usage": {"type": "object"},
-        },
-        ["id", "type", "role", "content", "usage"],
-    ),
-    "TokenCount": obj({"input_tokens": INTEGER}, ["input_tokens"]),
-    "Response": obj(
-        {
-            "id": STRING,
-            "object": {"const": "response"},
-            "status": STRING,
-            "model": STRING,
-            "output": OBJECTS,
-            "usage": nullable({"type": "object"}),
-        },
-        ["id", "object", "status", "output"],
-    ),
-    "Moderation": obj({"id": STRING, "model": STRING, "results": OBJECTS}, ["results"]),
-    "OperationResult": {"type": "object", "description": "the provider's answer, as it sent it"},
-    # api/v1/openai.py _entry: one model or alias, in the list and alone.
-    "Model": obj(
-        {
-            "id": STRING,
-            "object": {"const": "model"},
-            "created": INTEGER,
-            "owned_by": STRING,
-            "description": STRING,
-            "context_window": INTEGER,
-            "available": {"type": "boolean", "description": "its provider can serve it now"},
-            "unavailable_reason": {**STRING, "description": "why not (a key not set...)"},
-            "answered_by": {**STRING, "description": "the fallback that would answer instead"},
-        },
-        ["id", "object", "created", "owned_by", "available"],
-    ),
-    "ModelList": list_of("Model"),
 }
 
 # Usage reports (metering/reports.py builds them).
@@ -458,4 +372,4 @@ OPERATIONS_ANSWERS: dict[str, Schema] = {
     ),
 }
 
-UNMODELLED: dict[str, Schema] = PARSED_BODIES | V1_ANSWERS | REPORTS | RECORDS | OPERATIONS_ANSWERS
+UNMODELLED: dict[str, Schema] = PARSED_BODIES | REPORTS | RECORDS | OPERATIONS_ANSWERS
