@@ -4,8 +4,8 @@ and with which error statuses. ``openapi.py`` walks the app's routes and builds 
 from this; a route missing here, or an entry no route serves, is an error.
 
 A shape is a model class (its schema is generated: msgspec Structs of ``api/v1/request_models.py``,
-pydantic models of the admin API), or the name of a schema written out in
-``unmodelled.py`` where no model defines it. Parameters listed here by hand are the ones
+pydantic models of the admin API, the ``TypedDict`` an answer's builder returns), or the name
+of a schema written out in ``unmodelled.py`` where no model defines it. Parameters listed here by hand are the ones
 a handler reads itself (a header, ``?available=``, ``?format=`` of the policy).
 """
 
