@@ -31,6 +31,7 @@ from gateway.batches.records import (
 
 # An instant as RFC 3339 text (Anthropic's times).
 Rfc3339 = Annotated[str, msgspec.Meta(extra_json_schema={"format": "date-time"})]
+ProcessingStatus = Literal["in_progress", "canceling", "ended"]
 
 
 class File(TypedDict):
@@ -91,7 +92,7 @@ class MessageBatch(TypedDict):
 
     id: str
     type: Literal["message_batch"]
-    processing_status: Literal["in_progress", "canceling", "ended"]
+    processing_status: ProcessingStatus
     request_counts: MessageBatchRequestCounts
     ended_at: Rfc3339 | None
     created_at: Rfc3339
@@ -160,7 +161,7 @@ def _rfc3339_or_none(ms: int | None) -> str | None:
     return None if ms is None else _rfc3339(ms)
 
 
-def processing_status(record: BatchRecord) -> Literal["in_progress", "canceling", "ended"]:
+def processing_status(record: BatchRecord) -> ProcessingStatus:
     if record.final:
         return "ended"
     return "canceling" if record.status == "cancelling" else "in_progress"
