@@ -1,15 +1,15 @@
 """OpenAI's error envelope, one exception type per HTTP outcome.
 
 Every failure that reaches a client is one of these, rendered as
-``{"error": {"message", "type", "param", "code"}}`` with the matching status. Nothing else
-(no stack trace, no secret) is ever sent. A value the client sent is quoted in a message only
-through ``echo`` (cut to ``ECHO_CHARS``), and no message or param is ever longer than
-``MAX_MESSAGE_CHARS``: a 1 MB model name is not sent back whole.
+``{"error": {"message", "type", "param", "code"}}`` (``ErrorEnvelope``) with the matching
+status. Nothing else (no stack trace, no secret) is ever sent. A value the client sent is
+quoted in a message only through ``echo`` (cut to ``ECHO_CHARS``), and no message or param is
+ever longer than ``MAX_MESSAGE_CHARS``: a 1 MB model name is not sent back whole.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 import orjson
 
@@ -36,6 +36,20 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+class ErrorDetail(TypedDict):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorEnvelope(TypedDict):
+    """OpenAI's error envelope, in which the gateway answers every error (but on
+    /v1/messages, in Anthropic's)."""
+
+    error: ErrorDetail
+
+
 class GatewayError(Exception):
     status: ClassVar[int] = 500
     error_type: ClassVar[str] = "server_error"
@@ -58,7 +72,7 @@ class GatewayError(Exception):
         self.type = error_type or self.error_type
         self.headers = dict(headers or {})
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> ErrorEnvelope:
         return {
             "error": {
                 "message": self.message,
@@ -163,8 +177,9 @@ class UpstreamError(GatewayError):
         # ``status``, what the client gets; a fleet fails over on a replica's 503.
         self.upstream_status = upstream_status
 
-    def body(self) -> dict[str, Any]:
-        # An upstream 4xx is passed through with its own message, type and code.
+    def body(self) -> ErrorEnvelope:
+        # An upstream 4xx is passed through with its own message, type and code (each built
+        # as text or None where the error was made: ``upstream_body``).
         if self.upstream_body and isinstance(self.upstream_body.get("error"), dict):
             upstream = self.upstream_body["error"]
             return {

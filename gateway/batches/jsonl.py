@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 import orjson
 
@@ -30,6 +30,21 @@ MAX_CUSTOM_ID = 64
 CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # Anthropic's rule; OpenAI's is looser
 
 
+class BatchError(TypedDict):
+    """A reason a batch was refused, as OpenAI's ``errors.data`` shows it; the one for an input
+    file gone before the batch ran has no ``param`` or ``line``."""
+
+    code: str
+    message: str
+    param: NotRequired[str | None]
+    line: NotRequired[int | None]
+
+
+class BatchErrors(TypedDict):
+    object: Literal["list"]
+    data: list[BatchError]
+
+
 @dataclass(frozen=True, slots=True)
 class LineProblem:
     code: str
@@ -37,7 +52,7 @@ class LineProblem:
     line: int | None = None  # 1-based, as OpenAI counts them
     param: str | None = None
 
-    def view(self) -> dict[str, Any]:
+    def view(self) -> BatchError:
         return {"code": self.code, "message": self.message, "param": self.param, "line": self.line}
 
 

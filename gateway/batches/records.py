@@ -41,12 +41,14 @@ LineState = Literal["pending", "leased", "done", "cancelled", "expired"]
 UNANSWERED: tuple[str, ...] = ("pending", "leased")
 
 # OpenAI and Anthropic both run a batch within 24 hours; the only window either accepts.
-COMPLETION_WINDOW = "24h"
+CompletionWindow = Literal["24h"]
+COMPLETION_WINDOW: CompletionWindow = "24h"
 WINDOW_MS = 24 * 3600 * 1000
 
 # File purposes: what a client uploads, and what the gateway writes for a batch.
-INPUT_PURPOSE = "batch"
-OUTPUT_PURPOSE = "batch_output"
+FilePurpose = Literal["batch", "batch_output"]
+INPUT_PURPOSE: FilePurpose = "batch"
+OUTPUT_PURPOSE: FilePurpose = "batch_output"
 
 
 def new_file_id() -> str:
@@ -73,7 +75,7 @@ def line_request_id(batch_id: str, index: int) -> str:
 class FileRecord:
     file_id: str
     key_id: str
-    purpose: str
+    purpose: FilePurpose
     filename: str
     bytes: int
     created_ms: int
@@ -86,7 +88,7 @@ class BatchRecord:
     api: Api
     endpoint: str  # the /v1 path each line goes to
     input_file_id: str | None
-    completion_window: str
+    completion_window: CompletionWindow
     metadata_json: str | None
     status: BatchStatus
     created_ms: int

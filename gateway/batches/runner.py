@@ -39,7 +39,14 @@ import orjson
 
 from gateway.batches.cancels import CancelMarks
 from gateway.batches.headroom import Headroom
-from gateway.batches.jsonl import InputRefused, OpenAiFiles, anthropic_results, openai_lines
+from gateway.batches.jsonl import (
+    BatchError,
+    BatchErrors,
+    InputRefused,
+    OpenAiFiles,
+    anthropic_results,
+    openai_lines,
+)
 from gateway.batches.lines import LineCall, LineResult, LineRunner
 from gateway.batches.local_admission import LocalAdmission
 from gateway.batches.records import (
@@ -184,7 +191,10 @@ class BatchRunner:
         now = self.now_ms()
         file = await self.store.file(batch.input_file_id) if batch.input_file_id else None
         if file is None:
-            problem = {"code": "file_not_found", "message": "the input file no longer exists"}
+            problem: BatchError = {
+                "code": "file_not_found",
+                "message": "the input file no longer exists",
+            }
             await self.store.fail(batch.batch_id, _errors_json([problem]), now)
             return
         data = await self.store.file_bytes(file.file_id)
@@ -358,8 +368,9 @@ class BatchRunner:
         return files, output_id, error_id
 
 
-def _errors_json(problems: list[dict[str, Any]]) -> str:
-    return orjson.dumps({"object": "list", "data": problems}).decode()
+def _errors_json(problems: list[BatchError]) -> str:
+    errors: BatchErrors = {"object": "list", "data": problems}
+    return orjson.dumps(errors).decode()
 
 
 def _json_text(result: LineResult) -> str:

@@ -13,9 +13,24 @@ from __future__ import annotations
 
 import base64
 import struct
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from gateway.formats.errors import MalformedRequest, UpstreamProtocolError
+
+
+class EmbeddingUsage(TypedDict):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingList(TypedDict):
+    """An embeddings answer: the gateway's, from a provider that embeds in another format, or
+    an OpenAI provider's, relayed as it sent it (only ``data`` is sure there)."""
+
+    object: NotRequired[str]
+    data: list[Any]
+    model: NotRequired[str]
+    usage: NotRequired[EmbeddingUsage]
 
 
 def embedding_inputs(body: dict[str, Any]) -> list[str]:
@@ -46,7 +61,7 @@ def embedding_dimensions(body: dict[str, Any]) -> int | None:
 
 def render_embeddings(
     body: dict[str, Any], vectors: list[Any], model: str, prompt_tokens: int | None
-) -> dict[str, Any]:
+) -> EmbeddingList:
     """The OpenAI answer for ``body``'s texts embedded as ``vectors`` (lists of numbers)."""
     as_base64 = body.get("encoding_format") == "base64"
     data = []
@@ -59,7 +74,7 @@ def render_embeddings(
         if as_base64:
             embedding = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
         data.append({"object": "embedding", "index": index, "embedding": embedding})
-    answer: dict[str, Any] = {"object": "list", "data": data, "model": model}
+    answer: EmbeddingList = {"object": "list", "data": data, "model": model}
     if prompt_tokens is not None:
         answer["usage"] = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}
     return answer

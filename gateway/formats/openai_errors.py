@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from gateway.errors import ErrorEnvelope
 from gateway.formats.error_body import error_member, error_message
 from gateway.formats.errors import (
     CONTENT_FILTER,
@@ -39,7 +40,7 @@ _TYPES: dict[ErrorKind, tuple[str, str | None]] = {
 _CONTENT_FILTER_CODES = frozenset({"content_filter", "content_policy_violation"})
 
 
-def render_error(info: ErrorInfo) -> dict[str, Any]:
+def render_error(info: ErrorInfo) -> ErrorEnvelope:
     error_type, default_code = _TYPES[info.kind]
     return {
         "error": {

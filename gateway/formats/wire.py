@@ -7,6 +7,7 @@ Each format package (``openai_chat``, ``anthropic_messages``, ``openai_responses
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from gateway.formats.errors import ErrorInfo
@@ -37,9 +38,10 @@ class WireFormat(Protocol):
 
     def parse_response(self, body: bytes | str | dict[str, Any]) -> ChatResponse: ...
 
+    # Each format's answer and error envelope are TypedDicts of its own.
     def render_response(
         self, response: ChatResponse, request: ChatRequest | None = None
-    ) -> dict[str, Any]: ...
+    ) -> Mapping[str, Any]: ...
 
     def StreamParser(self) -> StreamParserLike: ...
 
@@ -47,7 +49,7 @@ class WireFormat(Protocol):
 
     def parse_error(self, status: int | None, body: bytes | dict[str, Any]) -> ErrorInfo: ...
 
-    def render_error(self, info: ErrorInfo) -> dict[str, Any]: ...
+    def render_error(self, info: ErrorInfo) -> Mapping[str, Any]: ...
 
     def render_stream_error(self, info: ErrorInfo) -> bytes: ...
 

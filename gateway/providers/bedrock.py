@@ -32,6 +32,7 @@ from yarl import URL
 
 from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.formats import anthropic_messages, bedrock_converse
+from gateway.formats.anthropic_messages.response import TokenCount
 from gateway.formats.errors import ErrorInfo, FormatError, MalformedRequest, UpstreamProtocolError
 from gateway.formats.openai_embeddings import (
     embedding_dimensions,
@@ -170,7 +171,7 @@ class BedrockProvider(CloudHttpProvider):
         total = reply.data.get("inputTokens")
         if not isinstance(total, int) or isinstance(total, bool) or total < 0:
             raise self.http.protocol_error("answered CountTokens without inputTokens")
-        data = {"input_tokens": total}
+        data = TokenCount(input_tokens=total)
         return UpstreamResponse(200, orjson.dumps(data), data)
 
     async def open_stream(  # type: ignore[override]

@@ -18,6 +18,7 @@ from urllib.parse import quote
 import orjson
 
 from gateway.formats import anthropic_messages, gemini
+from gateway.formats.anthropic_messages.response import TokenCount
 from gateway.formats.errors import ErrorInfo, FormatError, UpstreamProtocolError
 from gateway.formats.openai_embeddings import (
     embedding_dimensions,
@@ -101,4 +102,4 @@ class GeminiProvider(CloudHttpProvider):
         total = reply.data.get("totalTokens")
         if not isinstance(total, int) or isinstance(total, bool) or total < 0:
             raise self.http.protocol_error("answered countTokens without totalTokens")
-        return answered({"input_tokens": total})
+        return answered(TokenCount(input_tokens=total))

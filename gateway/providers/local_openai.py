@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gateway.formats.internal import ChatRequest, ResponseFormat
-from gateway.formats.openai_chat.response import render_tool_call
+from gateway.formats.openai_chat.response import ChatUsage, render_tool_call
 from gateway.providers.local_chat import chat_turns
 from gateway.providers.local_errors import client_error
 from gateway.providers.local_tools import ToolPlan, read_tools
@@ -553,7 +553,7 @@ def completion_logprobs(
     }
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage(prompt_tokens: int, completion_tokens: int) -> ChatUsage:
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,

@@ -1,7 +1,7 @@
 """The OpenAPI document the gateway serves, generated from its routes and models, against the
 one written by hand before it was (``openapi_baseline.json``): every path, method, status code
 and media type, parameter and body field (names, required-ness, types) is kept. What differs
-is listed here (``EXTENDED``) or is an answer's field made a stronger promise (``_strengthened``:
+is listed here (``CORRECTED``, ``EXTENDED``) or is an answer's field made a stronger promise (``_strengthened``:
 documented, always there, or of fewer types), each a place where the code, not the old text, is
 right: the answers' schemas now come from the TypedDicts their builders return.
 
@@ -30,6 +30,15 @@ from gateway.api.openapi.batches import BATCH_OPERATIONS
 from gateway.api.openapi.document import openapi_document
 
 BASELINE = json.loads((Path(__file__).parent / "openapi_baseline.json").read_text())
+# What the hand-written document had wrong, each fact: (before, after). (Answer fields it
+# left out, or called optional, are ``_strengthened`` below.)
+CORRECTED = {
+    # An embeddings answer counts no completion tokens (formats/openai_embeddings.py).
+    "POST /v1/embeddings 200 application/json .usage.completion_tokens": (
+        "optional; integer",
+        "(absent)",
+    ),
+}
 _GROUP_BYS = ("day", "key", "model", "provider", "tag", "task", "team", "user")
 
 
@@ -97,7 +106,7 @@ def _served(gateway: RunningGateway) -> dict[str, Any]:
 def test_the_served_document_keeps_every_fact_of_the_hand_written_one(
     gateway: RunningGateway,
 ) -> None:
-    changed = EXTENDED
+    changed = CORRECTED | EXTENDED
     expected = sorted(f"{fact}: {old} -> {new}" for fact, (old, new) in changed.items())
     found = [
         line

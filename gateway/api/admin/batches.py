@@ -6,7 +6,7 @@ made it, with its ``api`` and ``key_id`` beside; its usage is ``GET /admin/usage
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
@@ -17,9 +17,9 @@ from gateway.api.admin.audit import record_action
 from gateway.api.endpoint import admin_routes
 from gateway.api.http import json_response
 from gateway.api.payloads import parse_query
-from gateway.api.v1.batch_views import batch_view
+from gateway.api.v1.batch_views import Batch, batch_view
 from gateway.api.v1.batches import cancel_recorded
-from gateway.batches.records import BatchRecord
+from gateway.batches.records import Api, BatchRecord
 from gateway.errors import NotFound, echo
 from gateway.services import Services
 
@@ -34,9 +34,22 @@ class AdminBatchQuery(BaseModel):
     ) = None
 
 
-async def admin_view(services: Services, record: BatchRecord) -> dict[str, Any]:
-    counts = await services.batches.store.counts(record.batch_id)
-    return {**batch_view(record, counts), "api": record.api, "key_id": record.key_id}
+class AdminBatch(Batch):
+    """A batch as OpenAI's ``batch`` object, whichever API made it, with its API and key."""
+
+    api: Api
+    key_id: str
+
+
+class AdminBatchList(TypedDict):
+    object: Literal["list"]
+    data: list[AdminBatch]
+    has_more: bool
+
+
+async def admin_view(services: Services, record: BatchRecord) -> AdminBatch:
+    view = batch_view(record, await services.batches.store.counts(record.batch_id))
+    return {**view, "api": record.api, "key_id": record.key_id}  # type: ignore[typeddict-item]
 
 
 async def _batch(services: Services, batch_id: str) -> BatchRecord:
@@ -54,7 +67,7 @@ async def list_batches(request: Request, services: Services, actor: Actor) -> Re
         query.key or None, api=query.api, after=after, limit=query.limit
     )
     data = [await admin_view(services, record) for record in page.items]
-    return json_response({"object": "list", "data": data, "has_more": page.has_more})
+    return json_response(AdminBatchList(object="list", data=data, has_more=page.has_more))
 
 
 async def show_batch(request: Request, services: Services, actor: Actor) -> Response:

@@ -3,10 +3,11 @@ generated from the app's routes and the models that validate their input.
 
 Each route the app serves (bar the dashboard's HTML pages) is described by its entry in
 ``operations.py``: path parameters come from the route, query parameters and bodies from
-the pydantic and msgspec models that check them (``models.py``), answers from a model
-where one defines them, else from ``unmodelled.py``. Credentials follow from the path
-(/v1: an API key as bearer or ``x-api-key``; /admin: an admin credential). Errors are in
-OpenAI's envelope (``Error``), Anthropic's on /v1/messages.
+the pydantic and msgspec models that check them (``models.py``) or, for the bodies parsed
+in code, from ``unmodelled.py``; answers from the ``TypedDict`` their builder returns (or
+the model, where one defines them). Credentials follow from the path (/v1: an API key as bearer or
+``x-api-key``; /admin: an admin credential). Errors are in OpenAI's envelope
+(``errors.py`` ``ErrorEnvelope``), Anthropic's on /v1/messages (``AnthropicErrorEnvelope``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from gateway.api.openapi.operations import (
     Operation,
 )
 from gateway.api.openapi.unmodelled import UNMODELLED
+from gateway.errors import ErrorEnvelope
+from gateway.formats.anthropic_messages.errors import AnthropicErrorEnvelope
 from gateway.services import Services
 
 SECURITY_SCHEMES = {
@@ -108,7 +111,7 @@ def _path_parameters(route: Route) -> list[Schema]:
 def _operation(route: Route, entry: Operation, shapes: _Shapes) -> dict[str, Any]:
     path = route.path_format
     admin = path.startswith("/admin")
-    envelope = "AnthropicError" if path.startswith("/v1/messages") else "Error"
+    envelope = AnthropicErrorEnvelope if path.startswith("/v1/messages") else ErrorEnvelope
     errors = set(entry.errors if entry.errors is not None else ADMIN_ERRORS if admin else ())
     if entry.body is not None:
         errors.add(413)  # a body over the size limit
@@ -124,7 +127,7 @@ def _operation(route: Route, entry: Operation, shapes: _Shapes) -> dict[str, Any
     for status in sorted(errors):
         responses[str(status)] = {
             "description": reasons[status],
-            "content": {"application/json": {"schema": ref(envelope)}},
+            "content": {"application/json": {"schema": shapes.schema(envelope)}},
         }
     operation: dict[str, Any] = {
         "summary": entry.summary,

@@ -1,12 +1,12 @@
 """What the OpenAPI document says of each operation the routes serve, keyed ``"METHOD
 /path"``: a summary, the model its body and query string are validated with, what it answers
-and with which error statuses. ``openapi.py`` walks the app's routes and builds each operation
+and with which error statuses. ``document.py`` walks the app's routes and builds each operation
 from this; a route missing here, or an entry no route serves, is an error.
 
-A shape is a model class (its schema is generated: msgspec Structs of ``api/v1/request_models.py``,
-pydantic models of the admin API), or the name of a schema written out in
-``unmodelled.py`` where no model defines it. Parameters listed here by hand are the ones
-a handler reads itself (a header, ``?available=``, ``?format=`` of the policy).
+A shape is a model class (its schema is generated: msgspec Structs of
+``api/v1/request_models.py``, pydantic models of the admin API, the ``TypedDict`` an answer's
+builder returns), or the name of a body schema written out in ``unmodelled.py`` where no model
+checks it. Parameters listed here by hand are the ones a handler reads itself (a header, ``?available=``, ``?format=`` of the policy).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from gateway.api.admin.policy import ExplainRequest, PolicyApplied, PolicyValid,
 from gateway.api.admin.teams import CreatedTeam, TeamDeleted, TeamList, TeamWithUsage
 from gateway.api.admin.tokens import AdminTokenList, IssuedAdminToken
 from gateway.api.admin.usage import AdminUsageQuery, OwnUsageQuery, UsageEventsQuery
+from gateway.api.v1.openai import ImageList, Model, ModelList, Moderation
 from gateway.api.v1.request_models import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -40,7 +41,12 @@ from gateway.api.v1.request_models import (
     ModerationRequest,
     SpeechRequest,
 )
+from gateway.api.v1.uploads import Transcription
 from gateway.cache.stats import CacheStatsView
+from gateway.formats.anthropic_messages.response import AnthropicMessage, TokenCount
+from gateway.formats.openai_chat.response import ChatCompletion
+from gateway.formats.openai_embeddings import EmbeddingList
+from gateway.formats.openai_responses.response import ResponseObject
 from gateway.metering.dead_letters import DeadLetterList, DeadLettersReplayed
 from gateway.metering.reports import KeyUsage, UsageEvents, UsageReport
 from gateway.policy.store import PolicyState
@@ -142,14 +148,14 @@ UNDOCUMENTED_PREFIX = "/admin/ui"
 
 OPERATIONS: dict[str, Operation] = {
     "POST /v1/chat/completions": v1(
-        "Chat completion", ChatCompletionRequest, streamed("ChatCompletion", OPENAI_EVENTS)
+        "Chat completion", ChatCompletionRequest, streamed(ChatCompletion, OPENAI_EVENTS)
     ),
     "POST /v1/completions": v1(
-        "Text completion", CompletionRequest, streamed("ChatCompletion", OPENAI_EVENTS)
+        "Text completion", CompletionRequest, streamed(ChatCompletion, OPENAI_EVENTS)
     ),
-    "POST /v1/embeddings": v1("Embeddings", EmbeddingRequest, json("EmbeddingList")),
-    "POST /v1/images/generations": v1("Image generation", ImageRequest, json("ImageList")),
-    "POST /v1/moderations": v1("Moderation", ModerationRequest, json("Moderation")),
+    "POST /v1/embeddings": v1("Embeddings", EmbeddingRequest, json(EmbeddingList)),
+    "POST /v1/images/generations": v1("Image generation", ImageRequest, json(ImageList)),
+    "POST /v1/moderations": v1("Moderation", ModerationRequest, json(Moderation)),
     "POST /v1/audio/speech": v1(
         "Text to speech: the provider's audio bytes",
         SpeechRequest,
@@ -158,22 +164,24 @@ OPERATIONS: dict[str, Operation] = {
     "POST /v1/messages": v1(
         "Anthropic Messages (x-api-key or bearer); stream: true for Anthropic's events",
         "MessagesRequest",
-        streamed("AnthropicMessage"),
+        streamed(AnthropicMessage),
     ),
     "POST /v1/messages/count_tokens": v1(
         "Count a request's input tokens (Anthropic providers only; not charged)",
         "CountTokensRequest",
-        json("TokenCount"),
+        json(TokenCount),
     ),
     "POST /v1/responses": v1(
-        "OpenAI Responses API, stateless (store: false)", "ResponsesRequest", streamed("Response")
+        "OpenAI Responses API, stateless (store: false)",
+        "ResponsesRequest",
+        streamed(ResponseObject),
     ),
-    "POST /v1/audio/transcriptions": upload("Transcription", json("OperationResult") | TEXT),
-    "POST /v1/audio/translations": upload("Translation", json("OperationResult") | TEXT),
-    "POST /v1/images/edits": upload("Image edit", json("OperationResult")),
+    "POST /v1/audio/transcriptions": upload("Transcription", json(Transcription) | TEXT),
+    "POST /v1/audio/translations": upload("Translation", json(Transcription) | TEXT),
+    "POST /v1/images/edits": upload("Image edit", json(ImageList)),
     "GET /v1/models": Operation(
         "Models and aliases this key may use",
-        json("ModelList"),
+        json(ModelList),
         parameters=(
             query(
                 "available",
@@ -184,7 +192,7 @@ OPERATIONS: dict[str, Operation] = {
         errors=(400, 401, 503),
     ),
     "GET /v1/models/{model_id}": Operation(
-        "One model or alias this key may use", json("Model"), errors=(401, 404, 503)
+        "One model or alias this key may use", json(Model), errors=(401, 404, 503)
     ),
     "GET /v1/usage": Operation(
         "The calling key's own usage over the last days",

@@ -11,7 +11,7 @@ Redis before it is answered: no line starts after it, lines already running fini
 from __future__ import annotations
 
 import time
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypedDict
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,7 +23,7 @@ from gateway.access.auth import Principal
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import json_response, read_json_object
 from gateway.api.payloads import parse_payload, parse_query
-from gateway.api.v1.batch_views import batch_view
+from gateway.api.v1.batch_views import Batch, batch_view
 from gateway.api.v1.files import owned_file
 from gateway.batches.records import (
     COMPLETION_WINDOW,
@@ -58,6 +58,14 @@ class BatchListQuery(BaseModel):
     ) = None
 
 
+class BatchList(TypedDict):
+    object: Literal["list"]
+    data: list[Batch]
+    has_more: bool
+    first_id: str | None
+    last_id: str | None
+
+
 async def owned_batch(services: Services, principal: Principal, batch_id: str) -> BatchRecord:
     record = await services.batches.store.batch(batch_id)
     if record is None or record.key_id != principal.key_id or record.api != "openai":
@@ -65,7 +73,7 @@ async def owned_batch(services: Services, principal: Principal, batch_id: str) -
     return record
 
 
-async def openai_view(services: Services, record: BatchRecord) -> dict[str, object]:
+async def openai_view(services: Services, record: BatchRecord) -> Batch:
     return batch_view(record, await services.batches.store.counts(record.batch_id))
 
 
@@ -103,15 +111,14 @@ async def list_batches(request: Request, services: Services, principal: Principa
         principal.key_id, api="openai", after=after, limit=query.limit
     )
     data = [await openai_view(services, record) for record in page.items]
-    return json_response(
-        {
-            "object": "list",
-            "data": data,
-            "has_more": page.has_more,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-        }
+    answer = BatchList(
+        object="list",
+        data=data,
+        has_more=page.has_more,
+        first_id=data[0]["id"] if data else None,
+        last_id=data[-1]["id"] if data else None,
     )
+    return json_response(answer)
 
 
 async def get_batch(request: Request, services: Services, principal: Principal) -> Response:

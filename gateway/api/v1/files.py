@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
@@ -26,8 +26,8 @@ from gateway.access.auth import Principal
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import json_response
 from gateway.api.payloads import parse_query
-from gateway.api.v1.batch_views import file_view
-from gateway.batches.records import INPUT_PURPOSE, FileRecord, new_file_id
+from gateway.api.v1.batch_views import File, file_view
+from gateway.batches.records import INPUT_PURPOSE, FilePurpose, FileRecord, new_file_id
 from gateway.errors import InvalidRequest, NotFound, PayloadTooLarge, echo
 from gateway.ledger.record import label_problem
 from gateway.services import Services
@@ -39,12 +39,26 @@ MAX_FILENAME = 200
 
 class FileListQuery(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    purpose: Literal["batch", "batch_output"] | None = None
+    purpose: FilePurpose | None = None
     limit: Annotated[int, Field(ge=1, le=10_000)] = 10_000
     after: (
         Annotated[str, Field(max_length=200, description="a file id: the page after it")] | None
     ) = None
     order: Literal["desc"] = "desc"
+
+
+class FileList(TypedDict):
+    object: Literal["list"]
+    data: list[File]
+    has_more: bool
+    first_id: str | None
+    last_id: str | None
+
+
+class FileDeleted(TypedDict):
+    id: str
+    object: Literal["file"]
+    deleted: bool
 
 
 async def owned_file(services: Services, principal: Principal, file_id: str) -> FileRecord:
@@ -129,7 +143,7 @@ async def create_file(request: Request, services: Services, principal: Principal
         raise InvalidRequest("file: the filename holds control characters", param="file")
     await asyncio.to_thread(check_jsonl, data)
     record = FileRecord(
-        new_file_id(), principal.key_id, purpose, filename, len(data), int(time.time() * 1000)
+        new_file_id(), principal.key_id, INPUT_PURPOSE, filename, len(data), int(time.time() * 1000)
     )
     await services.batches.store.add_file(record, data)
     return json_response(file_view(record))
@@ -143,15 +157,14 @@ async def list_files(request: Request, services: Services, principal: Principal)
         principal.key_id, purpose=query.purpose, after=after, limit=query.limit
     )
     data = [file_view(record) for record in page.items]
-    return json_response(
-        {
-            "object": "list",
-            "data": data,
-            "has_more": page.has_more,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-        }
+    answer = FileList(
+        object="list",
+        data=data,
+        has_more=page.has_more,
+        first_id=data[0]["id"] if data else None,
+        last_id=data[-1]["id"] if data else None,
     )
+    return json_response(answer)
 
 
 async def get_file(request: Request, services: Services, principal: Principal) -> Response:
@@ -175,7 +188,7 @@ async def delete_file(request: Request, services: Services, principal: Principal
     """``DELETE /v1/files/{file_id}``; a batch's output stays until its own key deletes it."""
     record = await owned_file(services, principal, request.path_params["file_id"])
     deleted = await services.batches.store.delete_file(record.file_id)
-    return json_response({"id": record.file_id, "object": "file", "deleted": deleted})
+    return json_response(FileDeleted(id=record.file_id, object="file", deleted=deleted))
 
 
 routes = [

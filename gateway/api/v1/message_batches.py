@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
@@ -26,7 +26,7 @@ from gateway.api.endpoint import Guard, endpoint
 from gateway.api.envelopes import error_response
 from gateway.api.http import json_response, read_json_object
 from gateway.api.payloads import parse_query
-from gateway.api.v1.batch_views import message_batch_view
+from gateway.api.v1.batch_views import MessageBatch, message_batch_view
 from gateway.api.v1.batches import cancel_recorded
 from gateway.api.v1.doors import MESSAGES
 from gateway.batches.jsonl import InputRefused, anthropic_lines
@@ -50,6 +50,18 @@ class MessageBatchListQuery(BaseModel):
     limit: Annotated[int, Field(ge=1, le=1000)] = 20
     after_id: Annotated[str, Field(max_length=200)] | None = None
     before_id: Annotated[str, Field(max_length=200)] | None = None
+
+
+class MessageBatchList(TypedDict):
+    data: list[MessageBatch]
+    has_more: bool
+    first_id: str | None
+    last_id: str | None
+
+
+class MessageBatchDeleted(TypedDict):
+    id: str
+    type: Literal["message_batch_deleted"]
 
 
 def _anthropic(handler: Handler) -> Callable[[Request, Services], Awaitable[Response]]:
@@ -83,7 +95,7 @@ def results_url(request: Request, batch_id: str) -> str:
     return f"{str(request.base_url).rstrip('/')}/v1/messages/batches/{batch_id}/results"
 
 
-async def view(request: Request, services: Services, record: BatchRecord) -> dict[str, Any]:
+async def view(request: Request, services: Services, record: BatchRecord) -> MessageBatch:
     counts = await services.batches.store.counts(record.batch_id)
     return message_batch_view(record, counts, results_url(request, record.batch_id))
 
@@ -150,14 +162,13 @@ async def list_all(request: Request, services: Services, principal: Principal) -
         principal.key_id, api="anthropic", after=after, limit=query.limit, newer_than=before
     )
     data = [await view(request, services, record) for record in page.items]
-    return json_response(
-        {
-            "data": data,
-            "has_more": page.has_more,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-        }
+    answer = MessageBatchList(
+        data=data,
+        has_more=page.has_more,
+        first_id=data[0]["id"] if data else None,
+        last_id=data[-1]["id"] if data else None,
     )
+    return json_response(answer)
 
 
 async def retrieve(request: Request, services: Services, principal: Principal) -> Response:
@@ -195,7 +206,7 @@ async def delete(request: Request, services: Services, principal: Principal) -> 
     await store.delete_batch(record.batch_id)
     if record.output_file_id is not None:
         await store.delete_file(record.output_file_id)
-    return json_response({"id": record.batch_id, "type": "message_batch_deleted"})
+    return json_response(MessageBatchDeleted(id=record.batch_id, type="message_batch_deleted"))
 
 
 def _route(path: str, handler: Handler, method: str) -> Route:

@@ -10,10 +10,22 @@ one of its fallbacks, which model that would be (``answered_by``): offline, the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, NotRequired, TypedDict
+
+import msgspec
 
 from gateway.policy import Policy
 from gateway.routing.dispatch import Dispatcher
+
+
+class Availability(TypedDict):
+    available: Annotated[bool, msgspec.Meta(description="its provider can serve it now")]
+    unavailable_reason: NotRequired[
+        Annotated[str, msgspec.Meta(description="why not (a key not set...)")]
+    ]
+    answered_by: NotRequired[
+        Annotated[str, msgspec.Meta(description="the fallback that would answer instead")]
+    ]
 
 
 def _reason(model: str, policy: Policy, dispatcher: Dispatcher) -> str | None:
@@ -23,13 +35,13 @@ def _reason(model: str, policy: Policy, dispatcher: Dispatcher) -> str | None:
 
 def availability(
     model: str, policy: Policy, dispatcher: Dispatcher, allowed: frozenset[str] | None = None
-) -> dict[str, Any]:
+) -> Availability:
     """``{"available": true}``, or false with the reason and the fallback that would answer
     (among the ``allowed`` models of the caller's key: routing never goes past those)."""
     reason = _reason(model, policy, dispatcher)
     if reason is None:
         return {"available": True}
-    fields: dict[str, Any] = {"available": False, "unavailable_reason": reason}
+    fields: Availability = {"available": False, "unavailable_reason": reason}
     seen, queue = {model}, policy.model_fallbacks(model)
     while queue:  # the dispatcher's order: direct fallbacks first, then theirs
         candidate = queue.pop(0)

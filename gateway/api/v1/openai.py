@@ -5,11 +5,16 @@ Each is a door (``api/v1/doors.py``) on the one pipeline (``api/v1/pipeline.py``
 reach a provider of any chat format (translated when it speaks another); the other operations
 pass through to the providers that offer them. Uploads (audio transcriptions and translations,
 image edits) are in ``api/v1/uploads.py``.
+
+What the OpenAPI document says of their answers: the ``TypedDict`` beside what builds them
+(``formats/openai_chat/response.py``, ``formats/openai_embeddings.py``; ``Model`` here), and
+here those of the answers only ever relayed as the provider sent them (``ImageList``,
+``Moderation``): the shape of OpenAI's API, which the gateway does not check.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -19,7 +24,7 @@ from gateway.access.auth import client_credential
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import error_response, json_response
 from gateway.api.v1.doors import CHAT, COMPLETIONS, EMBEDDINGS, IMAGES, MODERATIONS, SPEECH
-from gateway.api.v1.model_availability import availability
+from gateway.api.v1.model_availability import Availability, availability
 from gateway.api.v1.pipeline import allowed_models, door_route
 from gateway.api.v1.uploads import answer_speech
 from gateway.errors import GatewayError, InvalidRequest, NotFound, ServiceUnavailable, echo
@@ -27,15 +32,46 @@ from gateway.policy import Policy
 from gateway.services import Services
 
 
-def _entry(
-    name: str, policy: Policy, services: Services, allowed: frozenset[str] | None
-) -> dict[str, Any]:
+class ImageList(TypedDict):
+    """An images answer (generations, edits), relayed as the provider sent it."""
+
+    created: NotRequired[int]
+    data: list[Any]
+
+
+class Moderation(TypedDict):
+    """A moderations answer, relayed as the provider sent it."""
+
+    id: NotRequired[str]
+    model: NotRequired[str]
+    results: list[dict[str, Any]]
+
+
+class _ModelEntry(TypedDict):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+    description: NotRequired[str]
+    context_window: NotRequired[int]
+
+
+class Model(_ModelEntry, Availability):
+    """A model or alias of the policy that the key may use, in the list and alone."""
+
+
+class ModelList(TypedDict):
+    object: Literal["list"]
+    data: list[Model]
+
+
+def _entry(name: str, policy: Policy, services: Services, allowed: frozenset[str] | None) -> Model:
     """One model of ``GET /v1/models`` (a random-weight checkpoint says so plainly), with
     whether it can be served here now (``available``, extra fields SDKs ignore)."""
     if name in policy.aliases:
         target = policy.aliases[name]
         owner = policy.models[target].provider
-        entry = {"id": name, "object": "model", "created": 0, "owned_by": owner}
+        entry: _ModelEntry = {"id": name, "object": "model", "created": 0, "owned_by": owner}
         return {**entry, **availability(target, policy, services.dispatcher, allowed)}
     config = policy.models[name]
     entry = {
@@ -91,7 +127,7 @@ async def list_models(request: Request, services: Services) -> Response:
         data = [_entry(name, policy, services, allowed) for name in names]
         if wanted is not None:
             data = [entry for entry in data if entry["available"] is wanted]
-        return json_response({"object": "list", "data": data})
+        return json_response(ModelList(object="list", data=data))
     except GatewayError as exc:
         return error_response(exc)
 

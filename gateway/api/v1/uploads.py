@@ -14,11 +14,16 @@ over.
 Metering: the usage the provider reports (``usage`` with ``input_tokens``/``output_tokens``:
 gpt-image-1, gpt-4o-transcribe); otherwise the typical estimate, recorded as
 ``estimated`` (text fields at four characters a token; speech: its input text alone).
+
+Answers are relayed as the provider sent them. What the OpenAPI document says of a
+transcription's or translation's in JSON is ``Transcription`` (OpenAI's shape, which the
+gateway does not check); an image edit answers as a generation does (``openai.py``
+``ImageList``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from starlette.requests import Request
 
@@ -31,6 +36,12 @@ from gateway.api.v1.request_end import Call, Reply
 from gateway.errors import InvalidRequest, PayloadTooLarge
 from gateway.metering.attribution import take_attribution
 from gateway.providers.attempt import ForwardAttempt, JsonPayload
+
+
+class Transcription(TypedDict):
+    """A transcription or translation as JSON (``response_format`` json or verbose_json)."""
+
+    text: str
 
 
 async def answer_speech(v1: V1Pipeline, call: Call, door: Door) -> Reply:

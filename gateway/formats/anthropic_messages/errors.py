@@ -8,7 +8,7 @@ The error types and their statuses are Anthropic's documented ones (400 invalid_
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import orjson
 
@@ -42,7 +42,19 @@ _KINDS: dict[str, ErrorKind] = {
 _CONTEXT_MESSAGES = ("prompt is too long", "exceed context limit", "context window")
 
 
-def render_error(info: ErrorInfo) -> dict[str, Any]:
+class AnthropicErrorDetail(TypedDict):
+    type: str
+    message: str
+
+
+class AnthropicErrorEnvelope(TypedDict):
+    """Anthropic's error envelope, in which the gateway answers every error on /v1/messages."""
+
+    type: Literal["error"]
+    error: AnthropicErrorDetail
+
+
+def render_error(info: ErrorInfo) -> AnthropicErrorEnvelope:
     return {"type": "error", "error": {"type": _TYPES[info.kind], "message": info.message}}
 
 

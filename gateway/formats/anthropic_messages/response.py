@@ -5,11 +5,15 @@ writes, which it counts apart, while the internal record (like OpenAI) counts ev
 in ``prompt_tokens``. Both directions are exact. Refusals become text (Anthropic marks them with
 ``stop_reason: refusal``); tool inputs must be JSON objects, so arguments a model wrote as
 anything else cannot be shown to an Anthropic client (502).
+
+``AnthropicMessage`` is the answer of /v1/messages as the OpenAPI document describes it: what
+``render_response`` builds and what an Anthropic provider answers (relayed untouched) have in
+common; ``TokenCount`` that of /v1/messages/count_tokens.
 """
 
 from __future__ import annotations
 
-from typing import Any, get_args
+from typing import Any, Literal, NotRequired, TypedDict, get_args
 
 import orjson
 
@@ -27,6 +31,27 @@ TO_STOP: dict[str, internal.StopReason] = {
     _ANTHROPIC_NAMES.get(reason, reason): reason for reason in get_args(internal.StopReason)
 }
 FROM_STOP: dict[str, str] = {value: key for key, value in TO_STOP.items()}
+
+
+class AnthropicMessage(TypedDict):
+    """Anthropic's ``message``: the gateway's, translated from another format's answer, or
+    an Anthropic provider's, relayed as it sent it."""
+
+    id: str
+    type: Literal["message"]
+    role: Literal["assistant"]
+    model: NotRequired[str]
+    content: list[dict[str, Any]]
+    stop_reason: NotRequired[str | None]
+    stop_sequence: NotRequired[str | None]
+    usage: dict[str, Any]
+
+
+class TokenCount(TypedDict):
+    """A request's input tokens: an Anthropic provider's count, relayed, or another
+    provider's (Gemini's, Vertex AI's, Bedrock's) in Anthropic's shape."""
+
+    input_tokens: int
 
 
 def parse_response(body: bytes | str | dict[str, Any]) -> internal.ChatResponse:
@@ -151,7 +176,7 @@ def tool_input(call: internal.ToolCall) -> dict[str, Any]:
 
 def render_response(
     response: internal.ChatResponse, request: object | None = None
-) -> dict[str, Any]:
+) -> AnthropicMessage:
     """A ``message`` body; ``request`` is accepted for symmetry and not needed here."""
     content = [render_block(block) for block in response.content]
     usage = render_usage(response.usage or internal.Usage())

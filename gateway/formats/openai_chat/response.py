@@ -5,12 +5,16 @@ Reasoning text travels in ``message.reasoning_content`` (the field DeepSeek, vLL
 ``n > 1`` answer exists only when client and upstream both speak Chat Completions, and then the
 gateway relays the body untouched. The pieces both directions share (tool calls, a message's
 texts, the head of a completion or chunk) are here for the request and stream renderers too.
+
+``ChatCompletion`` is the answer of /v1/chat/completions and /v1/completions as the OpenAPI
+document describes it: what ``render_response`` builds and what a provider of the client's
+format answers (relayed untouched, the local engine's too) have in common.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from gateway.formats import internal, stream
 from gateway.formats.errors import UpstreamProtocolError
@@ -36,6 +40,28 @@ STOP_TO_FINISH: dict[str, str] = {
     "tool_use": "tool_calls",
     "refusal": "content_filter",
 }
+
+
+class ChatUsage(TypedDict):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    # The gateway's own answers have them; a provider's, relayed, may not.
+    prompt_tokens_details: NotRequired[dict[str, int]]
+    completion_tokens_details: NotRequired[dict[str, int]]
+
+
+class ChatCompletion(TypedDict):
+    """A ``chat.completion`` (``text_completion`` on /v1/completions): the gateway's,
+    translated from another format's answer, or the provider's, relayed as it sent it (only
+    ``id``, ``object`` and ``choices`` are sure there)."""
+
+    id: str
+    object: str
+    created: NotRequired[int]
+    model: NotRequired[str]
+    choices: list[dict[str, Any]]
+    usage: NotRequired[ChatUsage]
 
 
 def parse_response(body: bytes | str | dict[str, Any]) -> internal.ChatResponse:
@@ -107,7 +133,7 @@ def parse_usage(usage: dict[str, Any]) -> internal.Usage:
     return parse_openai_usage(usage, "prompt", "completion")
 
 
-def render_usage(usage: internal.Usage) -> dict[str, Any]:
+def render_usage(usage: internal.Usage) -> ChatUsage:
     prompt_details: dict[str, int] = {"cached_tokens": usage.cached_tokens}
     if usage.cache_write_tokens:
         prompt_details["cache_write_tokens"] = usage.cache_write_tokens
@@ -149,7 +175,7 @@ def completion_head(
 
 def render_response(
     response: internal.ChatResponse, request: object | None = None
-) -> dict[str, Any]:
+) -> ChatCompletion:
     """A ``chat.completion`` body; ``request`` is accepted for symmetry and not needed here."""
     texts = texts_of(response.content, internal.Text)
     refusals = texts_of(response.content, internal.Refusal)
@@ -169,7 +195,7 @@ def render_response(
         message["tool_calls"] = calls
     if thinking:
         message["reasoning_content"] = "".join(thinking)
-    body: dict[str, Any] = {
+    body: ChatCompletion = {
         **completion_head("chat.completion", response),
         "choices": [
             {

@@ -7,12 +7,16 @@ holds ``function_call`` items), a cut one ``incomplete`` with ``max_output_token
 echoes the request's settings (tools, tool choice, instructions); they come from the internal
 request when the caller passes it, and neutral defaults otherwise. Anthropic's redacted
 thinking has no readable text and no item here, so it is left out.
+
+``ResponseObject`` is the answer of /v1/responses as the OpenAPI document describes it: what
+``response_object`` builds and what a provider of the Responses API answers (relayed
+untouched) have in common.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 from gateway.formats import internal
 from gateway.formats.errors import UpstreamProtocolError
@@ -32,6 +36,37 @@ _INCOMPLETE: dict[str, internal.StopReason] = {
     "max_output_tokens": "max_tokens",
     "content_filter": "refusal",
 }
+
+
+class ResponseObject(TypedDict):
+    """A ``response`` object: the gateway's, translated from another format's answer, or
+    the provider's, relayed as it sent it (only ``id``, ``object``, ``status`` and ``output``
+    are sure there)."""
+
+    id: str
+    object: Literal["response"]
+    created_at: NotRequired[float]
+    status: str
+    error: NotRequired[dict[str, Any] | None]
+    incomplete_details: NotRequired[dict[str, Any] | None]
+    instructions: NotRequired[str | list[dict[str, Any]] | None]
+    max_output_tokens: NotRequired[int | None]
+    model: NotRequired[str]
+    output: list[dict[str, Any]]
+    parallel_tool_calls: NotRequired[bool]
+    # Stateless: a request naming a previous response is refused, and none is stored.
+    previous_response_id: NotRequired[None]
+    reasoning: NotRequired[dict[str, Any] | None]
+    store: NotRequired[Literal[False]]
+    temperature: NotRequired[float | None]
+    text: NotRequired[dict[str, Any]]
+    tool_choice: NotRequired[str | dict[str, Any]]
+    tools: NotRequired[list[dict[str, Any]]]
+    top_p: NotRequired[float | None]
+    truncation: NotRequired[str | None]
+    usage: NotRequired[dict[str, Any] | None]
+    user: NotRequired[str | None]
+    metadata: NotRequired[dict[str, Any] | None]
 
 
 def parse_response(body: bytes | str | dict[str, Any]) -> internal.ChatResponse:
@@ -197,9 +232,9 @@ def response_object(
     usage: internal.Usage | None = None,
     incomplete: dict[str, str] | None = None,
     error: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> ResponseObject:
     """The whole ``response`` object, echoing the request's settings where known."""
-    out: dict[str, Any] = {
+    out: ResponseObject = {
         "id": response_id,
         "object": "response",
         "created_at": created,
@@ -229,7 +264,7 @@ def response_object(
     return out
 
 
-def _echo(out: dict[str, Any], request: internal.ChatRequest) -> None:
+def _echo(out: ResponseObject, request: internal.ChatRequest) -> None:
     if request.system:
         out["instructions"] = "\n\n".join(text.text for text in request.system)
     out["max_output_tokens"] = request.max_tokens
@@ -254,7 +289,7 @@ def _echo(out: dict[str, Any], request: internal.ChatRequest) -> None:
 
 def render_response(
     response: internal.ChatResponse, request: internal.ChatRequest | None = None
-) -> dict[str, Any]:
+) -> ResponseObject:
     """A ``response`` body; pass the internal ``request`` to echo its settings."""
     status, incomplete = status_of(response.stop_reason)
     blocks = [

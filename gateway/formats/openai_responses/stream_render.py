@@ -18,6 +18,7 @@ from gateway.formats import internal, stream
 from gateway.formats.errors import ErrorInfo
 from gateway.formats.openai_errors import render_error
 from gateway.formats.openai_responses.response import (
+    ResponseObject,
     item_id,
     message_item,
     output_item,
@@ -84,7 +85,7 @@ class StreamRenderer:
         status: str,
         incomplete: dict[str, str] | None = None,
         error: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> ResponseObject:
         return response_object(
             self._id,
             self._model,
