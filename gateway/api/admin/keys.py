@@ -11,7 +11,7 @@ with who made it.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Literal
 
 import msgspec
 from starlette.requests import Request
@@ -24,6 +24,7 @@ from gateway.access.keys import KeyRecord, KeyView
 from gateway.api.admin.audit import record_action
 from gateway.api.endpoint import admin_routes
 from gateway.api.http import json_response, read_json_object
+from gateway.api.id_page import IdPage, id_page
 from gateway.api.payloads import parse_query
 from gateway.services import Services
 
@@ -36,12 +37,9 @@ class IssuedKey(KeyView):
     key: Annotated[str, msgspec.Meta(description="the secret, shown once")]
 
 
-class KeyList(TypedDict):
+class KeyList(IdPage):
     object: Literal["list"]
     data: list[KeyView]
-    has_more: bool
-    first_id: str | None
-    last_id: str | None
 
 
 def _key_id(request: Request) -> str:
@@ -83,13 +81,7 @@ async def create_key(request: Request, services: Services, actor: Actor) -> Resp
 async def list_keys(request: Request, services: Services, actor: Actor) -> Response:
     page = await key_admin.list_keys(services.keys, parse_query(KeyListQuery, request))
     data = [_view(record) for record in page.records]
-    answer = KeyList(
-        object="list",
-        data=data,
-        has_more=page.has_more,
-        first_id=data[0]["id"] if data else None,
-        last_id=data[-1]["id"] if data else None,
-    )
+    answer = KeyList(object="list", data=data, **id_page(data, page.has_more))
     return json_response(answer)
 
 

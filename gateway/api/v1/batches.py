@@ -11,7 +11,7 @@ Redis before it is answered: no line starts after it, lines already running fini
 from __future__ import annotations
 
 import time
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,6 +22,7 @@ from starlette.routing import Route
 from gateway.access.auth import Principal
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import json_response, read_json_object
+from gateway.api.id_page import IdPage, id_page
 from gateway.api.payloads import parse_payload, parse_query
 from gateway.api.v1.batch_views import Batch, batch_view
 from gateway.api.v1.files import owned_file
@@ -58,12 +59,9 @@ class BatchListQuery(BaseModel):
     ) = None
 
 
-class BatchList(TypedDict):
+class BatchList(IdPage):
     object: Literal["list"]
     data: list[Batch]
-    has_more: bool
-    first_id: str | None
-    last_id: str | None
 
 
 async def owned_batch(services: Services, principal: Principal, batch_id: str) -> BatchRecord:
@@ -111,13 +109,7 @@ async def list_batches(request: Request, services: Services, principal: Principa
         principal.key_id, api="openai", after=after, limit=query.limit
     )
     data = [await openai_view(services, record) for record in page.items]
-    answer = BatchList(
-        object="list",
-        data=data,
-        has_more=page.has_more,
-        first_id=data[0]["id"] if data else None,
-        last_id=data[-1]["id"] if data else None,
-    )
+    answer = BatchList(object="list", data=data, **id_page(data, page.has_more))
     return json_response(answer)
 
 

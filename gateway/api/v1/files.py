@@ -25,6 +25,7 @@ from starlette.routing import Route
 from gateway.access.auth import Principal
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.http import json_response
+from gateway.api.id_page import IdPage, id_page
 from gateway.api.payloads import parse_query
 from gateway.api.v1.batch_views import File, file_view
 from gateway.batches.records import INPUT_PURPOSE, FilePurpose, FileRecord, new_file_id
@@ -47,12 +48,9 @@ class FileListQuery(BaseModel):
     order: Literal["desc"] = "desc"
 
 
-class FileList(TypedDict):
+class FileList(IdPage):
     object: Literal["list"]
     data: list[File]
-    has_more: bool
-    first_id: str | None
-    last_id: str | None
 
 
 class FileDeleted(TypedDict):
@@ -157,13 +155,7 @@ async def list_files(request: Request, services: Services, principal: Principal)
         principal.key_id, purpose=query.purpose, after=after, limit=query.limit
     )
     data = [file_view(record) for record in page.items]
-    answer = FileList(
-        object="list",
-        data=data,
-        has_more=page.has_more,
-        first_id=data[0]["id"] if data else None,
-        last_id=data[-1]["id"] if data else None,
-    )
+    answer = FileList(object="list", data=data, **id_page(data, page.has_more))
     return json_response(answer)
 
 

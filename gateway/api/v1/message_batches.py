@@ -25,6 +25,7 @@ from gateway.access.auth import Principal, client_credential
 from gateway.api.endpoint import Guard, endpoint
 from gateway.api.envelopes import error_response
 from gateway.api.http import json_response, read_json_object
+from gateway.api.id_page import IdPage, id_page
 from gateway.api.payloads import parse_query
 from gateway.api.v1.batch_views import MessageBatch, message_batch_view
 from gateway.api.v1.batches import cancel_recorded
@@ -52,11 +53,8 @@ class MessageBatchListQuery(BaseModel):
     before_id: Annotated[str, Field(max_length=200)] | None = None
 
 
-class MessageBatchList(TypedDict):
+class MessageBatchList(IdPage):
     data: list[MessageBatch]
-    has_more: bool
-    first_id: str | None
-    last_id: str | None
 
 
 class MessageBatchDeleted(TypedDict):
@@ -162,12 +160,7 @@ async def list_all(request: Request, services: Services, principal: Principal) -
         principal.key_id, api="anthropic", after=after, limit=query.limit, newer_than=before
     )
     data = [await view(request, services, record) for record in page.items]
-    answer = MessageBatchList(
-        data=data,
-        has_more=page.has_more,
-        first_id=data[0]["id"] if data else None,
-        last_id=data[-1]["id"] if data else None,
-    )
+    answer = MessageBatchList(data=data, **id_page(data, page.has_more))
     return json_response(answer)
 
 
