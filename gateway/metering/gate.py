@@ -28,7 +28,14 @@ from gateway.access.keys import KeyRecord
 from gateway.access.teams import team_of_home
 from gateway.errors import ServiceUnavailable
 from gateway.formats.internal import Usage
-from gateway.metering.limits import HomeChanged, KeyLimits, Limiter, LimiterUnavailable, Reservation
+from gateway.metering.limits import (
+    AlreadyHeld,
+    HomeChanged,
+    KeyLimits,
+    Limiter,
+    LimiterUnavailable,
+    Reservation,
+)
 from gateway.metering.moves import LimitMoves
 from gateway.metrics import Metrics
 from gateway.policy import Policy
@@ -156,6 +163,10 @@ class LimitsGate:
         tokens = bound.total_tokens if hold_ms is None else 0
         try:
             reservation = await self._reserve(record, cost, tokens, reservation_id, hold_ms)
+        except AlreadyHeld as again:
+            if hold_ms is None:
+                raise
+            reservation = again.held  # a hold taken again (after a crash) is the one held
         except LimiterUnavailable:
             if self.settings.on_redis_failure != "open":
                 raise

@@ -15,6 +15,7 @@ See docs/limits.md for the algorithm, the admission rule and how a key changes t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -73,7 +74,12 @@ class LimiterUnavailable(ServiceUnavailable):
 
 
 class AlreadyHeld(ValueError):
-    """The request id already holds a reservation (a hold taken again after a crash)."""
+    """The request id already holds a reservation: ``held`` is it, as far as the caller can
+    settle it (a budget hold taken again after a crash settles the one taken before)."""
+
+    def __init__(self, held: Reservation) -> None:
+        super().__init__(f"request id {held.request_id!r} already holds a reservation")
+        self.held = held
 
 
 @dataclass(eq=False)  # an exception keeps its identity hash
@@ -433,8 +439,19 @@ class Limiter:
     ) -> Reservation:
         """One request's reply of the reserve script as its reservation, or the refusal."""
         status = int(reply[0])
+        held = Reservation(
+            key_id=key_id,
+            request_id=request_id,
+            tokens=tokens,
+            cost_nanos=_lua_nanos(cost_nanos),
+            at=0.0,
+            budget_window=None,
+            home=home,
+            alert_budget_nanos=limits.budget_nanos if limits.alert_thresholds else None,
+            alert_thresholds=limits.alert_thresholds,
+        )
         if status == -1:
-            raise AlreadyHeld(f"request id {request_id!r} already holds a reservation")
+            raise AlreadyHeld(held)
         if status in (-2, -3):
             raise HomeChanged(key_id, moving=status == -3)
         team = team_of_home(home) if home else None
@@ -442,18 +459,12 @@ class Limiter:
             raise refusal(
                 reply, team=team, tokens=tokens, cost_nanos=cost_nanos, window_ms=self.window_ms
             )
-        reservation = Reservation(
-            key_id=key_id,
-            request_id=request_id,
-            tokens=tokens,
-            cost_nanos=_lua_nanos(cost_nanos),
+        reservation = dataclasses.replace(
+            held,
             at=int(reply[1]) / 1000,
             budget_window=_text(reply[2]) or None,
             headers=rate_headers(reply[4:]),
-            home=home,
             in_flight=int(reply[3]),
-            alert_budget_nanos=limits.budget_nanos if limits.alert_thresholds else None,
-            alert_thresholds=limits.alert_thresholds,
         )
         if reservation.in_flight:
             self._flying[request_id] = (reservation, time.monotonic())
