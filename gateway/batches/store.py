@@ -294,11 +294,13 @@ class BatchStore:
         )
 
     async def delete_batch(self, batch_id: str) -> None:
-        """A final batch and its lines (Anthropic's delete); its files stay files."""
+        """A final batch, its lines and its upstream batches' records (Anthropic's delete); its
+        files stay files."""
         m = self.sql.mark
         await self.sql.run(
             [
                 Step(f"DELETE FROM batch_lines WHERE batch_id = {m(1)}", [batch_id]),
+                Step(f"DELETE FROM batch_natives WHERE batch_id = {m(1)}", [batch_id]),
                 Step(f"DELETE FROM batches WHERE batch_id = {m(1)}", [batch_id]),
             ]
         )

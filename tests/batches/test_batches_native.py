@@ -13,6 +13,7 @@ with the pipeline's 429.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from gateway_runner import GatewayThread, RunningGateway, make_settings
 from native_gateway import KEY_ENV, native_fleet, native_policy
 from native_upstreams import NativeFleet
 
+from gateway.batches.store import make_batch_store
 from gateway.metering.limits import KeyLimits, Limiter
 from gateway.money import usd_to_nanos
 
@@ -251,6 +253,45 @@ def test_a_cancel_cancels_the_upstream_batch_and_keeps_what_it_answered(
     row = usage_row(gateway, batch.id)
     assert row["requests"] == 20  # what the provider ran before the cancel
     assert row["cost_nanos"] == batch_cost_nanos("gpt-b", upstream.books()["gpt-4o"])
+
+
+def test_an_upstream_expiry_and_the_gateways_own_window_end_close_lines_expired(
+    gateway: RunningGateway, fresh: NativeFleet
+) -> None:
+    upstream = fresh["openai"]
+    upstream.batches.hold = True
+    _, key = gateway.create_key(name="native-expiry")
+    client = sdk(gateway, key)
+
+    # The provider's own window passes: none of its requests ran.
+    first = run_batch(client, chat_jsonl(6, model=lambda _: "gpt-b"))
+    wait_until(lambda: upstream.batches.polls >= 2, 30, "the upstream batch polled")
+    (made,) = upstream.batches.batches
+    upstream.batches.expire(made)
+    batch = finished(client, first.id)
+    assert batch.status == "completed" and batch.output_file_id is None
+    errors = jsonl(client.files.content(batch.error_file_id).text)
+    assert len(errors) == 6 and {line["error"]["code"] for line in errors} == {"batch_expired"}
+
+    # The gateway's window ends first: it cancels upstream, keeps what ran, expires the rest.
+    second = run_batch(client, chat_jsonl(10, model=lambda _: "gpt-b"))
+    wait_until(lambda: upstream.batches.submissions == 2, 30, "the second upstream batch")
+
+    async def end_the_window() -> None:  # as if 24 hours had passed
+        store = make_batch_store("", data_dir=gateway.settings.data_dir)
+        await store.open()
+        try:
+            await store.expire_at(second.id, int(time.time() * 1000))
+        finally:
+            await store.close()
+
+    asyncio.run(end_the_window())
+    batch = finished(client, second.id)
+    assert batch.status == "expired" and upstream.batches.cancels == 1
+    output = jsonl(client.files.content(batch.output_file_id).text)
+    errors = jsonl(client.files.content(batch.error_file_id).text)
+    assert [line["custom_id"] for line in output] == [f"line-{i}" for i in range(5)]
+    assert {line["error"]["code"] for line in errors} == {"batch_expired"} and len(errors) == 5
 
 
 def test_a_creation_whose_answer_was_lost_is_found_again_not_submitted_twice(

@@ -6,11 +6,13 @@ given back to the pipeline, or closed unanswered."""
 from __future__ import annotations
 
 import time
-
-from conftest import OpenBatchStore
+from typing import TYPE_CHECKING
 
 from gateway.batches.native.store import NativeBatch, native_id_of
 from gateway.batches.records import BatchRecord, LineAnswer, NewLine
+
+if TYPE_CHECKING:  # the fixture's type: conftest is not imported by name (tests/routing has one)
+    from conftest import OpenBatchStore
 
 NOW = 1_800_000_000_000
 
@@ -90,3 +92,5 @@ async def test_native_lines_are_sorted_once_worked_by_one_replica_and_answered_o
     ]  # fmt: skip
     again = await one.claim_lines("batch_n", "q", now_ms=_now() + 120_000, lease_ms=1, limit=10)
     assert [line.index for line in again] == [3, 4, 5]  # the given-back line runs in the pipeline
+    await one.delete_batch("batch_n")
+    assert await two.native.natives("batch_n") == []

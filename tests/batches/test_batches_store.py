@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-
-from conftest import OpenBatchStore
+from typing import TYPE_CHECKING
 
 from gateway.batches.records import (
     BatchRecord,
@@ -17,6 +16,9 @@ from gateway.batches.records import (
     derived_file_id,
 )
 from gateway.batches.store import CHUNK_BYTES, BatchStore
+
+if TYPE_CHECKING:  # the fixture's type: conftest is not imported by name (tests/routing has one)
+    from conftest import OpenBatchStore
 
 NOW = 1_800_000_000_000
 
