@@ -37,6 +37,7 @@ from native_upstreams import NativeFleet
 from gateway.batches.store import make_batch_store
 from gateway.metering.limits import KeyLimits, Limiter
 from gateway.money import usd_to_nanos
+from gateway.policy import PolicyError, parse_policy
 
 LINES = 120
 FINAL = ("completed", "failed", "expired", "cancelled")
@@ -122,6 +123,16 @@ def usage_row(gateway: RunningGateway, batch_id: str) -> dict[str, Any]:
         report = admin.get("/admin/usage", params={"group_by": "batch"}).json()
     (row,) = [row for row in report["data"] if row["batch"] == batch_id]
     return row
+
+
+def test_batch_native_on_another_kind_is_a_policy_error_naming_the_field(
+    upstreams: NativeFleet,
+) -> None:
+    for name, kind in (("azure", "azure_openai"), ("fleet", "engine_fleet")):
+        with pytest.raises(PolicyError) as refused:
+            parse_policy(native_policy(upstreams, native_batches=(name,)))
+        assert refused.value.path == f"providers.{name}.batch"
+        assert f"(this one is {kind})" in refused.value.message
 
 
 def test_openai_lines_go_to_openais_batch_api_beside_the_pipelines_lines(
