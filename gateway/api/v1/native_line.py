@@ -39,7 +39,6 @@ from gateway.formats.errors import FormatError
 from gateway.formats.translation import Translation
 from gateway.metering.accounting import Accounting
 from gateway.metering.attribution import Attribution, batch_tag
-from gateway.metering.limits import LimiterUnavailable
 from gateway.policy import Candidate, Policy, ProviderConfig
 from gateway.policy.providers import NATIVE_BATCH_KINDS
 from gateway.providers.attempt import Answer, sampling_defaults
@@ -91,8 +90,8 @@ class PipelineNativeLines:
             hold, _ = await pipeline.gate.reserve(
                 principal, plan, checked.raw, policy, hold_id, door.route, hold_ms=hold_ms
             )
-        except LimiterUnavailable:
-            raise  # the budget cannot be read now: the batch is sorted again later
+        except ServiceUnavailable:
+            raise  # no policy, key store or limiter now: the batch is sorted again later
         except GatewayError:
             return None  # the pipeline refuses it as it refuses any line
         return NativeRoute(first.provider, first.model, hold)
@@ -125,6 +124,8 @@ class PipelineNativeLines:
                 default_max_tokens=config.default_max_tokens,
                 defaults=sampling_defaults(policy, route.model),
             )
+        except ServiceUnavailable:
+            raise  # the key store away: submitted at the next poll
         except (GatewayError, FormatError):
             return None  # the pipeline answers it now (a revoked key: its 401)
         return body
