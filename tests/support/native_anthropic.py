@@ -96,15 +96,16 @@ class FakeAnthropic(NativeUpstream):
         _, refused = await self._receive(request)
         if refused:
             return self._refused(refused)
-        async with aiohttp.ClientSession() as session:
 
-            async def run(params: dict[str, Any]) -> tuple[int, Any]:
-                headers = {"x-api-key": self.key, "anthropic-version": self.version}
-                url = f"{self.url}/messages"
-                async with session.post(url, json=params, headers=headers) as reply:
-                    return reply.status, await reply.json(content_type=None)
+        async def run(params: dict[str, Any]) -> tuple[int, Any]:
+            headers = {"x-api-key": self.key, "anthropic-version": self.version}
+            async with (
+                aiohttp.ClientSession() as session,
+                session.post(f"{self.url}/messages", json=params, headers=headers) as reply,
+            ):
+                return reply.status, await reply.json(content_type=None)
 
-            batch = await self.batches.look(request.match_info["batch_id"], run)
+        batch = await self.batches.look(request.match_info["batch_id"], run)
         if batch is None:
             return self.error(404, "not_found_error", "No such message batch")
         return web.json_response(self.batch_view(batch))

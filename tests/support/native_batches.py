@@ -8,13 +8,15 @@ answers it (``run``: the fake calls itself over HTTP with its own key, so a batc
 checked, answered and booked exactly as a request is, and fails as one does: a model named
 ``filtered`` or ``ctx-overflow``). ``hold = True`` keeps new batches running until they are
 cancelled: a cancel ends a batch at its next look, ``cancelled``, with its first
-``ran_before_cancel`` share of requests answered and the rest never run. ``expire(id)`` ends a
+``ran_before_cancel`` share of requests answered and the rest never run (each run in a task of
+its own, so a poll whose client gave up does not run a request twice). ``expire(id)`` ends a
 running batch ``expired`` with none run. The queue counts what it was asked (``submissions``,
 ``polls``, ``cancels``), so a test sees a batch submitted once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -43,6 +45,9 @@ class FakeBatch:
     ended_as: str | None = None  # completed | cancelled | expired
     looks: int = 0
     results: list[Result] = field(default_factory=list)
+    # Its requests being run: a task of its own, so a poll whose client gave up (a loaded box)
+    # leaves it running, and the next poll takes its results (each request runs once).
+    work: asyncio.Future[list[Result]] | None = None
 
 
 class BatchQueue:
@@ -81,13 +86,20 @@ class BatchQueue:
         batch.looks += 1
         if batch.status == "cancelling":
             ran = int(len(batch.requests) * self.ran_before_cancel)
-            batch.results = await self._run(batch.requests[:ran], run)
-            batch.results += [Result(cid, "cancelled") for cid, _ in batch.requests[ran:]]
+            results = await self._work(batch, batch.requests[:ran], run)
+            batch.results = results + [Result(cid, "cancelled") for cid, _ in batch.requests[ran:]]
             batch.status, batch.ended_as = "ended", "cancelled"
         elif batch.status == "running" and not self.hold and batch.looks >= self.polls_to_end:
-            batch.results = await self._run(batch.requests, run)
+            batch.results = await self._work(batch, batch.requests, run)
             batch.status, batch.ended_as = "ended", "completed"
         return batch
+
+    async def _work(
+        self, batch: FakeBatch, requests: list[tuple[str, dict[str, Any]]], run: RunRequest
+    ) -> list[Result]:
+        if batch.work is None:
+            batch.work = asyncio.ensure_future(self._run(requests, run))
+        return list(await asyncio.shield(batch.work))
 
     def cancel(self, batch_id: str) -> FakeBatch | None:
         batch = self.batches.get(batch_id)

@@ -363,15 +363,17 @@ class FakeOpenAI(OpenAIStyle):
         _, refused = await self._receive(request)
         if refused:
             return self.openai_error(401, refused)
-        async with aiohttp.ClientSession() as session:
 
-            async def run(item: dict[str, Any]) -> tuple[int, Any]:
-                headers = {"authorization": f"Bearer {self.key}"}
-                url = self.origin + item["url"]
-                async with session.post(url, json=item["body"], headers=headers) as reply:
-                    return reply.status, await reply.json(content_type=None)
+        async def run(item: dict[str, Any]) -> tuple[int, Any]:
+            headers = {"authorization": f"Bearer {self.key}"}
+            url = self.origin + item["url"]
+            async with (
+                aiohttp.ClientSession() as session,
+                session.post(url, json=item["body"], headers=headers) as reply,
+            ):
+                return reply.status, await reply.json(content_type=None)
 
-            batch = await self.batches.look(request.match_info["batch_id"], run)
+        batch = await self.batches.look(request.match_info["batch_id"], run)
         if batch is None:
             return self.openai_error(404, "No such batch")
         if batch.status == "ended" and batch.id not in self.batch_files:
