@@ -44,6 +44,7 @@ from gateway.api.openapi.document import OpenApiDocument
 from gateway.api.request_headers import HeaderGuardMiddleware
 from gateway.api.v1 import anthropic, batches, files, message_batches, openai, responses, uploads
 from gateway.api.v1.batch_line import line_runner
+from gateway.api.v1.native_line import PipelineNativeLines
 from gateway.api.v1.pipeline import V1Pipeline
 from gateway.batches.service import build_runner
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, echo
@@ -172,13 +173,15 @@ def create_app_from_env() -> Starlette:
 @contextlib.asynccontextmanager
 async def running_batches(services: Services, v1: V1Pipeline) -> AsyncIterator[None]:
     """The batch runner, its lines run through this app's /v1 pipeline
-    (``api/v1/batch_line.py``); none with ``SWITCHYARD_RUN_BATCHES=false``."""
+    (``api/v1/batch_line.py``), or a provider's batch API and booked through it
+    (``api/v1/native_line.py``); none with ``SWITCHYARD_RUN_BATCHES=false``."""
     if not services.batches.settings.run:
         yield
         return
     runner = build_runner(
         services.batches,
         line_runner(v1),
+        PipelineNativeLines(v1, result_cap=services.batches.settings.native_result_bytes),
         limiter=services.limiter,
         keys=services.keys,
         teams=services.teams,

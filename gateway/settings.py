@@ -276,7 +276,8 @@ class BatchSettings(Section):
     lapses), how often the runner looks for work, the longest back-off after a 429, and the
     share of the local engine's sequences batch lines may fill (admitted only while it holds no
     interactive request). ``run`` false (RUN_BATCHES): this replica serves the batch API but
-    runs no lines."""
+    runs no lines. ``native_poll_s`` and ``native_result_bytes``: how often the upstream
+    batches of ``batch: native`` providers are polled, and the most of a results file read."""
 
     max_file_bytes: int = _env("batch_max_file_bytes", 100 * 1024 * 1024, ge=1024, le=2 * 1024**3)
     max_lines: int = _env("batch_max_lines", 50_000, ge=1, le=1_000_000)
@@ -287,6 +288,12 @@ class BatchSettings(Section):
     backoff_max_s: float = _env("batch_backoff_max_s", 60.0, ge=0.1, le=3600)
     local_share: float = _env("batch_local_share", 0.5, gt=0, le=1)
     run: bool = _env("run_batches", True)
+    # batch: native providers: how often an upstream batch is polled, the most of its results
+    # file that is read.
+    native_poll_s: float = _env("batch_native_poll_s", 30.0, ge=0.01, le=3600)
+    native_result_bytes: int = _env(
+        "batch_native_result_bytes", 1024 * 1024 * 1024, ge=1024, le=16 * 1024**3
+    )
 
     @property
     def lease_ms(self) -> int:

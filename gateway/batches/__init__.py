@@ -9,5 +9,7 @@ gateway itself (docs/batches.md).
 - ``headroom``: batch lines use only the limits interactive traffic leaves and back off on
   429s; ``local_admission``: they yield the local engine to interactive requests (admitted
   only into an idle engine, called back when one arrives); ``cancels``: a cancel's Redis marks;
+- ``native``: the lines routed to a ``batch: native`` provider, sent to its own batch API,
+  polled, and booked through the pipeline (``native/runner.py``, driven by the runner);
 - ``service``: what the API handlers get (``Batches``) and ``build_runner``.
 """

@@ -13,6 +13,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
+from gateway.batches.records import LineAnswer
+
 
 @dataclass(frozen=True, slots=True)
 class LineCall:
@@ -34,3 +38,13 @@ class LineResult:
 
 
 LineRunner = Callable[[LineCall], Awaitable[LineResult]]
+
+
+def line_answer(result: LineResult) -> LineAnswer:
+    """What the store keeps of a line's result: its status, its body as JSON text (a body that
+    is not JSON is wrapped, never lost)."""
+    try:
+        text = orjson.dumps(orjson.loads(result.body)).decode()
+    except orjson.JSONDecodeError:
+        text = orjson.dumps({"raw": result.body.decode("utf-8", "replace")}).decode()
+    return LineAnswer(result.status, text)

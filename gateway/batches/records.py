@@ -11,8 +11,9 @@ requests sent inline, results as JSONL). Its ``status`` is OpenAI's word for whe
 what was answered.
 
 A line's ``state``: ``pending`` (nobody holds it), ``leased`` (a replica runs it, until
-``lease_until_ms`` unless renewed), ``done`` (answered: ``status_code`` and ``response``), or
-closed unanswered: ``cancelled``, ``expired``.
+``lease_until_ms`` unless renewed), ``native`` (sent, or to be sent, to a provider's own batch
+API: ``batches/native``), ``done`` (answered: ``status_code`` and ``response``), or closed
+unanswered: ``cancelled``, ``expired``.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ FINAL_STATUSES: frozenset[str] = frozenset({"failed", "completed", "expired", "c
 # Statuses a runner still has work in (validate, run lines, close).
 OPEN_STATUSES: tuple[str, ...] = ("validating", "in_progress", "finalizing", "cancelling")
 CANCELLABLE: frozenset[str] = frozenset({"validating", "in_progress"})
-LineState = Literal["pending", "leased", "done", "cancelled", "expired"]
-UNANSWERED: tuple[str, ...] = ("pending", "leased")
+LineState = Literal["pending", "leased", "native", "done", "cancelled", "expired"]
+UNANSWERED: tuple[str, ...] = ("pending", "leased", "native")
 
 # OpenAI and Anthropic both run a batch within 24 hours; the only window either accepts.
 CompletionWindow = Literal["24h"]
@@ -109,6 +110,11 @@ class BatchRecord:
     # The replica closing the batch (rendering its files), and until when it may.
     closer: str | None = None
     closer_until_ms: int | None = None
+    # When its lines were sorted into native ones (a provider's batch API) and the others, and
+    # the replica sorting them (until when); none of its lines is claimed before.
+    routed_ms: int | None = None
+    router: str | None = None
+    router_until_ms: int | None = None
 
     @property
     def final(self) -> bool:

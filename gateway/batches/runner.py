@@ -6,11 +6,15 @@ batches in the store, oldest first:
 - ``validating``: reads the input file and checks every line (``jsonl.py``); the batch starts
   (``in_progress``, its lines stored) or fails with the problems found. Two replicas doing it
   at once store the lines once.
-- ``in_progress``: claims lines under a lease, as many as its free slots (``concurrency``,
-  shared fairly between the batches), and runs each through the pipeline with the batch's key
-  (``LineRunner``); a batch whose lines are all answered is closed as ``completed``; one past
-  its window, as ``expired``.
-- ``cancelling``: once no line runs any more, closed as ``cancelled``.
+- ``in_progress``: first sorts its lines once (``native/runner.py``): those routed to a
+  ``batch: native`` provider go to its batch API, worked (submitted, polled, their results
+  recorded) beside the others each turn; then claims lines under a lease, as many as its free
+  slots (``concurrency``, shared fairly between the batches), and runs each through the
+  pipeline with the batch's key (``LineRunner``); a batch whose lines are all answered is
+  closed as ``completed``; one past its window, as ``expired`` (its upstream batches cancelled
+  and ended first).
+- ``cancelling``: once no line runs any more (and its upstream batches, cancelled, have
+  ended), closed as ``cancelled``.
 - ``finalizing`` left behind by a replica that died while closing it: closed again.
 
 A line first waits for the key's headroom (``headroom.py``) and, for a model of the local engine,
@@ -47,14 +51,14 @@ from gateway.batches.jsonl import (
     anthropic_results,
     openai_lines,
 )
-from gateway.batches.lines import LineCall, LineResult, LineRunner
+from gateway.batches.lines import LineCall, LineResult, LineRunner, line_answer
 from gateway.batches.local_admission import LocalAdmission
+from gateway.batches.native.runner import NativeRunner
 from gateway.batches.records import (
     OUTPUT_PURPOSE,
     BatchRecord,
     ClaimedLine,
     FileRecord,
-    LineAnswer,
     StoredLine,
     derived_file_id,
     line_request_id,
@@ -89,9 +93,11 @@ class BatchRunner:
         local: LocalAdmission | None,
         cancels: CancelMarks,
         log: Any,
+        native: Callable[[str], NativeRunner],
         owner: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``native``: makes the runner of the batch's native lines, for this ``owner``."""
         self.store = store
         self.run_line = run_line
         self.settings = settings
@@ -101,6 +107,7 @@ class BatchRunner:
         self.log = log
         self.owner = owner or "runner-" + uuid.uuid4().hex[:16]
         self.clock = clock
+        self.native = native(self.owner)
         self._lines: set[asyncio.Task[None]] = set()
         self._loops: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
@@ -125,6 +132,7 @@ class BatchRunner:
         if self._lines:
             await asyncio.wait(list(self._lines), timeout=grace_s)
         await cancel_until_done(list(self._lines))
+        await self.native.stop(grace_s)
 
     @property
     def running(self) -> int:
@@ -145,7 +153,7 @@ class BatchRunner:
     async def _renewals(self) -> None:
         while True:
             await asyncio.sleep(self.settings.lease_s / 3)
-            if not self._lines:
+            if not self._lines and not self.native.running:
                 continue
             try:
                 await self.store.renew(self.owner, self.now_ms() + self.settings.lease_ms)
@@ -175,10 +183,16 @@ class BatchRunner:
     async def _step(self, batch: BatchRecord, now: int, share: int) -> None:
         if batch.status == "validating":
             await self._validate(batch)
-        elif batch.status == "cancelling":
-            await self._close(batch, "cancelled")
-        elif batch.status == "finalizing":
+            return
+        if batch.status == "finalizing":
             await self._close(batch, "completed")
+            return
+        if batch.status == "in_progress" and batch.routed_ms is None and now < batch.expires_ms:
+            await self.native.route(batch)  # its lines are claimed once sorted
+            return
+        await self.native.work(batch)
+        if batch.status == "cancelling":
+            await self._close(batch, "cancelled")
         elif now >= batch.expires_ms:
             await self._close(batch, "expired")
         else:
@@ -280,7 +294,7 @@ class BatchRunner:
             await self.store.release(batch.batch_id, line.index, self.owner)
             return
         self.headroom.answered(batch.key_id)
-        answer = LineAnswer(result.status, _json_text(result))
+        answer = line_answer(result)
         if not await self.store.answer(
             batch.batch_id, line.index, answer, request_id, self.now_ms()
         ):
@@ -297,8 +311,11 @@ class BatchRunner:
 
     async def _close(self, batch: BatchRecord, final: str) -> None:
         now = self.now_ms()
-        if final != "completed" and await self.store.running_lines(batch.batch_id, now) > 0:
-            return  # the lines in flight finish first (their answers are kept)
+        if final != "completed" and (
+            await self.store.running_lines(batch.batch_id, now) > 0
+            or await self.store.native.open_count(batch.batch_id) > 0
+        ):
+            return  # the lines in flight, and upstream batches, finish first (answers kept)
         target = "finalizing" if final == "completed" else batch.status
         if not await self.store.begin_close(
             batch.batch_id,
@@ -371,11 +388,3 @@ class BatchRunner:
 def _errors_json(problems: list[BatchError]) -> str:
     errors: BatchErrors = {"object": "list", "data": problems}
     return orjson.dumps(errors).decode()
-
-
-def _json_text(result: LineResult) -> str:
-    """The line's answer as JSON text (a body that is not JSON is wrapped, never lost)."""
-    try:
-        return orjson.dumps(orjson.loads(result.body)).decode()
-    except orjson.JSONDecodeError:
-        return orjson.dumps({"raw": result.body.decode("utf-8", "replace")}).decode()

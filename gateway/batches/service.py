@@ -1,6 +1,6 @@
 """``Batches``: what the batch API's handlers are given (the store, the settings, the cancel
 marks), and ``build_runner``, which puts the runner together from the gateway's parts and the
-``LineRunner`` the app binds to its pipeline."""
+``LineRunner`` and ``NativeLines`` the app binds to its pipeline."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from gateway.batches.cancels import CancelMarks
 from gateway.batches.headroom import Headroom
 from gateway.batches.lines import LineRunner
 from gateway.batches.local_admission import LocalAdmission
+from gateway.batches.native.lines import NativeLines
+from gateway.batches.native.runner import NativeRunner
 from gateway.batches.runner import BatchRunner
 from gateway.batches.store import BatchStore, make_batch_store
 from gateway.metering.limits import Limiter
@@ -40,6 +42,7 @@ class Batches:
 def build_runner(
     batches: Batches,
     run_line: LineRunner,
+    native_lines: NativeLines,
     *,
     limiter: Limiter,
     keys: KeyStore,
@@ -59,4 +62,13 @@ def build_runner(
         local=LocalAdmission(local_engine, policies, share=settings.local_share),
         cancels=batches.cancels,
         log=log,
+        native=lambda owner: NativeRunner(
+            batches.store,
+            native_lines,
+            settings,
+            limiter=limiter,
+            cancels=batches.cancels,
+            log=log,
+            owner=owner,
+        ),
     )

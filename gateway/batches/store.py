@@ -17,7 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gateway.batches.native.store import NativeStore
 from gateway.batches.records import (
+    UNANSWERED,
     BatchRecord,
     ClaimedLine,
     FileRecord,
@@ -32,7 +34,7 @@ from gateway.ledger.store import SQLITE_FILE, check_store_url
 CHUNK_BYTES = 1024 * 1024
 _FILE_COLUMNS = tuple(field.name for field in dataclasses.fields(FileRecord))
 _BATCH_COLUMNS = tuple(field.name for field in dataclasses.fields(BatchRecord))
-_OPEN = "('pending', 'leased')"
+_OPEN = "(" + ", ".join(f"'{state}'" for state in UNANSWERED) + ")"
 
 
 def make_batch_store(url: str, *, data_dir: Path) -> BatchStore:
@@ -59,6 +61,8 @@ class Page:
 class BatchStore:
     def __init__(self, sql: SqlRunner) -> None:
         self.sql = sql
+        # The lines sent to providers' own batch APIs, in the same store.
+        self.native = NativeStore(sql)
 
     @property
     def kind(self) -> str:
@@ -290,11 +294,13 @@ class BatchStore:
         )
 
     async def delete_batch(self, batch_id: str) -> None:
-        """A final batch and its lines (Anthropic's delete); its files stay files."""
+        """A final batch, its lines and its upstream batches' records (Anthropic's delete); its
+        files stay files."""
         m = self.sql.mark
         await self.sql.run(
             [
                 Step(f"DELETE FROM batch_lines WHERE batch_id = {m(1)}", [batch_id]),
+                Step(f"DELETE FROM batch_natives WHERE batch_id = {m(1)}", [batch_id]),
                 Step(f"DELETE FROM batches WHERE batch_id = {m(1)}", [batch_id]),
             ]
         )
@@ -304,8 +310,9 @@ class BatchStore:
     async def claim_lines(
         self, batch_id: str, owner: str, *, now_ms: int, lease_ms: int, limit: int
     ) -> list[ClaimedLine]:
-        """Up to ``limit`` open lines of an ``in_progress`` batch whose window is still open,
-        leased to ``owner``: pending ones, or those whose holder let its lease lapse."""
+        """Up to ``limit`` open lines of an ``in_progress`` batch whose window is still open
+        and whose lines are routed (``NativeStore.route``), leased to ``owner``: pending ones,
+        or those whose holder let its lease lapse."""
         m = self.sql.mark
         skip = " FOR UPDATE SKIP LOCKED" if self.sql.kind == "postgresql" else ""
         # The pick is a CTE: PostgreSQL runs it once (a subquery under IN may be run again
@@ -314,7 +321,7 @@ class BatchStore:
             f"WITH picked AS (SELECT line_index FROM batch_lines WHERE batch_id = {m(3)}"
             f" AND (state = 'pending' OR (state = 'leased' AND lease_until_ms < {m(4)}))"
             f" AND EXISTS (SELECT 1 FROM batches WHERE batch_id = {m(3)}"
-            f" AND status = 'in_progress' AND expires_ms > {m(4)})"
+            f" AND status = 'in_progress' AND expires_ms > {m(4)} AND routed_ms IS NOT NULL)"
             f" ORDER BY line_index LIMIT {m(5)}{skip})"
             f" UPDATE batch_lines SET state = 'leased', owner = {m(1)}, lease_until_ms = {m(2)},"
             f" tries = tries + 1 WHERE batch_id = {m(3)}"
@@ -328,18 +335,20 @@ class BatchStore:
         return sorted(claimed, key=lambda line: line.index)
 
     async def renew(self, owner: str, until_ms: int) -> int:
-        """Extend every lease ``owner`` holds; how many it holds."""
+        """Extend every lease ``owner`` holds (lines, and upstream batches it works on); how
+        many it holds."""
         m = self.sql.mark
-        (renewed,) = await self.sql.run(
+        renewed = await self.sql.run(
             [
                 Step(
                     f"UPDATE batch_lines SET lease_until_ms = {m(1)}"
                     f" WHERE owner = {m(2)} AND state = 'leased'",
                     [until_ms, owner],
-                )
+                ),
+                self.native.renew_step(owner, until_ms),
             ]
         )
-        return int(renewed)
+        return sum(int(count) for count in renewed)
 
     async def release(self, batch_id: str, index: int, owner: str) -> bool:
         """Give a line back unanswered (to be tried again later)."""
@@ -448,7 +457,8 @@ class BatchStore:
         return bool(changed)
 
     async def close_lines(self, batch_id: str, state: str) -> int:
-        """Close the lines still open as ``cancelled`` or ``expired``."""
+        """Close the lines still open as ``cancelled`` or ``expired`` (native ones too: the
+        runner closes a batch once its upstream batches have ended)."""
         m = self.sql.mark
         (closed,) = await self.sql.run(
             [

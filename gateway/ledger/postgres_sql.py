@@ -22,6 +22,7 @@ from typing import Any
 
 from gateway.ledger.audit import POSTGRES_MIGRATION as AUDIT_MIGRATION
 from gateway.ledger.batch_tables import POSTGRES_MIGRATION as BATCH_MIGRATION
+from gateway.ledger.batch_tables import POSTGRES_NATIVE_MIGRATION as NATIVE_BATCH_MIGRATION
 from gateway.ledger.dead_letters import POSTGRES_MIGRATION as DEAD_LETTER_MIGRATION
 from gateway.ledger.event import UsageEvent
 from gateway.ledger.tables import (
@@ -85,6 +86,7 @@ INSERT INTO usage_store_identity (singleton, store_id)
     # 5: the price catalogue an event was costed from ("" for the policy's own price).
     "ALTER TABLE usage_events ADD COLUMN price_catalogue text NOT NULL DEFAULT ''",
     BATCH_MIGRATION,  # 6: batch files, batches and their lines (gateway/ledger/batch_tables.py)
+    NATIVE_BATCH_MIGRATION,  # 7: lines sent to a provider's own batch API (batch_tables.py)
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 SELECT_STORE_ID = "SELECT store_id FROM usage_store_identity"

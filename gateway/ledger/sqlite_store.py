@@ -35,6 +35,7 @@ import structlog
 
 from gateway.ledger.audit import SQLITE_MIGRATION as AUDIT_MIGRATION
 from gateway.ledger.batch_tables import SQLITE_MIGRATION as BATCH_MIGRATION
+from gateway.ledger.batch_tables import SQLITE_NATIVE_MIGRATION as NATIVE_BATCH_MIGRATION
 from gateway.ledger.dead_letters import SQLITE_MIGRATION as DEAD_LETTER_MIGRATION
 from gateway.ledger.event import EPOCH_DAY, UsageEvent
 from gateway.ledger.query import event_counts
@@ -81,6 +82,7 @@ INSERT INTO usage_store_identity (singleton, store_id) VALUES (1, lower(hex(rand
     # 5: the price catalogue an event was costed from ("" for the policy's own price).
     "ALTER TABLE usage_events ADD COLUMN price_catalogue TEXT NOT NULL DEFAULT '';",
     BATCH_MIGRATION,  # 6: batch files, batches and their lines (gateway/ledger/batch_tables.py)
+    NATIVE_BATCH_MIGRATION,  # 7: lines sent to a provider's own batch API (batch_tables.py)
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 CREATE_VERSION_TABLE = (

@@ -28,7 +28,14 @@ from gateway.access.keys import KeyRecord
 from gateway.access.teams import team_of_home
 from gateway.errors import ServiceUnavailable
 from gateway.formats.internal import Usage
-from gateway.metering.limits import HomeChanged, KeyLimits, Limiter, LimiterUnavailable, Reservation
+from gateway.metering.limits import (
+    AlreadyHeld,
+    HomeChanged,
+    KeyLimits,
+    Limiter,
+    LimiterUnavailable,
+    Reservation,
+)
 from gateway.metering.moves import LimitMoves
 from gateway.metrics import Metrics
 from gateway.policy import Policy
@@ -134,9 +141,13 @@ class LimitsGate:
         policy: Policy,
         reservation_id: str,
         route: str = "chat.completions",
+        *,
+        hold_ms: int | None = None,
     ) -> tuple[Reservation | None, Usage]:
         """One Redis round trip; returns the reservation (None when unlimited) and the
-        typical estimate. The reservation holds the usage bound."""
+        typical estimate. The reservation holds the usage bound; with ``hold_ms``, only its
+        worst-case cost, against the budgets alone, for that long (a line of a provider's
+        batch: ``Limiter.reserve``)."""
         estimate = estimate_usage(body, route, self.settings.default_max_tokens)
         record = principal.record
         limits = key_limits(record)
@@ -149,8 +160,13 @@ class LimitsGate:
         bound = usage_bound(body, route, completion_default(policy, plan, self.settings))
         priced = in_team or (limits is not None and limits.budget_nanos is not None)
         cost = worst_case_cost(policy, plan, bound) if priced else 0
+        tokens = bound.total_tokens if hold_ms is None else 0
         try:
-            reservation = await self._reserve(record, cost, bound.total_tokens, reservation_id)
+            reservation = await self._reserve(record, cost, tokens, reservation_id, hold_ms)
+        except AlreadyHeld as again:
+            if hold_ms is None:
+                raise
+            reservation = again.held  # a hold taken again (after a crash) is the one held
         except LimiterUnavailable:
             if self.settings.on_redis_failure != "open":
                 raise
@@ -159,7 +175,7 @@ class LimitsGate:
         return reservation, estimate
 
     async def _reserve(
-        self, record: KeyRecord, cost: int, tokens: int, reservation_id: str
+        self, record: KeyRecord, cost: int, tokens: int, reservation_id: str, hold_ms: int | None
     ) -> Reservation:
         """The reserve, following the key to its current home if it changed teams."""
         for _ in range(HOME_TRIES):
@@ -172,6 +188,7 @@ class LimitsGate:
                     request_id=reservation_id,
                     home=record.home,
                     epoch=record.home_epoch,
+                    hold_ms=hold_ms,
                 )
             except HomeChanged as changed:
                 try:

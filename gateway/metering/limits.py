@@ -15,6 +15,7 @@ See docs/limits.md for the algorithm, the admission rule and how a key changes t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from gateway.store.direct import DirectRedis
 from gateway.store.scripts import LuaScript, ScriptBatch
 
 __all__ = [
+    "AlreadyHeld",
     "BudgetCrossing",
     "BudgetPeriod",
     "HomeChanged",
@@ -69,6 +71,15 @@ class LimiterUnavailable(ServiceUnavailable):
     """Redis is unreachable or timed out; renders as a 503 unless the caller decides otherwise."""
 
     default_code = "limiter_unavailable"
+
+
+class AlreadyHeld(ValueError):
+    """The request id already holds a reservation: ``held`` is it, as far as the caller can
+    settle it (a budget hold taken again after a crash settles the one taken before)."""
+
+    def __init__(self, held: Reservation) -> None:
+        super().__init__(f"request id {held.request_id!r} already holds a reservation")
+        self.held = held
 
 
 @dataclass(eq=False)  # an exception keeps its identity hash
@@ -277,7 +288,7 @@ class Limiter:
         self._flying: dict[str, tuple[Reservation, float]] = {}
         # Reserves of one key (and record) gathering in this event-loop turn, the first one
         # first: they go to Redis in one script call.
-        self._gathering: dict[tuple[str, str | None, int, KeyLimits], list[_Ask]] = {}
+        self._gathering: dict[tuple[str, str | None, int, KeyLimits, int | None], list[_Ask]] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
 
     # -- key names -------------------------------------------------------------------------
@@ -318,11 +329,17 @@ class Limiter:
         request_id: str,
         home: str | None = None,
         epoch: int = 0,
+        hold_ms: int | None = None,
     ) -> Reservation:
         """Take 1 request, ``tokens`` tokens, ``cost_nanos`` nano-dollars of budget and an
         in-flight slot in the key's scope and in its team's, or raise RateLimited (see
         docs/limits.md for the admission rule). ``home`` and ``epoch`` come from the key's
         record; ``HomeChanged`` says the record is out of date or the key is changing teams.
+
+        ``hold_ms``: a budget hold instead, for work that runs elsewhere for hours (a
+        provider's batch): only the budgets are checked and held, for ``hold_ms``; no request,
+        tokens or in-flight slot is taken, and its settle charges the money only.
+        ``AlreadyHeld``: the request id holds one already.
 
         The reserves of one key that start in the same event-loop turn go to Redis in one
         script call, checked one after the other as separate calls would be."""
@@ -330,7 +347,7 @@ class Limiter:
         _check_tokens(tokens)
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
-        group = (key_id, home, epoch, limits)
+        group = (key_id, home, epoch, limits, hold_ms)
         gathering = self._gathering.get(group)
         if gathering is not None:  # a reserve of this key is gathering this turn: join it
             ask = _Ask(request_id, tokens, nanos, asyncio.get_running_loop().create_future())
@@ -343,24 +360,30 @@ class Limiter:
                 await asyncio.sleep(0)  # the other requests of this turn join
             except asyncio.CancelledError:
                 if len(asks) > 1:  # they go without this one
-                    self._spawn(self._send_reserves(key_id, limits, home, epoch, asks[1:]))
+                    self._spawn(self._send_reserves(key_id, limits, home, epoch, hold_ms, asks[1:]))
                 raise
             finally:
                 del self._gathering[group]
             if len(asks) == 1:
-                reply = (await self._call_reserve(key_id, limits, home, epoch, asks))[0]
+                reply = (await self._call_reserve(key_id, limits, home, epoch, hold_ms, asks))[0]
             else:  # its own task: a client gone while it runs must not fail the others'
-                sent = self._spawn(self._send_reserves(key_id, limits, home, epoch, asks))
+                sent = self._spawn(self._send_reserves(key_id, limits, home, epoch, hold_ms, asks))
                 reply = await asyncio.shield(sent)
         return self._reservation(reply, key_id, limits, home, request_id, tokens, cost_nanos)
 
     async def _send_reserves(
-        self, key_id: str, limits: KeyLimits, home: str | None, epoch: int, asks: list[_Ask]
+        self,
+        key_id: str,
+        limits: KeyLimits,
+        home: str | None,
+        epoch: int,
+        hold_ms: int | None,
+        asks: list[_Ask],
     ) -> Any:
         """One script call for ``asks``; the others' replies go to their futures, and the
         first's (when it waits on none) is returned."""
         try:
-            replies = await self._call_reserve(key_id, limits, home, epoch, asks)
+            replies = await self._call_reserve(key_id, limits, home, epoch, hold_ms, asks)
         except BaseException as exc:
             for ask in asks:
                 if ask.reply is not None and not ask.reply.done():
@@ -374,7 +397,13 @@ class Limiter:
         return replies[0]
 
     async def _call_reserve(
-        self, key_id: str, limits: KeyLimits, home: str | None, epoch: int, asks: list[_Ask]
+        self,
+        key_id: str,
+        limits: KeyLimits,
+        home: str | None,
+        epoch: int,
+        hold_ms: int | None,
+        asks: list[_Ask],
     ) -> list[Any]:
         keys = self.keys(key_id, home)
         team = team_of_home(home) if home else None
@@ -383,7 +412,7 @@ class Limiter:
         args: list[Any] = [
             self.window_ms,
             self.buckets,
-            self.lease_ms,
+            self.lease_ms if hold_ms is None else hold_ms,
             self.in_flight_lease_ms,
             epoch,
             -1 if limits.rpm is None else limits.rpm,
@@ -392,6 +421,7 @@ class Limiter:
             limits.budget_period,
             -1 if limits.max_parallel is None else limits.max_parallel,
             1 if limits.budget_soft else 0,
+            0 if hold_ms is None else 1,
         ]
         for ask in asks:
             args += (ask.request_id, ask.tokens, ask.nanos)
@@ -409,8 +439,19 @@ class Limiter:
     ) -> Reservation:
         """One request's reply of the reserve script as its reservation, or the refusal."""
         status = int(reply[0])
+        held = Reservation(
+            key_id=key_id,
+            request_id=request_id,
+            tokens=tokens,
+            cost_nanos=_lua_nanos(cost_nanos),
+            at=0.0,
+            budget_window=None,
+            home=home,
+            alert_budget_nanos=limits.budget_nanos if limits.alert_thresholds else None,
+            alert_thresholds=limits.alert_thresholds,
+        )
         if status == -1:
-            raise ValueError(f"request id {request_id!r} already holds a reservation")
+            raise AlreadyHeld(held)
         if status in (-2, -3):
             raise HomeChanged(key_id, moving=status == -3)
         team = team_of_home(home) if home else None
@@ -418,18 +459,12 @@ class Limiter:
             raise refusal(
                 reply, team=team, tokens=tokens, cost_nanos=cost_nanos, window_ms=self.window_ms
             )
-        reservation = Reservation(
-            key_id=key_id,
-            request_id=request_id,
-            tokens=tokens,
-            cost_nanos=_lua_nanos(cost_nanos),
+        reservation = dataclasses.replace(
+            held,
             at=int(reply[1]) / 1000,
             budget_window=_text(reply[2]) or None,
             headers=rate_headers(reply[4:]),
-            home=home,
             in_flight=int(reply[3]),
-            alert_budget_nanos=limits.budget_nanos if limits.alert_thresholds else None,
-            alert_thresholds=limits.alert_thresholds,
         )
         if reservation.in_flight:
             self._flying[request_id] = (reservation, time.monotonic())

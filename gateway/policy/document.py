@@ -9,7 +9,7 @@ from gateway.ledger.record import label_problem
 from gateway.policy.base import PolicyError, StrictModel
 from gateway.policy.models import ModelConfig
 from gateway.policy.operations import declared_operations, serves
-from gateway.policy.providers import ProviderConfig
+from gateway.policy.providers import NATIVE_BATCH_KINDS, ProviderConfig
 from gateway.policy.tasks import TaskConfig
 from gateway.pricing.catalogue import bundled_catalogue
 
@@ -37,6 +37,7 @@ class Policy(StrictModel):
     @model_validator(mode="after")
     def _references(self) -> Policy:
         self._check_local_providers()
+        self._check_native_batches()
         for name, model in self.models.items():
             if model.provider not in self.providers:
                 raise PolicyError(f"models.{name}.provider", f"unknown provider {model.provider!r}")
@@ -108,6 +109,15 @@ class Policy(StrictModel):
                 where = ".".join(str(part) for part in first["loc"])
                 path = f"providers.{name}.engine" + (f".{where}" if where else "")
                 raise PolicyError(path, first["msg"].removeprefix("Value error, ")) from None
+
+    def _check_native_batches(self) -> None:
+        for name, provider in self.providers.items():
+            if provider.batch == "native" and provider.kind not in NATIVE_BATCH_KINDS:
+                raise PolicyError(
+                    f"providers.{name}.batch",
+                    f"batch: native applies only to {' and '.join(NATIVE_BATCH_KINDS)} "
+                    f"providers (this one is {provider.kind}); leave it gateway",
+                )
 
     def _require_model(self, path: str, name: str) -> str:
         resolved = self.resolve_model(name)

@@ -79,6 +79,10 @@ NEVER_FORWARDED = frozenset(
     }
 )
 DEFAULT_BASE_URLS = {"anthropic": "https://api.anthropic.com/v1"}
+# Who runs a batch's lines routed to a provider: the gateway (each line a request through the
+# pipeline) or, for these kinds, the provider's own batch API (docs/batches.md).
+BatchMode = Literal["gateway", "native"]
+NATIVE_BATCH_KINDS = ("openai_compatible", "anthropic")
 AZURE_DEFAULT_API_VERSION = "2024-10-21"
 ANTHROPIC_DEFAULT_VERSION = "2023-06-01"
 
@@ -136,6 +140,12 @@ class ProviderConfig(StrictModel):
         ge=1,
         description="anthropic (and vertex_ai of publisher anthropic): max_tokens sent for "
         "requests that set none (default 4096)",
+    )
+    batch: BatchMode = Field(
+        default="gateway",
+        description="how batch lines routed here run: gateway (each a request through the "
+        "pipeline) or native (openai_compatible and anthropic only: the provider's own batch "
+        "API, polled, at its batch discount)",
     )
     engine: dict[str, Any] | None = Field(
         default=None, description="local engine settings (kind: local only)"

@@ -106,10 +106,7 @@ class Upstreams:
 
     def sampling_defaults(self, candidate: Candidate) -> dict[str, Any] | None:
         """The model's ``defaults:`` of the policy (None: it has none)."""
-        model = self.policy.models.get(candidate.model)
-        if model is None or model.defaults is None:
-            return None
-        return model.defaults.model_dump()
+        return sampling_defaults(self.policy, candidate.model)
 
     def traced(self, upstream: Upstream, candidate: Candidate) -> AttemptTrace:
         """This try's span (retries and fallbacks each get one); its ``traceparent`` goes
@@ -124,6 +121,14 @@ class Upstreams:
         )
         tried.inject(upstream.headers)
         return tried
+
+
+def sampling_defaults(policy: Policy, model: str) -> dict[str, Any] | None:
+    """``model``'s ``defaults:`` of ``policy`` (None: it has none), as its requests get them."""
+    config = policy.models.get(model)
+    if config is None or config.defaults is None:
+        return None
+    return config.defaults.model_dump()
 
 
 def end_try(tried: AttemptTrace, error: BaseException) -> None:

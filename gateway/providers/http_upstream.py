@@ -13,7 +13,9 @@ and its own headers, this class does the call:
 - ``forward(url, body, headers)`` → ``RawReply``: any body out (bytes or an async iterator of
   chunks, a multipart upload streamed through), any 2xx body back (audio, text), capped;
 - ``open_response(url, body, headers)``: a status-checked answer whose body the caller reads
-  (a stream framed other than as SSE: Bedrock's event stream).
+  (a stream framed other than as SSE: Bedrock's event stream);
+- ``get(url, headers, cap=...)`` → ``RawReply``: a GET (a provider's batch API: a batch's
+  status, its results file), capped at ``cap`` bytes (default ``max_body_bytes``).
 
 aiohttp was chosen by measurement on this box (one client, keep-alive, small JSON bodies):
 aiohttp.ClientSession ~1,560 / 2,390 req/s at concurrency 1 / 64, plain httpx.AsyncClient
@@ -168,12 +170,27 @@ class HttpUpstream:
         """POST any body (a streamed upload too) and return any 2xx answer, capped."""
         return await self._call(url, body, headers)
 
-    async def _call(
-        self, url: StrOrURL, body: bytes | AsyncIterable[bytes], headers: Mapping[str, str]
+    async def get(
+        self, url: StrOrURL, headers: Mapping[str, str], *, cap: int | None = None
     ) -> RawReply:
-        cap = self.settings.max_body_bytes
+        """GET ``url``: any 2xx answer, read up to ``cap`` bytes (``max_body_bytes`` unless
+        given: a batch's results file may be larger than any one answer)."""
+        return await self._call(url, None, headers, method="GET", cap=cap)
+
+    async def _call(
+        self,
+        url: StrOrURL,
+        body: bytes | AsyncIterable[bytes] | None,
+        headers: Mapping[str, str],
+        *,
+        method: str = "POST",
+        cap: int | None = None,
+    ) -> RawReply:
+        cap = cap or self.settings.max_body_bytes
         try:
-            async with self._client().post(url, data=body, headers=dict(headers)) as response:
+            async with self._client().request(
+                method, url, data=body, headers=dict(headers)
+            ) as response:
                 status = response.status
                 retry_after = response.headers.get("Retry-After")
                 content_type = response.headers.get("Content-Type", "application/octet-stream")

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-
-from conftest import OpenBatchStore
+from typing import TYPE_CHECKING
 
 from gateway.batches.records import (
     BatchRecord,
@@ -16,7 +15,10 @@ from gateway.batches.records import (
     NewLine,
     derived_file_id,
 )
-from gateway.batches.store import CHUNK_BYTES
+from gateway.batches.store import CHUNK_BYTES, BatchStore
+
+if TYPE_CHECKING:  # the fixture's type: conftest is not imported by name (tests/routing has one)
+    from conftest import OpenBatchStore
 
 NOW = 1_800_000_000_000
 
@@ -44,6 +46,11 @@ def _lines(count: int) -> list[NewLine]:
 
 def _now() -> int:
     return int(time.time() * 1000)
+
+
+async def _routed(store: BatchStore, batch_id: str) -> None:
+    """Its lines sorted, none native: the pipeline may claim them."""
+    await store.native.record_routes(batch_id, [], [], _now())
 
 
 async def test_files_keep_their_bytes_in_chunks_and_list_by_key(
@@ -75,6 +82,8 @@ async def test_two_replicas_claim_disjoint_lines_and_each_line_is_answered_once(
     await one.add_batch(_batch())
     assert await one.start("batch_1", _lines(40), _now())
     assert not await two.start("batch_1", _lines(40), _now())  # started once, lines once
+    assert await one.claim_lines("batch_1", "x", now_ms=_now(), lease_ms=1, limit=1) == []
+    await _routed(two, "batch_1")  # claimed only once sorted
     assert (await one.counts("batch_1")).total == 40
 
     claims = await asyncio.gather(
@@ -101,6 +110,7 @@ async def test_a_lapsed_lease_is_claimed_again_and_a_renewed_one_is_not(
     one, two = await open_batch_store(), await open_batch_store()
     await one.add_batch(_batch())
     await one.start("batch_1", _lines(2), _now())
+    await _routed(one, "batch_1")
     dead = await one.claim_lines("batch_1", "dead", now_ms=_now(), lease_ms=50, limit=1)
     alive = await one.claim_lines("batch_1", "alive", now_ms=_now(), lease_ms=50, limit=1)
     assert [dead[0].index, alive[0].index] == [0, 1]
@@ -128,6 +138,7 @@ async def test_a_cancelled_or_expired_batch_gives_no_more_lines(
     await store.add_batch(_batch("batch_e"))
     for batch_id in ("batch_c", "batch_e"):
         await store.start(batch_id, _lines(3), _now())
+        await _routed(store, batch_id)
     assert await store.cancel("batch_c", _now())
     assert not await store.cancel("batch_c", _now())  # already cancelling
     await store.expire_at("batch_e", _now() - 1)
@@ -142,6 +153,7 @@ async def test_one_replica_closes_a_batch_and_its_files_are_stored_with_it(
     one, two = await open_batch_store(), await open_batch_store()
     await one.add_batch(_batch())
     await one.start("batch_1", _lines(3), _now())
+    await _routed(one, "batch_1")
     (line,) = await one.claim_lines("batch_1", "a", now_ms=_now(), lease_ms=60_000, limit=1)
     await one.answer("batch_1", line.index, LineAnswer(200, '{"ok":1}'), "req-0", _now())
     assert await one.cancel("batch_1", _now())

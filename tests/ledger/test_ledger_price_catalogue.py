@@ -19,14 +19,14 @@ async def test_a_store_made_before_the_column_gains_it(open_ledger) -> None:
     old = make_events(5, seed=3)
     await store.insert(old)
     # Back to schema 4, behind the store's back: as a store of the release before the column
-    # (and before the batch tables of migration 6).
+    # (and before the batch tables of migrations 6 and 7).
     await raw_sql(store, "ALTER TABLE usage_events DROP COLUMN price_catalogue")
-    for table in ("batch_lines", "batches", "batch_file_chunks", "batch_files"):
+    for table in ("batch_natives", "batch_lines", "batches", "batch_file_chunks", "batch_files"):
         await raw_sql(store, f"DROP TABLE {table}")
     await raw_sql(store, "DELETE FROM usage_schema_version WHERE version >= 5")
     await store.close()
     reopened = await open_ledger()
-    assert await reopened.schema_version() == SCHEMA_VERSION == 6
+    assert await reopened.schema_version() == SCHEMA_VERSION == 7
     new = [with_changes(e, price_catalogue=CATALOGUE) for e in make_events(4, seed=9)]
     assert await reopened.insert(new) == 4
     page = await reopened.list_events(EventQuery(limit=50))

@@ -46,7 +46,7 @@ async def test_one_turns_reserves_are_one_call_with_sequential_verdicts(
         "Reservation",
         "RateLimited",
         "Reservation",
-        "ValueError",
+        "AlreadyHeld",  # a ValueError: the request id holds one already
         "Reservation",
         "Reservation",
     ]

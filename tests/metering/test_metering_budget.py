@@ -10,7 +10,7 @@ import redis.asyncio
 from redis_helpers import ClientFactory
 
 from gateway.errors import RateLimited
-from gateway.metering.limits import KeyLimits, Limiter, Reservation
+from gateway.metering.limits import AlreadyHeld, KeyLimits, Limiter, Reservation
 from gateway.money import usd_to_nanos
 
 
@@ -114,3 +114,41 @@ async def test_periods_are_counted_separately_and_total_never_expires(
     monthly = KeyLimits(budget_nanos=usd_to_nanos(1.0), budget_period="month")
     await limiter.reserve("k", monthly, tokens=0, cost_nanos=usd_to_nanos(0.5), request_id="r2")
     assert (await limiter.status("k", total))["budget"]["spent_nanos"] == usd_to_nanos(1.0)
+
+
+async def test_a_budget_hold_holds_money_for_hours_and_counts_no_rate(
+    client: redis.asyncio.Redis,
+) -> None:
+    """A provider's batch line (docs/batches.md): its worst case is held against the budget
+    alone, past the limiter's lease; its settle charges the money, never a request or tokens;
+    a release gives the hold back without refunding a request it never took."""
+    limiter = Limiter(client, lease_s=1.0)
+    limits = KeyLimits(rpm=1, tpm=10, budget_nanos=usd_to_nanos(1.0), max_parallel=1)
+    day_ms = 24 * 3600 * 1000
+    held = [
+        await limiter.reserve(
+            "k", limits, tokens=0, cost_nanos=usd_to_nanos(0.4), request_id=f"h{i}", hold_ms=day_ms
+        )
+        for i in range(2)
+    ]  # neither the RPM of 1 nor max_parallel 1 is in the way: no request is counted
+    with pytest.raises(AlreadyHeld):
+        await limiter.reserve("k", limits, tokens=0, cost_nanos=1, request_id="h0", hold_ms=day_ms)
+    with pytest.raises(RateLimited) as over:  # the budget is: 0.8 of 1.0 held
+        await limiter.reserve(
+            "k", limits, tokens=0, cost_nanos=usd_to_nanos(0.3), request_id="h2", hold_ms=day_ms
+        )
+    assert over.value.code == "insufficient_quota"
+    await asyncio.sleep(1.1)  # past the limiter's lease: an interactive reserve reclaims lapsed
+    interactive = await limiter.reserve(
+        "k", limits, tokens=5, cost_nanos=usd_to_nanos(0.1), request_id="i1"
+    )
+    status = await limiter.status("k", limits)
+    assert status["requests"]["used"] == 1 and status["tokens"]["used"] == 5
+    assert status["budget"]["reserved_nanos"] == usd_to_nanos(0.9)  # the holds outlived it
+    assert await limiter.settle(held[0], tokens=900, cost_nanos=usd_to_nanos(0.25))
+    assert await limiter.release(held[1])
+    await limiter.release(interactive)
+    status = await limiter.status("k", limits)
+    assert status["requests"]["used"] == 0 and status["tokens"]["used"] == 0
+    assert status["budget"]["spent_nanos"] == usd_to_nanos(0.25)
+    assert status["budget"]["reserved_nanos"] == 0

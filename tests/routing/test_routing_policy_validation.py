@@ -39,6 +39,15 @@ def test_an_engine_fleet_takes_static_replicas_or_a_dns_name(policy_data) -> Non
     assert dns.fleet.scrape.interval_ms == 250 and dns.fleet.prefix.blocks == 8
 
 
+def test_batch_native_is_taken_by_openai_and_anthropic_providers(policy_data) -> None:
+    data = policy_data()
+    data["providers"]["alpha"]["batch"] = "native"
+    data["providers"]["claude"] = {"kind": "anthropic", "batch": "native"}
+    policy = parse_policy(yaml.safe_dump(data))
+    assert policy.providers["alpha"].batch == policy.providers["claude"].batch == "native"
+    assert policy.providers["beta"].batch == "gateway"  # the default: today's behaviour
+
+
 def error_of(data: object) -> PolicyError:
     with pytest.raises(PolicyError) as caught:
         parse_policy(yaml.safe_dump(data) if not isinstance(data, str) else data)
@@ -228,6 +237,23 @@ def test_shipped_policy_is_valid_and_realistic() -> None:
             lambda d: d["providers"]["beta"].update(fleet={"replicas": ["http://a:1"]}),
             "providers.beta",
             "only to an engine_fleet",
+        ),
+        (
+            lambda d: d["providers"]["home"].update(batch="native"),
+            "providers.home.batch",
+            "batch: native applies only to openai_compatible and anthropic",
+        ),
+        (
+            lambda d: d["providers"].update(
+                az={"kind": "azure_openai", "base_url": "https://a.example", "batch": "native"}
+            ),
+            "providers.az.batch",
+            "(this one is azure_openai)",
+        ),
+        (
+            lambda d: d["providers"]["alpha"].update(batch="upstream"),
+            "providers.alpha.batch",
+            "'gateway' or 'native'",
         ),
     ],
 )

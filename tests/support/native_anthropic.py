@@ -1,13 +1,15 @@
 """Anthropic's Messages API as a loopback upstream that checks what it receives (see
-``native_upstreams``): JSON and SSE with Anthropic's event types, prompt-caching usage and
-``count_tokens``."""
+``native_upstreams``): JSON and SSE with Anthropic's event types, prompt-caching usage,
+``count_tokens`` and Message Batches (a batch ends after a poll or two, ``native_batches``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
 import orjson
 from aiohttp import web
+from native_batches import BatchQueue, FakeBatch
 from native_upstreams import (
     TOOL_ARGUMENTS,
     NativeUpstream,
@@ -32,6 +34,11 @@ class FakeAnthropic(NativeUpstream):
     def __init__(self, name: str, key: str, version: str = "2023-06-01") -> None:
         super().__init__(name, key)
         self.version = version
+        self.batches = BatchQueue("msgbatch_")
+
+    def reset(self) -> None:
+        super().reset()
+        self.batches.reset()
 
     def refusal(self, seen: Seen) -> str | None:
         if seen.headers.get("x-api-key") != self.key:
@@ -45,6 +52,90 @@ class FakeAnthropic(NativeUpstream):
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/messages", self.messages)
         app.router.add_post("/v1/messages/count_tokens", self.count_tokens)
+        app.router.add_post("/v1/messages/batches", self.create_batch)
+        app.router.add_get("/v1/messages/batches/{batch_id}", self.get_batch)
+        app.router.add_get("/v1/messages/batches/{batch_id}/results", self.batch_results)
+        app.router.add_post("/v1/messages/batches/{batch_id}/cancel", self.cancel_batch)
+
+    # -- Message Batches -------------------------------------------------------------------
+
+    def batch_view(self, batch: FakeBatch) -> dict[str, Any]:
+        ended = batch.status == "ended"
+        counts = {"processing": 0, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
+        if not ended:
+            counts["processing"] = len(batch.requests)
+        for result in batch.results:
+            if result.outcome == "answered":
+                counts["succeeded" if result.status < 400 else "errored"] += 1
+            else:
+                counts["canceled" if result.outcome == "cancelled" else "expired"] += 1
+        status = {"running": "in_progress", "cancelling": "canceling"}.get(batch.status, "ended")
+        results_url = f"{self.url}/messages/batches/{batch.id}/results" if ended else None
+        return {
+            "id": batch.id,
+            "type": "message_batch",
+            "processing_status": status,
+            "request_counts": counts,
+            "results_url": results_url,
+        }
+
+    async def create_batch(self, request: web.Request) -> web.Response:
+        seen, refused = await self._receive(request)
+        if refused:
+            return self._refused(refused)
+        items = seen.body.get("requests")
+        if not isinstance(items, list) or not items:
+            return self.error(400, "invalid_request_error", "requests: Field required")
+        for index, item in enumerate(items):
+            if set(item) != {"custom_id", "params"}:
+                return self.error(400, "invalid_request_error", f"requests.{index}: bad fields")
+        batch = self.batches.submit([(item["custom_id"], item["params"]) for item in items])
+        return web.json_response(self.batch_view(batch))
+
+    async def get_batch(self, request: web.Request) -> web.Response:
+        _, refused = await self._receive(request)
+        if refused:
+            return self._refused(refused)
+
+        async def run(params: dict[str, Any]) -> tuple[int, Any]:
+            headers = {"x-api-key": self.key, "anthropic-version": self.version}
+            async with (
+                aiohttp.ClientSession() as session,
+                session.post(f"{self.url}/messages", json=params, headers=headers) as reply,
+            ):
+                return reply.status, await reply.json(content_type=None)
+
+        batch = await self.batches.look(request.match_info["batch_id"], run)
+        if batch is None:
+            return self.error(404, "not_found_error", "No such message batch")
+        return web.json_response(self.batch_view(batch))
+
+    async def batch_results(self, request: web.Request) -> web.Response:
+        _, refused = await self._receive(request)
+        if refused:
+            return self._refused(refused)
+        batch = self.batches.batches.get(request.match_info["batch_id"])
+        if batch is None or batch.status != "ended":
+            return self.error(404, "not_found_error", "No results for this message batch")
+        lines = []
+        for result in batch.results:
+            if result.outcome == "answered" and result.status < 400:
+                kind: dict[str, Any] = {"type": "succeeded", "message": result.body}
+            elif result.outcome == "answered":
+                kind = {"type": "errored", "error": result.body}
+            else:
+                kind = {"type": "canceled" if result.outcome == "cancelled" else "expired"}
+            lines.append(orjson.dumps({"custom_id": result.custom_id, "result": kind}) + b"\n")
+        return web.Response(body=b"".join(lines), content_type="application/binary")
+
+    async def cancel_batch(self, request: web.Request) -> web.Response:
+        _, refused = await self._receive(request)
+        if refused:
+            return self._refused(refused)
+        batch = self.batches.cancel(request.match_info["batch_id"])
+        if batch is None:
+            return self.error(404, "not_found_error", "No such message batch")
+        return web.json_response(self.batch_view(batch))
 
     @staticmethod
     def error(status: int, kind: str, message: str) -> web.Response:

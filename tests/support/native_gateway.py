@@ -67,10 +67,16 @@ def _price(model: str) -> str:
 
 
 def native_policy(
-    fleet: NativeFleet, checkpoint: Path | None = None, *, models: str = "", tail: str = ""
+    fleet: NativeFleet,
+    checkpoint: Path | None = None,
+    *,
+    models: str = "",
+    tail: str = "",
+    native_batches: tuple[str, ...] = (),
 ) -> str:
     """The policy; ``models`` adds model entries (indented two spaces), ``tail`` top-level
-    sections (tasks, fallbacks)."""
+    sections (tasks, fallbacks); the providers named in ``native_batches`` (``openai``,
+    ``anthropic``) run batch lines through their own batch APIs (``batch: native``)."""
     local = ""
     local_model = ""
     if checkpoint is not None:
@@ -90,7 +96,7 @@ def native_policy(
     upstream_model: tiny-qwen3
     price: {_price("tiny")}
 """
-    return f"""
+    text = f"""
 providers:
   openai:
     base_url: {fleet["openai"].url}
@@ -142,6 +148,9 @@ models:
 {local_model}{models}
 {tail}
 """
+    for name in native_batches:
+        text = text.replace(f"\n  {name}:\n", f"\n  {name}:\n    batch: native\n", 1)
+    return text
 
 
 def cost_nanos(model: str, books: dict[str, int]) -> int:

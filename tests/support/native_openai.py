@@ -1,15 +1,18 @@
 """OpenAI and Azure OpenAI, as loopback upstreams that check what they receive (see
 ``native_upstreams``): OpenAI's ``/v1`` API (chat completions and the Responses API in JSON and
-SSE, embeddings, moderations, audio, image edits) and Azure's deployment paths with
-``api-version`` and ``api-key``."""
+SSE, embeddings, moderations, audio, image edits, and the Files and Batch API: a batch ends after
+a poll or two, ``native_batches``) and Azure's deployment paths with ``api-version`` and
+``api-key``."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+import aiohttp
 import orjson
 from aiohttp import web
+from native_batches import BatchQueue, FakeBatch
 from native_upstreams import (
     TOOL_ARGUMENTS,
     NativeUpstream,
@@ -225,6 +228,23 @@ class OpenAIStyle(NativeUpstream):
 
 
 class FakeOpenAI(OpenAIStyle):
+    def __init__(self, name: str, key: str) -> None:
+        super().__init__(name, key)
+        self.batches = BatchQueue("batch_")
+        self.files: dict[str, bytes] = {}
+        self.batch_files: dict[str, tuple[str | None, str | None]] = {}  # output, error
+        # The next this many batch creations are made but answered 500: the answer lost on
+        # the way, as a timeout after the provider accepted would lose it.
+        self.lose_create_answers = 0
+        # An OpenAI-compatible server without the Files and Batch API (vLLM's): a 404.
+        self.without_batch_api = False
+
+    def reset(self) -> None:
+        super().reset()
+        self.batches.reset()
+        self.lose_create_answers = 0
+        self.without_batch_api = False
+
     def refusal(self, seen: Seen) -> str | None:
         if seen.headers.get("authorization") != f"Bearer {self.key}":
             return "Incorrect API key provided"
@@ -239,6 +259,163 @@ class FakeOpenAI(OpenAIStyle):
         app.router.add_post("/v1/audio/translations", self.transcription)
         app.router.add_post("/v1/audio/speech", self.speech)
         app.router.add_post("/v1/images/edits", self.image_edit)
+        app.router.add_post("/v1/files", self.upload)
+        app.router.add_get("/v1/files/{file_id}/content", self.file_content)
+        app.router.add_post("/v1/batches", self.create_batch)
+        app.router.add_get("/v1/batches", self.list_batches)
+        app.router.add_get("/v1/batches/{batch_id}", self.get_batch)
+        app.router.add_post("/v1/batches/{batch_id}/cancel", self.cancel_batch)
+
+    # -- the Files and Batch API -----------------------------------------------------------
+
+    def _file(self, data: bytes, purpose: str, filename: str) -> dict[str, Any]:
+        file_id = f"file-{len(self.files) + 1:06d}"
+        self.files[file_id] = data
+        return {
+            "id": file_id,
+            "object": "file",
+            "bytes": len(data),
+            "created_at": int(time.time()),
+            "filename": filename,
+            "purpose": purpose,
+        }
+
+    async def upload(self, request: web.Request) -> web.Response:
+        seen, refused = await self._receive(request)
+        if refused:
+            return self.openai_error(401, refused)
+        if self.without_batch_api:
+            return self.openai_error(404, "Invalid URL (POST /v1/files)")
+        form = form_fields(seen)
+        if form.get("purpose") != "batch" or not isinstance(form.get("file"), bytes):
+            return self.openai_error(400, "purpose must be batch, with a file")
+        return web.json_response(self._file(form["file"], "batch", "input.jsonl"))
+
+    async def file_content(self, request: web.Request) -> web.Response:
+        _, refused = await self._receive(request)
+        if refused:
+            return self.openai_error(401, refused)
+        data = self.files.get(request.match_info["file_id"])
+        if data is None:
+            return self.openai_error(404, "No such File object")
+        return web.Response(body=data, content_type="application/octet-stream")
+
+    async def create_batch(self, request: web.Request) -> web.Response:
+        seen, refused = await self._receive(request)
+        if refused:
+            return self.openai_error(401, refused)
+        body = seen.body
+        data = self.files.get(body.get("input_file_id"))
+        endpoint = body.get("endpoint")
+        if data is None or body.get("completion_window") != "24h":
+            return self.openai_error(400, "input_file_id and completion_window 24h are required")
+        requests = []
+        for raw in data.splitlines():
+            line = orjson.loads(raw)
+            if line.get("method") != "POST" or line.get("url") != endpoint:
+                return self.openai_error(400, f"line {line.get('custom_id')}: not {endpoint}")
+            requests.append((line["custom_id"], {"url": endpoint, "body": line["body"]}))
+        batch = self.batches.submit(requests, body.get("metadata"))
+        if self.lose_create_answers > 0:
+            self.lose_create_answers -= 1
+            return web.json_response({"error": {"message": "upstream timed out"}}, status=500)
+        return web.json_response(self.batch_view(batch, endpoint, body["input_file_id"]))
+
+    def batch_view(self, batch: FakeBatch, endpoint: str, input_file_id: str) -> dict[str, Any]:
+        if batch.status == "running":
+            status = "in_progress" if batch.looks else "validating"
+        else:
+            status = batch.status if batch.status == "cancelling" else batch.ended_as
+        output_id, error_id = self.batch_files.get(batch.id, (None, None))
+        answered = [r for r in batch.results if r.outcome == "answered"]
+        return {
+            "id": batch.id,
+            "object": "batch",
+            "endpoint": endpoint,
+            "input_file_id": input_file_id,
+            "completion_window": "24h",
+            "status": status,
+            "output_file_id": output_id,
+            "error_file_id": error_id,
+            "created_at": batch.created_at,
+            "request_counts": {
+                "total": len(batch.requests),
+                "completed": sum(1 for r in answered if r.status < 400),
+                "failed": sum(1 for r in answered if r.status >= 400),
+            },
+            "metadata": batch.metadata,
+        }
+
+    async def list_batches(self, request: web.Request) -> web.Response:
+        _, refused = await self._receive(request)
+        if refused:
+            return self.openai_error(401, refused)
+        batches = self.batches.newest_first()
+        after = request.query.get("after")
+        if after is not None:
+            ids = [batch.id for batch in batches]
+            batches = batches[ids.index(after) + 1 :] if after in ids else []
+        limit = int(request.query.get("limit", "20"))
+        page = [self.batch_view(batch, "", "") for batch in batches[:limit]]
+        return web.json_response({"object": "list", "data": page, "has_more": len(batches) > limit})
+
+    async def get_batch(self, request: web.Request) -> web.Response:
+        _, refused = await self._receive(request)
+        if refused:
+            return self.openai_error(401, refused)
+
+        async def run(item: dict[str, Any]) -> tuple[int, Any]:
+            headers = {"authorization": f"Bearer {self.key}"}
+            url = self.origin + item["url"]
+            async with (
+                aiohttp.ClientSession() as session,
+                session.post(url, json=item["body"], headers=headers) as reply,
+            ):
+                return reply.status, await reply.json(content_type=None)
+
+        batch = await self.batches.look(request.match_info["batch_id"], run)
+        if batch is None:
+            return self.openai_error(404, "No such batch")
+        if batch.status == "ended" and batch.id not in self.batch_files:
+            self.batch_files[batch.id] = self._result_files(batch)
+        return web.json_response(self.batch_view(batch, "", ""))
+
+    def _result_files(self, batch: FakeBatch) -> tuple[str | None, str | None]:
+        """OpenAI's output file (2xx answers) and error file (the others, and requests the
+        batch never ran: ``batch_cancelled``, ``batch_expired``)."""
+        output, errors = [], []
+        for number, result in enumerate(batch.results):
+            line: dict[str, Any] = {"id": f"batch_req_{number}", "custom_id": result.custom_id}
+            if result.outcome == "answered":
+                line["response"] = {
+                    "status_code": result.status,
+                    "request_id": f"req_{number}",
+                    "body": result.body,
+                }
+                line["error"] = None
+                (output if result.status < 400 else errors).append(line)
+            else:
+                code = f"batch_{result.outcome}"
+                line["response"] = None
+                line["error"] = {"code": code, "message": f"This request was {result.outcome}."}
+                errors.append(line)
+
+        def stored(lines: list[dict[str, Any]]) -> str | None:
+            if not lines:
+                return None
+            data = b"".join(orjson.dumps(line) + b"\n" for line in lines)
+            return str(self._file(data, "batch_output", "results.jsonl")["id"])
+
+        return stored(output), stored(errors)
+
+    async def cancel_batch(self, request: web.Request) -> web.Response:
+        _, refused = await self._receive(request)
+        if refused:
+            return self.openai_error(401, refused)
+        batch = self.batches.cancel(request.match_info["batch_id"])
+        if batch is None:
+            return self.openai_error(404, "No such batch")
+        return web.json_response(self.batch_view(batch, "", ""))
 
     async def moderation(self, request: web.Request) -> web.Response:
         seen, refused = await self._receive(request)

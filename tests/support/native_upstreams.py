@@ -1,14 +1,15 @@
 """Loopback upstreams that speak each provider's native wire format, and keep books.
 
 - ``FakeOpenAI`` (``native_openai``): OpenAI's API under ``/v1`` (chat completions and the Responses API, JSON and
-  SSE; embeddings, moderations, audio transcriptions/translations/speech, image edits).
+  SSE; embeddings, moderations, audio transcriptions/translations/speech, image edits; the
+  Files and Batch API, a batch ending after a poll or two: ``native_batches``).
 - ``FakeAzure`` (``native_openai``): Azure OpenAI's deployment paths
   (``/openai/deployments/{deployment}/chat/completions?api-version=...``, audio too), with
   Azure's leading ``prompt_filter_results`` stream chunk.
 - ``FakeEngineReplica`` (``native_openai``): an engine replica as vLLM serves one, OpenAI's
   API under ``/v1`` and Prometheus ``/metrics``, for a ``kind: engine_fleet`` provider.
 - ``FakeAnthropic`` (``native_anthropic``): Anthropic's Messages API under ``/v1`` (JSON and SSE with its event
-  types, prompt-caching usage, ``count_tokens``).
+  types, prompt-caching usage, ``count_tokens``, Message Batches).
 
 Each checks what it receives before answering, as the real one would: its own credential in its
 own header (``Authorization: Bearer``, ``api-key``, ``x-api-key`` with ``anthropic-version``),

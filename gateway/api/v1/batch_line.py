@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
 
+from gateway.access.auth import Principal
 from gateway.api.v1.doors import CHAT, COMPLETIONS, EMBEDDINGS, MESSAGES, RESPONSES, Door
 from gateway.api.v1.pipeline import V1Pipeline
 from gateway.api.v1.request_end import Call, Reply
@@ -49,7 +51,7 @@ def line_runner(pipeline: V1Pipeline) -> LineRunner:
     return run
 
 
-def _request(door: Door, request_id: str) -> Request:
+def line_request(door: Door, request_id: str) -> Request:
     """A request of no client: what the pipeline's stages read of one (no body: the line's
     is handed over parsed; no disconnect: nobody hangs up on a batch)."""
 
@@ -82,7 +84,7 @@ async def run_line(pipeline: V1Pipeline, line: LineCall) -> LineResult:
         answered.append(reply)
         return reply
 
-    response = await pipeline.serve(_request(door, line.request_id), door, answering)
+    response = await pipeline.serve(line_request(door, line.request_id), door, answering)
     usage = answered[0].usage if answered else None
     headers = response.headers
     retry_after = headers.get("retry-after")
@@ -102,12 +104,9 @@ async def answer_line(pipeline: V1Pipeline, call: Call, door: Door, line: LineCa
     books, headers = call.books, call.request.headers
     principal = await pipeline.auth.principal_of(line.key_id)
     books.key_id, books.team = principal.key_id, principal.record.team or ""
-    raw = dict(line.body)
-    if door.streamable and raw.get("stream") is True:
-        raise InvalidRequest("stream: a batch's requests cannot stream", param="stream")
-    books.attribution = _attributed(raw, headers, principal.record.tags, line.batch_id)
-    books.batch = True
-    translation = Translation(door.client_side, raw, door.check(raw))
+    checked = checked_line(door, line, principal, headers)
+    books.attribution, books.batch = checked.attribution, True
+    raw, translation = checked.raw, checked.translation
     plan, policy = pipeline.plan(books, raw, principal, door, headers)
     await pipeline.reserve(call, raw, principal, plan, policy, None)
     attempt = JsonAttempt(pipeline.upstreams(call, policy), translation, call.request.receive)
@@ -115,7 +114,30 @@ async def answer_line(pipeline: V1Pipeline, call: Call, door: Door, line: LineCa
     return pipeline.answered(call, door, plan, result)
 
 
-def _attributed(
+@dataclass(frozen=True, slots=True)
+class CheckedLine:
+    """A line's body as its door took it: the body (its tags taken out), its attribution,
+    its translation."""
+
+    raw: dict[str, Any]
+    attribution: Attribution
+    translation: Translation
+
+
+def checked_line(
+    door: Door, line: LineCall, principal: Principal, headers: Mapping[str, str]
+) -> CheckedLine:
+    """What every line passes at the door, whoever runs it (the pipeline, or a provider's
+    batch API): no stream, its tags (and the batch's), its body checked; ``GatewayError``
+    as the pipeline refuses it."""
+    raw = dict(line.body)
+    if door.streamable and raw.get("stream") is True:
+        raise InvalidRequest("stream: a batch's requests cannot stream", param="stream")
+    attribution = line_attribution(raw, headers, principal.record.tags, line.batch_id)
+    return CheckedLine(raw, attribution, Translation(door.client_side, raw, door.check(raw)))
+
+
+def line_attribution(
     raw: dict[str, Any], headers: Mapping[str, str], key_tags: tuple[str, ...] | None, batch_id: str
 ) -> Attribution:
     """The line's end user and tags, and the batch's own tag beside them."""

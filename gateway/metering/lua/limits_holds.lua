@@ -2,8 +2,9 @@
 -- tokens, nanos, bucket, periods, windows, reclaimed, in flight. Periods and windows are comma
 -- lists (a team may hold several budgets), '-' for none. The trailing flags: ' n' = the amount
 -- is in nano-dollars (entries without it are older, in micro-dollars), then ' f' = it holds an
--- in-flight slot, ' -' = it holds none (older entries say neither: nil, perhaps), then ' r' =
--- its budget hold was already given back by a lease reclaim.
+-- in-flight slot, ' -' = it holds none (older entries say neither: nil, perhaps), then ' b' =
+-- a budget hold (it took no request and no tokens), then ' r' = its budget hold was already
+-- given back by a lease reclaim.
 local function parse_hold(value)
   local t, m, b, p, w, rest = string.match(value, '^(%d+) (%d+) (%-?%d+) (%S+) (%S+)(.*)$')
   local nanos = tonumber(m)
@@ -17,7 +18,7 @@ local function parse_hold(value)
     flying = false
   end
   return tonumber(t), nanos, tonumber(b), split(p, ','), split(w, ','),
-    string.sub(rest, -2) == ' r', flying
+    string.sub(rest, -2) == ' r', flying, string.find(rest, 'b', 1, true) ~= nil
 end
 
 -- A budget hash's window, spent and reserved in nano-dollars. A hash from before the unit

@@ -6,7 +6,9 @@
 --       home epoch (from its record), 6 key rpm, 7 key tpm, 8 key budget nano-USD, 9 key
 --       budget period, 10 key max parallel requests (-1 = no limit), 11 '1' when the key's
 --       budget is soft (a soft budget is held and charged, and alerts, but never refuses; a
---       team's is soft when its record has budget_mode = soft); then per request 3 values:
+--       team's is soft when its record has budget_mode = soft), 12 '1' for budget holds (a
+--       provider's batch: only budgets are checked and held; no request, tokens or in-flight
+--       slot is counted, and the settle charges money only); then per request 3 values:
 --       request id, tokens, nano-USD.
 -- Returns one reply per request:
 --      {1, now, key budget window, in-flight scopes (bit 1 key, bit 2 team), stats...}
@@ -19,7 +21,8 @@
 local window_ms, buckets = tonumber(ARGV[1]), tonumber(ARGV[2])
 local lease_ms, flight_ms, epoch = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local bucket_ms = window_ms / buckets
-local FIRST, ITEM = 12, 3
+local FIRST, ITEM = 13, 3
+local budget_only = ARGV[12] == '1'
 local count = (#ARGV - FIRST + 1) / ITEM
 local replies = {}
 
@@ -130,6 +133,9 @@ local function refusal(scope, tokens, nanos)
       return 'budget', retry, b.limit, b.spent, b.held, b.period
     end
   end
+  if budget_only then
+    return nil
+  end
   local used = scope.requests.total
   if scope.rpm >= 0 and used + 1 > scope.rpm then
     local retry = scope.rpm == 0 and -1 or wait_for(scope.requests, used + 1 - scope.rpm)
@@ -165,8 +171,10 @@ for i = 1, count do
       seen[rid] = true
       local flights = 0
       for s, scope in ipairs(scopes) do
-        window_add(scope.requests, cur, 1)
-        if tokens > 0 then
+        if not budget_only then
+          window_add(scope.requests, cur, 1)
+        end
+        if tokens > 0 and not budget_only then
           window_add(scope.tokens, cur, tokens)
         end
         local periods, windows = {}, {}
@@ -175,7 +183,7 @@ for i = 1, count do
           periods[#periods + 1], windows[#windows + 1] = b.period, b.window
         end
         local in_flight_flag = '-'
-        if scope.parallel >= 0 then
+        if scope.parallel >= 0 and not budget_only then
           scope.flying = scope.flying + 1
           scope.flights[#scope.flights + 1] = int(now + flight_ms)
           scope.flights[#scope.flights + 1] = rid
@@ -183,9 +191,10 @@ for i = 1, count do
         end
         local holds = scope.holds
         holds[#holds + 1] = rid
-        holds[#holds + 1] = string.format('%d %d %d %s %s n %s', tokens, nanos, cur,
+        holds[#holds + 1] = string.format('%d %d %d %s %s n %s%s', tokens, nanos, cur,
           #periods > 0 and table.concat(periods, ',') or '-',
-          #windows > 0 and table.concat(windows, ',') or '-', in_flight_flag)
+          #windows > 0 and table.concat(windows, ',') or '-', in_flight_flag,
+          budget_only and ' b' or '')
         scope.leases[#scope.leases + 1] = int(now + lease_ms)
         scope.leases[#scope.leases + 1] = rid
       end

@@ -117,9 +117,13 @@ for s = 1, math.floor(#KEYS / SCOPE) do
           used_tokens, used_nanos = 0, 0
         end
         local est_tokens, est_nanos, bucket, periods, windows, reclaimed = unpack(hold)
+        local budget_only = hold[8]
+        if budget_only then -- a budget hold took no request and counts no tokens
+          used_tokens = est_tokens
+        end
         -- refunds go back to the sub-bucket they were taken from, while it is in the window
         local in_window = bucket >= live_from
-        if release and in_window then
+        if release and in_window and not budget_only then
           requests = requests or window_open(key_of(s, RPM), cur, buckets, buckets_wanted)
           local take = exact and 1 or math.min(window_amount(requests, bucket), 1)
           if take > 0 then
