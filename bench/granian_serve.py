@@ -74,9 +74,9 @@ def main() -> int:
 
     from gateway.app import create_app
     from gateway.cli.output import fail
-    from gateway.data_dir import PRIVATE_UMASK, DataDirBusy, DataDirLock, private_files
+    from gateway.cli.serve import StartRefused, check_policy, lock_data_dir
+    from gateway.data_dir import PRIVATE_UMASK, private_files
     from gateway.logs import configure_process_logging
-    from gateway.policy import PolicyError, load_policy_file
     from gateway.settings import SettingsError, ensure_secrets, load_settings
 
     os.umask(PRIVATE_UMASK)  # as the CLI does for serve
@@ -86,13 +86,9 @@ def main() -> int:
         return fail(str(exc), 2)
     configure_process_logging(settings.log_level, settings.log_format)
     try:
-        load_policy_file(settings.policy_source)
-    except PolicyError as exc:
-        return fail(f"policy {settings.policy_source}: {exc}")
-    lock = DataDirLock(settings.data_dir)
-    try:
-        lock.acquire(exclusive=settings.embedded_redis)
-    except DataDirBusy as exc:
+        check_policy(settings)
+        lock = lock_data_dir(settings)
+    except StartRefused as exc:
         return fail(str(exc))
     with lock:
         private_files(settings.data_dir)

@@ -30,6 +30,28 @@ def serve_command(settings: Settings, args: argparse.Namespace) -> int:
     return serve(settings, args.workers)
 
 
+class StartRefused(Exception):
+    """Why the gateway will not start, said in one line."""
+
+
+def check_policy(settings: Settings) -> None:
+    try:
+        load_policy_file(settings.policy_source)
+    except PolicyError as exc:
+        raise StartRefused(f"policy {settings.policy_source}: {exc}") from None
+
+
+def lock_data_dir(settings: Settings) -> DataDirLock:
+    """DATA_DIR's lock, held: exclusive with the embedded Redis (one owner of its AOF), shared
+    with an external one."""
+    lock = DataDirLock(settings.data_dir)
+    try:
+        lock.acquire(exclusive=settings.embedded_redis)
+    except DataDirBusy as exc:
+        raise StartRefused(str(exc)) from None
+    return lock
+
+
 def _listen(host: str, port: int) -> socket.socket:
     """The listening socket, bound before anything starts: a busy port fails at once."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -79,16 +101,11 @@ def serve(settings: Settings, workers: int) -> int:
 
     configure_process_logging(settings.log_level, settings.log_format)
     try:
-        load_policy_file(settings.policy_source)
-    except PolicyError as exc:
-        return fail(f"policy {settings.policy_source}: {exc}")
-    if workers > 1 and settings.embedded_redis:
-        return fail("--workers > 1 needs SWITCHYARD_REDIS_URL (one shared Redis)")
-    lock = DataDirLock(settings.data_dir)
-    try:
-        # Exclusive with the embedded Redis (one owner of its AOF); shared with an external one.
-        lock.acquire(exclusive=settings.embedded_redis)
-    except DataDirBusy as exc:
+        check_policy(settings)
+        if workers > 1 and settings.embedded_redis:
+            raise StartRefused("--workers > 1 needs SWITCHYARD_REDIS_URL (one shared Redis)")
+        lock = lock_data_dir(settings)
+    except StartRefused as exc:
         return fail(str(exc))
     with lock:
         private_files(settings.data_dir)  # files written before DATA_DIR was kept private

@@ -106,3 +106,44 @@ def wait_until(done: Callable[[], Any], timeout_s: float, what: str) -> Any:
 
 def jsonl(text: str) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def check_chat_lines(
+    output: list[dict[str, Any]], errors: list[dict[str, Any]], count: int
+) -> None:
+    """The output and error files of a batch of ``chat_jsonl(count)``: exactly one line per
+    ``custom_id``; each answer the upstream's to its own question, each refusal the content
+    filter's of a ``gpt-b-filtered`` line."""
+    ids = [line["custom_id"] for line in output + errors]
+    assert len(ids) == len(set(ids)) == count
+    for line in output:
+        index = int(line["custom_id"].split("-")[1])
+        assert model_of(index) != "gpt-b-filtered" and line["error"] is None
+        response = line["response"]
+        assert response["status_code"] == 200 and response["request_id"] == line["id"]
+        text = response["body"]["choices"][0]["message"]["content"]
+        assert text.endswith(f"question {index}")
+    for line in errors:
+        assert model_of(int(line["custom_id"].split("-")[1])) == "gpt-b-filtered"
+        assert line["response"]["status_code"] == 400
+        assert line["response"]["body"]["error"]["code"] == "content_filter"
+
+
+def batch_usage_row(gateway: Any, batch_id: str) -> dict[str, Any]:
+    """The batch's row of ``GET /admin/usage?group_by=batch``, once every event is exported."""
+    gateway.wait_exported()
+    with gateway.admin() as admin:
+        report = admin.get("/admin/usage", params={"group_by": "batch"}).json()
+    (row,) = [row for row in report["data"] if row["batch"] == batch_id]
+    return row
+
+
+def check_batch_usage(row: dict[str, Any], count: int, books: dict[str, dict[str, int]]) -> None:
+    """A batch of ``count`` lines, a quarter refused upstream, recorded as the upstreams'
+    ``books`` (gateway model -> the books of its upstream model) say: to the token, and at
+    the batch price to the nano-dollar."""
+    assert row["requests"] == count and row["errors"] == count // 4
+    for name in ("prompt_tokens", "completion_tokens", "cached_tokens"):
+        assert row[name] == sum(book[name] for book in books.values()), name
+    expected = sum(batch_cost_nanos(model, book) for model, book in books.items())
+    assert row["cost_nanos"] == expected > 0

@@ -13,7 +13,7 @@ from typing import Any
 
 import anthropic
 import pytest
-from batch_support import BATCH_MODELS, batch_cost_nanos, model_of, wait_until
+from batch_support import BATCH_MODELS, batch_usage_row, check_batch_usage, model_of, wait_until
 from gateway_runner import GatewayThread, RunningGateway, make_settings
 from native_gateway import KEY_ENV, native_fleet, native_policy
 from native_upstreams import NativeFleet
@@ -108,16 +108,8 @@ def test_message_batches_run_end_to_end_and_match_the_upstreams_books(
 
     gpt = upstreams["openai"].books()["gpt-4o"]
     claude = upstreams["anthropic"].books()["claude-sonnet-4"]
-    gateway.wait_exported()
-    with gateway.admin() as admin:
-        report = admin.get("/admin/usage", params={"group_by": "batch"}).json()
-    (row,) = [row for row in report["data"] if row["batch"] == batch.id]
-    assert row["requests"] == REQUESTS and row["errors"] == REQUESTS // 4
-    for name in ("prompt_tokens", "completion_tokens", "cached_tokens"):
-        assert row[name] == gpt[name] + claude[name], name
-    assert row["cost_nanos"] == batch_cost_nanos("gpt-b", gpt) + batch_cost_nanos(
-        "claude-b", claude
-    )
+    row = batch_usage_row(gateway, batch.id)
+    check_batch_usage(row, REQUESTS, {"gpt-b": gpt, "claude-b": claude})
 
     listed = client.messages.batches.list(limit=10)
     assert batch.id in [item.id for item in listed.data]

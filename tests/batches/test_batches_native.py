@@ -25,7 +25,10 @@ import redis.asyncio
 from batch_support import (
     BATCH_MODELS,
     batch_cost_nanos,
+    batch_usage_row,
     chat_jsonl,
+    check_batch_usage,
+    check_chat_lines,
     jsonl,
     model_of,
     wait_until,
@@ -117,14 +120,6 @@ def finished(client: openai.OpenAI, batch_id: str, timeout_s: float = 60) -> Any
     return wait_until(ended, timeout_s, f"batch {batch_id} to end")
 
 
-def usage_row(gateway: RunningGateway, batch_id: str) -> dict[str, Any]:
-    gateway.wait_exported()
-    with gateway.admin() as admin:
-        report = admin.get("/admin/usage", params={"group_by": "batch"}).json()
-    (row,) = [row for row in report["data"] if row["batch"] == batch_id]
-    return row
-
-
 def test_batch_native_on_another_kind_is_a_policy_error_naming_the_field(
     upstreams: NativeFleet,
 ) -> None:
@@ -160,28 +155,12 @@ def test_openai_lines_go_to_openais_batch_api_beside_the_pipelines_lines(
 
     output = jsonl(client.files.content(batch.output_file_id).text)
     errors = jsonl(client.files.content(batch.error_file_id).text)
-    ids = [line["custom_id"] for line in output + errors]
-    assert len(ids) == len(set(ids)) == LINES  # exactly one line per custom_id
-    for line in output:
-        index = int(line["custom_id"].split("-")[1])
-        response = line["response"]
-        assert response["status_code"] == 200 and response["request_id"] == line["id"]
-        text = response["body"]["choices"][0]["message"]["content"]
-        assert text.endswith(f"question {index}")
-    for line in errors:
-        assert model_of(int(line["custom_id"].split("-")[1])) == "gpt-b-filtered"
-        assert line["response"]["status_code"] == 400
-        assert line["response"]["body"]["error"]["code"] == "content_filter"
+    check_chat_lines(output, errors, LINES)
 
     gpt = openai_up.books()["gpt-4o"]
     claude = anthropic_up.books()["claude-sonnet-4"]
     assert gpt["requests"] == LINES // 4 and claude["requests"] == LINES // 2
-    row = usage_row(gateway, batch.id)
-    assert row["requests"] == LINES and row["errors"] == LINES // 4
-    for name in ("prompt_tokens", "completion_tokens", "cached_tokens"):
-        assert row[name] == gpt[name] + claude[name], name
-    expected = batch_cost_nanos("gpt-b", gpt) + batch_cost_nanos("claude-b", claude)
-    assert row["cost_nanos"] == expected > 0
+    check_batch_usage(batch_usage_row(gateway, batch.id), LINES, {"gpt-b": gpt, "claude-b": claude})
 
 
 def test_anthropic_requests_go_to_message_batches_beside_the_pipelines(
@@ -234,12 +213,7 @@ def test_anthropic_requests_go_to_message_batches_beside_the_pipelines(
 
     claude = fresh["anthropic"].books()["claude-sonnet-4"]
     gpt = fresh["openai"].books()["gpt-4o"]
-    row = usage_row(gateway, batch.id)
-    assert row["requests"] == LINES and row["errors"] == LINES // 4
-    for name in ("prompt_tokens", "completion_tokens", "cached_tokens"):
-        assert row[name] == claude[name] + gpt[name], name
-    expected = batch_cost_nanos("claude-b", claude) + batch_cost_nanos("gpt-b", gpt)
-    assert row["cost_nanos"] == expected > 0
+    check_batch_usage(batch_usage_row(gateway, batch.id), LINES, {"gpt-b": gpt, "claude-b": claude})
 
 
 def test_a_cancel_cancels_the_upstream_batch_and_keeps_what_it_answered(
@@ -261,7 +235,7 @@ def test_a_cancel_cancels_the_upstream_batch_and_keeps_what_it_answered(
     assert [line["custom_id"] for line in errors] == [f"line-{i}" for i in range(20, 40)]
     assert {line["error"]["code"] for line in errors} == {"batch_cancelled"}
     assert batch.request_counts.completed == 20 and batch.request_counts.total == 40
-    row = usage_row(gateway, batch.id)
+    row = batch_usage_row(gateway, batch.id)
     assert row["requests"] == 20  # what the provider ran before the cancel
     assert row["cost_nanos"] == batch_cost_nanos("gpt-b", upstream.books()["gpt-4o"])
 
@@ -333,7 +307,7 @@ def test_a_provider_without_a_batch_api_has_its_lines_run_by_the_pipeline(
     assert batch.status == "completed" and batch.request_counts.completed == 8
     assert upstream.batches.submissions == 0 and '"batch_native_refused"' in gateway.log.getvalue()
     assert upstream.books()["gpt-4o"]["requests"] == 8  # each through the pipeline
-    row = usage_row(gateway, batch.id)
+    row = batch_usage_row(gateway, batch.id)
     assert row["requests"] == 8
     assert row["cost_nanos"] == batch_cost_nanos("gpt-b", upstream.books()["gpt-4o"])
 

@@ -17,10 +17,11 @@ import orjson
 import pytest
 from batch_support import (
     BATCH_MODELS,
-    batch_cost_nanos,
+    batch_usage_row,
     chat_jsonl,
+    check_batch_usage,
+    check_chat_lines,
     jsonl,
-    model_of,
     wait_until,
 )
 from gateway_runner import GatewayThread, RunningGateway, make_settings
@@ -97,32 +98,12 @@ def test_a_batch_runs_end_to_end_and_its_usage_matches_the_upstreams_books(
 
     output = jsonl(client.files.content(batch.output_file_id).text)
     errors = jsonl(client.files.content(batch.error_file_id).text)
-    ids = [line["custom_id"] for line in output + errors]
-    assert len(ids) == len(set(ids)) == LINES  # exactly one line per custom_id
-    for line in output:
-        index = int(line["custom_id"].split("-")[1])
-        assert model_of(index) != "gpt-b-filtered" and line["error"] is None
-        response = line["response"]
-        assert response["status_code"] == 200 and response["request_id"] == line["id"]
-        text = response["body"]["choices"][0]["message"]["content"]
-        assert text.endswith(f"question {index}")
-    for line in errors:
-        assert model_of(int(line["custom_id"].split("-")[1])) == "gpt-b-filtered"
-        assert line["response"]["status_code"] == 400
-        assert line["response"]["body"]["error"]["code"] == "content_filter"
+    check_chat_lines(output, errors, LINES)
 
     gpt = upstreams["openai"].books()["gpt-4o"]
     claude = upstreams["anthropic"].books()["claude-sonnet-4"]
     assert gpt["requests"] + claude["requests"] == LINES * 3 // 4
-    gateway.wait_exported()
-    with gateway.admin() as admin:
-        report = admin.get("/admin/usage", params={"group_by": "batch"}).json()
-    (row,) = [row for row in report["data"] if row["batch"] == batch.id]
-    assert row["requests"] == LINES and row["errors"] == LINES // 4
-    for name in ("prompt_tokens", "completion_tokens", "cached_tokens"):
-        assert row[name] == gpt[name] + claude[name], name
-    expected = batch_cost_nanos("gpt-b", gpt) + batch_cost_nanos("claude-b", claude)
-    assert row["cost_nanos"] == expected > 0
+    check_batch_usage(batch_usage_row(gateway, batch.id), LINES, {"gpt-b": gpt, "claude-b": claude})
 
 
 def test_keys_see_only_their_own_files_and_batches(gateway: RunningGateway) -> None:
