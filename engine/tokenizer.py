@@ -6,6 +6,7 @@ Special tokens and EOS ids come from `tokenizer_config.json`, `generation_config
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from datetime import datetime
@@ -13,11 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import TokenizerError
+from engine.token_bytes import REPLACEMENT_CHAR, TokenBytes
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer as HFTokenizer
-
-REPLACEMENT_CHAR = "\ufffd"
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -75,6 +75,12 @@ class Tokenizer:
     def backend(self) -> HFTokenizer:
         """The underlying `tokenizers.Tokenizer` (its Rust incremental decoder works on it)."""
         return self._tok
+
+    @functools.cached_property
+    def token_bytes(self) -> TokenBytes | None:
+        """Each token's bytes when the decoder is byte-level (the detokenizers' table), else
+        None. Built on first use (tens of ms), once per tokenizer."""
+        return TokenBytes.build(self._tok)
 
     @property
     def vocab_size(self) -> int:

@@ -90,6 +90,7 @@ class LLMEngine:
         self.config = config
         path = resolve_model_path(config.model, config.download_dir)
         self.tokenizer = Tokenizer(config.tokenizer or path)
+        _ = self.tokenizer.token_bytes  # built now, not on the first request
         # what a request that sets no temperature, top_p, ... or max_tokens gets
         self.sampling_defaults = sampling_defaults(
             config.generation_config, path, config.override_generation_config
