@@ -590,6 +590,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="host: read each step's tokens back before the next (off on a GPU by default)",
     )
     parser.add_argument(
+        "--host-threads",
+        choices=("auto", "one-cpu", "free"),
+        default="auto",
+        help="host: where the step thread runs beside the event loop (engine/core/host_placement.py)",
+    )
+    parser.add_argument(
         "--nano-vllm",
         type=Path,
         default=None,
@@ -644,7 +650,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.nano_vllm is not None:
             from bench.nano_vllm_host import run_side_by_side
 
-            result = run_side_by_side(load, args.nano_vllm, args.repeats, args.seed)
+            result = run_side_by_side(
+                load, args.nano_vllm, args.repeats, args.seed, args.host_threads
+            )
             result["command"] = " ".join(["python -m bench.engine", *(argv or sys.argv[1:])])
             print(json.dumps(result), flush=True)
             return 0
@@ -653,6 +661,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             penalties=args.penalties,
             async_scheduling=not args.sync_scheduling,
+            host_threads=args.host_threads,
         )
         result["command"] = " ".join(["python -m bench.engine", *(argv or sys.argv[1:])])
         print(json.dumps(result), flush=True)

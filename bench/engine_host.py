@@ -16,6 +16,7 @@ those steps. Prints one JSON line.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import gc
 import json
@@ -164,8 +165,10 @@ def run_host(
     max_num_batched_tokens: int = 8192,
     penalties: bool = False,
     async_scheduling: bool = True,
+    host_threads: str = "auto",
 ) -> dict[str, Any]:
-    """One run; `async_scheduling` as on a single GPU (the default there)."""
+    """One run; `async_scheduling` as on a single GPU (the default there), `host_threads` as
+    `EngineConfig.host_threads`."""
     with tempfile.TemporaryDirectory(prefix="switchyard-host-") as scratch:
         model_dir = write_host_model(Path(scratch))
         tokenizer = Tokenizer(model_dir)
@@ -188,6 +191,7 @@ def run_host(
             async_scheduling=async_scheduling,
             # as on a GPU: no torch attention plan per step (the stub runs no attention)
             attention_backend="triton",
+            host_threads=host_threads,
         )
         runner = StubRunner(config, model_dir, pool)
         engine = AsyncEngine(
@@ -215,8 +219,11 @@ def run_host(
         )
         history = {record.step: record for record in engine.engine.stats.step_history()}
         trace = engine.loop_trace or []
+        placement = engine.host_placement
     result = summarize(load, trace, history, tokens, chars, wall, cpu + children, penalties)
     result["async_scheduling"] = async_scheduling
+    if placement is not None:
+        result["host_threads"] = dataclasses.asdict(placement)
     return result
 
 

@@ -152,7 +152,9 @@ def run_nano(
     }
 
 
-def run_side_by_side(load: HostLoad, nano_path: Path, repeats: int, seed: int) -> dict[str, Any]:
+def run_side_by_side(
+    load: HostLoad, nano_path: Path, repeats: int, seed: int, host_threads: str = "auto"
+) -> dict[str, Any]:
     """Ours (`run_host`, streaming through `AsyncEngine`) and nano-vllm's, taking turns."""
     nano = _import_nano(nano_path.resolve())
     load_before = os.getloadavg()[0]
@@ -162,7 +164,7 @@ def run_side_by_side(load: HostLoad, nano_path: Path, repeats: int, seed: int) -
         model_dir = write_host_model(Path(scratch))
         pool = clean_tokens(Tokenizer(model_dir))
         for _ in range(repeats):
-            ours.append(run_host(load, seed=seed))
+            ours.append(run_host(load, seed=seed, host_threads=host_threads))
             theirs.append(run_nano(nano, load, model_dir, pool, seed))
 
     def median(runs: list[dict[str, Any]], key: str) -> float | None:

@@ -47,6 +47,9 @@ class EngineConfig:
     # (cached under kernel_cache_dir); "torch", "onednn" or "native" force one
     linear_kernel: str = "auto"
     kernel_cache_dir: str | None = None  # None: "kernels" beside download_dir
+    # where AsyncEngine's step thread runs beside the event loop reading it (core/host_placement.py):
+    # "auto" measures one CPU against free on the decode steps and keeps the cheaper
+    host_threads: str = "auto"
 
     def __post_init__(self) -> None:
         self.validate()
@@ -109,6 +112,11 @@ class EngineConfig:
         if self.linear_kernel not in ("auto", "torch", "onednn", "native"):
             raise ConfigError(
                 f"linear_kernel must be auto, torch, onednn or native, not {self.linear_kernel!r}"
+            )
+
+        if self.host_threads not in ("auto", "one-cpu", "free"):
+            raise ConfigError(
+                f"host_threads must be auto, one-cpu or free, not {self.host_threads!r}"
             )
 
         if self.async_scheduling and self.tensor_parallel_size > 1:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from engine.config import EngineConfig
+from engine.core.host_placement import HostThreads, PlacementReport
 from engine.core.llm_engine import LLMEngine
 from engine.core.output_processor import StepOutput, process_steps
 from engine.core.request_state import RequestState, StreamOutput
@@ -132,6 +133,8 @@ class AsyncEngine:
     ) -> None:
         """`engine` replaces the one built from `config`; `trace_steps` keeps `loop_trace`."""
         self.engine = engine or LLMEngine(config, progress=progress)
+        self._host_mode = config.host_threads
+        self._host_threads: HostThreads | None = None
         self.loop_trace: list[LoopTrace] | None = [] if trace_steps else None
         self._commands: queue.SimpleQueue[_Add | _Abort | _StopSample | None] = queue.SimpleQueue()
         self._wake = threading.Event()
@@ -170,6 +173,9 @@ class AsyncEngine:
         if self.is_running:
             return
         self._stopping.clear()
+        runner = self.engine.runner
+        math_on_host = self.device.type == "cpu" and getattr(runner, "weight_bytes", 1) > 0
+        self._host_threads = HostThreads(self._host_mode, math_on_host)
         self._thread = threading.Thread(target=self._run, name="engine-step-loop", daemon=True)
         self._thread.start()
 
@@ -180,11 +186,18 @@ class AsyncEngine:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+        if self._host_threads is not None:
+            self._host_threads.release()
         with self._streams_lock:
             streams = list(self._streams.items())
         for _, stream in streams:
             self._send(stream, EngineNotRunningError("the engine was shut down"))
         self.engine.shutdown()
+
+    @property
+    def host_placement(self) -> PlacementReport | None:
+        """Where the step thread runs beside the event loop, and the timings behind it."""
+        return None if self._host_threads is None else self._host_threads.report
 
     # --- the loaded model, as a front end needs it ---------------------------------------
 
@@ -245,6 +258,8 @@ class AsyncEngine:
             if states is None:
                 states = self._loop_states[loop] = {}
                 self._loops = tuple(self._loop_states)
+                if self._host_threads is not None:
+                    self._host_threads.note_loop_thread()
             states[request_id] = state
         self._commands.put(_Add(request_id, token_ids, params))
         self._wake.set()
@@ -313,6 +328,7 @@ class AsyncEngine:
 
     def _run(self) -> None:
         engine = self.engine
+        host_threads = self._host_threads
         while not self._stopping.is_set():
             self._wake.clear()
             self._drain_commands()
@@ -338,6 +354,9 @@ class AsyncEngine:
                 self._unpublished.append(out)
             if time.perf_counter() - self._published_at >= PUBLISH_INTERVAL_S:
                 self._publish()
+            if host_threads is not None and engine.stats.num_steps > steps:
+                decode_only = engine.stats.steps[-1].num_prefill_seqs == 0
+                host_threads.after_step(decode_only, len(out.seqs) if out is not None else 0)
             if self.loop_trace is not None and engine.stats.num_steps > steps:
                 self.loop_trace.append(
                     LoopTrace(

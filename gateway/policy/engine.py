@@ -58,6 +58,12 @@ class LocalEngineSettings(StrictModel):
         description="how the CPU's linear layers multiply: auto = the fastest, timed on the "
         "machine at load and cached under DATA_DIR/kernels; the others force one",
     )
+    host_threads: Literal["auto", "one-cpu", "free"] = Field(
+        default="auto",
+        description="where the engine's step thread runs beside the event loop: auto = on the "
+        "event loop's CPU when that measures cheaper per token on the first decode steps "
+        "(never when the model's math is on the CPU); one-cpu and free force one",
+    )
     seed: int = 0
     default_max_tokens: int | None = Field(
         default=None,

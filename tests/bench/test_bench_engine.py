@@ -116,6 +116,19 @@ def test_tiny_host_workload_reports_per_step_figures(extra):
     assert record["step_thread_cpu_ms_p50"] > 0
     assert record["cpu_ms_per_decode_step"] > 0
     assert record["cpu_s"] > 0 and record["wall_s"] > 0
+    assert record["host_threads"]["mode"] == "auto"
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="binding threads needs Linux and two CPUs",
+)
+def test_host_workload_on_one_cpu_reports_the_binding():
+    record = bench_record("--workload", "host", "--tiny", "--host-threads", "one-cpu")
+    placement = record["host_threads"]
+    assert placement["mode"] == "one-cpu" and placement["one_cpu"] is True
+    assert placement["cpu"] in os.sched_getaffinity(0)
+    assert record["output_tokens"] == 16 * 24
 
 
 def test_host_workload_beside_nano_vllm_needs_a_checkout(tmp_path):
