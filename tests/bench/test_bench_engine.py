@@ -131,6 +131,30 @@ def test_host_workload_on_one_cpu_reports_the_binding():
     assert record["output_tokens"] == 16 * 24
 
 
+def test_outputs_workload_reports_the_event_loops_cost_per_token():
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.engine_outputs",
+            "--repeats",
+            "1",
+            "--steps-per-hand-over",
+            "4",
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout.strip().splitlines()[-1])
+    assert record["detokenizer"] == "TokenBytes"  # the tiny checkpoint's tokenizer is byte-level
+    assert 0 < record["process_steps_us_per_token"] < record["with_delivery_us_per_token"]
+    assert record["steps_per_hand_over"] == 4 and record["cpu"]
+
+
 def test_host_workload_beside_nano_vllm_needs_a_checkout(tmp_path):
     """``--nano-vllm PATH`` that is not a nano-vllm checkout is refused with a clear error."""
     done = run_bench("--workload", "host", "--tiny", "--nano-vllm", str(tmp_path))
