@@ -4,13 +4,13 @@ The two threads take turns under the GIL: each step, the step thread hands its t
 and the event loop turns them into text for every stream. When the turns alternate between
 two CPUs the same work costs more CPU (the likely cause: CPython 3.11 writes a reference
 count on every use, so what both threads touch moves between the CPUs' caches each turn): on
-a 2-core AMD EPYC VM the host benchmark's decode step took about 1.5x the CPU of all threads,
-and 1.5-4x the wall time, that it took with both threads on one CPU (docs/benchmarks.md).
-Whether that holds depends on the
-machine and the load, so `auto` measures it on the engine's own decode steps: windows of
-steps on one CPU and free, taking turns, compared by the step thread's CPU time per token
-(it pays the moves as the event loop does, and no other work of the process blurs it), and
-keeps one CPU only when it is clearly cheaper. It stays free when the model's math runs on
+a 2-core AMD EPYC VM the host benchmark's decode step took 1.3x (up to 2x) the CPU of all
+threads, and up to 4.6x the wall time, that it took with both threads on one CPU
+(docs/benchmarks.md). Whether that holds depends on the machine and the load, so `auto`
+measures it on the engine's own decode steps: windows of steps on one CPU and free, taking
+turns, compared by the step thread's CPU time per token (it pays the moves as the event
+loop does, and no other work of the process blurs it), and keeps one CPU only when it is
+clearly cheaper. It stays free when the model's math runs on
 the host CPU (its threads need every core) and when streams come from several event loops.
 
 One CPU means: the event loop thread and the step thread are bound to the CPU the event loop
