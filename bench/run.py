@@ -306,6 +306,8 @@ def main() -> None:
     if args.trees and servers != ["uvicorn"]:
         parser.error("--trees compares checkouts under uvicorn only; leave out --servers")
     levels = [int(c) for c in args.concurrency.split(",")]
+    if args.stream_clients < 1:
+        parser.error("--stream-clients must be >= 1 (the report has a streams row)")
     wrk = ensure_wrk()
     machine = cpu_model()  # before this process is pinned to one core
     pin_load_core()
