@@ -10,7 +10,8 @@ Load W1: 256 requests, prompts U[100, 1024] tokens (seed 0), 256 output tokens, 
 ignored. Reported: the step loop's wall time per decode step (median over decode-only
 steps with at least ``min_running`` sequences), the step thread's CPU time per such step,
 and the process CPU time (every thread, plus reaped children) per step over the span of
-those steps. Prints one JSON line.
+those steps, and where the step thread ran beside the event loop (`host_threads`: the
+choice, and with `auto` the per-token timings it was made on). Prints one JSON line.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ lookup per token, bytes buffered only while a character is split over tokens. Ev
 tokenizer uses `DecodeStream` over the tokenizer's `tokenizers.Tokenizer` (`Tokenizer.backend`;
 Rust keeps the window and the partial UTF-8 bytes, one call per token); with `tokenizers`
 older than 0.21, which lacks it, the window decoder in `engine/tokenizer.py` (two decodes
-of a short window per token). Both start from the last
-few prompt tokens, so the first token's leading space decodes as in the full text.
+of a short window per token). Those two start from the last few prompt tokens, so the first
+token's leading space decodes as in the full text (a byte-level token's text never depends
+on what came before it).
 """
 
 from __future__ import annotations
