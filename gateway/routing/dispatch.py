@@ -439,6 +439,14 @@ class Dispatcher:
     ) -> tuple[T, HeldCall | None]:
         breaker = self.state.breakers.get(candidate.provider, candidate.model)
         limit = provider.max_concurrency if provider else None
+        # Most calls succeed at once: tenacity's state (a dozen objects in reference cycles,
+        # left to the cyclic collector) is built only once a retry may follow.
+        try:
+            return await self._try_once(candidate, limit, breaker, attempt, attempts, hold)
+        except UpstreamError as error:
+            if not error.retryable:
+                raise
+            failed = [error]
         retrying = AsyncRetrying(
             retry=retry_if_exception(lambda exc: isinstance(exc, UpstreamError) and exc.retryable),
             wait=self._wait,
@@ -449,6 +457,8 @@ class Dispatcher:
         )
         async for try_ in retrying:
             with try_:
+                if failed:  # the first try, already made: its failure decides as any other's
+                    raise failed.pop()
                 return await self._try_once(candidate, limit, breaker, attempt, attempts, hold)
         raise AssertionError("unreachable: tenacity either returns or raises")
 

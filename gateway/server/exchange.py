@@ -65,10 +65,14 @@ class Exchange:
         self._on_end = callback
 
     def end(self, status: int) -> bool:
-        """Hand ``status`` to the registered callback; False when none was registered."""
-        if self._on_end is None:
+        """Hand ``status`` to the registered callback; False when none was registered.
+
+        The callback is dropped as it runs: it usually holds the request, whose scope holds
+        this exchange, and a cycle left behind would wait for the cyclic collector."""
+        callback, self._on_end = self._on_end, None
+        if callback is None:
             return False
-        self._on_end(status)
+        callback(status)
         return True
 
 
