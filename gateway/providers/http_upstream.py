@@ -136,8 +136,13 @@ class HttpUpstream:
             connector = aiohttp.TCPConnector(
                 limit=self.pool_size, ttl_dns_cache=300, keepalive_timeout=30
             )
+            # No cookie jar: the session serves every tenant, so a cookie one answer set
+            # would go out with everyone's next request to the provider.
             self._session = aiohttp.ClientSession(
-                connector=connector, timeout=self.timeout, auto_decompress=True
+                connector=connector,
+                timeout=self.timeout,
+                auto_decompress=True,
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
         return self._session
 

@@ -9,10 +9,14 @@ from pathlib import Path
 
 import httpx
 import openai
+import orjson
 import pytest
 from hostile_provider import HostileUpstream
 from loopback import ServedOnThread
 from marked_gateway import PROVIDER_KEY, MarkedGateway
+
+from gateway.providers.http_upstream import HttpUpstream
+from gateway.settings import UpstreamSettings
 
 MAX_BODY = 4 * 1024 * 1024
 MAX_EVENT = 64 * 1024
@@ -186,3 +190,19 @@ def test_the_log_never_holds_the_provider_key(gateway: MarkedGateway, key: str) 
     output = gateway.output()
     assert '"status":502' in output.replace(" ", "")  # the failures were logged
     assert PROVIDER_KEY not in output and "OPSSECRET" not in output
+
+
+async def test_a_cookie_an_upstream_sets_is_never_sent_on(hostile: HostileUpstream) -> None:
+    """The upstream client is shared by every tenant: a cookie kept from one answer would go
+    with everyone's next request to that provider. (By name: aiohttp's default jar keeps no
+    cookie of a bare IP address.)"""
+    upstream = HttpUpstream("hostile", UpstreamSettings())
+    url = hostile.url.replace("127.0.0.1", "localhost") + "/chat/completions"
+    try:
+        for user in ("a", "b", ""):
+            body = orjson.dumps({"model": "set-cookie" if user else "ok", "user": user})
+            reply = await upstream.post_json(url, body, {"Content-Type": "application/json"})
+            assert reply.status == 200
+    finally:
+        await upstream.close()
+    assert hostile.cookies_seen == []

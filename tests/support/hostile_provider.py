@@ -70,6 +70,7 @@ class HostileUpstream(LoopbackServer):
         super().__init__()
         self.huge_bytes = huge_bytes
         self.sent: dict[str, int] = {}
+        self.cookies_seen: list[str] = []  # every Cookie header a request came with
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._handle)
@@ -80,6 +81,12 @@ class HostileUpstream(LoopbackServer):
         # What a careless upstream echoes: the credential it was sent.
         credential = request.headers.get("Authorization", "")
         key = credential.removeprefix("Bearer ")
+        if "Cookie" in request.headers:
+            self.cookies_seen.append(request.headers["Cookie"])
+        if model == "set-cookie":  # a session for whoever sent this: never for anyone else
+            response = web.json_response(_answer(model))
+            response.set_cookie("session", f"of-the-caller-{body.get('user', '')}")
+            return response
         if model == "leak-500":
             message = f"backend failure for {credential}; api_key={key}; " + "detail " * 2000
             return web.json_response({"error": {"message": message}}, status=500)

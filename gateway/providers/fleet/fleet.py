@@ -88,7 +88,8 @@ class Fleet:
     async def start(self) -> None:
         """Resolve the replicas and start watching them (returns without waiting for scrapes)."""
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit_per_host=2, keepalive_timeout=30)
+            connector=aiohttp.TCPConnector(limit_per_host=2, keepalive_timeout=30),
+            cookie_jar=aiohttp.DummyCookieJar(),  # a replica's answers set no state here
         )
         await self.refresh()
         if self.discovery.refresh_s is not None:
