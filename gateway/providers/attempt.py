@@ -199,7 +199,13 @@ def _refused(exc: FormatError, provider: str) -> UpstreamError:
 def _parsed_taker(upstream: Upstream, translation: Translation) -> ParsedChatProvider | None:
     """The provider, when it takes this (chat) request parsed."""
     provider = upstream.provider
-    if translation.client.translates and isinstance(provider, ParsedChatProvider):
+    # hasattr first: isinstance against a runtime-checkable protocol inspects the class on
+    # every call, and most providers (HTTP ones) have no post_chat at all.
+    if (
+        translation.client.translates
+        and hasattr(provider, "post_chat")
+        and isinstance(provider, ParsedChatProvider)
+    ):
         return provider
     return None
 
