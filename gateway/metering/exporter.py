@@ -39,6 +39,9 @@ from gateway.settings import ExportSettings
 from gateway.store.connect import REDIS_FAILURES
 
 MAX_BACKOFF_S = 10.0
+# Buffer entries decoded between two turns of the event loop (about 0.3 ms of work: an event
+# takes 9-10 µs to read and check).
+DECODE_SLICE = 32
 # A consumer idle this long with nothing pending belongs to a replica that is gone.
 FORGET_CONSUMERS_AFTER_S = 3600.0
 
@@ -88,7 +91,7 @@ class UsageExporter:
             if not entries:
                 return 0
             self._unsent = entries
-        pairs, letters = self._decode(entries)
+        pairs, letters = await self._decode(entries)
         inserted, refused = 0, list[DeadLetter]()
         if pairs:
             started = time.perf_counter()
@@ -135,19 +138,25 @@ class UsageExporter:
             self._own_first = True
             raise ExportFailed("redis", exc) from exc
 
-    def _decode(self, entries: list[BufferEntry]) -> tuple[list[Pair], list[DeadLetter]]:
+    async def _decode(self, entries: list[BufferEntry]) -> tuple[list[Pair], list[DeadLetter]]:
         """The events to insert with their payloads, and the dead letters of the entries that
-        are not events the store can take."""
+        are not events the store can take.
+
+        Decoded a slice at a time, the requests in flight running in between: a round of a
+        thousand events held the event loop for about 10 ms, the p99 of a busy gateway."""
         pairs: list[Pair] = []
         letters: list[DeadLetter] = []
-        for entry in entries:
-            if entry.payload is None:
-                continue  # deleted while pending: nothing left but to acknowledge it
-            decoded = decode_entry(entry.payload)
-            if isinstance(decoded, DeadLetter):
-                letters.append(decoded)
-            else:
-                pairs.append((decoded, entry.payload))
+        for start in range(0, len(entries), DECODE_SLICE):
+            if start:
+                await asyncio.sleep(0)
+            for entry in entries[start : start + DECODE_SLICE]:
+                if entry.payload is None:
+                    continue  # deleted while pending: nothing left but to acknowledge it
+                decoded = decode_entry(entry.payload)
+                if isinstance(decoded, DeadLetter):
+                    letters.append(decoded)
+                else:
+                    pairs.append((decoded, entry.payload))
         return pairs, letters
 
     def _report_letters(self, letters: list[DeadLetter]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -21,8 +22,9 @@ from usage_events import make_events
 
 from gateway.ledger import EventQuery, RollupQuery, UsageEvent, UsageStore, open_store
 from gateway.ledger.event import day_of
+from gateway.metering import exporter as exporter_module
 from gateway.metering.buffer import FIELD, UsageBuffer
-from gateway.metering.exporter import ExportFailed, UsageExporter
+from gateway.metering.exporter import DECODE_SLICE, ExportFailed, UsageExporter
 from gateway.metering.recorder import UsageRecorder
 from gateway.metering.reports import UsageReports
 from gateway.metering.spool import Spool
@@ -159,6 +161,42 @@ async def test_redis_keeps_nothing_per_request_once_exported(
     report = await reports.admin_usage(day_of(time.time()) - timedelta(days=1), reports.today())
     assert report["totals"]["requests"] == 3000 and report["pending_export"] == 0
     assert report["totals"]["cost_nanos"] == sum(e.cost_nanos for e in events)
+
+
+async def test_a_big_round_lets_requests_run_while_it_decodes(
+    usage_buffer: UsageBuffer, exporter: UsageExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decoding a round of a thousand events takes about 10 ms; the event loop serves the
+    requests in flight between slices of it instead of after."""
+    await usage_buffer.ensure_groups()
+    await record(usage_buffer, make_events(1000, seed=5))
+    decoded = 0
+    real_decode = exporter_module.decode_entry
+
+    def counting_decode(payload: bytes) -> object:
+        nonlocal decoded
+        decoded += 1
+        return real_decode(payload)
+
+    monkeypatch.setattr(exporter_module, "decode_entry", counting_decode)
+    seen: list[int] = []  # how many were decoded each time the other task got a turn
+    done = False
+
+    async def other_request() -> None:
+        while not done:
+            seen.append(decoded)
+            await asyncio.sleep(0)
+
+    other = asyncio.create_task(other_request())
+    try:
+        handled = await exporter.export_once()  # a round: most of them (the shards' share)
+    finally:
+        done = True
+        await other
+    assert handled > 500
+    during = sorted({n for n in seen if 0 < n < handled})
+    assert len(during) >= handled // DECODE_SLICE - 1, during
+    assert all(b - a <= DECODE_SLICE for a, b in itertools.pairwise(during)), during
 
 
 async def test_a_killed_consumers_entries_are_claimed_and_stored_once(
