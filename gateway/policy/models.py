@@ -3,6 +3,7 @@ and sampling defaults."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from pydantic import Field, PrivateAttr, field_validator
@@ -34,11 +35,6 @@ class Price(StrictModel):
         default=None,
         description="the price of a batch's lines (docs/batches.md); unset = this price",
     )
-    # Nano-dollars per token, read exactly from the decimal text once, at policy load.
-    _input_nanos: int = PrivateAttr(default=0)
-    _output_nanos: int = PrivateAttr(default=0)
-    _cached_nanos: int = PrivateAttr(default=0)
-    _cache_write_nanos: int = PrivateAttr(default=0)
 
     @field_validator("input", "output", "cached_input", "cache_write_input", mode="before")
     @classmethod
@@ -54,13 +50,19 @@ class Price(StrictModel):
             raise ValueError("a batch price has no batch price of its own")
         return value
 
-    def model_post_init(self, context: Any, /) -> None:
-        self._input_nanos = price_to_nanos_per_token(self.input)
-        self._output_nanos = price_to_nanos_per_token(self.output)
+    @functools.cached_property
+    def rates(self) -> tuple[int, int, int, int]:
+        """Nano-dollars a token for input, output, cache reads and cache writes, read exactly
+        from the decimal text once. (Not private attributes: pydantic reads those through
+        ``__getattr__``, about 1 µs each, and every request is costed twice.)"""
         cached = self.input if self.cached_input is None else self.cached_input
-        self._cached_nanos = price_to_nanos_per_token(cached)
         written = self.input if self.cache_write_input is None else self.cache_write_input
-        self._cache_write_nanos = price_to_nanos_per_token(written)
+        return (
+            price_to_nanos_per_token(self.input),
+            price_to_nanos_per_token(self.output),
+            price_to_nanos_per_token(cached),
+            price_to_nanos_per_token(written),
+        )
 
     def cost_nanos(
         self,
@@ -72,9 +74,8 @@ class Price(StrictModel):
         """Exact cost in nano-dollars. ``prompt_tokens`` counts every input token; of them,
         cache reads cost ``cached_input`` and cache writes ``cache_write_input`` (each the
         input price when unset)."""
-        rates = (self._input_nanos, self._output_nanos, self._cached_nanos, self._cache_write_nanos)
         return tokens_cost_nanos(
-            rates, prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens
+            self.rates, prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens
         )
 
     @property
