@@ -54,7 +54,9 @@ class Price(StrictModel):
     def rates(self) -> tuple[int, int, int, int]:
         """Nano-dollars a token for input, output, cache reads and cache writes, read exactly
         from the decimal text once. (Not private attributes: pydantic reads those through
-        ``__getattr__``, about 1 µs each, and every request is costed twice.)"""
+        ``__getattr__``, about 1 µs each, and every request is costed twice.) Cached in the
+        instance: ``model_copy(update=...)`` of a price would keep it; prices are never
+        copied, only loaded."""
         cached = self.input if self.cached_input is None else self.cached_input
         written = self.input if self.cache_write_input is None else self.cache_write_input
         return (
