@@ -59,6 +59,10 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 SYNCHRONOUS_MODES = ("FULL", "NORMAL")
+# The writer thread gives up the CPU between events. Each statement releases the GIL, but on a
+# core shared with the event loop this thread ran on and took it straight back, so a request
+# that came in while a round was stored waited up to the 5 ms switch interval for the loop.
+_yield_cpu: Callable[[], None] = getattr(os, "sched_yield", lambda: None)
 BUSY_TIMEOUT_MS = 30_000
 DELETE_CHUNK = 5_000
 
@@ -315,6 +319,7 @@ class SqliteStore(SqlStore):
         conn.execute("BEGIN IMMEDIATE")
         try:
             for event in events:
+                _yield_cpu()
                 if conn.execute(INSERT_EVENT, _event_params(event)).rowcount != 1:
                     continue  # already stored: counts nothing
                 inserted += 1
