@@ -59,9 +59,12 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 SYNCHRONOUS_MODES = ("FULL", "NORMAL")
-# The writer thread gives up the CPU between events. Each statement releases the GIL, but on a
-# core shared with the event loop this thread ran on and took it straight back, so a request
-# that came in while a round was stored waited up to the 5 ms switch interval for the loop.
+# The writer thread gives up the CPU every YIELD_EVERY_S of a round. Each statement releases
+# the GIL, but on a core shared with the event loop this thread ran on and took it straight
+# back, so a request that came in while a round was stored waited up to the 5 ms switch
+# interval. Not after every event: on a saturated core the thread then got one event in per
+# switch interval, too few to keep up with the requests.
+YIELD_EVERY_S = 0.0005
 _yield_cpu: Callable[[], None] = getattr(os, "sched_yield", lambda: None)
 BUSY_TIMEOUT_MS = 30_000
 DELETE_CHUNK = 5_000
@@ -318,8 +321,12 @@ class SqliteStore(SqlStore):
         inserted = 0
         conn.execute("BEGIN IMMEDIATE")
         try:
+            clock = time.perf_counter
+            yield_at = clock() + YIELD_EVERY_S
             for event in events:
-                _yield_cpu()
+                if clock() >= yield_at:
+                    _yield_cpu()
+                    yield_at = clock() + YIELD_EVERY_S
                 if conn.execute(INSERT_EVENT, _event_params(event)).rowcount != 1:
                     continue  # already stored: counts nothing
                 inserted += 1
