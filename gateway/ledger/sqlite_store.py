@@ -62,8 +62,8 @@ SYNCHRONOUS_MODES = ("FULL", "NORMAL")
 # The writer thread gives up the CPU every YIELD_EVERY_S of a round. Each statement releases
 # the GIL, but on a core shared with the event loop this thread ran on and took it straight
 # back, so a request that came in while a round was stored waited up to the 5 ms switch
-# interval. Not after every event: on a saturated core the thread then got one event in per
-# switch interval, too few to keep up with the requests.
+# interval. Not after every event: on a saturated core the buffer then fell behind (7,006 and
+# 10,685 events left after 10 s at c64, against a few hundred; docs/benchmarks.md).
 YIELD_EVERY_S = 0.0005
 _yield_cpu: Callable[[], None] = getattr(os, "sched_yield", lambda: None)
 BUSY_TIMEOUT_MS = 30_000
