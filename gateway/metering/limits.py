@@ -145,8 +145,8 @@ class Reservation:
 
 @dataclass(slots=True)
 class _Ask:
-    """One request's reserve in a script call of several: its reply comes to ``reply`` (None:
-    the request that makes the call)."""
+    """One request's reserve in a script call: its reply comes to ``reply`` when the call
+    carries several (None: a request alone in its call, which waits on the call itself)."""
 
     request_id: str
     tokens: int
@@ -367,8 +367,11 @@ class Limiter:
             if len(asks) == 1:
                 reply = (await self._call_reserve(key_id, limits, home, epoch, hold_ms, asks))[0]
             else:  # its own task: a client gone while it runs must not fail the others'
-                sent = self._spawn(self._send_reserves(key_id, limits, home, epoch, hold_ms, asks))
-                reply = await asyncio.shield(sent)
+                # Its reply comes as the others' do: a future the task sets is a loop turn
+                # sooner than the task's own end seen through a shield.
+                mine = asks[0].reply = asyncio.get_running_loop().create_future()
+                self._spawn(self._send_reserves(key_id, limits, home, epoch, hold_ms, asks))
+                reply = await mine
         return self._reservation(reply, key_id, limits, home, request_id, tokens, cost_nanos)
 
     async def _send_reserves(
@@ -379,22 +382,19 @@ class Limiter:
         epoch: int,
         hold_ms: int | None,
         asks: list[_Ask],
-    ) -> Any:
-        """One script call for ``asks``; the others' replies go to their futures, and the
-        first's (when it waits on none) is returned."""
+    ) -> None:
+        """One script call for ``asks``, each reply to its ask's future (a request that left
+        has cancelled its own, which is skipped)."""
         try:
             replies = await self._call_reserve(key_id, limits, home, epoch, hold_ms, asks)
         except BaseException as exc:
             for ask in asks:
                 if ask.reply is not None and not ask.reply.done():
                     ask.reply.set_exception(exc)
-            if asks[0].reply is None:
-                raise
-            return None
+            raise
         for ask, reply in zip(asks, replies, strict=True):
             if ask.reply is not None and not ask.reply.done():
                 ask.reply.set_result(reply)
-        return replies[0]
 
     async def _call_reserve(
         self,
