@@ -1,10 +1,11 @@
 """A client that leaves before the first chunk of a stream: the relay never starts, yet the
 provider slot, the breaker's half-open probe and the usage record must not leak.
 
-uvicorn speaks ASGI 2.3, where Starlette races the sender against ``http.disconnect`` and
-cancels the sender; the body generator is then never started and its ``finally`` never runs.
-The app is driven here in-process with exactly that: a disconnect waiting in ``receive`` and a
-slow socket in ``send``."""
+uvicorn speaks ASGI 2.3, where the response watches for ``http.disconnect`` beside the sender
+and cancels the sender; the body generator is then never started and its ``finally`` never
+runs. The app is driven here in-process with exactly that: a disconnect waiting in ``receive``
+and a slow socket in ``send``. Also here: the body is sent from the response's own task, and a
+client gone mid-stream is told from a cancel that comes from elsewhere."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 import yaml
 from fake_provider import FakeProviderFleet
 from gateway_runner import make_settings
@@ -44,6 +46,99 @@ async def test_the_body_ends_when_it_never_relayed() -> None:
 
     response = await ClosingStreamingResponse.started(body())
     await response({"type": "http", "asgi": {"spec_version": "2.3"}}, receive, slow_send)
+    assert events == ["ended"]
+
+
+SCOPE = {"type": "http", "asgi": {"spec_version": "2.3"}}
+
+
+def bodies(sent: list[dict[str, Any]]) -> list[bytes]:
+    return [m["body"] for m in sent if m["type"] == "http.response.body"]
+
+
+async def test_the_body_is_sent_from_the_responses_own_task() -> None:
+    """No task between the response and its first byte: on a busy loop a new task's first
+    step waits for a round of every other request's work."""
+    relaying: list[asyncio.Task[Any] | None] = []
+
+    async def body() -> Any:
+        yield b""
+        relaying.append(asyncio.current_task())
+        yield b"data: x\n\n"
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()  # the client stays
+        return {"type": "http.disconnect"}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    response = await ClosingStreamingResponse.started(body())
+    await response(SCOPE, receive, send)
+    assert relaying == [asyncio.current_task()]
+    assert bodies(sent) == [b"data: x\n\n", b""]
+
+
+async def test_a_client_gone_mid_stream_ends_the_relay_quietly() -> None:
+    events: list[str] = []
+    first_sent = asyncio.Event()
+
+    async def body() -> Any:
+        try:
+            yield b""
+            yield b"data: 1\n\n"
+            await asyncio.sleep(10)  # the upstream's next event, which never comes
+            yield b"data: 2\n\n"
+        finally:
+            events.append("ended")
+
+    async def receive() -> dict[str, Any]:
+        await first_sent.wait()
+        return {"type": "http.disconnect"}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if message.get("body"):
+            first_sent.set()
+
+    response = await ClosingStreamingResponse.started(body())
+    async with asyncio.timeout(5):
+        await response(SCOPE, receive, send)  # returns: the client's leaving is no error
+    assert events == ["ended"]
+    assert bodies(sent) == [b"data: 1\n\n"]
+
+
+async def test_a_cancel_from_elsewhere_still_cancels_the_response() -> None:
+    """The server stopping cancels the request's task: that is not a client gone."""
+    events: list[str] = []
+    relaying = asyncio.Event()
+
+    async def body() -> Any:
+        try:
+            yield b""
+            relaying.set()
+            await asyncio.sleep(10)
+            yield b"data: never\n\n"
+        finally:
+            events.append("ended")
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    response = await ClosingStreamingResponse.started(body())
+    task = asyncio.ensure_future(response(SCOPE, receive, send))
+    await relaying.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
     assert events == ["ended"]
 
 

@@ -4,6 +4,7 @@ replies, one retry on a fresh socket after a restart, and no stale reply after a
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 import redis.exceptions
@@ -72,3 +73,28 @@ async def test_a_cancelled_call_leaves_no_reply_for_the_next(
     await asyncio.sleep(0.4)  # BLPOP's nil reply would now be waiting on that socket
     assert await direct.call("ECHO", "mine") == b"mine"
     assert await direct.batch([("ECHO", "also mine")]) == [b"also mine"]
+
+
+async def test_a_call_on_an_open_socket_starts_no_task(
+    clean_redis: str, make_client: ClientFactory
+) -> None:
+    """With a socket timeout (the gateway's), redis-py's ``send_packed_command`` runs each
+    write in ``asyncio.wait_for``: on Python 3.11 a task and three loop turns a call."""
+    direct = DirectRedis(make_client(clean_redis))
+    await direct.call("PING")  # the socket is open from here on
+    loop = asyncio.get_running_loop()
+    started: list[Any] = []
+    factory = loop.get_task_factory()
+
+    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> Any:
+        started.append(coro)
+        return asyncio.Task(coro, loop=loop, **options)
+
+    loop.set_task_factory(counting)
+    try:
+        assert await direct.call("ECHO", "x") == b"x"
+        assert await direct.batch([("ECHO", "y")]) == [b"y"]
+        assert await direct.script(("EVAL", "return 1", 0), ("EVAL", "return 1", 0)) == 1
+    finally:
+        loop.set_task_factory(factory)
+    assert started == []
