@@ -21,6 +21,7 @@ import yaml
 from fake_provider import FakeProviderFleet
 from gateway_runner import make_settings
 from route_rig import base_policy
+from starlette.requests import ClientDisconnect
 
 from gateway.api.v1.request_end import ClosingStreamingResponse
 from gateway.app import create_app
@@ -110,6 +111,30 @@ async def test_a_client_gone_mid_stream_ends_the_relay_quietly() -> None:
         await response(SCOPE, receive, send)  # returns: the client's leaving is no error
     assert events == ["ended"]
     assert bodies(sent) == [b"data: 1\n\n"]
+
+
+async def test_a_send_that_fails_as_the_client_left_is_a_client_disconnect() -> None:
+    """ASGI 2.4 servers raise ``OSError`` from ``send`` once the client is gone."""
+    events: list[str] = []
+
+    async def body() -> Any:
+        try:
+            yield b""
+            yield b"data: 1\n\n"
+        finally:
+            events.append("ended")
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        raise OSError("connection reset")
+
+    response = await ClosingStreamingResponse.started(body())
+    with pytest.raises(ClientDisconnect):
+        await response({"type": "http", "asgi": {"spec_version": "2.4"}}, receive, send)
+    assert events == ["ended"]
 
 
 async def test_a_cancel_from_elsewhere_still_cancels_the_response() -> None:

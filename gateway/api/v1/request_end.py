@@ -20,7 +20,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
 from gateway.api.http import JSON
@@ -293,6 +293,8 @@ class ClosingStreamingResponse(StreamingResponse):
             # stopping): the cancellation goes on.
             if not gone or relaying.uncancel() > 0:
                 raise
+        except OSError:  # an ASGI 2.4 server's send to a client gone, as Starlette reads it
+            raise ClientDisconnect() from None
         finally:
             watcher.cancel()
         if self.background is not None:
