@@ -53,6 +53,12 @@ async def test_the_body_ends_when_it_never_relayed() -> None:
 SCOPE = {"type": "http", "asgi": {"spec_version": "2.3"}}
 
 
+async def client_stays() -> dict[str, Any]:
+    """A ``receive`` whose client never leaves."""
+    await asyncio.Event().wait()
+    return {"type": "http.disconnect"}
+
+
 def bodies(sent: list[dict[str, Any]]) -> list[bytes]:
     return [m["body"] for m in sent if m["type"] == "http.response.body"]
 
@@ -67,17 +73,13 @@ async def test_the_body_is_sent_from_the_responses_own_task() -> None:
         relaying.append(asyncio.current_task())
         yield b"data: x\n\n"
 
-    async def receive() -> dict[str, Any]:
-        await asyncio.Event().wait()  # the client stays
-        return {"type": "http.disconnect"}
-
     sent: list[dict[str, Any]] = []
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
     response = await ClosingStreamingResponse.started(body())
-    await response(SCOPE, receive, send)
+    await response(SCOPE, client_stays, send)
     assert relaying == [asyncio.current_task()]
     assert bodies(sent) == [b"data: x\n\n", b""]
 
@@ -124,16 +126,12 @@ async def test_a_send_that_fails_as_the_client_left_is_a_client_disconnect() -> 
         finally:
             events.append("ended")
 
-    async def receive() -> dict[str, Any]:
-        await asyncio.Event().wait()
-        return {"type": "http.disconnect"}
-
     async def send(message: dict[str, Any]) -> None:
         raise OSError("connection reset")
 
     response = await ClosingStreamingResponse.started(body())
     with pytest.raises(ClientDisconnect):
-        await response({"type": "http", "asgi": {"spec_version": "2.4"}}, receive, send)
+        await response({"type": "http", "asgi": {"spec_version": "2.4"}}, client_stays, send)
     assert events == ["ended"]
 
 
@@ -151,15 +149,11 @@ async def test_a_cancel_from_elsewhere_still_cancels_the_response() -> None:
         finally:
             events.append("ended")
 
-    async def receive() -> dict[str, Any]:
-        await asyncio.Event().wait()
-        return {"type": "http.disconnect"}
-
     async def send(message: dict[str, Any]) -> None:
         pass
 
     response = await ClosingStreamingResponse.started(body())
-    task = asyncio.ensure_future(response(SCOPE, receive, send))
+    task = asyncio.ensure_future(response(SCOPE, client_stays, send))
     await relaying.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
