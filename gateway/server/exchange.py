@@ -9,8 +9,8 @@ that goes out, so a log line never claims a status the client did not see:
 - a request whose answer never went out (the client left) counts as 499;
 - a handler that writes its own access line (``/v1``, ``/admin``) registers it with
   ``exchange_of(request).on_end(callback)``: the callback runs with that status once the
-  status line is out, just before the answer's last byte (or once the exchange ended without
-  one);
+  answer's last byte is handed to the server (or once the exchange ended without one), in the
+  same loop turn, so the client never waits for a log line and its next request finds it;
 - any other request that ended in an error (a 404 for an unknown path, a 405, a drain
   refusal, a 500 of any route) gets a ``request`` log line and a count in
   ``switchyard_requests_total`` under its route template (``unmatched`` when no route
@@ -127,9 +127,12 @@ class ExchangeMiddleware:
             if message["type"] == "http.response.start":
                 exchange.status = message["status"]
             elif message["type"] == "http.response.body" and not message.get("more_body"):
-                # The status line is out; the log line is written before the last byte is, so
-                # a client that has its whole answer finds the line already there.
+                await send(message)
+                # The line follows the last byte, not the other way round: the client does
+                # not wait for it. It is written before the loop's next turn, so anything the
+                # client does next through this gateway (a /metrics scrape) finds it there.
                 self._finish(scope, exchange, time.perf_counter() - started)
+                return
             await send(message)
 
         try:

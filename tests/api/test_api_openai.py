@@ -10,6 +10,7 @@ import openai
 import orjson
 from fake_upstream import CONTENT, PROMPT_TOKENS, FakeUpstream
 from gateway_runner import RunningGateway
+from polling import wait_for
 
 
 def _client(gateway: RunningGateway, key: str) -> openai.OpenAI:
@@ -149,8 +150,12 @@ def test_access_log_has_one_line_per_request_and_no_secret(gateway: RunningGatew
         headers={"Authorization": f"Bearer {secret_key}", "X-Request-ID": "log-line-check"},
         json={"model": "fake", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
     )
-    lines = [orjson.loads(line) for line in gateway.log.getvalue().splitlines() if line.strip()]
-    mine = [line for line in lines if line.get("request_id") == "log-line-check"]
+
+    def logged() -> list[dict]:  # written once the answer's last byte is out
+        lines = (orjson.loads(line) for line in gateway.log.getvalue().splitlines() if line.strip())
+        return [line for line in lines if line.get("request_id") == "log-line-check"]
+
+    mine = wait_for(logged, timeout_s=5)
     assert len(mine) == 1
     entry = mine[0]
     assert entry["key_id"] == key_id

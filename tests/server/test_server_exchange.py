@@ -1,8 +1,10 @@
 """The access log and the request metrics carry the status the client actually got: a bug's
-500, a client that left (499), Starlette's own 404/405, on /v1 and /admin alike."""
+500, a client that left (499), Starlette's own 404/405, on /v1 and /admin alike;
+written after the answer's last byte, never before it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
@@ -13,6 +15,9 @@ import httpx
 import pytest
 from gateway_runner import ADMIN_KEY, GatewayThread, RunningGateway, make_settings
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.requests import Request
+
+from gateway.server.exchange import ExchangeMiddleware, exchange_of
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -134,3 +139,39 @@ def test_a_bug_in_an_admin_handler_is_logged_as_500(own_gateway: RunningGateway)
     assert response.status_code == 500 and "secret" not in response.text
     (line,) = _lines(own_gateway, "admin_request", request_id="admin-500")
     assert line["status"] == 500
+
+
+async def _exchange_events(*, client_gone: bool) -> list[Any]:
+    """What the client was sent and when the access line was written, in order, for an app
+    that registers its line and answers with a two-piece body."""
+    events: list[Any] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        exchange = exchange_of(Request(scope))
+        assert exchange is not None
+        exchange.on_end(lambda status: events.append(("line", status)))
+        await send({"type": "http.response.start", "status": 201, "headers": []})
+        await send({"type": "http.response.body", "body": b"a", "more_body": True})
+        await send({"type": "http.response.body", "body": b"b"})
+
+    async def send(message: dict[str, Any]) -> None:
+        if client_gone and message.get("body") == b"b":
+            raise OSError("the client is gone")
+        events.append(message.get("body", message.get("status")))
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    scope = {"type": "http", "method": "GET", "path": "/x", "headers": []}
+    with pytest.raises(OSError) if client_gone else contextlib.nullcontext():
+        await ExchangeMiddleware(app)(scope, receive, send)
+    return events
+
+
+async def test_the_access_line_follows_the_last_byte() -> None:
+    # The client never waits for the line; the line still comes once, with the status sent.
+    assert await _exchange_events(client_gone=False) == [201, b"a", b"b", ("line", 201)]
+
+
+async def test_a_last_byte_that_cannot_be_sent_still_ends_with_one_line() -> None:
+    assert await _exchange_events(client_gone=True) == [201, b"a", ("line", 201)]

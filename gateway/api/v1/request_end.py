@@ -5,10 +5,10 @@ byte, never missing) and its span. The pipeline answers with a ``Reply``: a whol
 an error envelope, a cached answer) or a stream relayed event by event (``stream.py``).
 ``Calls.deliver`` sends either the same way: the body's pieces but the last, then the
 request's end (the books closed: the limiter's settle and the usage record, submitted to the
-settle batch; the span ended; the access line and request metrics written), then, once the
-usage record is durable, the last piece: a whole answer is its last piece alone, a stream's
-is its end or its error event. A request that failed on a bug ends the same way before the
-error goes on up (the exchange middleware answers the catch-all 500).
+settle batch; the span ended), then, once the usage record is durable, the last piece: a whole
+answer is its last piece alone, a stream's is its end or its error event. The access line and
+request metrics follow the last byte (the exchange's end). A request that failed on a bug ends
+the same way before the error goes on up (the exchange middleware answers the catch-all 500).
 """
 
 from __future__ import annotations
@@ -156,9 +156,10 @@ class Calls:
             yield reply.last
 
     def _end(self, call: Call, reply: Reply) -> asyncio.Future[None] | None:
-        """Close the books and write the access line and metrics; returns the future of the
-        usage record's durability (None: nothing to record). A stream's line is written now;
-        a whole answer's once its status line is out, with the status the client got."""
+        """Close the books; returns the future of the usage record's durability (None: nothing
+        to record). The access line and metrics are written once the answer's last byte is out
+        (the exchange's end): a whole answer's with the status the client got, a stream's
+        with how it ended."""
         books = call.books
         if books.routed and self.tracing.enabled:
             recorded = self._traced_close(call, reply)
@@ -167,7 +168,13 @@ class Calls:
         if self.tracing.enabled:
             _trace_end(call, reply)
         if reply.relayed:
-            self._access_line(call, reply, reply.status, reply.error)
+            # A stream's status line went out before its outcome was known: the line says how
+            # it ended.
+            when_answered(
+                call.request,
+                lambda _: self._access_line(call, reply, reply.status, reply.error),
+                reply.status,
+            )
         else:
             when_answered(
                 call.request,
