@@ -338,8 +338,14 @@ def main() -> None:
         results: dict[tuple[str, int], list[Measured]] = {}
         streams: dict[str, list[StreamRun]] = {}
         for round_number in range(1, args.repeat + 1):
+            # The gateways swap places every round (the upstream straight stays first): a
+            # slot's own bias (what ran just before it) falls on each of them alike.
+            direct, *served_paths = paths
+            if round_number % 2 == 0:
+                served_paths.reverse()
+            ordered = [direct, *served_paths]
             for level in levels:
-                for name, by, url, script in paths:
+                for name, by, url, script in ordered:
                     measured = measure(
                         by, lambda u=url, s=script, c=level: run_wrk(wrk, u, s, c, args.duration)
                     )
@@ -348,7 +354,7 @@ def main() -> None:
                         print(
                             f"round {round_number} c{level} {name}: {_line(measured)}", flush=True
                         )
-            for name, by, url, _ in paths:
+            for name, by, url, _ in ordered:
                 streams.setdefault(name, []).append(
                     measure_streams(by, url, args.stream_clients, args.duration)
                 )
