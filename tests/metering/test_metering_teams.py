@@ -51,10 +51,13 @@ async def test_a_team_rpm_is_shared_exactly_by_its_keys(
     granted = [o for o in outcomes if isinstance(o, Reservation)]
     refused = [o for o in outcomes if isinstance(o, RateLimited)]
     assert len(granted) == 100 and len(refused) == 200
-    assert "of team 'search'" in refused[0].message
+    # How the 100 split between the keys depends on which replica's batch reached Redis
+    # first; what is fixed is that every refusal was the team's.
+    assert all("of team 'search'" in r.message for r in refused)
     assert {r.headers["x-ratelimit-limit-requests"] for r in refused} == {"100"}
-    per_key = {key: sum(1 for g in granted if g.key_id == key) for key in ("key0", "key1")}
-    assert sum(per_key.values()) == 100 and min(per_key.values()) > 0
+    # A key of the team that has taken nothing finds the team's window already full.
+    late = await _attempt(replicas[0], "key2", NO_LIMITS, "late")
+    assert isinstance(late, RateLimited) and "of team 'search'" in late.message
     status = await replicas[0].team_status(
         "search", rpm=100, tpm=None, budgets_nanos={}, max_parallel=None
     )
