@@ -68,10 +68,15 @@ def test_the_kernel_equals_dequantize_then_f_linear(
 
 def test_leading_dims_and_a_strided_input_are_accepted(kernels: CpuKernels) -> None:
     weight = random_weight(24, 64, 4, 32, seed=1)
-    x = torch.randn(2, 3, 128)[..., ::2]  # not contiguous
-    torch.testing.assert_close(
-        kernels.linear(x, weight, 1), F.linear(x, weight.dequantize()), rtol=1e-5, atol=1e-5
-    )
+    x = torch.randn(2, 3, 128, generator=torch.Generator().manual_seed(1))[..., ::2]
+    assert not x.is_contiguous()
+    expected = F.linear(x, weight.dequantize())
+    got = kernels.linear(x, weight, 1)
+    assert got.shape == (2, 3, 24)
+    # Bounded by the largest output, as above: the large scale's products cancel in some rows,
+    # so an elementwise relative bound failed on 89 of 3,000 random inputs (float32 rounding,
+    # never more than 5.7e-7 of the largest output).
+    assert float((got - expected).abs().max()) <= 2e-6 * float(expected.abs().max())
 
 
 @pytest.mark.parametrize(("bits", "group"), [(4, 32), (8, 16)])
