@@ -2,7 +2,9 @@
 
 Verified key records are kept in-process for ``auth_cache_ttl_s`` (≤ 1 s) so that the hot path
 rarely asks Redis; changes published by the KeyStore evict entries at once on every replica,
-and the short TTL bounds staleness even if a change message is lost.
+and the short TTL bounds staleness even if a change message is lost. When a key's entry lapses,
+the requests that find it so share one read of the record: under load, as many requests as
+arrive during that round trip would otherwise each read it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import hmac
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from gateway.access.keys import CHANGES_CHANNEL, KeyRecord, KeyStore, parse_key
@@ -65,13 +68,18 @@ class Authenticator:
         self.fail_open = fail_open
         self.fail_open_window_s = settings.fail_open_window_s
         self._cache: dict[str, _Cached] = {}
+        # The read of a key's record in flight, shared by the requests that await it.
+        self._reads: dict[str, asyncio.Task[KeyRecord | None]] = {}
 
     def invalidate(self, key_id: str) -> None:
+        """Forget the key's record, and a read of it already in flight (it may be older than
+        the change): the next request reads it afresh."""
         self._cache.pop(key_id, None)
+        self._reads.pop(key_id, None)
 
     async def refresh(self, key_id: str) -> KeyRecord | None:
         """Read a key's record again (it changed under a request) and cache the new one."""
-        self._cache.pop(key_id, None)
+        self.invalidate(key_id)
         record, _ = await self._record(key_id)
         return record
 
@@ -116,8 +124,14 @@ class Authenticator:
         now = time.monotonic()
         if cached is not None and now - cached.fetched_monotonic < self.cache_ttl_s:
             return cached.record, False
+        read = self._reads.get(key_id)
+        if read is None:
+            read = asyncio.ensure_future(self.keys.get(key_id))
+            self._reads[key_id] = read
+            read.add_done_callback(partial(self._keep, key_id, now))
         try:
-            record = await self.keys.get(key_id)
+            # Shielded: a request that leaves (its client gone) does not cancel the others' read.
+            record = await asyncio.shield(read)
         except Exception as exc:
             # Not only REDIS_FAILURES: redis-py can fail with a plain Python error while a
             # cluster connection is torn down, and a garbled record fails to decode. Either way
@@ -130,13 +144,23 @@ class Authenticator:
             raise ServiceUnavailable(
                 "The key store is unavailable; try again shortly.", code="redis_unavailable"
             ) from exc
+        return record, False
+
+    def _keep(self, key_id: str, started: float, read: asyncio.Task[KeyRecord | None]) -> None:
+        """Cache what a read found, unless the key was invalidated while it was in flight."""
+        failed = read.cancelled() or read.exception() is not None  # retrieved: no warning
+        if self._reads.get(key_id) is not read:
+            return
+        del self._reads[key_id]
+        if failed:
+            return
+        record = read.result()
         if record is None:
             self._cache.pop(key_id, None)
-            return None, False
+            return
         if len(self._cache) >= MAX_CACHED_KEYS:
             self._cache.clear()
-        self._cache[key_id] = _Cached(record, now, time.time())
-        return record, False
+        self._cache[key_id] = _Cached(record, started, time.time())
 
     async def watch_changes(self, redis: RedisClient, log: Any) -> None:
         """Evict keys named on the changes channel; reconnect after Redis outages."""
@@ -144,8 +168,9 @@ class Authenticator:
             pubsub = change_feed(redis)
             try:
                 await pubsub.subscribe(CHANGES_CHANNEL)
-                # Entries cached while unsubscribed may have missed a change.
+                # Entries cached (or read) while unsubscribed may have missed a change.
                 self._cache.clear()
+                self._reads.clear()
                 async for message in pubsub.listen():
                     if message.get("type") == "message":
                         self.invalidate(message["data"].decode())
