@@ -118,20 +118,20 @@ fi
 
 if [[ $MODE == cpu ]]; then
   export TRITON_INTERPRET=1
-  step kernel_tests 300 "${PYTEST[@]}" tests/kernels --confcutdir=tests/kernels
+  step kernel_tests 300 "${PYTEST[@]}" tests/kernel_checks --confcutdir=tests/kernel_checks
   step bench_W1_tiny 120 bash -c "'$PYTHON' -m bench.engine --workload W1 --tiny | tee -a '$BENCH_JSONL'"
   serve_default_model 240
 else
   # Kernels natively in fp32/fp16/bf16 (the test matrix adds bf16 when CUDA is present),
   # the quantized matmul (test_quant_matmul.py) among them, and the CPU's C kernel where the
   # box has a compiler; the ahead-of-time compile check is redundant where the kernels run.
-  step kernel_tests 120 "${PYTEST[@]}" tests/kernels --confcutdir=tests/kernels \
-    --deselect tests/kernels/test_engine_triton_backend.py \
-    --deselect tests/kernels/test_compile_for_gpu.py
+  step kernel_tests 120 "${PYTEST[@]}" tests/kernel_checks --confcutdir=tests/kernel_checks \
+    --deselect tests/kernel_checks/test_engine_triton_backend.py \
+    --deselect tests/kernel_checks/test_compile_for_gpu.py
   # The whole engine on the GPU with Triton attention: same greedy tokens as torch attention
   # (whose equality with HF transformers tests/engine checks).
-  step engine_triton 90 "${PYTEST[@]}" tests/kernels/test_engine_triton_backend.py \
-    --confcutdir=tests/kernels
+  step engine_triton 90 "${PYTEST[@]}" tests/kernel_checks/test_engine_triton_backend.py \
+    --confcutdir=tests/kernel_checks
   # The real default model (SmolLM2-135M-Instruct GGUF) through the gateway, on the GPU.
   serve_default_model 75
   bench W4 50

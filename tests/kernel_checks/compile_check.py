@@ -1,6 +1,6 @@
 """Compile every Triton kernel variant for a GPU target, with or without that GPU present.
 
-``python tests/kernels/compile_check.py [--arch 90]`` prints one line per variant with its
+``python tests/kernel_checks/compile_check.py [--arch 90]`` prints one line per variant with its
 shared memory, and exits non-zero on the first failure. Triton's interpreter (the CPU test
 path) accepts code the compiler rejects, so this is what proves on a CPU-only machine that
 the kernels build for a real GPU. Run it without ``TRITON_INTERPRET`` set.
@@ -115,7 +115,7 @@ def compile_variant(kernel: Any, types: dict[str, str], constexprs: dict[str, An
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python tests/kernels/compile_check.py")
+    parser = argparse.ArgumentParser(prog="python tests/kernel_checks/compile_check.py")
     parser.add_argument("--arch", type=int, default=90, help="CUDA compute capability x10")
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
