@@ -10,7 +10,8 @@ size limit). A slow or hostile client then holds a socket and its buffers for ev
 - the body must arrive within ``body_timeout_s`` of the headers, else 408 and close (the
   handler waiting for the body sees a disconnect);
 - a request the HTTP parser refuses (bad request line, header or chunked encoding) gets a 400
-  in OpenAI's JSON envelope, code ``invalid_http_request``, instead of uvicorn's plain text.
+  in OpenAI's JSON envelope, code ``invalid_http_request``, instead of uvicorn's plain text;
+- what an answer writes in one event-loop turn leaves in one send (``joined_writes.py``).
 
 Each answer given before a request reached the app is counted and logged through
 ``on_reject(status, reason)`` when given; a body deadline's 408 is marked in the request's
@@ -33,6 +34,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.server.exchange import SERVER_STATUS_KEY
+from gateway.server.joined_writes import JoinedWrites
 from gateway.settings import HttpGuardSettings
 
 RejectionHook = Callable[[int, str], None]
@@ -111,6 +113,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._cancel(self._head_timer)
         self._head_timer = None
         super().on_headers_complete()
+        # Its task runs from the next turn on, so the cycle writes through the joiner only.
+        self.cycle.transport = JoinedWrites(self.transport, self.loop)  # type: ignore[assignment]
         self._body_timer = self.loop.call_later(self.body_timeout_s, self._body_timed_out)
 
     def on_message_complete(self) -> None:

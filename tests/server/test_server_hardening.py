@@ -200,6 +200,50 @@ def test_http_parser_errors_get_the_json_envelope(
     assert _unparsed_400s(gateway) == before + 1  # counted, though the app never saw it
 
 
+def _read_answer(sock: socket.socket, buffered: bytearray, *, head_only: bool = False) -> bytes:
+    """One whole answer off a kept-alive connection (its head, and its body by content-length)."""
+    while b"\r\n\r\n" not in buffered:
+        data = sock.recv(65536)
+        assert data, bytes(buffered)
+        buffered += data
+    end = buffered.index(b"\r\n\r\n") + 4
+    head = bytes(buffered[:end]).lower()
+    length = 0 if head_only else int(head.split(b"content-length: ")[1].split(b"\r\n")[0])
+    while len(buffered) < end + length:
+        buffered += sock.recv(65536)
+    answer = bytes(buffered[: end + length])
+    del buffered[: end + length]
+    return answer
+
+
+def test_heads_without_bodies_continues_and_pipelined_answers_keep_their_order(
+    gateway: MarkedGateway,
+) -> None:
+    # What an answer writes in one turn leaves together (server/joined_writes.py): a HEAD
+    # answer, a 100 Continue and answers queued behind each other must still all arrive.
+    _, key = gateway.create_key(name="wire")
+    body = json.dumps({"model": "fake", "messages": HI}).encode()
+    buffered = bytearray()
+    with _connect(gateway) as sock:
+        sock.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = _read_answer(sock, buffered, head_only=True)
+        assert head.startswith(b"HTTP/1.1 200") and head.endswith(b"\r\n\r\n"), head
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+            b"Authorization: Bearer " + key.encode() + b"\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"
+        )
+        assert _read_answer(sock, buffered, head_only=True) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(body)
+        answer = _read_answer(sock, buffered)
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["object"] == "chat.completion"
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 3)
+        for _ in range(3):
+            assert _read_answer(sock, buffered).startswith(b"HTTP/1.1 200")
+        assert not buffered
+
+
 def test_no_secret_in_logs_errors_or_metrics(gateway: MarkedGateway) -> None:
     key_id, key = gateway.create_key(name="secret-check")
     with gateway.admin() as admin:
