@@ -1,8 +1,12 @@
-"""Server-sent events on the wire: an incremental decoder and the one-event encoder.
+"""Server-sent events on the wire: incremental decoders and the one-event encoder.
 
-The decoder takes bytes as they arrive, split anywhere, and yields whole events (``event`` name
-and ``data``, multi-line data joined with newlines, comments and ids ignored), following the
-WHATWG event-stream rules for line endings and the optional space after the colon.
+``SSEDecoder`` takes bytes as they arrive, split anywhere, and yields whole events (``event``
+name and ``data`` as text, multi-line data joined with newlines, comments and ids ignored),
+following the WHATWG event-stream rules for line endings and the optional space after the colon.
+
+``SSEDataReader`` is the relay's: it keeps each event's ``data`` as the upstream's bytes (a
+relay that passes them on untouched never decodes them), cuts an event longer than a cap, and
+returns all the events one read completed at once, so a burst goes on in one write.
 """
 
 from __future__ import annotations
@@ -71,6 +75,53 @@ class SSEDecoder:
         elif name == b"event":
             self._event = text
         return None
+
+
+class SSEDataReader:
+    """Each event's ``data`` (its ``data:`` lines joined with newlines, each stripped of the
+    spaces after the colon), as bytes; lines end at ``\n`` (a ``\r`` before it is dropped);
+    event names, comments and ids are skipped. An event (or a line still unfinished) longer
+    than ``cap`` bytes sets ``too_large``: the events before it are returned, nothing after."""
+
+    __slots__ = ("_data", "_size", "_tail", "cap", "too_large")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.too_large = False
+        self._tail = b""  # a line not yet ended
+        self._data: list[bytes] = []  # the data lines of the event being read
+        self._size = 0
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The data of every event ``chunk`` completed, in order (often none, often many)."""
+        if self.too_large:
+            return []
+        lines = (self._tail + chunk if self._tail else chunk).split(b"\n")
+        self._tail = lines.pop()
+        events: list[bytes] = []
+        for line in lines:
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if line:
+                if line.startswith(b"data:"):
+                    self._data.append(line[5:].lstrip(b" "))
+                    self._size += len(line)
+                    if self._size > self.cap:
+                        self.too_large = True
+                        return events
+            elif self._data:
+                events.append(self._data[0] if len(self._data) == 1 else b"\n".join(self._data))
+                self._data, self._size = [], 0
+        self.too_large = len(self._tail) > self.cap
+        return events
+
+    def close(self) -> bytes | None:
+        """The data of an event the body ended inside (no blank line after it), if any."""
+        if self._tail.startswith(b"data:"):
+            self._data.append(self._tail.removesuffix(b"\r")[5:].lstrip(b" "))
+        self._tail = b""
+        data, self._data, self._size = self._data, [], 0
+        return b"\n".join(data) if data else None
 
 
 def encode_sse(data: bytes, event: str | None = None) -> bytes:

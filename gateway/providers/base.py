@@ -63,8 +63,9 @@ class Unavailable:
 class UpstreamStream(Protocol):
     route_note: str | None  # as ``UpstreamResponse.route_note``; None for a single upstream
 
-    def events(self) -> AsyncIterator[bytes]:
-        """Each event's data, ``[DONE]`` included; raises ``UpstreamError`` if cut short."""
+    def batches(self) -> AsyncIterator[list[bytes]]:
+        """Each event's data, ``[DONE]`` included, in non-empty lists of the events that came
+        together (relayed in one write); raises ``UpstreamError`` if cut short."""
         ...
 
     def close(self) -> None:

@@ -192,7 +192,7 @@ class BedrockEventStream:
         self.upstream = upstream
         self.response = response
 
-    async def events(self) -> AsyncIterator[bytes]:
+    async def batches(self) -> AsyncIterator[list[bytes]]:
         name = self.upstream.provider
         decoder = EventStreamDecoder(self.upstream.settings.max_event_bytes)
         try:
@@ -200,8 +200,8 @@ class BedrockEventStream:
                 chunk = await self.response.content.readany()
                 if not chunk:
                     break
-                for message in decoder.feed(chunk):
-                    yield _as_event(message)
+                if messages := decoder.feed(chunk):
+                    yield [_as_event(message) for message in messages]
         except EventStreamError as exc:
             self.response.close()
             raise UpstreamError(

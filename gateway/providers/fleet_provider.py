@@ -253,8 +253,8 @@ class FleetProvider:
             stream: SseStream | None = None
             try:
                 stream = await self._sender(pick).open_stream(path, body, headers=headers)
-                events = stream.events()
-                first = await anext(events, None)  # nothing reaches the client before this
+                batches = stream.batches()
+                first = await anext(batches, None)  # nothing reaches the client before this
                 if first is None:
                     raise self.http.http.protocol_error("ended a stream before its first event")
             except BaseException:
@@ -262,7 +262,7 @@ class FleetProvider:
                     stream.close()
                 lease.close()
                 raise
-            return FleetStream(stream, events, first, lease.close, pick.header_part())
+            return FleetStream(stream, batches, first, lease.close, pick.header_part())
 
         stream, _ = await self._failover(body, send)  # it carries its route_note
         return stream
@@ -364,22 +364,22 @@ class FleetProvider:
 
 @dataclasses.dataclass(eq=False)
 class FleetStream:
-    """A replica's stream whose first event was read before the client saw anything; holds
+    """A replica's stream whose first events were read before the client saw anything; holds
     the replica's lease until it is closed or ends (``release``)."""
 
     stream: SseStream
-    rest: AsyncIterator[bytes]  # the stream's events after ``first``
-    first: bytes
+    rest: AsyncIterator[list[bytes]]  # the stream's batches after ``first``
+    first: list[bytes]
     release: Callable[[], None]
     route_note: str | None
 
-    async def events(self) -> AsyncIterator[bytes]:
+    async def batches(self) -> AsyncIterator[list[bytes]]:
         try:
             yield self.first
-            if self.first == b"[DONE]":
+            if self.first[-1] == b"[DONE]":
                 return
-            async for data in self.rest:
-                yield data
+            async for batch in self.rest:
+                yield batch
         finally:
             self.release()
 

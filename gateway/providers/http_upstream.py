@@ -7,9 +7,10 @@ and its own headers, this class does the call:
 
 - ``post_json(url, body, headers)`` → ``UpstreamResponse`` (a JSON object, read up to
   ``UpstreamSettings.max_body_bytes``);
-- ``open_stream(url, body, headers)`` → ``SseStream``, whose ``events()`` yields each SSE
-  event's ``data`` payload (``[DONE]`` last when the upstream sends one) and simply ends when
-  the upstream's body ends: whether the stream was *complete* is its wire format's to say;
+- ``open_stream(url, body, headers)`` → ``SseStream``, whose ``batches()`` yields each SSE
+  event's ``data`` payload (``[DONE]`` last when the upstream sends one), the events of one
+  read together, and simply ends when the upstream's body ends: whether the stream was
+  *complete* is its wire format's to say;
 - ``forward(url, body, headers)`` → ``RawReply``: any body out (bytes or an async iterator of
   chunks, a multipart upload streamed through), any 2xx body back (audio, text), capped;
 - ``open_response(url, body, headers)``: a status-checked answer whose body the caller reads
@@ -39,13 +40,13 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 
 import aiohttp
 import orjson
-from aiohttp.http_exceptions import LineTooLong
 from aiohttp.typedefs import StrOrURL
 
 from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.formats import openai_errors
 from gateway.formats.error_body import error_member
 from gateway.formats.errors import ErrorInfo
+from gateway.formats.sse import SSEDataReader
 from gateway.providers.base import RawReply, UpstreamResponse
 from gateway.providers.capped_read import BodyTooLarge, read_capped
 from gateway.redact import redact
@@ -217,7 +218,7 @@ class HttpUpstream:
     async def open_stream(
         self, url: StrOrURL, body: bytes, headers: Mapping[str, str]
     ) -> SseStream:
-        """Send the request and check the status; the caller then reads ``events()``."""
+        """Send the request and check the status; the caller then reads ``batches()``."""
         return SseStream(self, await self.open_response(url, body, headers))
 
     async def open_response(
@@ -336,7 +337,7 @@ class HttpUpstream:
 
 
 class SseStream:
-    """Server-sent events from upstream, yielded one ``data`` payload at a time."""
+    """Server-sent events from upstream, each read's whole events yielded together."""
 
     route_note: str | None = None  # one upstream: nothing to add to x-switchyard-route
 
@@ -344,38 +345,25 @@ class SseStream:
         self.upstream = upstream
         self.response = response
 
-    async def events(self) -> AsyncIterator[bytes]:
-        """Each event's data (``[DONE]`` included, and last); ends with the upstream's body.
-        An event past ``max_event_bytes``, a stall or a broken connection raise
-        ``UpstreamError``."""
-        data_lines: list[bytes] = []
+    async def batches(self) -> AsyncIterator[list[bytes]]:
+        """Each event's data (``[DONE]`` included, and last), in lists of the events one read
+        of the body completed; ends with the upstream's body. An event past
+        ``max_event_bytes``, a stall or a broken connection raise ``UpstreamError``."""
         upstream = self.upstream
         name = upstream.provider
         cap = upstream.settings.max_event_bytes
-        size = 0
+        reader = SSEDataReader(cap)
         try:
-            while True:
-                line = await self.response.content.readline(max_line_length=cap)
-                if not line:
-                    break
-                line = line.rstrip(b"\r\n")
-                if line:
-                    if line.startswith(b"data:"):
-                        data_lines.append(line[5:].lstrip(b" "))
-                        size += len(line)
-                        if size > cap:
-                            raise BodyTooLarge
-                    continue  # comments, event names and ids: the data says it all
-                if data_lines:
-                    data = b"\n".join(data_lines)
-                    data_lines = []
-                    size = 0
-                    yield data
-                    if data == b"[DONE]":
-                        return
-        except (LineTooLong, BodyTooLarge):
-            self.response.close()  # the rest of the event is never read
-            raise upstream._too_large("a stream event", cap) from None
+            while chunk := await self.response.content.readany():
+                events = reader.feed(chunk)
+                if b"[DONE]" in events:
+                    yield events[: events.index(b"[DONE]") + 1]
+                    return
+                if events:
+                    yield events
+                if reader.too_large:
+                    self.response.close()  # the rest of the event is never read
+                    raise upstream._too_large("a stream event", cap)
         except (TimeoutError, aiohttp.ServerTimeoutError):
             raise UpstreamTimeout(
                 f"upstream provider {name} stopped sending mid-stream", provider=name
@@ -388,8 +376,9 @@ class SseStream:
             ) from exc
         finally:
             self.response.release()
-        if data_lines:
-            yield b"\n".join(data_lines)
+        last = reader.close()
+        if last is not None:
+            yield [last]
 
     def close(self) -> None:
         self.response.close()

@@ -3,13 +3,14 @@
 Chat requests arrive parsed (``post_chat(request)``, ``open_chat_stream(request)``: the
 internal form ``formats/`` read the client's body into, whatever its format), text
 completions as their body (``post_json("/completions", body)``); answers are Chat
-Completions' (or Completions') JSON, streams an object whose ``events()`` yields raw SSE
-``data`` payloads (``[DONE]`` last) and whose ``close()`` stops the generation; so the request
-path, limits, usage records and retries treat the local model exactly like a remote one. Each
-prompt runs as one engine request; cancelling the consumer (a client disconnect) cancels the
-producers, which aborts the engine requests and frees their KV blocks at once. A whole answer's
-call also takes ``client_gone`` (the ASGI ``receive``): a non-stream client that hangs up is
-noticed while the engine works, not only at the end.
+Completions' (or Completions') JSON, streams an object whose ``batches()`` yields raw SSE
+``data`` payloads (``[DONE]`` last; an engine output's chunks together) and whose ``close()``
+stops the generation; so the request path, limits, usage records and retries treat the local
+model exactly like a remote one. Each prompt runs as one engine request; cancelling the
+consumer (a client disconnect) cancels the producers, which aborts the engine requests and
+frees their KV blocks at once. A whole answer's call also takes ``client_gone`` (the ASGI
+``receive``): a non-stream client that hangs up is noticed while the engine works, not only at
+the end.
 """
 
 from __future__ import annotations
@@ -346,7 +347,8 @@ class LocalStream:
         self.include_usage = include_usage
         self.run = LocalRun(provider, request)
 
-    async def events(self) -> AsyncIterator[bytes]:
+    async def batches(self) -> AsyncIterator[list[bytes]]:
+        """The chunks of each engine output together, then the usage chunk and ``[DONE]``."""
         request, tokenizer = self.request, self.provider.tokenizer
         count = len(request.prompts) * request.n
         tokens = [0] * count
@@ -358,30 +360,31 @@ class LocalStream:
                     delta_choice(request, tokenizer, i, "", None, None, role=True)
                     for i in range(count)
                 ]
-                yield orjson.dumps(chunk(request, roles))
+                yield [orjson.dumps(chunk(request, roles))]
             async for output, index in self.run.outputs():
                 tokens[index] = output.num_output_tokens
+                rows = []
                 if readers:
                     pieces = readers[index].feed(output.text)
                     if output.finish_reason is not None:
                         pieces += readers[index].finish()
-                    for row in self._tool_rows(index, pieces, readers[index], output.logprobs):
-                        yield orjson.dumps(chunk(request, [row]))
+                    rows = self._tool_rows(index, pieces, readers[index], output.logprobs)
                 elif output.text or output.logprobs:
-                    row = delta_choice(
-                        request, tokenizer, index, output.text, output.logprobs, None
-                    )
-                    yield orjson.dumps(chunk(request, [row]))
+                    rows = [
+                        delta_choice(request, tokenizer, index, output.text, output.logprobs, None)
+                    ]
                 if output.finish_reason is not None:
                     finish = "stop" if output.finish_reason == "stop" else "length"
                     if readers and readers[index].calls:
                         finish = tool_finish(output.finish_reason)
-                    row = delta_choice(request, tokenizer, index, "", None, finish)
-                    yield orjson.dumps(chunk(request, [row]))
+                    rows.append(delta_choice(request, tokenizer, index, "", None, finish))
+                if rows:
+                    yield [orjson.dumps(chunk(request, [row])) for row in rows]
+            last = [b"[DONE]"]
             if self.include_usage:
                 totals = usage(self.run.prompt_tokens, sum(tokens))
-                yield orjson.dumps(chunk(request, [], usage=totals))
-            yield b"[DONE]"
+                last.insert(0, orjson.dumps(chunk(request, [], usage=totals)))
+            yield last
         finally:
             self.run.close()
 

@@ -3,6 +3,7 @@ upstream named in the policy file."""
 
 from __future__ import annotations
 
+import socket
 import time
 
 import httpx
@@ -94,6 +95,47 @@ def test_stream_is_relayed_as_it_arrives(gateway: RunningGateway, key: str) -> N
     assert len(arrivals) == 5
     assert arrivals[-1] - arrivals[0] > 1.0
     assert arrivals[0] < 0.5 * arrivals[-1]
+
+
+def _http_chunks(raw: bytes) -> list[bytes]:
+    """The chunks of a chunked HTTP/1.1 answer, as framed on the wire (the last, empty one
+    left out)."""
+    body = raw.split(b"\r\n\r\n", 1)[1]
+    chunks = []
+    while True:
+        size_line, body = body.split(b"\r\n", 1)
+        size = int(size_line, 16)
+        if size == 0:
+            return chunks
+        chunks.append(body[:size])
+        body = body[size + 2 :]
+
+
+def test_a_burst_of_events_goes_on_in_one_write(gateway: RunningGateway, key: str) -> None:
+    """The burst upstream sends its whole stream in one write: the client gets its events in
+    one chunk, then the end, sent once the usage record is durable (gateway/api/v1/stream.py)."""
+    body = orjson.dumps(
+        {"model": "burst-model", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    )
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Authorization: Bearer " + key.encode() + b"\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+        raw = b""
+        while data := sock.recv(65536):
+            raw += data
+    assert raw.startswith(b"HTTP/1.1 200"), raw[:300]
+    events, end = _http_chunks(raw)
+    datas = [e.removeprefix(b"data: ") for e in events.split(b"\n\n") if e]
+    text = "".join(
+        choice["delta"].get("content") or ""
+        for data in datas
+        for choice in orjson.loads(data)["choices"]
+    )
+    assert text == CONTENT
+    assert end == b"data: [DONE]\n\n"
 
 
 def test_completions_plain_and_streamed(gateway: RunningGateway, key: str) -> None:

@@ -105,7 +105,7 @@ async def test_a_refused_replica_is_ejected_and_the_request_served_by_the_next(
     other = {**body_homed_on(provider.fleet, dead, start=500), "stream": True}
     stream = await provider.open_stream(CHAT, other)
     assert stream.route_note == f"replica={live.label} (ejected-skip)"
-    assert text_of([data async for data in stream.events()]) == "served by b"
+    assert text_of([data async for batch in stream.batches() for data in batch]) == "served by b"
 
 
 async def test_a_503_fails_over_and_ejects_but_the_requests_own_errors_are_not_replayed(
@@ -142,7 +142,7 @@ async def test_a_stream_fails_over_only_while_nothing_was_streamed(
     await a.stop()
     stream = await opening
     assert stream.route_note == f"replica={b.label} (failover)"
-    assert text_of([data async for data in stream.events()]) == "served by b"
+    assert text_of([data async for batch in stream.batches() for data in batch]) == "served by b"
     assert state(provider, a.url) == "ejected"
 
     await a.start()  # back on its port: probed, readmitted, and home again
@@ -151,11 +151,11 @@ async def test_a_stream_fails_over_only_while_nothing_was_streamed(
     body = {**body_homed_on(provider.fleet, a.url, start=500), "stream": True}
     stream = await provider.open_stream(CHAT, body)
     assert stream.route_note == f"replica={a.label} (affinity)"
-    events = stream.events()
-    assert text_of([await anext(events)]) == "served"
+    batches = stream.batches()
+    assert text_of(await anext(batches)) == "served"
     await a.stop()
     with pytest.raises(UpstreamError) as raised:
-        await anext(events)
+        await anext(batches)
     assert raised.value.kind == "protocol"  # too late to fail over: the client has bytes
     stream.close()
 
@@ -168,7 +168,7 @@ async def test_a_stream_holds_its_replica_until_it_is_closed(
     member = provider.fleet.members.replicas[a.url]
     stream = await provider.open_stream(CHAT, {"model": "tiny", "stream": True})
     assert member.inflight == 1
-    assert [data async for data in stream.events()][-1] == b"[DONE]"
+    assert [data async for batch in stream.batches() for data in batch][-1] == b"[DONE]"
     assert member.inflight == 0
     stream = await provider.open_stream(CHAT, {"model": "tiny", "stream": True})
     stream.close()  # the client went away mid-stream
@@ -238,7 +238,7 @@ async def test_a_policy_edit_retires_the_old_fleet_once_its_requests_end(
         assert new is not None
         await until(lambda: new.started)  # started by the watch, before any request
         assert not old._closed  # a stream is still flowing on the old one
-        assert [data async for data in stream.events()][-1] == b"[DONE]"
+        assert [data async for batch in stream.batches() for data in batch][-1] == b"[DONE]"
         await until(lambda: old._closed)
 
         policies.write(policy_with(None))  # the fleet leaves the policy

@@ -212,7 +212,7 @@ async def test_bedrock_throttling_is_a_429_the_breaker_counts(
         assert error.status == 429 and error.retryable and counts_against_breaker(error)
         assert error.message == "Too many requests, please wait before trying again."
         stream = await provider.open_stream("/converse", {**body, "model": "stream-throttled"})
-        events = [event async for event in stream.events()]
+        events = [event async for batch in stream.batches() for event in batch]
         assert json.loads(events[-1]) == {"throttlingException": {"message": "Rate exceeded."}}
     finally:
         await provider.close()

@@ -7,6 +7,7 @@ far cheaper than the gateway in front of it. The requested model name selects a 
 - ``slow…``: answers after ``slow_s`` seconds (timeout tests);
 - ``break…``: a stream cut after two chunks (a non-stream request gets its connection closed);
 - ``drip…``: a stream with ``drip_s`` seconds between chunks;
+- ``burst…``: a stream sent whole in one write (its head, every chunk and the end);
 - anything else: a normal answer.
 
 ``POST /v1/traces`` is an OTLP/HTTP collector that drops what it gets (the benchmark's traced
@@ -249,6 +250,14 @@ class FakeUpstream:
                 choice = {"text": text or "", "index": 0, "logprobs": None, "finish_reason": finish}
             return _completion(chat, kind, created, model, [choice], **usage_field)
 
+        if model.startswith("burst"):
+            events = [chunk(piece, None) for piece in pieces] + [chunk(None, "stop")]
+            if include_usage:
+                events.append(_completion(chat, kind, created, model, [], usage=_usage(body)))
+            whole = [_head(200, "text/event-stream", None), *map(_event, events)]
+            writer.write(b"".join([*whole, _event(b"[DONE]"), b"0\r\n\r\n"]))
+            await writer.drain()
+            return True
         writer.write(_head(200, "text/event-stream", None))
         for index, piece in enumerate(pieces):
             writer.write(_event(chunk(piece, None)))

@@ -69,6 +69,9 @@ models:
   drip-model:
     provider: fake
     upstream_model: drip
+  burst-model:
+    provider: fake
+    upstream_model: burst
   dead-model:
     provider: dead
   embed-model:

@@ -1,11 +1,12 @@
 """A stream's answer: the provider's events relayed to the client as they arrive.
 
 Each event goes through the relay (``formats/relay.py``: untouched when the provider speaks the
-client's format, translated otherwise) and on at once; what the relay holds back for the end
-(``[DONE]``, the format's last event) is the reply's last piece, sent once the usage record is
-durable. A failure after the first byte (the upstream cut the stream, sent an error event, or
-an answer the client's format cannot show) ends the stream with the client format's error
-event, never a clean end, and counts against the provider's breaker; a client that leaves
+client's format, translated otherwise) and on at once, those that arrived together in one
+write (a burst, or a busy gateway that found several in one read); what the relay holds back
+for the end (``[DONE]``, the format's last event) is the reply's last piece, sent once the usage
+record is durable. A failure after the first byte (the upstream cut the stream, sent an error
+event, or an answer the client's format cannot show) ends the stream with the client format's
+error event, never a clean end, and counts against the provider's breaker; a client that leaves
 gives the provider's slot back without a verdict. Only a clean end is a success for the
 breaker and the latency average, and only then is the stream kept by the response cache.
 """
@@ -75,18 +76,29 @@ class StreamReply(Reply):
         observe = self.tracing and self.opened.target == "openai_chat"
         try:
             try:
-                async for data in self.opened.events.events():
+                async for batch in self.opened.events.batches():
                     self._first_token(served.model)
-                    if observe and data != b"[DONE]":
-                        self.trace.observe_chunk(_json_or_none(data))
-                    out = relay.feed(data)
-                    if keeper is not None:
-                        keeper.add(relay, out)
+                    outs: list[bytes] = []
+                    try:
+                        for data in batch:
+                            if observe and data != b"[DONE]":
+                                self.trace.observe_chunk(_json_or_none(data))
+                            out = relay.feed(data)
+                            if keeper is not None:
+                                keeper.add(relay, out)
+                            if relay.finished:
+                                self.last = out
+                                break
+                            if out:
+                                outs.append(out)
+                    except FormatError:
+                        if outs:  # what came before the broken event still goes out
+                            yield b"".join(outs)
+                        raise
+                    if outs:
+                        yield outs[0] if len(outs) == 1 else b"".join(outs)
                     if relay.finished:
-                        self.last = out
                         break
-                    if out:
-                        yield out
                 else:
                     self.last = relay.close()
                     if relay.error is not None:
