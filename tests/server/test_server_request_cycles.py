@@ -70,4 +70,5 @@ def test_served_requests_leave_no_cycles(
         for o in saved_garbage
         if type(o).__module__.startswith(SERVER_PACKAGES)
     )
-    assert not server_side, sorted(server_side.items())
+    errors = [repr(o)[:200] for o in saved_garbage if isinstance(o, BaseException)]
+    assert not server_side, (sorted(server_side.items()), errors[:5])  # errors: what failed
