@@ -203,7 +203,9 @@ async def _exchange(connection: AbstractConnection, commands: Sequence[tuple[Any
         try:
             replies.append(await connection.read_response())
         except ResponseError as error:
-            replies.append(error)
+            # Kept without its traceback: its frame holds ``replies``, which holds it, a cycle
+            # for the collector (the exporter meets NOGROUP on every shard after a flush).
+            replies.append(error.with_traceback(None))
     return replies
 
 

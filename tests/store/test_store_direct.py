@@ -4,6 +4,7 @@ replies, one retry on a fresh socket after a restart, and no stale reply after a
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any
 
 import pytest
@@ -36,6 +37,28 @@ async def test_batch_puts_error_replies_in_place(
     assert isinstance(replies[1], redis.exceptions.NoScriptError)
     assert replies[2:] == [2, b"2"]
     assert await direct.batch([]) == []
+
+
+async def test_an_error_reply_in_a_batch_leaves_no_cycle(
+    clean_redis: str, make_client: ClientFactory
+) -> None:
+    direct = DirectRedis(make_client(clean_redis))
+    await direct.batch([("SET", "a", "text")])
+    gc.collect()
+    flags = gc.get_debug()
+    gc.set_debug(flags | gc.DEBUG_SAVEALL)
+    try:
+        replies = await direct.batch(
+            [("INCR", "a"), ("XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", ">")]
+        )
+        assert all(isinstance(reply, redis.exceptions.ResponseError) for reply in replies)
+        del replies
+        gc.collect()
+        left = [o for o in gc.garbage if isinstance(o, BaseException)]
+    finally:
+        gc.set_debug(flags)
+        gc.garbage.clear()
+    assert left == []
 
 
 async def test_a_restarted_redis_is_reached_again_on_the_next_call(
