@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
+import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Literal, TypedDict
@@ -125,7 +125,7 @@ class AuditTrail:
     ) -> AuditEntry:
         """Record one admin action (durable when this returns: stored, or spooled)."""
         entry = AuditEntry(
-            event_id=uuid.uuid4().hex,
+            event_id=secrets.token_hex(16),
             time_ms=now_ms(),
             actor_kind=actor.kind,
             actor_id=actor.id,

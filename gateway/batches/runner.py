@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -105,7 +105,7 @@ class BatchRunner:
         self.local = local
         self.cancels = cancels
         self.log = log
-        self.owner = owner or "runner-" + uuid.uuid4().hex[:16]
+        self.owner = owner or "runner-" + secrets.token_hex(8)
         self.clock = clock
         self.native = native(self.owner)
         self._lines: set[asyncio.Task[None]] = set()

@@ -17,8 +17,8 @@ attempt's usage is recorded.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
-import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +44,7 @@ class Accounting:
 
     route: str
     started: float
-    record_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    record_id: str = field(default_factory=lambda: secrets.token_hex(16))
     key_id: str | None = None
     team: str = ""
     plan: RoutePlan | None = None

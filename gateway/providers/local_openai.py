@@ -19,8 +19,8 @@ grammar too) and the output parsed into ``tool_calls`` by the request's parser. 
 from __future__ import annotations
 
 import json
+import secrets
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -122,7 +122,7 @@ class LocalRequest:
     tools: ToolPlan | None = None  # the offered functions, their parser and tool_choice
     # specs compiled before generating, each with the param its 400 names
     compile: list[tuple[Any, str | None]] = field(default_factory=list)
-    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    id: str = field(default_factory=lambda: secrets.token_hex(16))
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property

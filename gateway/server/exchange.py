@@ -22,9 +22,9 @@ the app; ``record_wire_rejection`` counts and logs them under the route ``unpars
 
 from __future__ import annotations
 
+import secrets
 import time
 import traceback
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -86,7 +86,7 @@ def request_id_of(request: Request) -> str:
     if incoming and len(incoming) <= _MAX_REQUEST_ID and incoming.isprintable():
         request_id = incoming
     else:
-        request_id = uuid.uuid4().hex
+        request_id = secrets.token_hex(16)
     request.scope[_REQUEST_ID_KEY] = request_id
     return request_id
 

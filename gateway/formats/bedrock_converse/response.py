@@ -11,7 +11,7 @@ Converse gives an answer no id: one is made.
 
 from __future__ import annotations
 
-import uuid
+import secrets
 from typing import Any
 
 from gateway.formats import internal
@@ -48,7 +48,7 @@ def parse_response(body: bytes | str | dict[str, Any]) -> internal.ChatResponse:
 
 
 def new_id() -> str:
-    return f"bedrock-{uuid.uuid4().hex}"
+    return f"bedrock-{secrets.token_hex(16)}"
 
 
 def parse_stop(value: Any) -> internal.StopReason | None:

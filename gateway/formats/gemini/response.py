@@ -17,7 +17,7 @@ reasoning count.
 
 from __future__ import annotations
 
-import uuid
+import secrets
 from typing import Any
 
 from gateway.formats import internal
@@ -64,7 +64,7 @@ def parse_response(body: bytes | str | dict[str, Any]) -> internal.ChatResponse:
 
 def response_id(data: dict[str, Any]) -> str:
     value = data.get("responseId")
-    return value if isinstance(value, str) and value else f"gemini-{uuid.uuid4().hex}"
+    return value if isinstance(value, str) and value else f"gemini-{secrets.token_hex(16)}"
 
 
 def first_candidate(data: dict[str, Any]) -> dict[str, Any] | None:
@@ -125,7 +125,7 @@ def parse_call(call: Any) -> internal.ToolCall:
     if args is not None and not isinstance(args, dict):
         raise UpstreamProtocolError("upstream functionCall args is not an object")
     given = call.get("id")
-    call_id = given if isinstance(given, str) and given else f"call_{uuid.uuid4().hex[:24]}"
+    call_id = given if isinstance(given, str) and given else f"call_{secrets.token_hex(12)}"
     return internal.ToolCall(call_id, call["name"], dumps(args or {}))
 
 
