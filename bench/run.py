@@ -121,13 +121,20 @@ class Served:
 
 
 def start_served(
-    rig: Rig, name: str, *, tree: Path | None = None, policy: Path, server: str = "uvicorn"
+    rig: Rig,
+    name: str,
+    *,
+    tree: Path | None = None,
+    policy: Path,
+    server: str = "uvicorn",
+    extra: dict[str, str] | None = None,
 ) -> Served:
     """``switchyard serve`` with no Redis URL (its own embedded Redis, AOF on, as ``make run``)
     on the gateway's core, stopped with the rig; once it answers, a key with every limit the
-    gateway has (rpm, tpm, a budget) that no load reaches. ``server``: a key of ``SERVERS``."""
+    gateway has (rpm, tpm, a budget) that no load reaches. ``server``: a key of ``SERVERS``;
+    ``extra``: environment on top of the bench's (a setting changed)."""
     url, process = start_gateway(
-        rig.workdir, name, None, policy, {}, tree=tree, server=SERVERS[server]
+        rig.workdir, name, None, policy, extra or {}, tree=tree, server=SERVERS[server]
     )
     rig.processes.append(process)
     rig.gateways[url] = process
