@@ -115,7 +115,8 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _pin(core: int) -> list[str]:
+def taskset_prefix(core: int) -> list[str]:
+    """What runs a command on ``core`` alone (nothing where taskset is missing or one core)."""
     return ["taskset", "-c", str(core)] if shutil.which("taskset") and os.cpu_count() != 1 else []
 
 
@@ -142,7 +143,7 @@ def _ms(text: str) -> float:
 
 def run_wrk(wrk: str, url: str, script: Path, connections: int, seconds: float) -> Run:
     command = [
-        *_pin(LOAD_CORE), wrk, "-t1", f"-c{connections}", f"-d{seconds:g}s", "--latency",
+        *taskset_prefix(LOAD_CORE), wrk, "-t1", f"-c{connections}", f"-d{seconds:g}s", "--latency",
         "-s", str(script), url,
     ]  # fmt: skip
     output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
@@ -231,7 +232,7 @@ def start_gateway(
     }
     log = (data_dir / "gateway.log").open("wb")
     process = subprocess.Popen(
-        [*_pin(GATEWAY_CORE), sys.executable, *server],
+        [*taskset_prefix(GATEWAY_CORE), sys.executable, *server],
         cwd=tree,
         env=env,
         stdout=log,
@@ -298,7 +299,7 @@ def bench_rig(prefix: str, *, pinned: bool) -> Iterator[Rig]:
         if pinned and len(os.sched_getaffinity(0)) > 1:
             os.sched_setaffinity(redis_server.process.pid, {LOAD_CORE})
         upstream_port = free_port()
-        pin = _pin(LOAD_CORE) if pinned else []
+        pin = taskset_prefix(LOAD_CORE) if pinned else []
         processes.append(
             subprocess.Popen(
                 [*pin, sys.executable, fake_upstream.__file__, "--port", str(upstream_port)],

@@ -29,7 +29,7 @@ import fake_upstream
 import orjson
 from ports import free_port
 
-from bench.gateway import BODY, GATEWAY_CORE, LOAD_CORE, _pin, wait_http
+from bench.gateway import BODY, GATEWAY_CORE, LOAD_CORE, taskset_prefix, wait_http
 from bench.machine import cpu_model
 
 CLIENTS = ("gateway", "aiohttp", "pyreqwest", "rnet", "httpx")
@@ -159,7 +159,7 @@ def _child(client: str, url: str, concurrency: int, requests: int) -> None:
 
 
 def _run_child(client: str, url: str, concurrency: int, requests: int) -> dict[str, float]:
-    command = [*_pin(GATEWAY_CORE), sys.executable, "-m", "bench.http_clients", "--child",
+    command = [*taskset_prefix(GATEWAY_CORE), sys.executable, "-m", "bench.http_clients", "--child",
                client, "--url", url, "--concurrency", str(concurrency),
                "--requests", str(requests)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
 
     port = free_port()
     upstream = subprocess.Popen(
-        [*_pin(LOAD_CORE), sys.executable, fake_upstream.__file__, "--port", str(port)],
+        [*taskset_prefix(LOAD_CORE), sys.executable, fake_upstream.__file__, "--port", str(port)],
         stdout=subprocess.DEVNULL,
     )
     try:
