@@ -5,7 +5,8 @@ interactive request arrives.
 ``LocalAdmission.admit(body)``: a line for a model the local engine serves starts only while
 every request in the engine is one of this runner's batch lines (none interactive, running or
 waiting), and those fill less than ``share`` of its ``max_num_seqs``. ``watch()`` looks every
-``WATCH_S``: once the engine holds a request that is not one of them, every batch line in it is
+``WATCH_S`` while lines run or wait (and sleeps otherwise: an idle gateway is not woken fifty
+times a second): once the engine holds a request that is not one of them, every batch line in it is
 cancelled: the engine aborts those requests and frees their blocks at once, the lines go back
 unanswered and run again later. An interactive request so shares the engine with batch lines
 for at most one look and one step: on a CPU, where every extra sequence slows each step, that
@@ -40,6 +41,8 @@ class LocalAdmission:
         self._lines: set[asyncio.Task[Any]] = set()  # admitted to the engine, not done
         self._preempted: set[asyncio.Task[Any]] = set()
         self._room = asyncio.Event()  # set while a line would be admitted
+        self._waiting = 0  # lines in wait_for_room()
+        self._watched = asyncio.Event()  # set while there are lines to look after
 
     @property
     def running(self) -> int:
@@ -63,6 +66,7 @@ class LocalAdmission:
         task = asyncio.current_task()
         assert task is not None
         self._lines.add(task)
+        self._watched.set()
         return True
 
     def done(self) -> None:
@@ -74,8 +78,13 @@ class LocalAdmission:
     async def wait_for_room(self, timeout_s: float) -> None:
         """Until a line would be admitted, or ``timeout_s`` (the caller's own checks, such as
         a cancel of its batch, still run that often)."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._room.wait(), timeout_s)
+        self._waiting += 1
+        self._watched.set()
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._room.wait(), timeout_s)
+        finally:
+            self._waiting -= 1
 
     def _has_room(self) -> bool:
         settings = self.host.settings
@@ -105,6 +114,9 @@ class LocalAdmission:
 
     async def watch(self) -> None:
         while True:
+            if not self._lines and not self._waiting:
+                self._watched.clear()
+                await self._watched.wait()
             await asyncio.sleep(WATCH_S)
             self._note_room()
             if not self._lines or self._others() <= 0:

@@ -99,3 +99,43 @@ async def test_lines_for_other_providers_are_not_held(tmp_path: Path) -> None:
     local = admission(tmp_path, host)
     assert local.admit({"model": "gpt-4o"}) is None
     assert local.admit({"messages": []}) is None
+
+
+@dataclass
+class CountingEngine(Engine):
+    looks: int = 0
+
+    def load(self) -> dict[str, Any]:
+        self.looks += 1
+        return super().load()
+
+
+async def test_the_watch_sleeps_while_no_line_runs_or_waits(tmp_path: Path) -> None:
+    engine = CountingEngine()
+    local = admission(tmp_path, Host(engine=engine))
+    watch = asyncio.create_task(local.watch())
+
+    async def line() -> None:
+        assert local.admit({"model": "tiny"}) is True
+        engine.lines += 1
+        try:
+            await asyncio.sleep(30)
+        finally:
+            engine.lines -= 1
+            local.done()
+
+    try:
+        await asyncio.sleep(0.2)  # ten looks' worth of time with nothing to look after
+        assert engine.looks == 0
+        running = asyncio.create_task(line())
+        await asyncio.sleep(0.2)
+        assert engine.looks >= 3  # a line runs: the watch looks again and again
+        engine.interactive = 1
+        await asyncio.wait_for(asyncio.gather(running, return_exceptions=True), 10)
+        assert running.cancelled()  # preempted by the next look
+        await asyncio.sleep(0.05)  # the look already under way
+        looked = engine.looks
+        await asyncio.sleep(0.2)
+        assert engine.looks == looked  # nothing left to look after: asleep again
+    finally:
+        watch.cancel()
