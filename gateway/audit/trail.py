@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Literal, TypedDict
@@ -35,6 +34,7 @@ from gateway.ledger.audit import (
     now_ms,
 )
 from gateway.ledger.backends import open_audit_store
+from gateway.ledger.ids import time_ordered_id
 from gateway.metering.spool import Spool
 from gateway.server.tasks import cancel_until_done
 from gateway.settings import Settings, UsageStoreSettings
@@ -125,7 +125,7 @@ class AuditTrail:
     ) -> AuditEntry:
         """Record one admin action (durable when this returns: stored, or spooled)."""
         entry = AuditEntry(
-            event_id=secrets.token_hex(16),
+            event_id=time_ordered_id(),
             time_ms=now_ms(),
             actor_kind=actor.kind,
             actor_id=actor.id,

@@ -17,7 +17,6 @@ attempt's usage is recorded.
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import Any
 from gateway.cache import BYPASS, HIT
 from gateway.formats.internal import Usage
 from gateway.ledger import UsageError, UsageEvent
+from gateway.ledger.ids import time_ordered_id
 from gateway.metering.attribution import NOBODY, Attribution
 from gateway.metering.gate import cost_of
 from gateway.metering.limits import Limiter, LimiterUnavailable, Reservation
@@ -44,7 +44,7 @@ class Accounting:
 
     route: str
     started: float
-    record_id: str = field(default_factory=lambda: secrets.token_hex(16))
+    record_id: str = field(default_factory=time_ordered_id)  # the usage event's id
     key_id: str | None = None
     team: str = ""
     plan: RoutePlan | None = None
