@@ -13,15 +13,23 @@ sequential batches, unique events of one day over 50 keys, 6 models, 0-2 tags an
 The runs of all configurations are interleaved ``--repeat`` times and the median is printed,
 so load from other processes on the box spreads evenly. The SQLite store is timed too, with
 ``synchronous=FULL`` and ``NORMAL``. Figures go to stdout as a table, and as JSON with --json.
+
+``--growth N`` times something else: each store as the gateway runs it (``SqliteStore``, and
+``PostgresStore`` on the scratch server) while one day's table fills up to N events, once with
+random event ids and once with time-ordered ones (``gateway/ledger/ids.py``), the two stores
+taking batches in turn. It prints the median microseconds per event of the batches in each
+eighth of the fill.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import random
 import re
+import secrets
 import statistics
 import tempfile
 import time
@@ -33,7 +41,9 @@ from typing import Any
 import orjson
 from scratch_postgres import ScratchPostgres
 
+from bench.machine import cpu_model
 from gateway.ledger.event import UsageEvent
+from gateway.ledger.ids import time_ordered_id
 from gateway.ledger.postgres_sql import (
     CREATE_STAGE,
     CREATE_VERSION_TABLE,
@@ -288,6 +298,77 @@ async def bench_sqlite(
                 results.add(round_index, name, rate, cpu)
 
 
+ID_KINDS = {"random ids": lambda: secrets.token_hex(16), "time-ordered ids": time_ordered_id}
+
+
+async def bench_growth(total: int, batch: int, postgres: bool) -> None:
+    """Each store, filling one day's table with ``total`` events in batches of ``batch``, once
+    per kind of event id; the two stores of a kind pair take batches in turn."""
+    from gateway.ledger.sqlite_store import SqliteStore
+
+    template = make_events(batch, seed=1)
+    with tempfile.TemporaryDirectory(prefix="sy-bench-growth-") as folder:
+        stores = {
+            kind: SqliteStore(Path(folder) / f"{n}.sqlite3") for n, kind in enumerate(ID_KINDS)
+        }
+        await _fill("sqlite", stores, template, total, batch)
+    if not postgres:
+        return
+    import asyncpg
+
+    from gateway.ledger.postgres_store import PostgresStore
+
+    with ScratchPostgres(durable=True) as server:
+        admin = await asyncpg.connect(server.url)
+        try:
+            for n in range(len(ID_KINDS)):
+                await admin.execute(f"CREATE DATABASE growth{n}")
+        finally:
+            await admin.close()
+        stores = {
+            kind: PostgresStore(server.url_for(f"growth{n}")) for n, kind in enumerate(ID_KINDS)
+        }
+        await _fill("postgres", stores, template, total, batch)
+
+
+async def _fill(
+    name: str, stores: dict[str, Any], template: list[UsageEvent], total: int, batch: int
+) -> None:
+    for store in stores.values():
+        await store.open()
+    try:
+        slices = max(1, min(8, total // batch))
+        per_slice = max(1, total // batch // slices)
+        times: dict[str, list[float]] = {kind: [] for kind in stores}
+        print(
+            f"{name}: us per event, median batch of each of {slices} parts ({batch} events a batch)"
+        )
+        print(f"  {'events':>9}  " + "  ".join(f"{kind:>16}" for kind in stores) + "   ratio")
+        for index in range(per_slice * slices):
+            for kind, store in stores.items():
+                new_id, now_ms = ID_KINDS[kind], int(time.time() * 1000)
+                # As the gateway records them: a new id, and the time of the request's end.
+                events = [
+                    dataclasses.replace(event, event_id=new_id(), time_ms=now_ms)
+                    for event in template
+                ]
+                started = time.perf_counter()
+                if await store.insert(events) != len(events):
+                    raise RuntimeError(f"{name} {kind}: a batch was not inserted whole")
+                times[kind].append((time.perf_counter() - started) * 1e6 / len(events))
+            if (index + 1) % per_slice == 0:
+                cells = [statistics.median(times[kind][-per_slice:]) for kind in stores]
+                print(
+                    f"  {(index + 1) * batch:>9,}  "
+                    + "  ".join(f"{cell:>16.1f}" for cell in cells)
+                    + f"   {cells[0] / cells[1]:5.2f}x",
+                    flush=True,
+                )
+    finally:
+        for store in stores.values():
+            await store.close()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=10_000, help="events per timed run")
@@ -298,7 +379,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--no-sqlite", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the medians here")
+    parser.add_argument(
+        "--growth",
+        type=int,
+        metavar="N",
+        help="instead: each store filling one day with N events, random against time-ordered ids",
+    )
     args = parser.parse_args(argv)
+    print(f"cpu: {cpu_model()}")
+    if args.growth is not None:
+        if args.growth < 1:
+            parser.error("--growth: must be a positive number of events")
+        batch = int(args.batches.split(",")[-1])
+        asyncio.run(bench_growth(args.growth, batch, postgres=not args.no_postgres))
+        return
     batches = [int(size) for size in args.batches.split(",")]
     drivers = []
     for driver in args.drivers.split(","):
