@@ -17,7 +17,8 @@ so load from other processes on the box spreads evenly. The SQLite store is time
 ``--growth N`` times something else: each store as the gateway runs it (``SqliteStore``, and
 ``PostgresStore`` on the scratch server) while one day's table fills up to N events, once with
 random event ids and once with time-ordered ones (``gateway/ledger/ids.py``), the two stores
-taking batches in turn. It prints the median microseconds per event of the batches in each
+taking batches in turn (``--shared-buffers`` sizes PostgreSQL's cache, so that a day this box
+can fill in a sitting outgrows it as a busy day outgrows a production server's). It prints the median microseconds per event of the batches in each
 eighth of the fill.
 """
 
@@ -301,24 +302,37 @@ async def bench_sqlite(
 ID_KINDS = {"random ids": lambda: secrets.token_hex(16), "time-ordered ids": time_ordered_id}
 
 
-async def bench_growth(total: int, batch: int, postgres: bool) -> None:
+async def bench_growth(
+    total: int, batch: int, *, sqlite: bool, postgres: bool, shared_buffers: str
+) -> None:
     """Each store, filling one day's table with ``total`` events in batches of ``batch``, once
     per kind of event id; the two stores of a kind pair take batches in turn."""
-    from gateway.ledger.sqlite_store import SqliteStore
 
     template = make_events(batch, seed=1)
+    if sqlite:
+        await _fill_sqlite(template, total, batch)
+    if postgres:
+        await _fill_postgres(template, total, batch, shared_buffers)
+
+
+async def _fill_sqlite(template: list[UsageEvent], total: int, batch: int) -> None:
+    from gateway.ledger.sqlite_store import SqliteStore
+
     with tempfile.TemporaryDirectory(prefix="sy-bench-growth-") as folder:
         stores = {
             kind: SqliteStore(Path(folder) / f"{n}.sqlite3") for n, kind in enumerate(ID_KINDS)
         }
         await _fill("sqlite", stores, template, total, batch)
-    if not postgres:
-        return
+
+
+async def _fill_postgres(
+    template: list[UsageEvent], total: int, batch: int, shared_buffers: str
+) -> None:
     import asyncpg
 
     from gateway.ledger.postgres_store import PostgresStore
 
-    with ScratchPostgres(durable=True) as server:
+    with ScratchPostgres(durable=True, shared_buffers=shared_buffers) as server:
         admin = await asyncpg.connect(server.url)
         try:
             for n in range(len(ID_KINDS)):
@@ -385,13 +399,25 @@ def main(argv: list[str] | None = None) -> None:
         metavar="N",
         help="instead: each store filling one day with N events, random against time-ordered ids",
     )
+    parser.add_argument(
+        "--shared-buffers",
+        default="64MB",
+        help="with --growth: the scratch PostgreSQL's shared_buffers (a day outgrowing them)",
+    )
     args = parser.parse_args(argv)
     print(f"cpu: {cpu_model()}")
     if args.growth is not None:
         if args.growth < 1:
             parser.error("--growth: must be a positive number of events")
         batch = int(args.batches.split(",")[-1])
-        asyncio.run(bench_growth(args.growth, batch, postgres=not args.no_postgres))
+        growth = bench_growth(
+            args.growth,
+            batch,
+            sqlite=not args.no_sqlite,
+            postgres=not args.no_postgres,
+            shared_buffers=args.shared_buffers,
+        )
+        asyncio.run(growth)
         return
     batches = [int(size) for size in args.batches.split(",")]
     drivers = []

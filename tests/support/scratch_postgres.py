@@ -61,8 +61,11 @@ class ScratchPostgres:
     so its figures are those of a real server.
     """
 
-    def __init__(self, *, durable: bool = False, base_dir: Path | None = None) -> None:
+    def __init__(
+        self, *, durable: bool = False, base_dir: Path | None = None, shared_buffers: str = "64MB"
+    ) -> None:
         self.durable = durable
+        self.shared_buffers = shared_buffers
         self.base_dir = base_dir
         self.port = 0
         self.root: Path | None = None
@@ -125,7 +128,7 @@ class ScratchPostgres:
             "-c listen_addresses=127.0.0.1",
             f"-c unix_socket_directories={self.root}",
             "-c max_connections=60",
-            "-c shared_buffers=64MB",
+            f"-c shared_buffers={self.shared_buffers}",
         ]
         if not self.durable:
             options += ["-c fsync=off", "-c full_page_writes=off", "-c synchronous_commit=off"]
