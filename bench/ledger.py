@@ -17,9 +17,9 @@ so load from other processes on the box spreads evenly. The SQLite store is time
 ``--growth N`` times something else: each store as the gateway runs it (``SqliteStore``, and
 ``PostgresStore`` on the scratch server) while one day's table fills up to N events, once with
 random event ids and once with time-ordered ones (``gateway/ledger/ids.py``), the two stores
-taking batches in turn (``--shared-buffers`` sizes PostgreSQL's cache, so that a day this box
-can fill in a sitting outgrows it as a busy day outgrows a production server's). It prints the median microseconds per event of the batches in each
-eighth of the fill.
+taking batches in turn. It prints the median microseconds per event of the batches in each
+eighth of the fill. ``--shared-buffers`` sizes PostgreSQL's cache, so that a day this box can
+fill in a sitting outgrows it as a busy day outgrows a production server's.
 """
 
 from __future__ import annotations
@@ -307,7 +307,6 @@ async def bench_growth(
 ) -> None:
     """Each store, filling one day's table with ``total`` events in batches of ``batch``, once
     per kind of event id; the two stores of a kind pair take batches in turn."""
-
     template = make_events(batch, seed=1)
     if sqlite:
         await _fill_sqlite(template, total, batch)

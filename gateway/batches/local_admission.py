@@ -6,8 +6,8 @@ interactive request arrives.
 every request in the engine is one of this runner's batch lines (none interactive, running or
 waiting), and those fill less than ``share`` of its ``max_num_seqs``. ``watch()`` looks every
 ``WATCH_S`` while lines run or wait (and sleeps otherwise: an idle gateway is not woken fifty
-times a second): once the engine holds a request that is not one of them, every batch line in it is
-cancelled: the engine aborts those requests and frees their blocks at once, the lines go back
+times a second): once the engine holds a request that is not one of them, every batch line in
+it is cancelled: the engine aborts those requests and frees their blocks at once, the lines go back
 unanswered and run again later. An interactive request so shares the engine with batch lines
 for at most one look and one step: on a CPU, where every extra sequence slows each step, that
 is the difference between yielding and not (docs/benchmarks.md). The engine knows no
