@@ -8,6 +8,7 @@ The engine here is a stand-in that reports a load; ``test_batches_local.py`` run
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,18 +125,22 @@ async def test_the_watch_sleeps_while_no_line_runs_or_waits(tmp_path: Path) -> N
             engine.lines -= 1
             local.done()
 
+    async def until(condition: Callable[[], bool]) -> None:
+        async with asyncio.timeout(10):
+            while not condition():
+                await asyncio.sleep(0.005)
+
     try:
         await asyncio.sleep(0.2)  # ten looks' worth of time with nothing to look after
         assert engine.looks == 0
         running = asyncio.create_task(line())
-        await asyncio.sleep(0.2)
-        assert engine.looks >= 3  # a line runs: the watch looks again and again
+        await until(lambda: engine.looks >= 3)  # a line runs: the watch looks again and again
         engine.interactive = 1
         await asyncio.wait_for(asyncio.gather(running, return_exceptions=True), 10)
         assert running.cancelled()  # preempted by the next look
-        await asyncio.sleep(0.05)  # the look already under way
+        await until(lambda: not local._watched.is_set())  # the watch has gone back to sleep
         looked = engine.looks
         await asyncio.sleep(0.2)
-        assert engine.looks == looked  # nothing left to look after: asleep again
+        assert engine.looks == looked  # and stays asleep
     finally:
         watch.cancel()
