@@ -69,6 +69,9 @@ def key_limits(record: KeyRecord) -> KeyLimits | None:
     )
 
 
+# What a key of a team without limits of its own reserves under (its team's are the script's).
+NO_KEY_LIMITS = KeyLimits()
+
 # A reserve that meets a key changing teams re-reads its record and tries this many times.
 HOME_TRIES = 3
 
@@ -162,7 +165,7 @@ class LimitsGate:
         cost = worst_case_cost(policy, plan, bound) if priced else 0
         tokens = bound.total_tokens if hold_ms is None else 0
         try:
-            reservation = await self._reserve(record, cost, tokens, reservation_id, hold_ms)
+            reservation = await self._reserve(record, limits, cost, tokens, reservation_id, hold_ms)
         except AlreadyHeld as again:
             if hold_ms is None:
                 raise
@@ -175,14 +178,21 @@ class LimitsGate:
         return reservation, estimate
 
     async def _reserve(
-        self, record: KeyRecord, cost: int, tokens: int, reservation_id: str, hold_ms: int | None
+        self,
+        record: KeyRecord,
+        limits: KeyLimits | None,
+        cost: int,
+        tokens: int,
+        reservation_id: str,
+        hold_ms: int | None,
     ) -> Reservation:
-        """The reserve, following the key to its current home if it changed teams."""
+        """The reserve, following the key to its current home if it changed teams
+        (``limits``: the key's own, as ``key_limits`` made them from ``record``)."""
         for _ in range(HOME_TRIES):
             try:
                 return await self.limiter.reserve(
                     record.id,
-                    key_limits(record) or KeyLimits(),
+                    limits or NO_KEY_LIMITS,
                     tokens=tokens,
                     cost_nanos=cost,
                     request_id=reservation_id,
@@ -201,7 +211,8 @@ class LimitsGate:
                     raise LimiterUnavailable(
                         f"rate limiter unavailable: {type(exc).__name__}", code="redis_unavailable"
                     ) from exc
-                record = fresh or record
+                if fresh is not None:
+                    record, limits = fresh, key_limits(fresh)
         raise ServiceUnavailable(
             "This key is changing teams; retry in a moment.",
             code="key_moving",

@@ -38,22 +38,35 @@ def format_duration(ms: float) -> str:
     return seconds
 
 
+# Per window kind: its offset in a scope's stats, and its three header names.
+_WINDOWS = tuple(
+    (
+        offset,
+        f"x-ratelimit-limit-{kind}",
+        f"x-ratelimit-remaining-{kind}",
+        f"x-ratelimit-reset-{kind}",
+    )
+    for kind, offset in (("requests", 0), ("tokens", 3))
+)
+
+
 def rate_headers(stats: Sequence[Any]) -> dict[str, str]:
-    """x-ratelimit-* for the windows some scope limits; a window no scope limits gets none."""
+    """x-ratelimit-* for the windows some scope limits; a window no scope limits gets none.
+    Of several scopes limiting a window, the first with the least room left is shown."""
     headers: dict[str, str] = {}
-    scopes = [stats[i : i + STATS_PER_SCOPE] for i in range(0, len(stats), STATS_PER_SCOPE)]
-    for kind, offset in (("requests", 0), ("tokens", 3)):
-        limited = [
-            (int(s[offset]), int(s[offset + 1]), int(s[offset + 2]))
-            for s in scopes
-            if int(s[offset]) >= 0
-        ]
-        if not limited:
-            continue
-        limit, used, reset = min(limited, key=lambda window: window[0] - window[1])
-        headers[f"x-ratelimit-limit-{kind}"] = str(limit)
-        headers[f"x-ratelimit-remaining-{kind}"] = str(max(0, limit - used))
-        headers[f"x-ratelimit-reset-{kind}"] = format_duration(reset)
+    for offset, limit_name, remaining_name, reset_name in _WINDOWS:
+        shown = None
+        for at in range(offset, len(stats), STATS_PER_SCOPE):
+            limit = int(stats[at])
+            if limit >= 0:
+                used = int(stats[at + 1])
+                if shown is None or limit - used < shown[0] - shown[1]:
+                    shown = (limit, used, stats[at + 2])
+        if shown is not None:
+            limit, used, reset = shown
+            headers[limit_name] = str(limit)
+            headers[remaining_name] = str(max(0, limit - used))
+            headers[reset_name] = format_duration(int(reset))
     return headers
 
 

@@ -15,7 +15,6 @@ See docs/limits.md for the algorithm, the admission rule and how a key changes t
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -199,6 +198,34 @@ def settles_crossings(reservations: Sequence[Reservation], reply: Any) -> list[B
 
 def settle_applied(reply: Any) -> bool:
     return bool(int(reply[0]) if isinstance(reply, list) else int(reply))
+
+
+def _asked(
+    key_id: str,
+    limits: KeyLimits,
+    home: str | None,
+    request_id: str,
+    tokens: int,
+    cost_nanos: int,
+    at: float,
+    budget_window: str | None,
+    headers: dict[str, str],
+    in_flight: int,
+) -> Reservation:
+    """The reservation of what a request asked for, as the script's reply took it."""
+    return Reservation(
+        key_id=key_id,
+        request_id=request_id,
+        tokens=tokens,
+        cost_nanos=_lua_nanos(cost_nanos),
+        at=at,
+        budget_window=budget_window,
+        headers=headers,
+        home=home,
+        in_flight=in_flight,
+        alert_budget_nanos=limits.budget_nanos if limits.alert_thresholds else None,
+        alert_thresholds=limits.alert_thresholds,
+    )
 
 
 def _check_nanos(nanos: int, name: str = "cost_nanos") -> int:
@@ -439,32 +466,28 @@ class Limiter:
     ) -> Reservation:
         """One request's reply of the reserve script as its reservation, or the refusal."""
         status = int(reply[0])
-        held = Reservation(
-            key_id=key_id,
-            request_id=request_id,
-            tokens=tokens,
-            cost_nanos=_lua_nanos(cost_nanos),
-            at=0.0,
-            budget_window=None,
-            home=home,
-            alert_budget_nanos=limits.budget_nanos if limits.alert_thresholds else None,
-            alert_thresholds=limits.alert_thresholds,
-        )
         if status == -1:
-            raise AlreadyHeld(held)
+            raise AlreadyHeld(
+                _asked(key_id, limits, home, request_id, tokens, cost_nanos, 0.0, None, {}, 0)
+            )
         if status in (-2, -3):
             raise HomeChanged(key_id, moving=status == -3)
-        team = team_of_home(home) if home else None
         if status == 0:
+            team = team_of_home(home) if home else None
             raise refusal(
                 reply, team=team, tokens=tokens, cost_nanos=cost_nanos, window_ms=self.window_ms
             )
-        reservation = dataclasses.replace(
-            held,
-            at=int(reply[1]) / 1000,
-            budget_window=_text(reply[2]) or None,
-            headers=rate_headers(reply[4:]),
-            in_flight=int(reply[3]),
+        reservation = _asked(
+            key_id,
+            limits,
+            home,
+            request_id,
+            tokens,
+            cost_nanos,
+            int(reply[1]) / 1000,
+            _text(reply[2]) or None,
+            rate_headers(reply[4:]),
+            int(reply[3]),
         )
         if reservation.in_flight:
             self._flying[request_id] = (reservation, time.monotonic())
