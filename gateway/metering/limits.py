@@ -200,34 +200,6 @@ def settle_applied(reply: Any) -> bool:
     return bool(int(reply[0]) if isinstance(reply, list) else int(reply))
 
 
-def _asked(
-    key_id: str,
-    limits: KeyLimits,
-    home: str | None,
-    request_id: str,
-    tokens: int,
-    cost_nanos: int,
-    at: float,
-    budget_window: str | None,
-    headers: dict[str, str],
-    in_flight: int,
-) -> Reservation:
-    """The reservation of what a request asked for, as the script's reply took it."""
-    return Reservation(
-        key_id=key_id,
-        request_id=request_id,
-        tokens=tokens,
-        cost_nanos=_lua_nanos(cost_nanos),
-        at=at,
-        budget_window=budget_window,
-        headers=headers,
-        home=home,
-        in_flight=in_flight,
-        alert_budget_nanos=limits.budget_nanos if limits.alert_thresholds else None,
-        alert_thresholds=limits.alert_thresholds,
-    )
-
-
 def _check_nanos(nanos: int, name: str = "cost_nanos") -> int:
     if isinstance(nanos, bool) or not isinstance(nanos, int) or nanos < 0:
         raise ValueError(f"{name} must be a non-negative integer of nano-dollars, got {nanos!r}")
@@ -465,11 +437,23 @@ class Limiter:
         cost_nanos: int,
     ) -> Reservation:
         """One request's reply of the reserve script as its reservation, or the refusal."""
+
+        def asked(**taken: Any) -> Reservation:
+            """What the request asked for, with what the reply says the script took."""
+            return Reservation(
+                key_id=key_id,
+                request_id=request_id,
+                tokens=tokens,
+                cost_nanos=_lua_nanos(cost_nanos),
+                home=home,
+                alert_budget_nanos=limits.budget_nanos if limits.alert_thresholds else None,
+                alert_thresholds=limits.alert_thresholds,
+                **taken,
+            )
+
         status = int(reply[0])
         if status == -1:
-            raise AlreadyHeld(
-                _asked(key_id, limits, home, request_id, tokens, cost_nanos, 0.0, None, {}, 0)
-            )
+            raise AlreadyHeld(asked(at=0.0, budget_window=None))
         if status in (-2, -3):
             raise HomeChanged(key_id, moving=status == -3)
         if status == 0:
@@ -477,17 +461,11 @@ class Limiter:
             raise refusal(
                 reply, team=team, tokens=tokens, cost_nanos=cost_nanos, window_ms=self.window_ms
             )
-        reservation = _asked(
-            key_id,
-            limits,
-            home,
-            request_id,
-            tokens,
-            cost_nanos,
-            int(reply[1]) / 1000,
-            _text(reply[2]) or None,
-            rate_headers(reply[4:]),
-            int(reply[3]),
+        reservation = asked(
+            at=int(reply[1]) / 1000,
+            budget_window=_text(reply[2]) or None,
+            headers=rate_headers(reply[4:]),
+            in_flight=int(reply[3]),
         )
         if reservation.in_flight:
             self._flying[request_id] = (reservation, time.monotonic())
