@@ -22,8 +22,8 @@ import structlog
 
 from gateway.ledger import UsageError, UsageEvent
 from gateway.metering.buffer import UsageBuffer
+from gateway.metering.replay_loop import ReplayLoop
 from gateway.metering.spool import Segment, Spool
-from gateway.server.tasks import cancel_until_done
 from gateway.store.connect import REDIS_FAILURES
 from gateway.store.scripts import ScriptBatch
 
@@ -46,8 +46,13 @@ class UsageRecorder:
     spool: Spool
     replay_interval_s: float = 5.0
     replay_batch: int = 200
-    _replay_task: asyncio.Task[None] | None = field(default=None, init=False)
     _replay_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    _replays: ReplayLoop = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._replays = ReplayLoop(
+            "usage", self.spool, self.replay_spool, interval_s=self.replay_interval_s, log=log
+        )
 
     def queue_record(self, batch: ScriptBatch, event: UsageEvent) -> int:
         """Queue the record (one ``XADD`` to the event's buffer shard) on ``batch``; returns
@@ -143,19 +148,7 @@ class UsageRecorder:
 
     async def start(self) -> None:
         """Start the background task that retries the spool every ``replay_interval_s``."""
-        if self._replay_task is None:
-            self._replay_task = asyncio.create_task(self._replay_forever(), name="usage-replay")
+        await self._replays.start()
 
     async def stop(self) -> None:
-        task, self._replay_task = self._replay_task, None
-        if task is not None:
-            await cancel_until_done([task])
-
-    async def _replay_forever(self) -> None:
-        while True:
-            if self.spool.depth():
-                try:
-                    await self.replay_spool()
-                except REDIS_FAILURES as exc:
-                    log.info("usage_replay_deferred", reason=type(exc).__name__)
-            await asyncio.sleep(self.replay_interval_s)
+        await self._replays.stop()

@@ -36,9 +36,9 @@ from gateway.metering.limits import (
     settles_crossings,
 )
 from gateway.metering.recorder import UsageRecorder
+from gateway.metering.replay_loop import ReplayLoop
 from gateway.metering.settle_spool import SettleLineError, SpooledSettle
 from gateway.metering.spool import Segment, Spool
-from gateway.server.tasks import cancel_until_done
 from gateway.store.direct import DirectRedis
 from gateway.store.scripts import ScriptBatch
 
@@ -69,15 +69,16 @@ class SettleBatcher:
         every ``replay_interval_s``."""
         self.redis = redis
         self.spool = spool
-        self.replay_interval_s = replay_interval_s
         self.replay_batch = replay_batch
-        self._replay_task: asyncio.Task[None] | None = None
         self._replay_lock = asyncio.Lock()
         self.alerts = alerts
         self._direct = DirectRedis(redis)  # one round trip per batch, without pool machinery
         self.limiter = limiter
         self.recorder = recorder
         self.log = log
+        self._replays = ReplayLoop(
+            "settle", spool, self.replay_spool, interval_s=replay_interval_s, log=log
+        )
         self._pending: list[tuple[Settlement, asyncio.Future[None]]] = []
         self._flushes: set[asyncio.Task[None]] = set()
         self._scheduled = False
@@ -249,22 +250,10 @@ class SettleBatcher:
 
     async def start(self) -> None:
         """Start the task that replays the settle spool every ``replay_interval_s``."""
-        if self._replay_task is None:
-            self._replay_task = asyncio.create_task(self._replay_forever(), name="settle-replay")
+        await self._replays.start()
 
     async def stop(self) -> None:
-        task, self._replay_task = self._replay_task, None
-        if task is not None:
-            await cancel_until_done([task])
-
-    async def _replay_forever(self) -> None:
-        while True:
-            if self.spool.depth():
-                try:
-                    await self.replay_spool()
-                except Exception as exc:  # Redis still away (or torn down mid-send): next round
-                    self.log.info("settle_replay_deferred", reason=type(exc).__name__)
-            await asyncio.sleep(self.replay_interval_s)
+        await self._replays.stop()
 
     async def drain(self, timeout: float = 5.0) -> None:
         self._start_flush()

@@ -17,7 +17,7 @@ from gateway.metering.buffer import UsageBuffer
 from gateway.metering.exporter import UsageExporter
 from gateway.metering.recorder import RecordOutcome, UsageRecorder
 from gateway.metering.reports import UsageReports
-from gateway.metering.spool import Spool
+from gateway.metering.spool import Segment, Spool
 from gateway.money import usd_to_nanos
 from gateway.store.embedded import EmbeddedRedis
 from gateway.store.scripts import ScriptBatch
@@ -247,6 +247,33 @@ async def test_background_task_replays_when_redis_returns(
     finally:
         await recorder.stop()
         await client.aclose()
+
+
+async def test_the_usage_spool_is_replayed_after_a_round_that_raised(
+    redis_client: Redis, usage_store: UsageStore, tmp_path: Path
+) -> None:
+    recorder = on_redis(redis_client, usage_store, tmp_path / "spool", replay_interval_s=0.05)
+    recorder.spool.append_sync(event("req-after-a-bad-round").to_json())
+    parse = recorder._parse_segment
+    raised: list[str] = []
+
+    def fails_once(segment: Segment) -> list[UsageEvent]:
+        if not raised:
+            raised.append("once")
+            raise RuntimeError("a bug in one round")
+        return parse(segment)
+
+    recorder._parse_segment = fails_once  # type: ignore[method-assign]
+    await recorder.start()
+    try:
+        deadline = time.monotonic() + 10
+        while recorder.spool_depth() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+    finally:
+        await recorder.stop()
+    assert raised == ["once"]
+    assert recorder.spool_depth() == 0
+    assert (await recorder.buffer.stats()).backlog == 1
 
 
 async def test_spool_shared_by_two_writers_loses_nothing(tmp_path: Path) -> None:
