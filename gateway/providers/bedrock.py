@@ -30,7 +30,7 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from gateway.errors import UpstreamError, UpstreamTimeout
+from gateway.errors import UpstreamError
 from gateway.formats import anthropic_messages, bedrock_converse
 from gateway.formats.anthropic_messages.response import TokenCount
 from gateway.formats.errors import ErrorInfo, FormatError, MalformedRequest, UpstreamProtocolError
@@ -196,12 +196,10 @@ class BedrockEventStream:
         name = self.upstream.provider
         decoder = EventStreamDecoder(self.upstream.settings.max_event_bytes)
         try:
-            while True:
-                chunk = await self.response.content.readany()
-                if not chunk:
-                    break
-                if messages := decoder.feed(chunk):
-                    yield [_as_event(message) for message in messages]
+            with self.upstream.reading_stream():
+                while chunk := await self.response.content.readany():
+                    if messages := decoder.feed(chunk):
+                        yield [_as_event(message) for message in messages]
         except EventStreamError as exc:
             self.response.close()
             raise UpstreamError(
@@ -209,16 +207,6 @@ class BedrockEventStream:
                 kind="protocol",
                 provider=name,
             ) from None
-        except (TimeoutError, aiohttp.ServerTimeoutError):
-            raise UpstreamTimeout(
-                f"upstream provider {name} stopped sending mid-stream", provider=name
-            ) from None
-        except (aiohttp.ClientError, ConnectionError) as exc:
-            raise UpstreamError(
-                f"upstream provider {name} broke the stream ({type(exc).__name__})",
-                kind="protocol",
-                provider=name,
-            ) from exc
         finally:
             self.response.release()
         if decoder.pending:

@@ -36,7 +36,8 @@ buffered.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
+import contextlib
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
 
 import aiohttp
 import orjson
@@ -324,6 +325,24 @@ class HttpUpstream:
             upstream_status=status,
         )
 
+    @contextlib.contextmanager
+    def reading_stream(self) -> Iterator[None]:
+        """Around the reads of a stream's body (SSE, Bedrock's event stream): a stall past the
+        read timeout, or a connection that breaks, as the error the gateway relays."""
+        name = self.provider
+        try:
+            yield
+        except (TimeoutError, aiohttp.ServerTimeoutError):
+            raise UpstreamTimeout(
+                f"upstream provider {name} stopped sending mid-stream", provider=name
+            ) from None
+        except (aiohttp.ClientError, ConnectionError) as exc:
+            raise UpstreamError(
+                f"upstream provider {name} broke the stream ({type(exc).__name__})",
+                kind="protocol",
+                provider=name,
+            ) from exc
+
     def stream_error(self, info: ErrorInfo) -> UpstreamError:
         """An error event an upstream sent mid-stream, scrubbed (never retried: bytes went out)."""
         message = redact(info.message, self.secrets) or "no message"
@@ -350,30 +369,20 @@ class SseStream:
         of the body completed; ends with the upstream's body. An event past
         ``max_event_bytes``, a stall or a broken connection raise ``UpstreamError``."""
         upstream = self.upstream
-        name = upstream.provider
         cap = upstream.settings.max_event_bytes
         reader = SSEDataReader(cap)
         try:
-            while chunk := await self.response.content.readany():
-                events = reader.feed(chunk)
-                if b"[DONE]" in events:
-                    yield events[: events.index(b"[DONE]") + 1]
-                    return
-                if events:
-                    yield events
-                if reader.too_large:
-                    self.response.close()  # the rest of the event is never read
-                    raise upstream._too_large("a stream event", cap)
-        except (TimeoutError, aiohttp.ServerTimeoutError):
-            raise UpstreamTimeout(
-                f"upstream provider {name} stopped sending mid-stream", provider=name
-            ) from None
-        except (aiohttp.ClientError, ConnectionError) as exc:
-            raise UpstreamError(
-                f"upstream provider {name} broke the stream ({type(exc).__name__})",
-                kind="protocol",
-                provider=name,
-            ) from exc
+            with upstream.reading_stream():
+                while chunk := await self.response.content.readany():
+                    events = reader.feed(chunk)
+                    if b"[DONE]" in events:
+                        yield events[: events.index(b"[DONE]") + 1]
+                        return
+                    if events:
+                        yield events
+                    if reader.too_large:
+                        self.response.close()  # the rest of the event is never read
+                        raise upstream._too_large("a stream event", cap)
         finally:
             self.response.release()
         last = reader.close()
