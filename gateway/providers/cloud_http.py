@@ -25,7 +25,13 @@ from yarl import URL
 
 from gateway.errors import UpstreamError
 from gateway.formats.errors import FormatError
-from gateway.providers.base import ClientGone, Headers, UpstreamResponse, unsupported
+from gateway.providers.base import (
+    ClientGone,
+    Headers,
+    UpstreamResponse,
+    refused_request,
+    unsupported,
+)
 from gateway.providers.http_provider import HttpProvider
 from gateway.providers.http_upstream import SseStream
 
@@ -100,20 +106,4 @@ class CloudHttpProvider(HttpProvider, abc.ABC):
 
     def refusal(self, exc: FormatError) -> UpstreamError:
         """A client body this kind cannot carry, as the 400 the dispatcher moves on from."""
-        return UpstreamError(
-            exc.message,
-            status=400,
-            retryable=False,
-            kind="untranslatable",
-            provider=self.name,
-            code=exc.code,
-            param=exc.param,
-            upstream_body={
-                "error": {
-                    "message": exc.message,
-                    "type": "invalid_request_error",
-                    "param": exc.param,
-                    "code": exc.code,
-                }
-            },
-        )
+        return refused_request(exc, self.name, "untranslatable")
