@@ -83,8 +83,7 @@ def build_logger(
         logger_factory = structlog.BytesLogger(
             stream.buffer if hasattr(stream, "buffer") else stream
         )
-    return structlog.wrap_logger(
-        logger_factory,
-        processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-    )
+    # The bound logger itself, not structlog.wrap_logger's lazy proxy: the proxy assembles a
+    # new bound logger on every call (a fifth of an access line's cost).
+    wrapper_class = structlog.make_filtering_bound_logger(logging.getLevelName(level.upper()))
+    return wrapper_class(logger_factory, processors=processors, context={})
