@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from gateway.api.strict_json import parse_json_object
 from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge
+from gateway.server.header_map import header_map
 
 JSON = "application/json"
 
@@ -20,7 +21,7 @@ def client_address(request: Request) -> str:
 
 
 async def read_body(request: Request, max_bytes: int) -> bytes:
-    declared = request.headers.get("content-length")
+    declared = header_map(request.scope).get("content-length")
     if declared is not None:
         if not declared.isdigit():
             raise InvalidRequest("Content-Length must be a number", param="content-length")

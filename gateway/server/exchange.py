@@ -32,6 +32,7 @@ from starlette.requests import Request
 
 from gateway.errors import GatewayError
 from gateway.redact import redact
+from gateway.server.header_map import header_map
 
 EXCHANGE_KEY = "switchyard.exchange"
 REQUEST_ID_HEADER = "x-request-id"
@@ -82,7 +83,7 @@ def request_id_of(request: Request) -> str:
     known = request.scope.get(_REQUEST_ID_KEY)
     if known is not None:
         return known
-    incoming = request.headers.get(REQUEST_ID_HEADER)
+    incoming = header_map(request.scope).get(REQUEST_ID_HEADER)
     if incoming and len(incoming) <= _MAX_REQUEST_ID and incoming.isprintable():
         request_id = incoming
     else:

@@ -53,6 +53,7 @@ from gateway.redact import redact
 from gateway.routing.dispatch import AttemptRecord, DispatchResult
 from gateway.routing.router import RoutePlan
 from gateway.server.exchange import CLIENT_GONE, request_id_of
+from gateway.server.header_map import header_map
 from gateway.services import Services
 from gateway.tracing import RequestTrace
 
@@ -108,12 +109,13 @@ class V1Pipeline:
         body = await read_body(request, self.max_body_bytes)
         principal = await self.authenticate(call)
         raw = parse_json_object(body)  # after auth: strangers learn nothing of the schema
-        books.attribution = take_attribution(raw, request.headers, principal.record.tags)
+        headers = header_map(request.scope)
+        books.attribution = take_attribution(raw, headers, principal.record.tags)
         translation = Translation(door.client_side, raw, door.check(raw))
         call.trace.request(door.route, raw)
-        directive = cache_directive(request.headers)
-        plan, policy = self.plan(books, raw, principal, door, request.headers)
-        cached = self.cache_plan(door, raw, principal, plan, directive, request.headers)
+        directive = cache_directive(headers)
+        plan, policy = self.plan(books, raw, principal, door, headers)
+        cached = self.cache_plan(door, raw, principal, plan, directive, headers)
         hit = await self.reserve(call, raw, principal, plan, policy, cached)
         if hit is not None:
             return cache_hit(books, door, raw, plan, hit, call.trace)
@@ -127,7 +129,7 @@ class V1Pipeline:
         return reply
 
     async def authenticate(self, call: Call) -> Principal:
-        credential = client_credential(call.request.headers)
+        credential = client_credential(header_map(call.request.scope))
         with call.trace.stage("authenticate"):
             principal = await self.auth.authenticate(credential)
         call.books.key_id, call.books.team = principal.key_id, principal.record.team or ""
@@ -232,7 +234,7 @@ class V1Pipeline:
         headers that may go on, each try a span of its own."""
         request = call.request
         return Upstreams(
-            self.providers, policy, request.headers, request_id_of(request), call.trace
+            self.providers, policy, header_map(request.scope), request_id_of(request), call.trace
         )
 
     async def stream(

@@ -29,6 +29,7 @@ from gateway.formats.internal import Usage
 from gateway.metering.accounting import Accountant, Accounting
 from gateway.metrics import Metrics
 from gateway.server.exchange import request_id_of, when_answered
+from gateway.server.header_map import header_map
 from gateway.tracing import RequestTrace, Tracing
 from gateway.tracing.genai import INPUT_TOKENS, OUTPUT_TOKENS, RESPONSE_MODEL
 
@@ -124,7 +125,10 @@ class Calls:
     def open(self, request: Request, route: str) -> Call:
         # Its span (a shared no-op unless tracing is on): stages and upstream tries hang on it.
         trace = self.tracing.start_request(
-            route=route, method=request.method, path=request.scope["path"], headers=request.headers
+            route=route,
+            method=request.method,
+            path=request.scope["path"],
+            headers=header_map(request.scope),
         )
         return Call(request, Accounting(route=route, started=time.perf_counter()), trace)
 
