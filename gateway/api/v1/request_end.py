@@ -3,12 +3,13 @@
 ``Calls.open`` opens a request's books (``metering.accounting.Accounting``: from the first
 byte, never missing) and its span. The pipeline answers with a ``Reply``: a whole answer (JSON,
 an error envelope, a cached answer) or a stream relayed event by event (``stream.py``).
-``Calls.deliver`` sends either the same way: the body's pieces but the last, then the
-request's end (the books closed: the limiter's settle and the usage record, submitted to the
-settle batch; the span ended), then, once the usage record is durable, the last piece: a whole
-answer is its last piece alone, a stream's is its end or its error event. The access line and
-request metrics follow the last byte (the exchange's end). A request that failed on a bug ends
-the same way before the error goes on up (the exchange middleware answers the catch-all 500).
+``Calls.deliver`` sends a stream's pieces but the last, then the request's end (the books
+closed: the limiter's settle and the usage record, submitted to the settle batch; the span
+ended), then, once the usage record is durable, the last piece: its end or its error event. A
+whole answer is ended the same way before its first byte, and sent once its usage record is
+durable. The access line and request metrics follow the last byte (the exchange's end). A
+request that failed on a bug ends the same way before the error goes on up (the exchange
+middleware answers the catch-all 500).
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ class Reply:
         return
         yield
 
+    def raise_failure(self) -> None:
+        """Raise what stopped a whole answer, if anything did (``Failed``)."""
+
     def close(self) -> None:
         """However the answer ended: what it holds given back."""
 
@@ -88,9 +92,8 @@ class Failed(Reply):
         super().__init__(status, {})
         self.exception = error
 
-    async def pieces(self) -> AsyncIterator[bytes]:
+    def raise_failure(self) -> None:
         raise self.exception
-        yield
 
 
 def answer_headers(books: Accounting) -> dict[str, str]:
@@ -133,15 +136,24 @@ class Calls:
         return Call(request, Accounting(route=route, started=time.perf_counter()), trace)
 
     async def deliver(self, call: Call, reply: Reply) -> Response:
-        """``reply`` as the response, and the request's end between its last two pieces."""
-        body = self._ended(call, reply)
+        """``reply`` as the response, and the request's end: between a stream's last two
+        pieces, before a whole answer's first byte (without the stream's generators, which
+        cost a JSON answer about 3 µs: docs/benchmarks.md)."""
         if reply.relayed:
             return await ClosingStreamingResponse.started(
-                body, status_code=200, headers=reply.headers, media_type="text/event-stream"
+                self._ended(call, reply),
+                status_code=200,
+                headers=reply.headers,
+                media_type="text/event-stream",
             )
-        content = b"".join([piece async for piece in body])
+        try:
+            reply.raise_failure()
+        finally:
+            reply.close()
+            recorded = self._end(call, reply)
+        await durable(recorded)  # the answer leaves once its usage record is durable
         return Response(
-            content, status_code=reply.status, headers=reply.headers, media_type=reply.media_type
+            reply.last, status_code=reply.status, headers=reply.headers, media_type=reply.media_type
         )
 
     async def _ended(self, call: Call, reply: Reply) -> AsyncGenerator[bytes, None]:
