@@ -1,0 +1,174 @@
+"""What three pieces of a /v1 request's own work cost, each beside the way it was done before.
+
+``python -m bench.request_pieces [--repeat N]``: CPU time per call, best of seven rounds, in
+this process:
+
+- the header lookups a JSON request makes (its credential, request id, attribution, cache
+  directive, task header, forwarded headers), on the headers the OpenAI SDK sends: through
+  Starlette's ``Headers`` (before) and through ``header_map``'s dict (now);
+- the access line: through structlog's lazy proxy, which ``build_logger`` used to return and
+  which assembles a bound logger on every call (before), and through the bound logger (now);
+- ``Calls.deliver`` of a whole answer, with the request's end itself left out: drained through
+  the stream's generators (before) and ended directly (now).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+from starlette.requests import Request
+from starlette.responses import Response
+
+from bench.machine import cpu_model
+from gateway.access.auth import client_credential
+from gateway.api.v1.request_end import Calls, Reply
+from gateway.cache.controls import directive_of
+from gateway.logs import LazyFlushStream, _processors, build_logger
+from gateway.metering.attribution import take_attribution
+from gateway.providers.forwarding import forwarded_headers
+from gateway.routing.router import _header
+from gateway.server.header_map import header_map
+
+# What the OpenAI Python SDK sends with a chat request.
+SDK_HEADERS = [
+    (b"host", b"127.0.0.1:8080"),
+    (b"accept-encoding", b"gzip, deflate"),
+    (b"connection", b"keep-alive"),
+    (b"accept", b"application/json"),
+    (b"content-type", b"application/json"),
+    (b"user-agent", b"OpenAI/Python 1.99.0"),
+    (b"x-stainless-lang", b"python"),
+    (b"x-stainless-package-version", b"1.99.0"),
+    (b"x-stainless-os", b"Linux"),
+    (b"x-stainless-arch", b"x64"),
+    (b"x-stainless-runtime", b"CPython"),
+    (b"x-stainless-retry-count", b"0"),
+    (b"authorization", b"Bearer sk-bench-0123456789"),
+    (b"content-length", b"120"),
+]
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+ACCESS_FIELDS: dict[str, Any] = {
+    "request_id": "0f" * 16,
+    "usage_id": "01938a" * 5,
+    "route": "/v1/chat/completions",
+    "key_id": "k_1234567890",
+    "model": "gpt-4o-mini",
+    "provider": "openai",
+    "status": 200,
+    "stream": False,
+    "task": "chat",
+    "strategy": "cheapest",
+    "route_reason": "rule: default",
+    "attempts": 1,
+    "latency_ms": 1.234,
+    "prompt_tokens": 12,
+    "completion_tokens": 20,
+    "error": None,
+}
+
+
+def lookups(headers: Mapping[str, str]) -> None:
+    """The lookups of one JSON request, in the order the pipeline makes them."""
+    headers.get("content-length")
+    client_credential(headers)
+    headers.get("x-request-id")
+    take_attribution(BODY, headers, None)
+    directive_of(headers)
+    _header(headers, "x-task-type")
+    forwarded_headers(headers, (), "0f" * 16)
+
+
+def through_headers() -> None:
+    lookups(Request({"type": "http", "headers": SDK_HEADERS}).headers)
+
+
+def through_header_map() -> None:
+    lookups(header_map(Request({"type": "http", "headers": SDK_HEADERS}).scope))
+
+
+def access_loggers() -> tuple[Any, Any]:
+    """The lazy proxy ``build_logger`` used to return, and what it returns now, both writing
+    JSON lines to /dev/null as the app's sink does."""
+    sink = LazyFlushStream(open("/dev/null", "wb"))  # noqa: SIM115 - kept for the process
+    proxy = structlog.wrap_logger(
+        structlog.BytesLogger(sink),
+        processors=_processors("json"),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+    )
+    return proxy, build_logger("info", "json", sink)
+
+
+class _Endless(Calls):
+    """``Calls`` whose request end records nothing: what is timed is the way to it."""
+
+    def __init__(self) -> None:
+        pass
+
+    def _end(self, call: Any, reply: Reply) -> None:
+        return None
+
+
+async def _through_generators(calls: Calls, reply: Reply) -> Response:
+    content = b"".join([piece async for piece in calls._ended(None, reply)])  # type: ignore[arg-type]
+    return Response(content, status_code=reply.status, headers=reply.headers)
+
+
+def per_call_us(function: Callable[[], Any], n: int) -> float:
+    best = float("inf")
+    for _ in range(7):
+        started = time.process_time()
+        for _ in range(n):
+            function()
+        best = min(best, (time.process_time() - started) / n)
+    return best * 1e6
+
+
+async def per_await_us(make: Callable[[], Any], n: int) -> float:
+    best = float("inf")
+    for _ in range(7):
+        started = time.process_time()
+        for _ in range(n):
+            await make()
+        best = min(best, (time.process_time() - started) / n)
+    return best * 1e6
+
+
+def measure(repeat: int) -> list[tuple[str, float, float]]:
+    """(piece, before µs, now µs) for each piece."""
+    proxy, bound = access_loggers()
+    calls, reply = _Endless(), Reply(200, {"x-switchyard-cache": "miss"}, b'{"id":"x"}')
+    deliver_before = asyncio.run(per_await_us(lambda: _through_generators(calls, reply), repeat))
+    deliver_now = asyncio.run(per_await_us(lambda: calls.deliver(None, reply), repeat))  # type: ignore[arg-type]
+    return [
+        (
+            "header lookups of a JSON request",
+            per_call_us(through_headers, repeat),
+            per_call_us(through_header_map, repeat),
+        ),
+        (
+            "access line",
+            per_call_us(lambda: proxy.info("request", **ACCESS_FIELDS), repeat),
+            per_call_us(lambda: bound.info("request", **ACCESS_FIELDS), repeat),
+        ),
+        ("deliver a whole answer", deliver_before, deliver_now),
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=20_000, help="calls per round")
+    args = parser.parse_args(argv)
+    print(f"CPU: {cpu_model()}; CPU time per call, best of 7 rounds of {args.repeat}")
+    print(f"{'piece':36} {'before µs':>10} {'now µs':>8}")
+    for name, before, now in measure(args.repeat):
+        print(f"{name:36} {before:10.2f} {now:8.2f}")
+
+
+if __name__ == "__main__":
+    main()

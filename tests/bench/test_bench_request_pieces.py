@@ -1,0 +1,24 @@
+"""The request-pieces bench: each piece timed before and now, under the CPU it ran on."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.machine import cpu_model
+from bench.request_pieces import main
+
+
+def test_each_piece_is_timed_both_ways_under_the_cpu_it_ran_on(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    main(["--repeat", "3"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"CPU: {cpu_model()}")
+    rows = {line[:36].strip(): line[36:].split() for line in lines[2:]}
+    assert set(rows) == {
+        "header lookups of a JSON request",
+        "access line",
+        "deliver a whole answer",
+    }
+    for name, (before, now) in rows.items():
+        assert float(before) > 0 and float(now) > 0, name
