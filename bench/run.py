@@ -15,7 +15,11 @@ scripts call are counted apart, inside their script's time) and what the SLOWLOG
 1 ms. Streams: 16 clients
 each reading whole streams for the run's length (aiohttp, on the load's core): streams/s and
 the time to first byte the gateway adds. Each cell is the median of ``--repeat`` runs; the load
-average is printed beside the figures (the box may be shared).
+average is printed beside the figures (the box may be shared). With ``--trees``, each tree after
+the first is also compared with it round by round: the median of the rounds' ratios of gateway +
+Redis CPU per request (with their quartiles, and in how many rounds it cost less) and of req/s.
+On a box whose speed drifts within a minute, many short rounds (``--repeat 30 --duration 2``)
+resolve a difference of a few percent that the medians of each tree's runs do not.
 
 ``--servers uvicorn,granian`` serves the same app under granian as well (``bench/granian_serve.py``:
 built as ``switchyard serve`` builds it, same settings, embedded Redis and policy; one worker on
@@ -457,9 +461,57 @@ def report(
                 f"{statistics.median(s.redis_cpu_us for s in runs):.1f}us"
             )
         print(line)
+    for name in names[2:]:
+        for level in levels:
+            print(
+                paired_line(
+                    level, names[1], name, results[(names[1], level)], results[(name, level)]
+                )
+            )
     for name in names[1:]:
         for level in levels:
             print_commands(f"c{level}, {name}", results[(name, level)])
+
+
+@dataclass(frozen=True)
+class Paired:
+    """A tree against the first, round by round: on a box whose speed drifts by a tenth within
+    a minute, the ratio of two runs next to each other moves less than either run."""
+
+    rounds: int
+    cpu_ratio: float  # median of the rounds' gateway + Redis CPU per request, after / before
+    cpu_quartiles: tuple[float, float]
+    rps_ratio: float  # median of the rounds' req/s, after / before
+    cheaper_rounds: int  # rounds in which after cost less CPU per request
+
+
+def paired(before: list[Measured], after: list[Measured]) -> Paired:
+    """The ratios of the runs of each round (the i-th run of each list), before first."""
+    cpu = [
+        (a.run.cpu_us + a.redis_cpu_us) / (b.run.cpu_us + b.redis_cpu_us)
+        for b, a in zip(before, after, strict=True)
+    ]
+    rps = [a.run.rps / b.run.rps for b, a in zip(before, after, strict=True)]
+    quartiles = statistics.quantiles(cpu, n=4) if len(cpu) > 1 else [cpu[0]] * 3
+    return Paired(
+        rounds=len(cpu),
+        cpu_ratio=statistics.median(cpu),
+        cpu_quartiles=(quartiles[0], quartiles[2]),
+        rps_ratio=statistics.median(rps),
+        cheaper_rounds=sum(ratio < 1 for ratio in cpu),
+    )
+
+
+def paired_line(
+    level: int, before_name: str, name: str, before: list[Measured], after: list[Measured]
+) -> str:
+    pair = paired(before, after)
+    low, high = pair.cpu_quartiles
+    return (
+        f"c{level} {name} against {before_name}, round by round: gw + Redis CPU/request "
+        f"{pair.cpu_ratio:.3f}x (quartiles {low:.3f}-{high:.3f}), cheaper in "
+        f"{pair.cheaper_rounds} of {pair.rounds} rounds; req/s {pair.rps_ratio:.3f}x"
+    )
 
 
 def _evalsha_per_request(measured: Measured) -> float:
