@@ -2,7 +2,9 @@
 
 orjson already rejects invalid UTF-8, lone surrogates and the NaN/Infinity literals. It keeps
 the last of duplicate keys silently, and two parsers reading ``{"model": "a", "model": "b"}``
-(say a WAF and us) may disagree on what was asked, so duplicates are refused too.
+(say a WAF and us) may disagree on what was asked, so duplicates are refused too. Most bodies
+are cleared by counting colons (``_no_duplicates_by_count``, exact, a few microseconds); the
+others are parsed again by the stdlib with a hook per object, which finds the key.
 
 Nesting is capped at ``MAX_JSON_DEPTH`` arrays/objects. orjson reads up to 1024 levels but
 writes at most 254, so a deeper body that was accepted could not be forwarded upstream; the
@@ -59,6 +61,28 @@ def _reject_duplicates(text: str) -> None:
         raise _too_deep() from None
 
 
+def _no_duplicates_by_count(raw: bytes, data: Any) -> bool:
+    """True only when ``raw``, which orjson parsed into ``data``, has no key twice in one object.
+
+    Every colon outside a string separates one member of an object. Let R be the members in
+    ``raw``, P those left in ``data`` (orjson keeps one of each key), and L the colons inside
+    strings. ``raw`` holds R + L_raw colons; ``data`` serialized again holds P + L_data, since
+    orjson never escapes a colon. A duplicate drops a member and its strings: R > P and
+    L_raw >= L_data, so the counts differ. Without duplicates they are equal, unless a string
+    spells a colon as an escape (a colon in ``data``, none in ``raw``), which could also
+    hide a duplicate: then this says False and the full check runs. False is never wrong, only
+    slower; True is exact. A 12.7 KB chat is read in 34 µs instead of 46-51 (``python -m
+    bench.request_pieces``).
+    """
+    if b"u003" in raw:  # one pass for both escapes, \u003a and \u003A (the text itself is rare)
+        return False
+    try:
+        again = orjson.dumps(data)
+    except orjson.JSONEncodeError:
+        return False
+    return raw.count(b":") == again.count(b":")
+
+
 def check_depth(raw: bytes, data: Any, limit: int = MAX_JSON_DEPTH) -> None:
     """InvalidRequest when the parsed ``data`` of ``raw`` nests deeper than ``limit``."""
     # Depth is at most the number of opening brackets: most bodies need no walk at all.
@@ -78,8 +102,9 @@ def parse_json_value(raw: bytes) -> Any:
         raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
     if isinstance(data, dict | list):
         check_depth(raw, data)
-        # orjson accepted it, so it is valid UTF-8 and decoding cannot fail.
-        _reject_duplicates(raw.decode())
+        if not _no_duplicates_by_count(raw, data):
+            # orjson accepted it, so it is valid UTF-8 and decoding cannot fail.
+            _reject_duplicates(raw.decode())
     return data
 
 
