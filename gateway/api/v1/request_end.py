@@ -138,7 +138,7 @@ class Calls:
     async def deliver(self, call: Call, reply: Reply) -> Response:
         """``reply`` as the response, and the request's end: between a stream's last two
         pieces, before a whole answer's first byte (without the stream's generators, which
-        cost a JSON answer about 3 µs: docs/benchmarks.md)."""
+        cost a JSON answer about 2 µs: docs/benchmarks.md)."""
         if reply.relayed:
             return await ClosingStreamingResponse.started(
                 self._ended(call, reply),
