@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import argparse
 import base64
-import time
-from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from bench.machine import cpu_model
+from bench.machine import cpu_model, cpu_us_per_call
 from gateway.routing.estimate import estimate_prompt_tokens, prompt_token_bound
 
 
@@ -72,16 +71,6 @@ def bodies() -> dict[str, dict[str, Any]]:
     }
 
 
-def per_call_us(function: Callable[[dict[str, Any]], int], body: dict[str, Any], n: int) -> float:
-    best = float("inf")
-    for _ in range(7):
-        started = time.process_time()
-        for _ in range(n):
-            function(body)
-        best = min(best, (time.process_time() - started) / n)
-    return best * 1e6
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=2000, help="calls per round")
@@ -89,8 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"CPU: {cpu_model()}; CPU time per call, best of 7 rounds of {args.repeat}")
     print(f"{'body':44} {'typical µs':>10} {'bound µs':>9} {'typical':>8} {'bound':>8}")
     for name, body in bodies().items():
-        typical = per_call_us(estimate_prompt_tokens, body, args.repeat)
-        bound = per_call_us(prompt_token_bound, body, args.repeat)
+        typical = cpu_us_per_call(partial(estimate_prompt_tokens, body), args.repeat)
+        bound = cpu_us_per_call(partial(prompt_token_bound, body), args.repeat)
         print(
             f"{name:44} {typical:10.2f} {bound:9.2f} "
             f"{estimate_prompt_tokens(body):8d} {prompt_token_bound(body):8d}"

@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from bench.gateway import BODY as BENCH_BODY
-from bench.machine import cpu_model
+from bench.machine import cpu_model, cpu_us_per_call
 from gateway.access.auth import client_credential
 from gateway.api.strict_json import _reject_duplicates, check_depth, parse_json_object
 from gateway.api.v1.request_end import Calls, Reply
@@ -150,16 +150,6 @@ async def _through_generators(calls: Calls, reply: Reply) -> Response:
     return Response(content, status_code=reply.status, headers=reply.headers)
 
 
-def per_call_us(function: Callable[[], Any], n: int) -> float:
-    best = float("inf")
-    for _ in range(7):
-        started = time.process_time()
-        for _ in range(n):
-            function()
-        best = min(best, (time.process_time() - started) / n)
-    return best * 1e6
-
-
 async def per_await_us(make: Callable[[], Any], n: int) -> float:
     best = float("inf")
     for _ in range(7):
@@ -179,20 +169,20 @@ def measure(repeat: int) -> list[tuple[str, float, float]]:
     return [
         (
             "header lookups of a JSON request",
-            per_call_us(through_headers, repeat),
-            per_call_us(through_header_map, repeat),
+            cpu_us_per_call(through_headers, repeat),
+            cpu_us_per_call(through_header_map, repeat),
         ),
         (
             "access line",
-            per_call_us(lambda: proxy.info("request", **ACCESS_FIELDS), repeat),
-            per_call_us(lambda: bound.info("request", **ACCESS_FIELDS), repeat),
+            cpu_us_per_call(lambda: proxy.info("request", **ACCESS_FIELDS), repeat),
+            cpu_us_per_call(lambda: bound.info("request", **ACCESS_FIELDS), repeat),
         ),
         ("deliver a whole answer", deliver_before, deliver_now),
         *(
             (
                 f"strict JSON, {name}",
-                per_call_us(lambda raw=raw: strict_before(raw), repeat),
-                per_call_us(lambda raw=raw: parse_json_object(raw), repeat),
+                cpu_us_per_call(lambda raw=raw: strict_before(raw), repeat),
+                cpu_us_per_call(lambda raw=raw: parse_json_object(raw), repeat),
             )
             for name, raw in (("bench body", orjson.dumps(BENCH_BODY)), ("12.7 KB chat", CHAT))
         ),
