@@ -29,6 +29,8 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from gateway.ledger import UsageEvent
+from gateway.metering.recent_events import RecentEvents
 from gateway.store.connect import RedisClient
 from gateway.store.direct import DirectRedis, pipelined_batch
 from gateway.store.scripts import LuaScript, ScriptBatch
@@ -118,6 +120,8 @@ class UsageBuffer:
         self.shards = shards
         self.keys: tuple[str, ...] = ()
         self.store_id = ""
+        # What this process appended, so that its exporter need not decode its own JSON.
+        self.recent = RecentEvents()
 
     def bind(self, store_id: str) -> None:
         if not store_id or any(ch in "{}" or ch.isspace() for ch in store_id):
@@ -133,10 +137,16 @@ class UsageBuffer:
     def shard_of(self, event_id: str) -> int:
         return zlib.crc32(event_id.encode()) % self.shards
 
-    def queue_append(self, batch: ScriptBatch, event_id: str, payload: bytes) -> int:
-        """Queue the event's ``XADD`` on ``batch``; returns its reply position."""
+    def queue_append(
+        self, batch: ScriptBatch, event_id: str, payload: bytes, event: UsageEvent | None = None
+    ) -> int:
+        """Queue the event's ``XADD`` on ``batch``; returns its reply position. ``event``, the
+        event ``payload`` is the JSON of, is kept for this process's exporter (``recent``)."""
         key = self._keys()[self.shard_of(event_id)]
-        return batch.command("XADD", key, "*", FIELD, payload)
+        position = batch.command("XADD", key, "*", FIELD, payload)
+        if event is not None:
+            self.recent.remember(payload, event)
+        return position
 
     async def _run(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         """One pipelined round trip; error replies come back in place, not raised."""

@@ -55,12 +55,18 @@ def now_ms() -> int:
 
 
 def decode_entry(
-    payload: bytes, corrections: Mapping[str, Any] | None = None
+    payload: bytes,
+    corrections: Mapping[str, Any] | None = None,
+    *,
+    known: UsageEvent | None = None,
 ) -> UsageEvent | DeadLetter:
     """The event of one buffer payload, within the store's bounds, or the dead letter saying
-    why it has none."""
+    why it has none. ``known``: the event ``payload`` is the JSON of (``RecentEvents``), which
+    is then only checked against the store's bounds, not decoded again."""
     try:
-        if corrections:
+        if known is not None and not corrections:
+            event = known
+        elif corrections:
             data = orjson.loads(payload)
             if not isinstance(data, dict):
                 raise UsageEvent.error("event", "must be a JSON object")

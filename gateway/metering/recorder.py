@@ -57,7 +57,7 @@ class UsageRecorder:
     def queue_record(self, batch: ScriptBatch, event: UsageEvent) -> int:
         """Queue the record (one ``XADD`` to the event's buffer shard) on ``batch``; returns
         the position of its reply. Other commands (the limiter's settle) may share the batch."""
-        return self.buffer.queue_append(batch, event.event_id, event.to_json())
+        return self.buffer.queue_append(batch, event.event_id, event.to_json(), event)
 
     async def record(self, event: UsageEvent) -> RecordOutcome:
         """Record one event in its own round trip (spooled if Redis fails)."""

@@ -180,13 +180,13 @@ async def test_a_big_round_lets_requests_run_while_it_decodes(
     decoded = 0
     real_decode = exporter_module.decode_entry
 
-    def slow_decode(payload: bytes) -> object:
+    def slow_decode(payload: bytes, *, known: UsageEvent | None = None) -> object:
         nonlocal decoded
         until = time.perf_counter() + DECODE_SLICE_S / 2
         while time.perf_counter() < until:
             pass
         decoded += 1
-        return real_decode(payload)
+        return real_decode(payload, known=known)
 
     monkeypatch.setattr(exporter_module, "decode_entry", slow_decode)
     seen: list[int] = []  # how many were decoded each time the other task got a turn
