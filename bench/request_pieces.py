@@ -1,4 +1,4 @@
-"""What four pieces of a /v1 request's own work cost, each beside the way it was done before.
+"""What pieces of a /v1 request's own work cost, each beside the way it was done before.
 
 ``python -m bench.request_pieces [--repeat N]``: CPU time per call, best of seven rounds, in
 this process:
@@ -12,7 +12,12 @@ this process:
   the stream's generators (before) and ended directly (now);
 - reading a JSON body strictly (``parse_json_object``), on the bench's chat body and on a
   40-message chat of 12.7 KB whose text has colons: with the stdlib's duplicate-key parse
-  every time (before) and with the colon count first (now).
+  every time (before) and with the colon count first (now);
+- the guard against unknown ``x-switchyard-*`` headers (``HeaderGuardMiddleware``), with the
+  request's header map the route builds anyway: each name decoded into a set of its own
+  (before) and one pass over the header map's names (now);
+- the exporter's decode of a usage event this process recorded: its JSON decoded and checked
+  (before), and the event kept at the append taken back by its JSON and checked (now).
 """
 
 from __future__ import annotations
@@ -32,11 +37,15 @@ from starlette.responses import Response
 from bench.gateway import BODY as BENCH_BODY
 from bench.machine import cpu_model, cpu_us_per_call
 from gateway.access.auth import client_credential
+from gateway.api.request_headers import PREFIX, unknown_headers
 from gateway.api.strict_json import _reject_duplicates, check_depth, parse_json_object
 from gateway.api.v1.request_end import Calls, Reply
 from gateway.cache.controls import directive_of
+from gateway.ledger import UsageEvent
 from gateway.logs import LazyFlushStream, _processors, build_logger
 from gateway.metering.attribution import take_attribution
+from gateway.metering.dead_letters import decode_entry
+from gateway.metering.recent_events import RecentEvents
 from gateway.providers.forwarding import forwarded_headers
 from gateway.routing.router import _header
 from gateway.server.header_map import header_map
@@ -123,6 +132,40 @@ def through_header_map() -> None:
     lookups(header_map(Request({"type": "http", "headers": SDK_HEADERS}).scope))
 
 
+def guard_before() -> None:
+    scope = {"headers": SDK_HEADERS}
+    unknown_headers(name.decode("latin-1") for name, _ in scope["headers"])
+    header_map(scope)  # built by the route in any case
+
+
+def guard_now() -> None:
+    names = header_map({"headers": SDK_HEADERS})
+    if any(name.startswith(PREFIX) for name in names):
+        unknown_headers(names)
+
+
+# A usage event as a bench request leaves it.
+EVENT = UsageEvent(
+    event_id="0193a4b2-7c1d-7e2f-8a3b-4c5d6e7f8091",
+    time_ms=1_796_400_000_000,
+    key_id="k_1234567890",
+    model="gpt-4o-mini",
+    provider="openai",
+    task="chat",
+    route="default",
+    prompt_tokens=12,
+    completion_tokens=20,
+    cost_nanos=12_345,
+    latency_ms=4,
+    policy_version="3",
+)
+
+
+def export_decode_now(recent: RecentEvents, payload: bytes) -> None:
+    recent.remember(payload, EVENT)  # at the append, on the request's path
+    decode_entry(payload, known=recent.take(payload))
+
+
 def access_loggers() -> tuple[Any, Any]:
     """The lazy proxy ``build_logger`` used to return, and what it returns now, both writing
     JSON lines to /dev/null as the app's sink does."""
@@ -166,6 +209,7 @@ def measure(repeat: int) -> list[tuple[str, float, float]]:
     calls, reply = _Endless(), Reply(200, {"x-switchyard-cache": "miss"}, b'{"id":"x"}')
     deliver_before = asyncio.run(per_await_us(lambda: _through_generators(calls, reply), repeat))
     deliver_now = asyncio.run(per_await_us(lambda: calls.deliver(None, reply), repeat))  # type: ignore[arg-type]
+    recent, payload = RecentEvents(), EVENT.to_json()
     return [
         (
             "header lookups of a JSON request",
@@ -178,6 +222,16 @@ def measure(repeat: int) -> list[tuple[str, float, float]]:
             cpu_us_per_call(lambda: bound.info("request", **ACCESS_FIELDS), repeat),
         ),
         ("deliver a whole answer", deliver_before, deliver_now),
+        (
+            "unknown-header guard",
+            cpu_us_per_call(guard_before, repeat),
+            cpu_us_per_call(guard_now, repeat),
+        ),
+        (
+            "export decode of an own event",
+            cpu_us_per_call(lambda: decode_entry(payload), repeat),
+            cpu_us_per_call(lambda: export_decode_now(recent, payload), repeat),
+        ),
         *(
             (
                 f"strict JSON, {name}",

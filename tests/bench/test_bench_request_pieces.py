@@ -19,6 +19,8 @@ def test_each_piece_is_timed_both_ways_under_the_cpu_it_ran_on(
         "header lookups of a JSON request",
         "access line",
         "deliver a whole answer",
+        "unknown-header guard",
+        "export decode of an own event",
         "strict JSON, bench body",
         "strict JSON, 12.7 KB chat",
     }
