@@ -1,11 +1,15 @@
 """An entry this process appended is exported from the event it kept, not decoded again; any
-other entry is decoded as before; the events kept stay bounded. On a real Redis and store."""
+other entry is decoded as before; the events kept stay bounded. On a real Redis and store, and
+through a served gateway with the official SDK."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
+import openai
 import pytest
+from gateway_runner import GatewayThread, RunningGateway, make_settings
 from redis.asyncio import Redis
 from usage_events import make_events
 
@@ -107,3 +111,28 @@ async def test_an_own_event_past_the_stores_bounds_is_still_a_dead_letter(
     ]
     letters = (await usage_store.dead_letters(DeadLetterQuery())).letters
     assert [(letter.event_id, letter.field) for letter in letters] == [("req-tab", "team")]
+
+
+def test_a_served_gateways_exporter_takes_its_own_events(
+    tmp_path: Path, fake_policy: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with GatewayThread(make_settings(tmp_path, fake_policy, redis_url)) as gateway:
+        served_and_exported(gateway, monkeypatch)
+
+
+def served_and_exported(gateway: RunningGateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five answers through the SDK, exported, none of their events decoded from JSON."""
+    key = gateway.create_key(name="recent")[1]
+    services = gateway.services
+    assert services.exporter.buffer is services.recorder.buffer  # as the app wires them
+    decoded = counting_decodes(monkeypatch)
+    client = openai.OpenAI(base_url=gateway.v1, api_key=key, max_retries=0, timeout=10)
+    for turn in range(5):
+        client.chat.completions.create(
+            model="fake", messages=[{"role": "user", "content": f"hi {turn}"}], max_tokens=3
+        )
+    gateway.wait_exported()
+    with gateway.admin() as admin:
+        events = admin.get("/admin/usage/events", params={"limit": 10}).json()["data"]
+    assert len(events) == 5
+    assert decoded == [] and len(services.recorder.buffer.recent) == 0
