@@ -4,9 +4,9 @@ The exporter turns each buffer entry's JSON back into a checked ``UsageEvent``: 
 event on the event loop, most of it the event's construction and field checks, the largest part
 of an export round's work there. An entry this process wrote holds exactly the JSON of an event
 it already has (``UsageEvent.from_json(event.to_json()) == event``), so the exporter takes that
-event by the entry's bytes instead of decoding them; anything else (another replica's entry, a
-spool replay after a restart, an entry past the bound) is decoded as before. Keyed by the
-payload itself, a hit can only be the event whose JSON the entry is.
+event by the entry's bytes instead of decoding them; anything else (another replica's entry,
+one appended before this process started, an entry past the bound) is decoded as before. Keyed
+by the payload itself, a hit can only be the event whose JSON the entry is.
 
 Bounded, oldest first out: entries the exporter never reads back here (another replica's
 exporter took them, or the append failed and the event went to the spool) must not accumulate.
