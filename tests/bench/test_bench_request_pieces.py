@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from bench.machine import cpu_model
-from bench.request_pieces import main
+from bench.request_pieces import BODY, CHAT, bytes_bound_before, main
+from gateway.routing.estimate import _bytes_bound
 
 
 def test_each_piece_is_timed_both_ways_under_the_cpu_it_ran_on(
@@ -21,8 +23,18 @@ def test_each_piece_is_timed_both_ways_under_the_cpu_it_ran_on(
         "deliver a whole answer",
         "unknown-header guard",
         "export decode of an own event",
+        "token bound, bench body",
+        "token bound, 12.7 KB chat",
         "strict JSON, bench body",
         "strict JSON, 12.7 KB chat",
     }
     for name, (before, now) in rows.items():
         assert float(before) > 0 and float(now) > 0, name
+
+
+def test_the_token_bound_before_counts_what_the_bound_counts_now() -> None:
+    """The two walks timed are the same count: only the way of summing differs."""
+    chat = orjson.loads(CHAT)["messages"]
+    parts = [{"type": "text", "text": "née ☃"}, {"type": "image_url", "image_url": {"url": "x"}}]
+    for value in (chat, BODY["messages"], parts, [None, True, 3, 2.5, {"k": ["é"]}]):
+        assert bytes_bound_before(value) == _bytes_bound(value)
