@@ -12,7 +12,7 @@ webhooks) are answers, not requests: a client sending one of those is refused to
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from typing import Any
 
 from gateway.api.envelopes import error_response
@@ -49,6 +49,15 @@ def unknown_headers(names: Iterable[str]) -> list[str]:
     return sorted(n for n in found if n.startswith(PREFIX) and n not in REQUEST_HEADERS)
 
 
+def unknown_request_headers(scope: MutableMapping[str, Any]) -> list[str]:
+    """``unknown_headers`` of a request, read from its header map (which the route reads later
+    anyway): most requests carry no header under the prefix, and are done after one pass."""
+    names = header_map(scope)
+    if not any(name.startswith(PREFIX) for name in names):
+        return []
+    return unknown_headers(names)
+
+
 def refusal(unknown: list[str], where: str = "") -> InvalidRequest:
     """The 400 for ``unknown`` headers; ``where`` prefixes the param (``headers.`` in a body)."""
     known = ", ".join(sorted(REQUEST_HEADERS))
@@ -80,12 +89,8 @@ class HeaderGuardMiddleware:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"].startswith(_GUARDED):
-            # The request's header map, which the route reads later anyway; most requests carry
-            # no header under the prefix, and are past this check after one pass of the names.
-            names = header_map(scope)
-            if any(name.startswith(PREFIX) for name in names) and (
-                unknown := unknown_headers(names)
-            ):
+            unknown = unknown_request_headers(scope)
+            if unknown:
                 response = error_response(_client_format(scope["path"]), refusal(unknown))
                 await response(scope, receive, send)
                 return

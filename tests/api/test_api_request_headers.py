@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.api.request_headers import REQUEST_HEADERS, SENT_HEADERS
+from gateway.api.request_headers import REQUEST_HEADERS, SENT_HEADERS, unknown_request_headers
 
 ROOT = Path(__file__).resolve().parents[2]
 HI = [{"role": "user", "content": "Hi"}]
@@ -27,6 +27,22 @@ def test_every_x_switchyard_header_in_the_code_is_listed() -> None:
         named |= set(re.findall(r"x-switchyard-[a-z0-9-]*[a-z0-9]", source.read_text().lower()))
     assert named <= REQUEST_HEADERS | SENT_HEADERS, named - (REQUEST_HEADERS | SENT_HEADERS)
     assert {"x-switchyard-cache", "x-switchyard-tags", "x-switchyard-user"} == REQUEST_HEADERS
+
+
+def test_a_requests_unknown_headers_are_read_from_its_header_map() -> None:
+    """Any case, a name sent twice named once, sorted; the headers the gateway reads pass."""
+    scope = {
+        "headers": [
+            (b"X-Switchyard-Task", b"chat"),
+            (b"x-switchyard-tags", b"a"),
+            (b"X-SWITCHYARD-TASK", b"again"),
+            (b"x-switchyard-route", b"mine"),
+            (b"authorization", b"Bearer k"),
+        ]
+    }
+    assert unknown_request_headers(scope) == ["x-switchyard-route", "x-switchyard-task"]
+    assert unknown_request_headers({"headers": [(b"X-Switchyard-User", b"u")]}) == []
+    assert unknown_request_headers({"headers": []}) == []
 
 
 def test_openai_door_refuses_a_typo_naming_it(native) -> None:
