@@ -19,7 +19,11 @@ this process:
 - the exporter's decode of a usage event this process recorded: its JSON decoded and checked
   (before), and the event kept at the append taken back by its JSON and checked (now);
 - the prompt's token bound that the limiter reserves (``_bytes_bound`` over the messages), on
-  the bench's body and the 12.7 KB chat: summed over generators (before) and in loops (now).
+  the bench's body and the 12.7 KB chat: summed over generators (before) and in loops (now);
+- a hot-path Redis round trip (``DirectRedis``) of 1, 2 and 10 replies (a reservation; a lone
+  request's settle and usage record; a settle batch of nine), on an embedded Redis of its own:
+  each reply read by redis-py's ``read_response`` (before) and all of them by the
+  connection's hiredis reader under one deadline (now). This process's CPU only.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -52,6 +57,9 @@ from gateway.providers.forwarding import forwarded_headers
 from gateway.routing.estimate import _IMAGE_PARTS, IMAGE_PART_TOKENS, _bytes_bound
 from gateway.routing.router import _header
 from gateway.server.header_map import header_map
+from gateway.store.connect import connect_redis
+from gateway.store.direct import DirectRedis, _read_through_redis_py, pack, read_replies, send
+from gateway.store.embedded import EmbeddedRedis
 
 # What the OpenAI Python SDK sends with a chat request.
 SDK_HEADERS = [
@@ -221,6 +229,38 @@ async def per_await_us(make: Callable[[], Any], n: int) -> float:
     return best * 1e6
 
 
+async def _round_trips(repeat: int) -> list[tuple[str, float, float]]:
+    with tempfile.TemporaryDirectory(prefix="pieces-redis-") as data_dir:
+        server = EmbeddedRedis(data_dir, appendonly=False)
+        direct = DirectRedis(connect_redis(server.start(), 5.0))
+        try:
+            await direct.call("PING")  # one connection, open, reused by every round trip
+            connection = direct._idle[0]
+            rows = []
+            for count in (1, 2, 10):
+                packed = pack([("ECHO", "x" * 40)] * count)
+
+                async def before(packed: bytes = packed, count: int = count) -> None:
+                    await send(connection, packed)
+                    await _read_through_redis_py(connection, count)
+
+                async def now(packed: bytes = packed, count: int = count) -> None:
+                    await send(connection, packed)
+                    await read_replies(connection, count)
+
+                rows.append(
+                    (
+                        f"Redis round trip, {count} repl{'y' if count == 1 else 'ies'}",
+                        await per_await_us(before, repeat),
+                        await per_await_us(now, repeat),
+                    )
+                )
+            return rows
+        finally:
+            await direct.client.aclose()
+            server.stop()
+
+
 def measure(repeat: int) -> list[tuple[str, float, float]]:
     """(piece, before µs, now µs) for each piece."""
     proxy, bound = access_loggers()
@@ -269,6 +309,7 @@ def measure(repeat: int) -> list[tuple[str, float, float]]:
             )
             for name, raw in (("bench body", orjson.dumps(BENCH_BODY)), ("12.7 KB chat", CHAT))
         ),
+        *asyncio.run(_round_trips(max(repeat // 5, 1))),
     ]
 
 

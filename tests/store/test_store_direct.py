@@ -1,5 +1,6 @@
 """DirectRedis: hot-path calls outside redis-py's pool keep its semantics: replies, error
-replies, one retry on a fresh socket after a restart, and no stale reply after a cancel."""
+replies, one retry on a fresh socket after a restart, no stale reply after a cancel or a
+timeout, and replies read by hiredis without redis-py's per-reply ``read_response``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 import redis.exceptions
+from redis.asyncio.connection import AbstractConnection
 from redis_helpers import ClientFactory
 
 from gateway.store.direct import DirectRedis
@@ -59,6 +61,62 @@ async def test_an_error_reply_in_a_batch_leaves_no_cycle(
         gc.set_debug(flags)
         gc.garbage.clear()
     assert left == []
+
+
+async def test_a_raised_error_reply_leaves_no_cycle(
+    clean_redis: str, make_client: ClientFactory
+) -> None:
+    direct = DirectRedis(make_client(clean_redis))
+    await direct.call("SET", "a", "text")
+    gc.collect()
+    flags = gc.get_debug()
+    gc.set_debug(flags | gc.DEBUG_SAVEALL)
+    try:
+        with pytest.raises(redis.exceptions.ResponseError, match="not an integer"):
+            await direct.call("INCR", "a")
+        with pytest.raises(redis.exceptions.ResponseError):
+            await direct.script(("EVAL", "return redis.call('INCR', 'a')", 0), ("PING",))
+        gc.collect()
+        left = [o for o in gc.garbage if isinstance(o, BaseException)]
+    finally:
+        gc.set_debug(flags)
+        gc.garbage.clear()
+    assert left == []
+
+
+async def test_replies_are_read_without_redis_pys_read_response(
+    clean_redis: str, make_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    direct = DirectRedis(make_client(clean_redis))
+    await direct.call("PING")  # the socket is open from here on
+    reads: list[object] = []
+    real = AbstractConnection.read_response
+
+    async def counted(self: AbstractConnection, *args: Any, **kwargs: Any) -> Any:
+        reads.append(self)
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(AbstractConnection, "read_response", counted)
+    values = [f"value {i}" * 50 for i in range(200)]  # replies spanning several socket reads
+    replies = await direct.batch(
+        [("SET", "b", "1"), *(("ECHO", value) for value in values), ("INCR", "b")]
+    )
+    assert replies == [b"OK", *(value.encode() for value in values), 2]
+    assert await direct.call("GET", "b") == b"2"
+    assert reads == []
+
+
+async def test_a_timed_out_read_leaves_no_reply_for_the_next(
+    clean_redis: str, make_client: ClientFactory
+) -> None:
+    client = make_client(clean_redis)  # socket_timeout 1 s, one retry
+    direct = DirectRedis(client)
+    await direct.call("PING")
+    with pytest.raises(redis.exceptions.TimeoutError):
+        await direct.call("BLPOP", "empty-list", 3)
+    await direct.call("LPUSH", "empty-list", "late")  # what a stale BLPOP would have taken
+    assert await direct.batch([("ECHO", "mine")]) == [b"mine"]
+    assert await direct.call("LRANGE", "empty-list", 0, -1) == [b"late"]
 
 
 async def test_a_restarted_redis_is_reached_again_on_the_next_call(
