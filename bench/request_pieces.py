@@ -20,6 +20,9 @@ this process:
   (before), and the event kept at the append taken back by its JSON and checked (now);
 - the prompt's token bound that the limiter reserves (``_bytes_bound`` over the messages), on
   the bench's body and the 12.7 KB chat: summed over generators (before) and in loops (now);
+- a model's price as a request reads it (costed twice, its catalogue recorded once), for a
+  model with a ``price:``: through the private attribute, which pydantic serves by
+  ``__getattr__`` after a failed lookup (before), and cached on the model (now);
 - a hot-path Redis round trip (``DirectRedis``) of 1, 2 and 10 replies (a reservation; a lone
   request's settle and usage record; a settle batch of nine), on an embedded Redis of its own:
   each reply read by redis-py's ``read_response`` (before) and all of them by the
@@ -53,6 +56,7 @@ from gateway.logs import LazyFlushStream, _processors, build_logger
 from gateway.metering.attribution import take_attribution
 from gateway.metering.dead_letters import decode_entry
 from gateway.metering.recent_events import RecentEvents
+from gateway.policy.models import ModelConfig, Price
 from gateway.providers.forwarding import forwarded_headers
 from gateway.routing.estimate import _IMAGE_PARTS, IMAGE_PART_TOKENS, _bytes_bound
 from gateway.routing.router import _header
@@ -229,6 +233,21 @@ async def per_await_us(make: Callable[[], Any], n: int) -> float:
     return best * 1e6
 
 
+PRICED = ModelConfig(provider="bench", price=Price(input=0.15, output=0.6))
+
+
+def price_reads_before(config: ModelConfig) -> None:
+    for _ in range(2):
+        config._catalogue if config._catalogue is not None else config.price  # noqa: B018
+    config._catalogue.version if config._catalogue is not None else ""  # noqa: B018
+
+
+def price_reads_now(config: ModelConfig) -> None:
+    config.pricing  # noqa: B018
+    config.pricing  # noqa: B018
+    config.price_catalogue  # noqa: B018
+
+
 async def _round_trips(repeat: int) -> list[tuple[str, float, float]]:
     with tempfile.TemporaryDirectory(prefix="pieces-redis-") as data_dir:
         server = EmbeddedRedis(data_dir, appendonly=False)
@@ -308,6 +327,11 @@ def measure(repeat: int) -> list[tuple[str, float, float]]:
                 cpu_us_per_call(lambda raw=raw: parse_json_object(raw), repeat),
             )
             for name, raw in (("bench body", orjson.dumps(BENCH_BODY)), ("12.7 KB chat", CHAT))
+        ),
+        (
+            "model price, as a request reads it",
+            cpu_us_per_call(lambda: price_reads_before(PRICED), repeat),
+            cpu_us_per_call(lambda: price_reads_now(PRICED), repeat),
         ),
         *asyncio.run(_round_trips(max(repeat // 5, 1))),
     ]

@@ -114,14 +114,20 @@ class ModelConfig(StrictModel):
 
     def set_catalogue_price(self, price: Any) -> None:
         self._catalogue = price
+        for derived in ("pricing", "price_catalogue"):  # read before: stale now
+            self.__dict__.pop(derived, None)
 
-    @property
+    # Cached in the instance: the private attribute is read through pydantic's ``__getattr__``,
+    # about 1.8 µs a read, and every request reads these three times (costed twice, recorded).
+    @functools.cached_property
     def pricing(self) -> Any:
         """What this model is costed at: its ``price:``, else the catalogue's (a
         ``CataloguePrice``), else the zero price. Both have ``cost_nanos``."""
-        return self._catalogue if self._catalogue is not None else self.price
+        catalogue = self._catalogue
+        return catalogue if catalogue is not None else self.price
 
-    @property
+    @functools.cached_property
     def price_catalogue(self) -> str:
         """The catalogue version its price comes from ("" when the policy's own)."""
-        return self._catalogue.version if self._catalogue is not None else ""
+        catalogue = self._catalogue
+        return catalogue.version if catalogue is not None else ""

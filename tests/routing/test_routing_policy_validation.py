@@ -301,3 +301,19 @@ def test_policy_documents_are_bounded(policy_data) -> None:
     assert "&id001" in text and "*id001" in text
     policy = parse_policy(text)
     assert policy.models["other"].price == policy.models["big"].price
+
+
+def test_a_catalogue_price_set_after_a_read_is_the_one_costed() -> None:
+    """``pricing`` and ``price_catalogue`` are cached on the model; the catalogue's price
+    replaces what was read before it was set."""
+    policy = parse_policy(
+        "providers:\n  google: {kind: gemini, api_key_env: GEMINI_API_KEY}\n"
+        "models:\n  flash: {provider: google, upstream_model: gemini-2.5-flash}\n"
+        "  mine: {provider: google, upstream_model: gemini-2.5-flash, price: {input: 1, output: 2}}\n"
+    )
+    flash, mine = policy.models["flash"], policy.models["mine"]
+    assert flash.price_catalogue.startswith("genai-prices ")
+    assert mine.price_catalogue == "" and mine.pricing is mine.price
+    assert mine.pricing.cost_nanos(1_000_000, 0) == 1_000_000_000
+    mine.set_catalogue_price(flash.pricing)
+    assert mine.pricing is flash.pricing and mine.price_catalogue == flash.price_catalogue
