@@ -55,8 +55,12 @@ PROMPT_ONLY_ROUTES = frozenset(
 
 def key_limits(record: KeyRecord) -> KeyLimits | None:
     """The key's own limits; None when it has none (its team's, if any, are the script's)."""
-    limits = (record.rpm, record.tpm, record.budget_nanos, record.max_parallel_requests)
-    if all(limit is None for limit in limits):
+    if (
+        record.rpm is None
+        and record.tpm is None
+        and record.budget_nanos is None
+        and record.max_parallel_requests is None
+    ):
         return None
     return KeyLimits(
         record.rpm,

@@ -404,7 +404,7 @@ def door_route(door: Door, answering: Answering = V1Pipeline.answer, note: str =
     that its errors are in the client's format."""
 
     async def handler(request: Request, services: Services) -> Response:
-        pipeline: V1Pipeline = request.state.v1  # built with the services, by the lifespan
+        pipeline: V1Pipeline = request.scope["state"]["v1"]  # built by the lifespan
         return await pipeline.serve(request, door, answering)
 
     handler.__name__ = door.route.replace(".", "_")
