@@ -23,6 +23,8 @@ this process:
 - a model's price as a request reads it (costed twice, its catalogue recorded once), for a
   model with a ``price:``: through the private attribute, which pydantic serves by
   ``__getattr__`` after a failed lookup (before), and cached on the model (now);
+- what a /v1 handler takes from the lifespan (the services and the v1 pipeline), on a new
+  ``Request``: through ``request.state`` (before) and from the scope's state (now);
 - a hot-path Redis round trip (``DirectRedis``) of 1, 2 and 10 replies (a reservation; a lone
   request's settle and usage record; a settle batch of nine), on an embedded Redis of its own:
   each reply read by redis-py's ``read_response`` (before) and all of them by the
@@ -47,6 +49,7 @@ from starlette.responses import Response
 from bench.gateway import BODY as BENCH_BODY
 from bench.machine import cpu_model, cpu_us_per_call
 from gateway.access.auth import client_credential
+from gateway.api.endpoint import services_of
 from gateway.api.request_headers import unknown_headers, unknown_request_headers
 from gateway.api.strict_json import _reject_duplicates, check_depth, parse_json_object
 from gateway.api.v1.request_end import Calls, Reply
@@ -248,6 +251,21 @@ def price_reads_now(config: ModelConfig) -> None:
     config.price_catalogue  # noqa: B018
 
 
+STATE_SCOPE = {"type": "http", "headers": [], "state": {"services": object(), "v1": object()}}
+
+
+def lifespan_state_before() -> None:
+    request = Request(STATE_SCOPE)
+    request.state.services  # noqa: B018
+    request.state.v1  # noqa: B018
+
+
+def lifespan_state_now() -> None:
+    request = Request(STATE_SCOPE)
+    services_of(request)
+    request.scope["state"]["v1"]
+
+
 async def _round_trips(repeat: int) -> list[tuple[str, float, float]]:
     with tempfile.TemporaryDirectory(prefix="pieces-redis-") as data_dir:
         server = EmbeddedRedis(data_dir, appendonly=False)
@@ -332,6 +350,11 @@ def measure(repeat: int) -> list[tuple[str, float, float]]:
             "model price, as a request reads it",
             cpu_us_per_call(lambda: price_reads_before(PRICED), repeat),
             cpu_us_per_call(lambda: price_reads_now(PRICED), repeat),
+        ),
+        (
+            "lifespan state, as a handler reads",
+            cpu_us_per_call(lifespan_state_before, repeat),
+            cpu_us_per_call(lifespan_state_now, repeat),
         ),
         *asyncio.run(_round_trips(max(repeat // 5, 1))),
     ]

@@ -28,6 +28,7 @@ def test_each_piece_is_timed_both_ways_under_the_cpu_it_ran_on(
         "strict JSON, bench body",
         "strict JSON, 12.7 KB chat",
         "model price, as a request reads it",
+        "lifespan state, as a handler reads",
         "Redis round trip, 1 reply",
         "Redis round trip, 2 replies",
         "Redis round trip, 10 replies",
