@@ -47,7 +47,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import hiredis
-from redis._parsers.hiredis import NOT_ENOUGH_DATA, _AsyncHiredisParser
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -57,6 +56,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from gateway.store.connect import RedisClient
 
 _RETRYABLE = (RedisConnectionError, RedisTimeoutError)
+
+try:  # redis-py's own hiredis parser, whose reader ``read_replies`` drives
+    from redis._parsers.hiredis import NOT_ENOUGH_DATA, _AsyncHiredisParser
+except ImportError:  # moved in some redis-py: every reply is read through ``read_response``
+    NOT_ENOUGH_DATA = _AsyncHiredisParser = None
 
 
 def pack(commands: Sequence[tuple[Any, ...]]) -> bytes:
@@ -226,10 +230,15 @@ async def read_replies(connection: AbstractConnection, count: int) -> list[Any]:
     were never raised (so none holds a frame: a raised one kept here would be a cycle with
     ``replies``, which the exporter meets on every shard after a flush as NOGROUP)."""
     parser = connection._parser
-    if type(parser) is not _AsyncHiredisParser or connection.health_check_interval:
+    reader = getattr(parser, "_reader", None)
+    if (
+        _AsyncHiredisParser is None
+        or type(parser) is not _AsyncHiredisParser
+        or not isinstance(reader, hiredis.Reader)
+        or connection.health_check_interval
+    ):
         return await _read_through_redis_py(connection, count)
-    reader = parser._reader
-    push = parser._hiredis_PushNotificationType
+    push = getattr(parser, "_hiredis_PushNotificationType", None)
     replies: list[Any] = []
     try:
         async with asyncio.timeout(connection.socket_timeout):
