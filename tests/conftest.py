@@ -14,6 +14,7 @@ pyproject.toml's ``pythonpath`` puts ``tests/support`` there: the helpers every 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -225,3 +226,17 @@ def gateway(
 def key(gateway: RunningGateway) -> str:
     """A fresh unlimited key."""
     return gateway.create_key(name="test")[1]
+
+
+@pytest.fixture
+def saved_garbage() -> Iterator[list[object]]:
+    """Cyclic garbage found while the test runs, kept for inspection instead of freed."""
+    gc.collect()
+    flags = gc.get_debug()
+    gc.set_debug(flags | gc.DEBUG_SAVEALL)
+    try:
+        yield gc.garbage
+    finally:
+        gc.set_debug(flags)
+        gc.garbage.clear()
+        gc.collect()

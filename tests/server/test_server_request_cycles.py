@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import gc
 from collections import Counter
-from collections.abc import Iterator
 
 import httpx
-import pytest
 from gateway_runner import RunningGateway
 
 HI = [{"role": "user", "content": "hi"}]
@@ -32,20 +30,6 @@ SERVER_PACKAGES = (
     "redis.",
     "structlog.",
 )
-
-
-@pytest.fixture
-def saved_garbage() -> Iterator[list[object]]:
-    """Cyclic garbage found while the test runs, kept for inspection instead of freed."""
-    gc.collect()
-    flags = gc.get_debug()
-    gc.set_debug(flags | gc.DEBUG_SAVEALL)
-    try:
-        yield gc.garbage
-    finally:
-        gc.set_debug(flags)
-        gc.garbage.clear()
-        gc.collect()
 
 
 def test_served_requests_leave_no_cycles(

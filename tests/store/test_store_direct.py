@@ -41,47 +41,38 @@ async def test_batch_puts_error_replies_in_place(
     assert await direct.batch([]) == []
 
 
+def exceptions_in(garbage: list[object]) -> list[object]:
+    gc.collect()
+    return [o for o in garbage if isinstance(o, BaseException)]
+
+
 async def test_an_error_reply_in_a_batch_leaves_no_cycle(
-    clean_redis: str, make_client: ClientFactory
+    clean_redis: str, make_client: ClientFactory, saved_garbage: list[object]
 ) -> None:
     direct = DirectRedis(make_client(clean_redis))
-    await direct.batch([("SET", "a", "text")])
+    await direct.batch([("SET", "a", "text")])  # the connection opened
     gc.collect()
-    flags = gc.get_debug()
-    gc.set_debug(flags | gc.DEBUG_SAVEALL)
-    try:
-        replies = await direct.batch(
-            [("INCR", "a"), ("XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", ">")]
-        )
-        assert all(isinstance(reply, redis.exceptions.ResponseError) for reply in replies)
-        del replies
-        gc.collect()
-        left = [o for o in gc.garbage if isinstance(o, BaseException)]
-    finally:
-        gc.set_debug(flags)
-        gc.garbage.clear()
-    assert left == []
+    saved_garbage.clear()
+    replies = await direct.batch(
+        [("INCR", "a"), ("XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", ">")]
+    )
+    assert all(isinstance(reply, redis.exceptions.ResponseError) for reply in replies)
+    del replies
+    assert exceptions_in(saved_garbage) == []
 
 
 async def test_a_raised_error_reply_leaves_no_cycle(
-    clean_redis: str, make_client: ClientFactory
+    clean_redis: str, make_client: ClientFactory, saved_garbage: list[object]
 ) -> None:
     direct = DirectRedis(make_client(clean_redis))
-    await direct.call("SET", "a", "text")
+    await direct.call("SET", "a", "text")  # the connection opened
     gc.collect()
-    flags = gc.get_debug()
-    gc.set_debug(flags | gc.DEBUG_SAVEALL)
-    try:
-        with pytest.raises(redis.exceptions.ResponseError, match="not an integer"):
-            await direct.call("INCR", "a")
-        with pytest.raises(redis.exceptions.ResponseError):
-            await direct.script(("EVAL", "return redis.call('INCR', 'a')", 0), ("PING",))
-        gc.collect()
-        left = [o for o in gc.garbage if isinstance(o, BaseException)]
-    finally:
-        gc.set_debug(flags)
-        gc.garbage.clear()
-    assert left == []
+    saved_garbage.clear()
+    with pytest.raises(redis.exceptions.ResponseError, match="not an integer"):
+        await direct.call("INCR", "a")
+    with pytest.raises(redis.exceptions.ResponseError):
+        await direct.script(("EVAL", "return redis.call('INCR', 'a')", 0), ("PING",))
+    assert exceptions_in(saved_garbage) == []
 
 
 async def test_replies_are_read_without_redis_pys_read_response(
