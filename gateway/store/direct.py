@@ -34,7 +34,9 @@ all of a round trip's under one deadline (``socket_timeout``), instead of one re
 reply, 5-6 µs each, and a settle batch carries one reply per usage event. Errors are redis-py's
 (an error reply in place or raised as ``read_response`` would; a read that fails, ends or times
 out disconnects and raises ``ConnectionError`` or ``TimeoutError``). A connection parsed
-otherwise (no hiredis, health checks) reads through redis-py.
+otherwise (no hiredis, health checks) reads through redis-py. A reply already on the socket
+when the read starts, as it mostly is with Redis on the gateway's core, is taken from the socket
+at once rather than waited for through the event loop (``ReadyReplies``).
 
 The connections stay checked out of the client's pool, so ``client.aclose()`` disconnects them
 with the rest. A Redis Cluster client goes through redis-py as before (it routes by slot).
@@ -54,6 +56,7 @@ from redis.exceptions import DataError, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.store.connect import RedisClient
+from gateway.store.ready_replies import ReadyReplies
 
 _RETRYABLE = (RedisConnectionError, RedisTimeoutError)
 
@@ -82,6 +85,7 @@ class DirectRedis:
         self._pool = client.connection_pool if direct else None
         self._idle: list[AbstractConnection] = []
         self._max_idle = max_idle
+        self.ready = ReadyReplies()
 
     @property
     def client(self) -> RedisClient:
@@ -120,10 +124,10 @@ class DirectRedis:
         connection = self._idle.pop() if self._idle else await self._pool.get_connection()
         try:
             try:
-                return await work.run(connection)
+                return await work.run(connection, self.ready)
             except _RETRYABLE:
                 await connection.disconnect(nowait=True)
-                return await work.run(connection)  # reconnects on send
+                return await work.run(connection, self.ready)  # reconnects on send
         except ResponseError:
             raise  # the reply was read whole: the connection is clean
         except BaseException:
@@ -143,9 +147,9 @@ class _Single:
     def __init__(self, args: tuple[Any, ...]) -> None:
         self.args = args
 
-    async def run(self, connection: AbstractConnection) -> Any:
+    async def run(self, connection: AbstractConnection, ready: ReadyReplies) -> Any:
         await send(connection, pack((self.args,)))
-        return _raised(await read_replies(connection, 1))
+        return _raised(await read_replies(connection, 1, ready))
 
 
 class _Script:
@@ -155,12 +159,12 @@ class _Script:
         self.evalsha = evalsha
         self.fallback = fallback
 
-    async def run(self, connection: AbstractConnection) -> Any:
+    async def run(self, connection: AbstractConnection, ready: ReadyReplies) -> Any:
         await send(connection, pack((self.evalsha,)))
-        replies = await read_replies(connection, 1)
+        replies = await read_replies(connection, 1, ready)
         if isinstance(replies[0], NoScriptError):  # read whole: ask again on this very connection
             await send(connection, pack((self.fallback,)))
-            replies = await read_replies(connection, 1)
+            replies = await read_replies(connection, 1, ready)
         return _raised(replies)
 
 
@@ -175,12 +179,12 @@ class _Batch:
         self.commands = commands
         self.fallbacks = fallbacks
 
-    async def run(self, connection: AbstractConnection) -> list[Any]:
-        replies = await _exchange(connection, self.commands)
+    async def run(self, connection: AbstractConnection, ready: ReadyReplies) -> list[Any]:
+        replies = await _exchange(connection, self.commands, ready)
         again = _noscript_retries(replies, self.fallbacks)
         if again:
             for position, reply in zip(
-                again, await _exchange(connection, list(again.values())), strict=True
+                again, await _exchange(connection, list(again.values()), ready), strict=True
             ):
                 replies[position] = reply
         return replies
@@ -209,9 +213,11 @@ async def send(connection: AbstractConnection, data: bytes) -> None:
         raise
 
 
-async def _exchange(connection: AbstractConnection, commands: Sequence[tuple[Any, ...]]) -> list:
+async def _exchange(
+    connection: AbstractConnection, commands: Sequence[tuple[Any, ...]], ready: ReadyReplies
+) -> list:
     await send(connection, pack(commands))
-    return await read_replies(connection, len(commands))
+    return await read_replies(connection, len(commands), ready)
 
 
 def _raised(replies: list[Any]) -> Any:
@@ -225,10 +231,13 @@ def _raised(replies: list[Any]) -> Any:
     return reply
 
 
-async def read_replies(connection: AbstractConnection, count: int) -> list[Any]:
+async def read_replies(
+    connection: AbstractConnection, count: int, ready: ReadyReplies | None = None
+) -> list[Any]:
     """The next ``count`` replies on ``connection``, error replies in place as exceptions that
     were never raised (so none holds a frame: a raised one kept here would be a cycle with
-    ``replies``, which the exporter meets on every shard after a flush as NOGROUP)."""
+    ``replies``, which the exporter meets on every shard after a flush as NOGROUP). With
+    ``ready``, replies already on the socket are taken without waiting a loop turn."""
     parser = connection._parser
     reader = getattr(parser, "_reader", None)
     if (
@@ -240,23 +249,29 @@ async def read_replies(connection: AbstractConnection, count: int) -> list[Any]:
         return await _read_through_redis_py(connection, count)
     push = getattr(parser, "_hiredis_PushNotificationType", None)
     replies: list[Any] = []
+    deadline = None  # one for the whole read, set when it first has to wait
     try:
-        async with asyncio.timeout(connection.socket_timeout):
-            while len(replies) < count:
-                if not parser._connected:
-                    raise RedisConnectionError("Connection closed by server.")
-                reply = reader.gets()
-                if reply is NOT_ENOUGH_DATA:
+        while len(replies) < count:
+            if not parser._connected:
+                raise RedisConnectionError("Connection closed by server.")
+            reply = reader.gets()
+            if reply is NOT_ENOUGH_DATA:
+                if ready is not None and ready.take(connection, parser):
+                    continue
+                if deadline is None and connection.socket_timeout is not None:
+                    deadline = asyncio.get_running_loop().time() + connection.socket_timeout
+                async with asyncio.timeout_at(deadline):
                     await parser.read_from_socket()  # ConnectionError at the stream's end
-                    continue
-                if push is not None and isinstance(reply, push):  # RESP3: not a reply
+                continue
+            if push is not None and isinstance(reply, push):  # RESP3: not a reply
+                async with asyncio.timeout_at(deadline):
                     await parser.handle_push_response(reply)
-                    continue
-                if isinstance(reply, RedisConnectionError):  # LOADING and the like
-                    raise reply
-                if isinstance(reply, list) and reply and isinstance(reply[0], RedisConnectionError):
-                    raise reply[0]  # as redis-py's parser does
-                replies.append(reply)
+                continue
+            if isinstance(reply, RedisConnectionError):  # LOADING and the like
+                raise reply
+            if isinstance(reply, list) and reply and isinstance(reply[0], RedisConnectionError):
+                raise reply[0]  # as redis-py's parser does
+            replies.append(reply)
     except TimeoutError:
         await connection.disconnect(nowait=True)
         raise RedisTimeoutError("Timeout reading from the socket") from None

@@ -1,0 +1,129 @@
+"""Replies already on the socket are read at once, in order with what the stream holds, only
+from plain sockets, and not at all while the tries keep finding nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import select
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import redis.exceptions
+from redis.asyncio.connection import AbstractConnection
+from redis_helpers import ClientFactory
+
+from gateway.store.direct import DirectRedis, pack, read_replies, send
+from gateway.store.ready_replies import ReadyReplies
+
+
+async def open_connection(direct: DirectRedis) -> AbstractConnection:
+    await direct.call("PING")  # one connection, open, held by ``direct`` from here on
+    return direct._idle[0]
+
+
+def wait_readable(connection: AbstractConnection) -> None:
+    """Block (without running the loop) until the reply is on the socket."""
+    fd = connection._writer.transport.get_extra_info("socket").fileno()
+    assert select.select([fd], [], [], 5)[0]
+
+
+async def test_a_reply_on_the_socket_is_read_without_a_loop_turn(
+    clean_redis: str, make_client: ClientFactory
+) -> None:
+    direct = DirectRedis(make_client(clean_redis))
+    connection = await open_connection(direct)
+    ready = ReadyReplies()
+    turned: list[bool] = []
+    await send(connection, pack([("ECHO", "at once"), ("INCR", "n")]))
+    wait_readable(connection)
+    asyncio.get_running_loop().call_soon(turned.append, True)
+    assert await read_replies(connection, 2, ready) == [b"at once", 1]
+    assert turned == []  # the reply came in this very turn
+    assert (ready.hits, ready.misses) == (1, 0)
+    assert await direct.call("GET", "n") == b"1"
+
+
+async def test_bytes_the_stream_holds_are_parsed_before_the_socket_is_read(
+    clean_redis: str, make_client: ClientFactory
+) -> None:
+    direct = DirectRedis(make_client(clean_redis))
+    connection = await open_connection(direct)
+    ready = ReadyReplies()
+    await send(connection, pack([("ECHO", "first"), ("ECHO", "second")]))
+    wait_readable(connection)
+    await asyncio.sleep(0.05)  # the transport takes them into the stream reader
+    assert connection._reader._buffer
+    await send(connection, pack([("ECHO", "third")]))
+    wait_readable(connection)
+    assert await read_replies(connection, 3, ready) == [b"first", b"second", b"third"]
+    assert ready.hits == 1  # "third" only, once the stream's bytes were parsed
+
+
+async def test_a_long_reply_is_read_in_pieces(clean_redis: str, make_client: ClientFactory) -> None:
+    direct = DirectRedis(make_client(clean_redis))
+    values = [f"value {i} " * 200 for i in range(300)]  # ~600 kB: many reads, most waited for
+    replies = await direct.batch([("ECHO", value) for value in values])
+    assert replies == [value.encode() for value in values]
+    assert await direct.call("ECHO", "after") == b"after"
+
+
+async def test_tries_that_find_nothing_pause_the_tries(
+    clean_redis: str, make_client: ClientFactory
+) -> None:
+    direct = DirectRedis(make_client(clean_redis))
+    connection = await open_connection(direct)
+    ready = ReadyReplies()
+    parser = connection._parser
+    for _ in range(64):  # nothing was sent: each try finds an empty socket
+        assert not ready.take(connection, parser)
+    assert (ready.hits, ready.misses) == (0, 64)
+    await send(connection, pack([("ECHO", "waited for")]))
+    wait_readable(connection)
+    for _ in range(1024):
+        assert not ready.take(connection, parser)  # paused: the socket is not even looked at
+    assert ready.misses == 64
+    assert ready.take(connection, parser)  # tries again after the pause
+    assert await read_replies(connection, 1, ready) == [b"waited for"]
+
+
+def test_a_tls_socket_is_never_read_directly() -> None:
+    reads: list[str] = []
+
+    def extra(name: str) -> Any:
+        reads.append(name)
+        return object() if name == "ssl_object" else None
+
+    stream = SimpleNamespace(_buffer=bytearray(), _eof=False, _exception=None)
+    transport = SimpleNamespace(get_extra_info=extra, is_closing=lambda: False)
+    connection = SimpleNamespace(_writer=SimpleNamespace(transport=transport))
+    parser = SimpleNamespace(_stream=stream, _read_size=65536)
+    ready = ReadyReplies()
+    assert not ready.take(connection, parser)
+    assert reads == ["ssl_object"]  # the socket itself was not asked for
+    assert (ready.hits, ready.misses) == (0, 0)
+
+
+async def test_a_closing_transport_is_never_read_directly(
+    clean_redis: str, make_client: ClientFactory
+) -> None:
+    direct = DirectRedis(make_client(clean_redis))
+    connection = await open_connection(direct)
+    await send(connection, pack([("ECHO", "never read")]))
+    wait_readable(connection)
+    parser, ready = connection._parser, ReadyReplies()
+    connection._writer.transport.close()
+    assert not ready.take(connection, parser)
+    assert (ready.hits, ready.misses) == (0, 0)
+
+
+async def test_a_closed_connection_is_reported_and_the_next_call_reconnects(
+    clean_redis: str, make_client: ClientFactory
+) -> None:
+    direct = DirectRedis(make_client(clean_redis))
+    connection = await open_connection(direct)
+    mine = await direct.call("CLIENT", "ID")
+    await direct.client.execute_command("CLIENT", "KILL", "ID", mine)  # another connection
+    with pytest.raises(redis.exceptions.ConnectionError):
+        await read_replies(connection, 1, direct.ready)
+    assert await direct.call("ECHO", "again") == b"again"  # one retry on a fresh socket
