@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-# A window of tries; below this many hits in one, the next ``_PAUSE`` round trips wait instead.
+# A window of tries; below this many hits in one, the next ``_PAUSE`` reads wait instead.
 _WINDOW = 64
 _MIN_HITS = 8
 _PAUSE = 1024
