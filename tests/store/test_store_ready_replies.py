@@ -31,9 +31,14 @@ from gateway.store.direct import DirectRedis, pack, read_replies, send
 from gateway.store.ready_replies import ReadyReplies
 
 
-async def open_connection(direct: DirectRedis) -> AbstractConnection:
-    await direct.call("PING")  # one connection, open, held by ``direct`` from here on
-    return direct._idle[0]
+@pytest.fixture
+async def held(
+    clean_redis: str, make_client: ClientFactory
+) -> tuple[DirectRedis, AbstractConnection]:
+    """A ``DirectRedis`` and the one open connection it holds from here on."""
+    direct = DirectRedis(make_client(clean_redis))
+    await direct.call("PING")
+    return direct, direct._idle[0]
 
 
 def wait_readable(connection: AbstractConnection) -> None:
@@ -43,10 +48,9 @@ def wait_readable(connection: AbstractConnection) -> None:
 
 
 async def test_a_reply_on_the_socket_is_read_without_a_loop_turn(
-    clean_redis: str, make_client: ClientFactory
+    held: tuple[DirectRedis, AbstractConnection],
 ) -> None:
-    direct = DirectRedis(make_client(clean_redis))
-    connection = await open_connection(direct)
+    direct, connection = held
     ready = ReadyReplies()
     turned: list[bool] = []
     await send(connection, pack([("ECHO", "at once")]))  # one short reply: one segment
@@ -59,10 +63,9 @@ async def test_a_reply_on_the_socket_is_read_without_a_loop_turn(
 
 
 async def test_bytes_the_stream_holds_are_parsed_before_the_socket_is_read(
-    clean_redis: str, make_client: ClientFactory
+    held: tuple[DirectRedis, AbstractConnection],
 ) -> None:
-    direct = DirectRedis(make_client(clean_redis))
-    connection = await open_connection(direct)
+    _, connection = held
     ready = ReadyReplies()
     await send(connection, pack([("ECHO", "first"), ("ECHO", "second")]))
     wait_readable(connection)
@@ -83,10 +86,9 @@ async def test_a_long_reply_is_read_in_pieces(clean_redis: str, make_client: Cli
 
 
 async def test_tries_that_find_nothing_pause_the_tries(
-    clean_redis: str, make_client: ClientFactory
+    held: tuple[DirectRedis, AbstractConnection],
 ) -> None:
-    direct = DirectRedis(make_client(clean_redis))
-    connection = await open_connection(direct)
+    _, connection = held
     ready = ReadyReplies()
     parser = connection._parser
     for _ in range(64):  # nothing was sent: each try finds an empty socket
@@ -119,10 +121,9 @@ async def test_a_tls_socket_is_never_read_directly() -> None:
 
 
 async def test_a_closing_transport_is_never_read_directly(
-    clean_redis: str, make_client: ClientFactory
+    held: tuple[DirectRedis, AbstractConnection],
 ) -> None:
-    direct = DirectRedis(make_client(clean_redis))
-    connection = await open_connection(direct)
+    _, connection = held
     await send(connection, pack([("ECHO", "never read")]))
     wait_readable(connection)
     parser, ready = connection._parser, ReadyReplies()
@@ -132,10 +133,9 @@ async def test_a_closing_transport_is_never_read_directly(
 
 
 async def test_a_closed_connection_is_reported_and_the_next_call_reconnects(
-    clean_redis: str, make_client: ClientFactory
+    held: tuple[DirectRedis, AbstractConnection],
 ) -> None:
-    direct = DirectRedis(make_client(clean_redis))
-    connection = await open_connection(direct)
+    direct, connection = held
     mine = await direct.call("CLIENT", "ID")
     await direct.client.execute_command("CLIENT", "KILL", "ID", mine)  # another connection
     with pytest.raises(redis.exceptions.ConnectionError):
