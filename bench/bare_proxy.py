@@ -3,9 +3,11 @@
 What any Starlette gateway must do for a chat request and nothing more: uvicorn (uvloop,
 httptools, no access log, as ``switchyard serve`` runs it) hands the request to one Starlette
 route, which reads the body and POSTs it with a pooled aiohttp session to the upstream at
-``BENCH_BARE_UPSTREAM``, then answers with the upstream's status, body and content type. No
-key, limits, routing, usage record, log line or metric; no Redis. It listens on
-``SWITCHYARD_PORT`` and answers ``/healthz``. A bench-side server only.
+``BENCH_BARE_UPSTREAM``, then answers with the upstream's status, body and content type; a
+request whose JSON asks ``"stream": true`` gets the upstream's body relayed as it arrives,
+each read passed on as it is (Starlette's ``StreamingResponse``). No key, limits, routing,
+usage record, log line or metric; no Redis. It listens on ``SWITCHYARD_PORT`` and answers
+``/healthz``. A bench-side server only.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import aiohttp
+import orjson
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 
@@ -36,13 +39,22 @@ def create_bare_app(upstream: str) -> Starlette:
 
     async def chat(request: Request) -> Response:
         body = await request.body()
+        streamed = orjson.loads(body).get("stream") is True
         headers = {"content-type": "application/json", "authorization": "Bearer bare"}
-        async with sessions[0].post(
-            upstream + "/chat/completions", data=body, headers=headers
-        ) as answer:
-            content = await answer.read()
-            media_type = answer.headers.get("content-type", "application/json")
-            return Response(content, answer.status, media_type=media_type)
+        answer = await sessions[0].post(upstream + "/chat/completions", data=body, headers=headers)
+        media_type = answer.headers.get("content-type", "application/json")
+        if not streamed:
+            async with answer:
+                return Response(await answer.read(), answer.status, media_type=media_type)
+
+        async def relayed() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in answer.content.iter_any():
+                    yield chunk
+            finally:
+                answer.release()
+
+        return StreamingResponse(relayed(), answer.status, media_type=media_type)
 
     async def healthz(_request: Request) -> Response:
         return Response(b"ok", media_type="text/plain")
