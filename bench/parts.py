@@ -243,19 +243,12 @@ def report(
             f"{level:>5} {statistics.median(c.run.rps for c in direct):>8,.0f} "
             f"{direct_p50:>8.3f} {'':>8} {'':>10} {'':>13} {'':>13} {'':>17}  {DIRECT}"
         )
-        served_total = statistics.median(c.total_us for c in costs[(PARTS[0].name, level)])
         for part in PARTS:
             done = costs[(part.name, level)]
             p50 = statistics.median(c.run.p50_ms for c in done)
-            total = statistics.median(c.total_us for c in done)
-            redis_us = statistics.median(c.redis_us for c in done)
-            saved = "" if part is PARTS[0] else f"{served_total - total:,.0f} µs"
             print(
                 f"{level:>5} {statistics.median(c.run.rps for c in done):>8,.0f} "
-                f"{p50:>8.3f} {p50 - direct_p50:>8.3f} "
-                f"{statistics.median(c.gateway_us for c in done):>10,.0f} "
-                f"{'-' if math.isnan(redis_us) else f'{redis_us:,.1f}':>13} "
-                f"{total:>13,.0f} {saved:>17}  {part.name}"
+                f"{p50:>8.3f} {p50 - direct_p50:>8.3f} {cost_cells(part, costs, level)}"
             )
     if (DIRECT, STREAMS) in costs:
         report_streams(args.stream_clients, costs)
@@ -274,20 +267,27 @@ def report_streams(clients: int, costs: dict[tuple[str, int], list[Cost]]) -> No
         f"{'streams/s':>9} {'TTFB ms':>8} {'+TTFB ms':>9} {'gw µs/str':>10} "
         f"{'redis µs/str':>13} {'total µs/str':>13} {'less than served':>17}  gateway"
     )
-    served_total = statistics.median(c.total_us for c in costs[(PARTS[0].name, STREAMS)])
     for part in PARTS:
         done = costs[(part.name, STREAMS)]
         ttfb = statistics.median(c.run.p50_ms for c in done)
-        total = statistics.median(c.total_us for c in done)
-        redis_us = statistics.median(c.redis_us for c in done)
-        saved = "" if part is PARTS[0] else f"{served_total - total:,.0f} µs"
         print(
             f"{statistics.median(c.run.rps for c in done):>9,.0f} {ttfb:>8.3f} "
-            f"{ttfb - direct_ttfb:>9.3f} "
-            f"{statistics.median(c.gateway_us for c in done):>10,.0f} "
-            f"{'-' if math.isnan(redis_us) else f'{redis_us:,.1f}':>13} "
-            f"{total:>13,.0f} {saved:>17}  {part.name}"
+            f"{ttfb - direct_ttfb:>9.3f} {cost_cells(part, costs, STREAMS)}"
         )
+
+
+def cost_cells(part: Part, costs: dict[tuple[str, int], list[Cost]], level: int) -> str:
+    """A row's CPU columns (gateway, Redis, both, less than as served) and the part's name."""
+    done = costs[(part.name, level)]
+    total = statistics.median(c.total_us for c in done)
+    redis_us = statistics.median(c.redis_us for c in done)
+    served_total = statistics.median(c.total_us for c in costs[(PARTS[0].name, level)])
+    saved = "" if part is PARTS[0] else f"{served_total - total:,.0f} µs"
+    return (
+        f"{statistics.median(c.gateway_us for c in done):>10,.0f} "
+        f"{'-' if math.isnan(redis_us) else f'{redis_us:,.1f}':>13} "
+        f"{total:>13,.0f} {saved:>17}  {part.name}"
+    )
 
 
 if __name__ == "__main__":
